@@ -1,0 +1,96 @@
+"""The Typer app. Commands live in `shardcli/commands/`; nothing here imports JAX."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from shardcli import __version__
+from shardcli.commands import mesh as mesh_cmd
+from shardcli.commands import shard as shard_cmd
+from shardcli.errors import ExitCode, ShardcliError
+
+TRACEBACK_ENV = "SHARDCLI_TRACEBACK"
+
+
+def _fail(prog: str, message: str, code: int) -> int:
+    first, *_ = message.strip().splitlines() or [""]
+    sys.stderr.write(f"{prog}: error: {first}\n")
+    return code
+
+
+class ShardcliGroup(TyperGroup):
+    """Runs the app and turns every failure into one line on stderr with a named exit code."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        prog = prog_name or "shardcli"
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else ExitCode.OK
+        except ShardcliError as e:
+            code = _fail(prog, str(e), e.exit_code)
+        except typer.TyperException as e:  # click usage errors: unknown option, bad int, ...
+            if type(e).__name__ == "NoArgsIsHelpError":
+                sys.stdout.write(e.format_message() + "\n")
+                code = ExitCode.OK
+            else:
+                ctx = getattr(e, "ctx", None)
+                where = ctx.command_path if ctx is not None else prog
+                code = _fail(where, e.format_message(), ExitCode.BAD_INPUT)
+        except (typer.Abort, KeyboardInterrupt):
+            code = _fail(prog, "interrupted", ExitCode.INTERRUPTED)
+        except Exception as e:  # noqa: BLE001 - the one place a surprise is reported
+            if os.environ.get(TRACEBACK_ENV):
+                traceback.print_exc()
+            code = _fail(
+                prog,
+                f"internal error: {type(e).__name__}: {e} (set {TRACEBACK_ENV}=1 for the traceback)",
+                ExitCode.INTERNAL,
+            )
+        if standalone_mode:
+            sys.exit(int(code))
+        return int(code)
+
+
+app = typer.Typer(
+    cls=ShardcliGroup,
+    name="shardcli",
+    help="A command-line sharding playground for JAX: meshes, shardings and collectives, "
+    "verified against NumPy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"shardcli {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """A command-line sharding playground for JAX: meshes, shardings and collectives, verified
+    against NumPy."""
+
+
+app.command("mesh")(mesh_cmd.mesh)
+app.command("shard")(shard_cmd.shard)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

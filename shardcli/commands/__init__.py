@@ -1,0 +1,1 @@
+"""One module per subcommand: flags -> frozen spec -> core -> render -> exit code."""

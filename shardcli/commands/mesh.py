@@ -1,0 +1,32 @@
+"""`shardcli mesh`."""
+
+from __future__ import annotations
+
+import typer
+
+from shardcli import options as opt
+from shardcli.specs import parse_mesh
+
+
+def mesh(
+    mesh: opt.Mesh = "8",
+    axes: opt.Axes = None,
+    platform: opt.Platform = "auto",
+    devices: opt.Devices = None,
+    mode: opt.Mode = "auto",
+    format: opt.Format = "table",
+    no_color: opt.NoColor = False,
+    quiet: opt.Quiet = False,
+) -> None:
+    """Show a device mesh: each device's id, mesh coordinates and process.
+
+    Example: shardcli mesh --mesh 2x4 --axes data,model
+    """
+    options = opt.run_options(platform, devices, mode, format, no_color, quiet)
+    spec = parse_mesh(mesh, axes)
+
+    from shardcli.core.session import open_session
+    from shardcli.render.mesh import render_mesh
+
+    render_mesh(open_session(spec, options), options)
+    raise typer.Exit(0)

@@ -1,0 +1,77 @@
+"""`shardcli shard`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shardcli import options as opt
+from shardcli.errors import ExitCode
+from shardcli.specs import (
+    ArraySpec,
+    ShardRequest,
+    parse_dtype,
+    parse_init,
+    parse_mesh,
+    parse_shape,
+    parse_sharding,
+    parse_view_dims,
+)
+
+
+def shard(
+    shape: Annotated[str, typer.Option("--shape", "-s", help="Global array shape: 8x8, 16, 4x8x8.")] = "8x8",
+    spec: Annotated[
+        str | None,
+        typer.Option(
+            "--spec",
+            "-p",
+            help="PartitionSpec: one entry per dim, an axis, None (or _), or axes joined by + "
+            "(data+model,None). [default: replicated]",
+        ),
+    ] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")] = "float32",
+    init: Annotated[str, typer.Option("--init", help="arange, ones, zeros or random.")] = "arange",
+    show_values: Annotated[
+        bool | None,
+        typer.Option(
+            "--show-values/--no-show-values",
+            help="Print each device's local values. [default: on for arrays of up to 256 elements]",
+        ),
+    ] = None,
+    view_dims: Annotated[
+        str | None,
+        typer.Option("--view-dims", help="For 3-D+ arrays: the two dims the picture draws, ROW,COL. [default: the last two]"),
+    ] = None,
+    mesh: opt.Mesh = "8",
+    axes: opt.Axes = None,
+    platform: opt.Platform = "auto",
+    devices: opt.Devices = None,
+    mode: opt.Mode = "auto",
+    format: opt.Format = "table",
+    no_color: opt.NoColor = False,
+    quiet: opt.Quiet = False,
+) -> None:
+    """Place an array on the mesh with a PartitionSpec and show which device holds what.
+
+    Example: shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model
+    """
+    options = opt.run_options(platform, devices, mode, format, no_color, quiet)
+    mesh_spec = parse_mesh(mesh, axes)
+    array_shape = parse_shape(shape)
+    request = ShardRequest(
+        mesh=mesh_spec,
+        array=ArraySpec(shape=array_shape, dtype=parse_dtype(dtype), init=parse_init(init)),
+        sharding=parse_sharding(spec, mesh_spec),
+        show_values=show_values,
+        view_dims=parse_view_dims(view_dims, len(array_shape)),
+        options=options,
+    )
+
+    from shardcli.core.shard import run_shard
+    from shardcli.render.shard import render_shard
+
+    result = run_shard(request)
+    render_shard(result, options)
+    raise typer.Exit(ExitCode.OK if result.ok else ExitCode.WRONG_RESULT)

@@ -1,0 +1,1 @@
+"""The core: computes and returns frozen results; never prints."""

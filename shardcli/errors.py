@@ -1,0 +1,25 @@
+"""The project's one exception type and the exit codes, named in one place."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes shared by every command."""
+
+    OK = 0
+    WRONG_RESULT = 1  # a numeric result disagreed with NumPy, or a health check failed
+    BAD_INPUT = 2  # flags or files the user gave cannot be used
+    INTERNAL = 3  # a bug in shardcli or an unexpected failure inside JAX
+    TIMEOUT = 124
+    INTERRUPTED = 130
+
+
+class ShardcliError(Exception):
+    """Bad input: printed as one line on stderr, exit code 2.
+
+    The message names the value, says what is valid and, where it helps, how to fix it.
+    """
+
+    exit_code = ExitCode.BAD_INPUT

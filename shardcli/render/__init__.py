@@ -1,0 +1,1 @@
+"""The one render layer: rich renderables for people, JSON documents for scripts."""

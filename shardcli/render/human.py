@@ -1,0 +1,142 @@
+"""Rich renderables for people. Functions here build renderables; `show_*` print them."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+import numpy as np
+from rich import box
+from rich.columns import Columns
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from shardcli import __version__
+from shardcli.core.session import Session
+from shardcli.layout import GridView, ShardingLayout, format_index, grid_views
+from shardcli.mesh import MeshLayout
+
+
+def coords_text(axes: tuple[str, ...], coords: tuple[int, ...]) -> str:
+    """`data=1 model=2`."""
+    return " ".join(f"{a}={c}" for a, c in zip(axes, coords, strict=True))
+
+
+def header(session: Session, extra: dict[str, str] | None = None) -> RenderableType:
+    """The facts every human run starts with."""
+    rt = session.runtime
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("shardcli", f"{__version__} (jax {rt.jax_version})")
+    table.add_row("platform", f"{rt.platform}, {rt.describe_devices()}, kind {rt.device_kind}")
+    table.add_row("mesh", f"{session.spec.describe()}, {session.mode} axes")
+    table.add_row("processes", f"{rt.process_count} (this is process {rt.process_index})")
+    if rt.note:
+        table.add_row("note", rt.note)
+    for key, value in (extra or {}).items():
+        table.add_row(key, value)
+    return table
+
+
+def mesh_grids(layout: MeshLayout) -> RenderableType:
+    """The mesh as grids over its last two axes, one grid per position on the leading axes."""
+    axes, shape = layout.axes, layout.shape
+    if len(shape) == 1:
+        lead_shape: tuple[int, ...] = ()
+        rows, cols = 1, shape[0]
+    else:
+        lead_shape, (rows, cols) = shape[:-2], shape[-2:]
+    grids = []
+    for lead in np.ndindex(*lead_shape) if lead_shape else [()]:
+        title = coords_text(axes[: len(lead)], lead) if lead else None
+        table = Table(show_header=len(shape) > 1, box=box.SQUARE, show_lines=True, title=title)
+        if len(shape) > 1:
+            table.add_column(f"{axes[-2]} \\ {axes[-1]}", style="bold", justify="center")
+            for c in range(cols):
+                table.add_column(f"{axes[-1]}={c}", justify="center")
+        else:
+            for _ in range(cols):
+                table.add_column(justify="center")
+        for r in range(rows):
+            row_cells: list[RenderableType] = []
+            if len(shape) > 1:
+                row_cells.append(f"{axes[-2]}={r}")
+            for c in range(cols):
+                coords = (*lead, r, c) if len(shape) > 1 else (c,)
+                cell = layout.cell_at(coords)
+                text = Text(f"dev {cell.device_id}", style="bold cyan")
+                text.append(f"\n{coords_text(axes, cell.coords)}", style="")
+                text.append(f"\nproc {cell.process_index}", style="dim")
+                row_cells.append(text)
+            table.add_row(*row_cells)
+        grids.append(table)
+    return Columns(grids) if len(grids) > 1 else grids[0]
+
+
+def _grid_title(view: GridView) -> str:
+    drawn = f"dims ({view.row_dim}, {view.col_dim})" if view.row_dim is not None else "dim 0"
+    if not view.fixed:
+        return drawn
+    fixed = ", ".join(f"dim {d} = {a}:{b}" for d, (a, b) in view.fixed)
+    return f"{drawn}; {fixed}"
+
+
+def sharding_picture(layout: ShardingLayout, view_dims: tuple[int, int] | None = None) -> RenderableType:
+    """Our picture: each tile labelled with the devices holding it and its index ranges."""
+    views = grid_views(layout, view_dims)
+    tables = []
+    for view in views:
+        table = Table(show_header=False, box=box.SQUARE, show_lines=True, title=_grid_title(view))
+        for _ in view.col_ranges:
+            table.add_column(justify="center")
+        for row in view.cells:
+            cells = []
+            for tile in row:
+                ids = ",".join(map(str, tile.device_ids))
+                text = Text(f"dev {ids}", style="bold cyan")
+                text.append(f"\n{format_index(tile.index)}")
+                cells.append(text)
+            table.add_row(*cells)
+        tables.append(table)
+    rep = layout.replication
+    caption = Text(
+        f"{len(layout.tiles)} distinct tile(s) of shape {layout.local_shape}; "
+        + ("each held by one device" if rep == 1 else f"each replicated on {rep} devices"),
+        style="dim",
+    )
+    body = Columns(tables) if len(tables) > 1 else tables[0]
+    return Group(body, caption)
+
+
+def jax_picture(shape: tuple[int, ...], sharding: Any) -> RenderableType | None:
+    """`jax.debug.visualize_sharding`'s own picture, captured instead of printed around our output.
+
+    Returns None for arrays of rank 3 or more, which JAX does not draw.
+    """
+    if len(shape) > 2:
+        return None
+    import jax
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        jax.debug.visualize_sharding(shape, sharding, use_color=False)
+    return Text(buffer.getvalue().rstrip("\n"))
+
+
+def format_values(values: np.ndarray) -> str:
+    """Compact NumPy text for small arrays."""
+    arr = np.asarray(values)
+    if arr.dtype.name == "bfloat16":
+        arr = arr.astype(np.float32)
+    return np.array2string(
+        arr, separator=" ", max_line_width=100, threshold=10_000, suppress_small=True, precision=4
+    )
+
+
+def section(console: Console, title: str, body: RenderableType) -> None:
+    console.print()
+    console.print(Text(title, style="bold underline"))
+    console.print(body)

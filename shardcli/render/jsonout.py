@@ -1,0 +1,81 @@
+"""JSON documents for scripts. Nothing but the document goes to stdout in json mode."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from shardcli.core.session import Session
+from shardcli.layout import Index
+from shardcli.mesh import MeshLayout
+
+SCHEMA_VERSION = 1
+
+
+def values_json(values: np.ndarray | None) -> Any:
+    """Nested lists of Python numbers (bfloat16 and friends as floats)."""
+    if values is None:
+        return None
+    arr = np.asarray(values)
+    if arr.dtype.kind == "V" or arr.dtype.name == "bfloat16" or arr.dtype.kind == "f":
+        return arr.astype(np.float64).tolist()
+    return arr.tolist()
+
+
+def index_json(index: Index) -> list[list[int]]:
+    return [[a, b] for a, b in index]
+
+
+def runtime_json(session: Session) -> dict[str, Any]:
+    rt = session.runtime
+    return {
+        "platform": rt.platform,
+        "device_kind": rt.device_kind,
+        "device_count": rt.device_count,
+        "devices_present": rt.devices_present,
+        "faked": rt.faked,
+        "note": rt.note,
+        "process_count": rt.process_count,
+        "process_index": rt.process_index,
+        "jax_version": rt.jax_version,
+    }
+
+
+def mesh_json(layout: MeshLayout, mode: str) -> dict[str, Any]:
+    return {
+        "shape": list(layout.shape),
+        "axes": list(layout.axes),
+        "axis_types": list(layout.axis_types),
+        "mode": mode,
+        "devices": [
+            {
+                "id": cell.device_id,
+                "coords": dict(zip(layout.axes, cell.coords, strict=True)),
+                "process_index": cell.process_index,
+                "platform": cell.platform,
+                "device_kind": cell.device_kind,
+            }
+            for cell in layout.cells
+        ],
+    }
+
+
+def document(command: str, session: Session, body: dict[str, Any]) -> dict[str, Any]:
+    """The envelope every command's JSON shares."""
+    from shardcli import __version__
+
+    return {
+        "schema": SCHEMA_VERSION,
+        "command": command,
+        "shardcli_version": __version__,
+        "runtime": runtime_json(session),
+        "mesh": mesh_json(session.layout, session.mode),
+        **body,
+    }
+
+
+def write_json(doc: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")

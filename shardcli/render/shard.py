@@ -1,0 +1,119 @@
+"""Rendering `shardcli shard`."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from shardcli.core.shard import ShardResult
+from shardcli.layout import format_index
+from shardcli.render import human, jsonout
+from shardcli.render.console import make_console
+from shardcli.specs import RunOptions
+
+
+def shard_json(result: ShardResult) -> dict:
+    req = result.request
+    layout = result.layout
+    return jsonout.document(
+        "shard",
+        result.session,
+        {
+            "array": {
+                "shape": list(req.array.shape),
+                "dtype": req.array.dtype.name,
+                "init": req.array.init,
+                "nbytes": req.array.nbytes,
+                "spec": [list(e) if e else None for e in req.sharding.entries],
+                "jax_type": result.jax_type,
+                "values": jsonout.values_json(result.global_values),
+            },
+            "tiles": [
+                {"index": jsonout.index_json(t.index), "device_ids": list(t.device_ids)}
+                for t in layout.tiles
+            ],
+            "replication": layout.replication,
+            "shards": [
+                {
+                    "device_id": s.device_id,
+                    "coords": dict(zip(result.session.layout.axes, s.coords, strict=True)),
+                    "process_index": s.process_index,
+                    "index": jsonout.index_json(s.index),
+                    "local_shape": list(s.local_shape),
+                    "nbytes": s.nbytes,
+                    "values": jsonout.values_json(s.values),
+                }
+                for s in result.shards
+            ],
+            "verified": {"ok": result.ok, "wrong_devices": list(result.wrong_devices)},
+        },
+    )
+
+
+def shard_table(result: ShardResult) -> Table:
+    axes = result.session.layout.axes
+    show_values = any(s.values is not None for s in result.shards)
+    table = Table(box=None, header_style="bold")
+    for name in ("device", "mesh coords", "proc", "index", "local shape", "bytes"):
+        table.add_column(name, justify="right" if name in ("bytes", "proc") else "left")
+    if show_values:
+        table.add_column("local values")
+    for s in result.shards:
+        row = [
+            str(s.device_id),
+            human.coords_text(axes, s.coords),
+            str(s.process_index),
+            format_index(s.index),
+            "x".join(map(str, s.local_shape)),
+            f"{s.nbytes:,}",
+        ]
+        if show_values:
+            row.append(human.format_values(s.values))
+        table.add_row(*row)
+    return table
+
+
+def render_shard(result: ShardResult, options: RunOptions) -> None:
+    if options.format == "json":
+        jsonout.write_json(shard_json(result))
+        return
+    req = result.request
+    console = make_console(options)
+    if not options.quiet:
+        shape = "x".join(map(str, req.array.shape))
+        console.print(
+            human.header(
+                result.session,
+                {
+                    "array": f"{shape} {req.array.dtype.name}, init {req.array.init}",
+                    "spec": req.sharding.describe(),
+                    "sharding": str(result.jax_sharding.spec),
+                    "type": result.jax_type,
+                },
+            )
+        )
+        picture = human.jax_picture(req.array.shape, result.jax_sharding)
+        if picture is not None:
+            human.section(console, "jax.debug.visualize_sharding", picture)
+        else:
+            console.print()
+            console.print(
+                Text(
+                    "jax.debug.visualize_sharding draws 1-D and 2-D arrays only; "
+                    "shardcli's picture below handles this rank.",
+                    style="dim",
+                )
+            )
+        human.section(
+            console,
+            "tiles (device ids and global index ranges)",
+            human.sharding_picture(result.layout, req.view_dims),
+        )
+        if result.global_values is not None:
+            human.section(console, "global array", human.format_values(result.global_values))
+    human.section(console, "per-device shards", shard_table(result))
+    if result.ok:
+        console.print(Text("\nverified: every device holds its NumPy slice exactly", style="green"))
+    else:
+        ids = ", ".join(map(str, result.wrong_devices))
+        console.print(Text(f"\nWRONG: devices {ids} do not hold their NumPy slice", style="bold red"))

@@ -1,0 +1,337 @@
+"""Flags become frozen specs here, before JAX is touched.
+
+Everything in this module is pure Python: parsing and validation can be unit-tested without
+devices, and nothing on the `--help` path pays for importing JAX.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from dataclasses import dataclass, field
+
+from shardcli.errors import ShardcliError
+
+DEFAULT_AXIS_NAMES = ("x", "y", "z", "w")
+PLATFORMS = ("auto", "cpu", "gpu", "tpu")
+MODES = ("auto", "explicit")
+FORMATS = ("table", "json")
+# Faking more CPU devices than this in one process is slow to start and never what a learner meant.
+MAX_FAKE_DEVICES = 512
+RESERVED_SPEC_WORDS = ("None", "_")
+
+
+@dataclass(frozen=True)
+class DType:
+    """A dtype the user may name, with the facts we need before JAX is imported."""
+
+    name: str
+    itemsize: int
+    kind: str  # "float", "int", "uint" or "bool"
+    needs_x64: bool = False
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("float32", 4, "float"),
+        DType("bfloat16", 2, "float"),
+        DType("float16", 2, "float"),
+        DType("float64", 8, "float", needs_x64=True),
+        DType("int8", 1, "int"),
+        DType("int16", 2, "int"),
+        DType("int32", 4, "int"),
+        DType("int64", 8, "int", needs_x64=True),
+        DType("uint8", 1, "uint"),
+        DType("uint32", 4, "uint"),
+        DType("bool", 1, "bool"),
+    )
+}
+
+INITS = {
+    "arange": "0, 1, 2, ... in row-major order (wraps for narrow dtypes)",
+    "ones": "every element 1",
+    "zeros": "every element 0",
+    "random": "uniform in [0, 1) for floats, [0, 100) for ints (fixed seed)",
+}
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    """A device mesh: its shape and one name per axis."""
+
+    shape: tuple[int, ...]
+    axes: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def axis_sizes(self) -> dict[str, int]:
+        return dict(zip(self.axes, self.shape, strict=True))
+
+    def describe(self) -> str:
+        """`2x4 (data=2, model=4)`."""
+        dims = "x".join(str(n) for n in self.shape)
+        return f"{dims} ({', '.join(f'{a}={n}' for a, n in zip(self.axes, self.shape, strict=True))})"
+
+
+@dataclass(frozen=True)
+class ShardingSpec:
+    """A PartitionSpec as plain data: per array dim, the mesh axes it is split over (empty: none)."""
+
+    entries: tuple[tuple[str, ...], ...]
+
+    def axes_used(self) -> tuple[str, ...]:
+        return tuple(a for entry in self.entries for a in entry)
+
+    def to_partition_spec_args(self) -> tuple[object, ...]:
+        """Arguments for `jax.sharding.PartitionSpec(*args)`."""
+        out: list[object] = []
+        for entry in self.entries:
+            if not entry:
+                out.append(None)
+            elif len(entry) == 1:
+                out.append(entry[0])
+            else:
+                out.append(tuple(entry))
+        return tuple(out)
+
+    def describe(self) -> str:
+        """`P('data', None)` in the user's spelling: `data,None`; replicated is `P()`."""
+        if not self.entries:
+            return "P() (replicated)"
+        parts = ["None" if not e else "+".join(e) for e in self.entries]
+        return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options every device command shares."""
+
+    platform: str = "auto"
+    devices: int | None = None
+    mode: str = "auto"
+    format: str = "table"
+    color: bool = True
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """A global array to create: shape, dtype and how to fill it."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+    init: str = "arange"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class ShardRequest:
+    """Everything `shardcli shard` needs: mesh, array, sharding and what to show."""
+
+    mesh: MeshSpec
+    array: ArraySpec
+    sharding: ShardingSpec
+    show_values: bool | None = None  # None: automatic for small arrays
+    view_dims: tuple[int, int] | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+
+
+_INT_RE = re.compile(r"^[0-9]+$")
+
+
+def _parse_positive_ints(text: str, flag: str, what: str, example: str) -> tuple[int, ...]:
+    raw = text.strip()
+    if not raw:
+        raise ShardcliError(f"{flag} is empty; give {what} such as {example}")
+    parts = raw.lower().split("x")
+    values: list[int] = []
+    for part in parts:
+        part = part.strip()
+        if not _INT_RE.match(part):
+            raise ShardcliError(
+                f"{flag} {text!r} is not valid: {what} are positive integers joined by 'x', "
+                f"such as {example}"
+            )
+        value = int(part)
+        if value <= 0:
+            raise ShardcliError(
+                f"{flag} {text!r} has a size of {value}; every size must be a positive integer "
+                f"(such as {example})"
+            )
+        values.append(value)
+    return tuple(values)
+
+
+def parse_mesh_shape(text: str) -> tuple[int, ...]:
+    """Parse `--mesh`: `8`, `2x4`, `2x2x2`.
+
+    Raises:
+        ShardcliError: for anything but positive integers joined by `x`.
+    """
+    return _parse_positive_ints(text, "--mesh", "mesh sizes", "8, 2x4 or 2x2x2")
+
+
+def parse_axes(text: str | None, rank: int) -> tuple[str, ...]:
+    """Parse `--axes data,model` for a mesh of the given rank (default names x, y, z, w).
+
+    Raises:
+        ShardcliError: wrong count, duplicates, invalid identifiers or reserved names.
+    """
+    if text is None:
+        if rank > len(DEFAULT_AXIS_NAMES):
+            raise ShardcliError(
+                f"a {rank}-D mesh needs --axes with {rank} names; default names exist for up to "
+                f"{len(DEFAULT_AXIS_NAMES)} axes ({','.join(DEFAULT_AXIS_NAMES)})"
+            )
+        return DEFAULT_AXIS_NAMES[:rank]
+    names = tuple(n.strip() for n in text.split(","))
+    if len(names) != rank:
+        raise ShardcliError(
+            f"--axes {text!r} names {len(names)} axes but the mesh has {rank}; give {rank} "
+            f"comma-separated names, such as {','.join(DEFAULT_AXIS_NAMES[:rank]) or 'x'}"
+        )
+    for name in names:
+        if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+            raise ShardcliError(
+                f"--axes name {name!r} is not valid; axis names are Python identifiers "
+                f"such as data, model or x"
+            )
+        if name in RESERVED_SPEC_WORDS:
+            raise ShardcliError(
+                f"--axes name {name!r} is reserved (--spec uses None and _ for 'not sharded'); "
+                f"pick another name"
+            )
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ShardcliError(f"--axes {text!r} names axis {name!r} twice; axis names must be unique")
+        seen.add(name)
+    return names
+
+
+def parse_mesh(mesh: str, axes: str | None) -> MeshSpec:
+    """Build a MeshSpec from `--mesh` and `--axes`."""
+    shape = parse_mesh_shape(mesh)
+    return MeshSpec(shape=shape, axes=parse_axes(axes, len(shape)))
+
+
+def parse_shape(text: str, flag: str = "--shape") -> tuple[int, ...]:
+    """Parse an array shape: `8x8`, `16`, `4x8x8`."""
+    return _parse_positive_ints(text, flag, "array dims", "8x8, 16 or 4x8x8")
+
+
+def parse_dtype(name: str) -> DType:
+    """Look up a dtype by name."""
+    try:
+        return DTYPES[name.strip().lower()]
+    except KeyError:
+        raise ShardcliError(
+            f"--dtype {name!r} is not supported; choose one of {', '.join(DTYPES)}"
+        ) from None
+
+
+def parse_init(name: str) -> str:
+    """Validate an `--init` name."""
+    if name not in INITS:
+        raise ShardcliError(f"--init {name!r} is not supported; choose one of {', '.join(INITS)}")
+    return name
+
+
+def parse_choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
+    """Validate a flag against a fixed set of words."""
+    if value not in choices:
+        raise ShardcliError(f"{flag} {value!r} is not valid; choose one of {', '.join(choices)}")
+    return value
+
+
+def parse_sharding(text: str | None, mesh: MeshSpec) -> ShardingSpec:
+    """Parse `--spec`: comma-separated entries, each an axis, `None`/`_`, or axes joined by `+`.
+
+    `None` (the flag left out) or an empty string means fully replicated.
+
+    Raises:
+        ShardcliError: unknown axes, an axis used twice, or malformed entries.
+    """
+    if text is None or not text.strip():
+        return ShardingSpec(entries=())
+    entries: list[tuple[str, ...]] = []
+    first_use: dict[str, int] = {}
+    for dim, raw_entry in enumerate(text.split(",")):
+        entry = raw_entry.strip()
+        if entry in RESERVED_SPEC_WORDS:
+            entries.append(())
+            continue
+        if not entry:
+            raise ShardcliError(
+                f"--spec {text!r} has an empty entry at position {dim}; use None (or _) for a dim "
+                f"that is not sharded"
+            )
+        names = tuple(n.strip() for n in entry.split("+"))
+        for name in names:
+            if name not in mesh.axes:
+                raise ShardcliError(
+                    f"--spec {text!r} names mesh axis {name!r}, which is not in the mesh; "
+                    f"the mesh axes are {', '.join(mesh.axes)} (or None for not sharded)"
+                )
+            if name in first_use:
+                raise ShardcliError(
+                    f"--spec {text!r} uses mesh axis {name!r} twice (entries {first_use[name]} and "
+                    f"{dim}); a mesh axis can shard at most one dim"
+                )
+            first_use[name] = dim
+        entries.append(names)
+    return ShardingSpec(entries=tuple(entries))
+
+
+def check_sharding_fits(sharding: ShardingSpec, mesh: MeshSpec, shape: tuple[int, ...]) -> None:
+    """Check that a sharding applies to an array of this shape on this mesh.
+
+    Raises:
+        ShardcliError: a spec longer than the rank, or a dim not divisible by its axes' sizes.
+    """
+    shape_text = "x".join(map(str, shape))
+    if len(sharding.entries) > len(shape):
+        raise ShardcliError(
+            f"--spec {sharding.describe()!r} has {len(sharding.entries)} entries but the array has "
+            f"rank {len(shape)} (--shape {shape_text}); give at most {len(shape)}"
+        )
+    sizes = mesh.axis_sizes
+    for dim, entry in enumerate(sharding.entries):
+        if not entry:
+            continue
+        parts = math.prod(sizes[a] for a in entry)
+        if shape[dim] % parts:
+            over = "+".join(entry)
+            raise ShardcliError(
+                f"--shape {shape_text}: dim {dim} ({shape[dim]}) is not divisible by {parts}, the "
+                f"size of mesh axis {over!r} that --spec shards it over; use a multiple of {parts}"
+            )
+
+
+def parse_view_dims(text: str | None, rank: int) -> tuple[int, int] | None:
+    """Parse `--view-dims 0,2`: the pair of array dims our picture draws for 3-D+ arrays."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(_INT_RE.match(p) for p in parts):
+        raise ShardcliError(
+            f"--view-dims {text!r} is not valid; give two array dims as ROW,COL, such as 0,1"
+        )
+    row, col = int(parts[0]), int(parts[1])
+    if row == col or row >= rank or col >= rank:
+        raise ShardcliError(
+            f"--view-dims {text!r} must name two different dims below the array's rank {rank}"
+        )
+    return row, col
