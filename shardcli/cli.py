@@ -11,6 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from shardcli import __version__
+from shardcli.commands import collective as collective_cmd
 from shardcli.commands import mesh as mesh_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import ExitCode, ShardcliError
@@ -27,8 +28,14 @@ def _fail(prog: str, message: str, code: int) -> int:
 class ShardcliGroup(TyperGroup):
     """Runs the app and turns every failure into one line on stderr with a named exit code."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         prog = prog_name or "shardcli"
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -89,6 +96,7 @@ def _root(
 
 app.command("mesh")(mesh_cmd.mesh)
 app.command("shard")(shard_cmd.shard)
+app.command("collective")(collective_cmd.collective)
 
 
 def main() -> None:

@@ -116,9 +116,7 @@ def grid_views(layout: ShardingLayout, view_dims: tuple[int, int] | None = None)
         tiles = groups[key]
         rows = sorted({t.index[row_dim] for t in tiles}) if row_dim is not None else [(0, 1)]
         cols = sorted({t.index[col_dim] for t in tiles})
-        by_pos = {
-            ((t.index[row_dim] if row_dim is not None else (0, 1)), t.index[col_dim]): t for t in tiles
-        }
+        by_pos = {((t.index[row_dim] if row_dim is not None else (0, 1)), t.index[col_dim]): t for t in tiles}
         cells = tuple(tuple(by_pos[(r, c)] for c in cols) for r in rows)
         views.append(
             GridView(

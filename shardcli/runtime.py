@@ -124,9 +124,7 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
             )
         if accel and enough:
             count = requested or len(accel)
-            return _info(accel[0].platform, accel[:count], needed, faked=False, note=None), accel[
-                :needed
-            ]
+            return _info(accel[0].platform, accel[:count], needed, faked=False, note=None), accel[:needed]
         if accel:
             note = (
                 f"auto: this machine has {len(accel)} {accel[0].platform.upper()} device(s), fewer "

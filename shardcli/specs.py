@@ -161,8 +161,7 @@ def _parse_positive_ints(text: str, flag: str, what: str, example: str) -> tuple
         part = part.strip()
         if not _INT_RE.match(part):
             raise ShardcliError(
-                f"{flag} {text!r} is not valid: {what} are positive integers joined by 'x', "
-                f"such as {example}"
+                f"{flag} {text!r} is not valid: {what} are positive integers joined by 'x', such as {example}"
             )
         value = int(part)
         if value <= 0:
@@ -237,9 +236,7 @@ def parse_dtype(name: str) -> DType:
     try:
         return DTYPES[name.strip().lower()]
     except KeyError:
-        raise ShardcliError(
-            f"--dtype {name!r} is not supported; choose one of {', '.join(DTYPES)}"
-        ) from None
+        raise ShardcliError(f"--dtype {name!r} is not supported; choose one of {', '.join(DTYPES)}") from None
 
 
 def parse_init(name: str) -> str:
@@ -326,12 +323,100 @@ def parse_view_dims(text: str | None, rank: int) -> tuple[int, int] | None:
         return None
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 2 or not all(_INT_RE.match(p) for p in parts):
-        raise ShardcliError(
-            f"--view-dims {text!r} is not valid; give two array dims as ROW,COL, such as 0,1"
-        )
+        raise ShardcliError(f"--view-dims {text!r} is not valid; give two array dims as ROW,COL, such as 0,1")
     row, col = int(parts[0]), int(parts[1])
     if row == col or row >= rank or col >= rank:
         raise ShardcliError(
             f"--view-dims {text!r} must name two different dims below the array's rank {rank}"
         )
     return row, col
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte sizes and sweeps (nccl-tests conventions: K = 1024).
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+_SIZE_RE = re.compile(r"^([0-9]+)\s*([KMG]?)(I?B)?$", re.IGNORECASE)
+
+
+def parse_bytes(text: str, flag: str = "--size") -> int:
+    """Parse `16M`, `1K`, `4096`, `2G` (binary units, as nccl-tests uses them)."""
+    match = _SIZE_RE.match(text.strip())
+    if not match:
+        raise ShardcliError(
+            f"{flag} {text!r} is not a byte size; give a number with an optional K, M or G suffix "
+            f"(binary units), such as 4096, 64K or 16M"
+        )
+    value = int(match.group(1)) * _UNITS[match.group(2).upper()]
+    if value <= 0:
+        raise ShardcliError(f"{flag} {text!r} must be a positive number of bytes")
+    return value
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Parse `--sizes`: `1K:64M` (x2 steps), `1K:64M:x4`, or a list `4K,1M,16M`."""
+    raw = text.strip()
+    if ":" in raw:
+        parts = raw.split(":")
+        if len(parts) not in (2, 3):
+            raise ShardcliError(
+                f"--sizes {text!r} is not valid; give MIN:MAX, MIN:MAX:xF or a list such as 4K,1M"
+            )
+        low, high = parse_bytes(parts[0], "--sizes"), parse_bytes(parts[1], "--sizes")
+        factor = 2
+        if len(parts) == 3:
+            step = parts[2].strip().lower()
+            if not re.match(r"^x[0-9]+$", step) or int(step[1:]) < 2:
+                raise ShardcliError(
+                    f"--sizes step {parts[2]!r} is not valid; give a factor of 2 or more such as x2 or x4"
+                )
+            factor = int(step[1:])
+        if low > high:
+            raise ShardcliError(
+                f"--sizes {text!r} runs backwards ({parts[0]} > {parts[1]}); give MIN:MAX with MIN <= MAX"
+            )
+        sizes = []
+        size = low
+        while size <= high:
+            sizes.append(size)
+            size *= factor
+        return tuple(sizes)
+    sizes = tuple(parse_bytes(p, "--sizes") for p in raw.split(","))
+    if len(set(sizes)) != len(sizes):
+        raise ShardcliError(f"--sizes {text!r} lists a size twice; give each size once")
+    return sizes
+
+
+def parse_values(text: str) -> tuple[float, ...]:
+    """Parse `--values 3,1,4,1,5`."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise ShardcliError(
+                f"--values {text!r} has {part!r}, which is not a number; give comma-separated numbers"
+            ) from None
+    return tuple(out)
+
+
+def parse_perm(text: str) -> tuple[tuple[int, int], ...]:
+    """Parse `--perm 0:1,1:2,2:0` into (source, destination) pairs (validated later)."""
+    pairs = []
+    for part in text.split(","):
+        bits = part.strip().split(":")
+        if len(bits) != 2 or not all(_INT_RE.match(b.strip()) for b in bits):
+            raise ShardcliError(
+                f"--perm {text!r} is not valid; give SRC:DST pairs of axis positions such as 0:1,1:2,2:0"
+            )
+        pairs.append((int(bits[0]), int(bits[1])))
+    return tuple(pairs)
+
+
+def format_size(n: int) -> str:
+    """nccl-style short size: `1K`, `64M`, `1536` ."""
+    for unit, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)

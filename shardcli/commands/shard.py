@@ -42,7 +42,10 @@ def shard(
     ] = None,
     view_dims: Annotated[
         str | None,
-        typer.Option("--view-dims", help="For 3-D+ arrays: the two dims the picture draws, ROW,COL. [default: the last two]"),
+        typer.Option(
+            "--view-dims",
+            help="For 3-D+ arrays: the two dims the picture draws, ROW,COL. [default: the last two]",
+        ),
     ] = None,
     mesh: opt.Mesh = "8",
     axes: opt.Axes = None,

@@ -88,9 +88,7 @@ def run_shard(request: ShardRequest) -> ShardResult:
         ShardcliError: bad input found before allocating (spec, sizes, memory).
     """
     show_values = validate_shard_request(request)
-    session = open_session(
-        request.mesh, request.options, x64=request.array.dtype.needs_x64
-    )
+    session = open_session(request.mesh, request.options, x64=request.array.dtype.needs_x64)
     per_device = math.prod(local_shape(request.array, request.sharding, request.mesh))
     per_device_bytes = per_device * request.array.dtype.itemsize
     check_fits_in_memory(
@@ -132,9 +130,7 @@ def run_shard(request: ShardRequest) -> ShardResult:
                 values=local if show_values else None,
             )
         )
-    index_map = {
-        d.id: normalize_index(idx, shape) for d, idx in sharding.devices_indices_map(shape).items()
-    }
+    index_map = {d.id: normalize_index(idx, shape) for d, idx in sharding.devices_indices_map(shape).items()}
     return ShardResult(
         session=session,
         request=request,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from rich.console import Console
 
 from shardcli.specs import RunOptions
@@ -9,8 +12,12 @@ from shardcli.specs import RunOptions
 
 def make_console(options: RunOptions, *, stderr: bool = False) -> Console:
     """A console honouring --no-color (rich itself honours NO_COLOR)."""
+    # Piped output (logs, CI) gets a readable width rather than rich's 80-column fallback.
+    stream_is_tty = (sys.stderr if stderr else sys.stdout).isatty()
+    width = None if stream_is_tty or "COLUMNS" in os.environ else 120
     return Console(
         stderr=stderr,
+        width=width,
         no_color=not options.color,
         color_system="auto" if options.color else None,
         highlight=False,

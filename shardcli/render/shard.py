@@ -29,8 +29,7 @@ def shard_json(result: ShardResult) -> dict:
                 "values": jsonout.values_json(result.global_values),
             },
             "tiles": [
-                {"index": jsonout.index_json(t.index), "device_ids": list(t.device_ids)}
-                for t in layout.tiles
+                {"index": jsonout.index_json(t.index), "device_ids": list(t.device_ids)} for t in layout.tiles
             ],
             "replication": layout.replication,
             "shards": [

@@ -1,0 +1,207 @@
+"""`shardcli collective`."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+
+from shardcli import options as opt
+from shardcli.collectives import COLLECTIVES, CollectiveParams
+from shardcli.errors import ExitCode, ShardcliError
+from shardcli.specs import (
+    MeshSpec,
+    parse_bytes,
+    parse_dtype,
+    parse_init,
+    parse_mesh,
+    parse_perm,
+    parse_shape,
+    parse_sharding,
+    parse_sizes,
+    parse_values,
+)
+
+
+def parse_collective_axes(text: str | None, mesh: MeshSpec) -> tuple[str, ...]:
+    """`--axis model` or `--axis data,model`; default: every mesh axis."""
+    if text is None:
+        return mesh.axes
+    names = tuple(n.strip() for n in text.split(","))
+    for name in names:
+        if name not in mesh.axes:
+            raise ShardcliError(
+                f"--axis {name!r} is not a mesh axis; the mesh axes are {', '.join(mesh.axes)}"
+            )
+    if len(set(names)) != len(names):
+        raise ShardcliError(f"--axis {text!r} names an axis twice")
+    return names
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator:
+    """A progress bar on stderr, only for people at a terminal."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from shardcli.specs import format_size
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("sizes", total=None)
+
+        def update(done: int, total: int, size: int) -> None:
+            label = f"{format_size(size)} per device" if done < total else "done"
+            bar.update(task, completed=done, total=total, description=label)
+
+        yield update
+
+
+def _doc() -> str:
+    lines = "\n\n".join(f"[bold]{c.name}[/bold]: {c.summary}" for c in COLLECTIVES.values())
+    return (
+        "Run one collective through shard_map, verify every device against NumPy, and time it.\n\n"
+        f"{lines}\n\n"
+        "Example: shardcli collective all_gather --mesh 2x4 --axes data,model --axis model"
+    )
+
+
+def collective(
+    name: Annotated[str, typer.Argument(help="The collective: " + ", ".join(COLLECTIVES) + ".")],
+    axis: Annotated[
+        str | None,
+        typer.Option(
+            "--axis", help="Mesh axis (or axes, data,model) the collective runs over. [default: all]"
+        ),
+    ] = None,
+    shape: Annotated[
+        str | None, typer.Option("--shape", "-s", help="Global input shape, e.g. 32 or 16x8.")
+    ] = None,
+    size: Annotated[
+        str | None, typer.Option("--size", help="Bytes per device for a 1-D input: 4096, 64K, 16M.")
+    ] = None,
+    sizes: Annotated[
+        str | None,
+        typer.Option("--sizes", help="Sweep bytes per device: 1K:64M (x2 steps), 1K:64M:x4, or 4K,1M,16M."),
+    ] = None,
+    values: Annotated[
+        str | None, typer.Option("--values", help="Exact global 1-D input: 3,1,4,1,5,9,2,6.")
+    ] = None,
+    spec: Annotated[
+        str | None,
+        typer.Option("--spec", "-p", help="Input PartitionSpec. [default: the collective's axes on dim 0]"),
+    ] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")] = "float32",
+    init: Annotated[str, typer.Option("--init", help="arange, ones, zeros or random.")] = "arange",
+    tiled: Annotated[
+        bool | None,
+        typer.Option("--tiled/--no-tiled", help="all_gather: concatenate (tiled) or stack. [default: tiled]"),
+    ] = None,
+    gather_dim: Annotated[
+        int | None, typer.Option("--gather-dim", help="all_gather: the dim to gather along. [default: 0]")
+    ] = None,
+    scatter_dim: Annotated[
+        int | None, typer.Option("--scatter-dim", help="psum_scatter: the dim to scatter. [default: 0]")
+    ] = None,
+    shift: Annotated[int | None, typer.Option("--shift", help="ppermute: ring shift. [default: 1]")] = None,
+    perm: Annotated[
+        str | None, typer.Option("--perm", help="ppermute: explicit SRC:DST pairs, 0:1,1:2,2:0.")
+    ] = None,
+    split_dim: Annotated[
+        int | None, typer.Option("--split-dim", help="all_to_all: dim to split. [default: 0]")
+    ] = None,
+    concat_dim: Annotated[
+        int | None, typer.Option("--concat-dim", help="all_to_all: dim to concatenate. [default: 0]")
+    ] = None,
+    root: Annotated[
+        int | None, typer.Option("--root", help="broadcast: position of the source device. [default: 0]")
+    ] = None,
+    placement: Annotated[
+        str,
+        typer.Option(
+            "--placement", help="out (fresh output), in (input donated, result written in place) or both."
+        ),
+    ] = "out",
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations before timing.")] = 5,
+    iters: Annotated[int, typer.Option("--iters", help="Timed iterations.")] = 20,
+    show_values: Annotated[
+        bool | None,
+        typer.Option(
+            "--show-values/--no-show-values",
+            help="Per-device BEFORE/AFTER values. [default: on for up to 256 elements]",
+        ),
+    ] = None,
+    min_busbw: Annotated[
+        float | None,
+        typer.Option("--min-busbw", help="Exit 1 if the average busbw (GB/s, sizes >= 1M) is below this."),
+    ] = None,
+    mesh: opt.Mesh = "8",
+    axes: opt.Axes = None,
+    platform: opt.Platform = "auto",
+    devices: opt.Devices = None,
+    mode: opt.Mode = "auto",
+    format: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
+    no_color: opt.NoColor = False,
+    quiet: opt.Quiet = False,
+) -> None:
+    from shardcli.core.collective import CollectiveRequest
+    from shardcli.render.collective import FORMATS
+
+    options = opt.run_options(platform, devices, mode, format, no_color, quiet, formats=FORMATS)
+    mesh_spec = parse_mesh(mesh, axes)
+    given = {"--shape": shape, "--size": size, "--sizes": sizes, "--values": values}
+    chosen = [flag for flag, value in given.items() if value is not None]
+    if len(chosen) > 1:
+        raise ShardcliError(f"{' and '.join(chosen)} both set the input; give only one of them")
+    knobs = {
+        "tiled": tiled,
+        "gather_dim": gather_dim,
+        "scatter_dim": scatter_dim,
+        "shift": shift,
+        "perm": parse_perm(perm) if perm is not None else None,
+        "split_dim": split_dim,
+        "concat_dim": concat_dim,
+        "root": root,
+    }
+    set_params = frozenset(k for k, v in knobs.items() if v is not None)
+    if "shift" in set_params and "perm" in set_params:
+        raise ShardcliError("--shift and --perm both set ppermute's pairs; give only one")
+    params = CollectiveParams(
+        axes=parse_collective_axes(axis, mesh_spec), **{k: v for k, v in knobs.items() if v is not None}
+    )
+    dtype_spec = parse_dtype(dtype)
+    request = CollectiveRequest(
+        collective=name,
+        mesh=mesh_spec,
+        params=params,
+        dtype=dtype_spec,
+        init=parse_init(init),
+        shape=parse_shape(shape) if shape is not None else None,
+        sizes=parse_sizes(sizes) if sizes is not None else (parse_bytes(size),) if size is not None else None,
+        values=parse_values(values) if values is not None else None,
+        sharding=parse_sharding(spec, mesh_spec) if spec is not None else None,
+        placement=placement,
+        warmup=warmup,
+        iters=iters,
+        show_values=show_values,
+        min_busbw=min_busbw,
+        set_params=set_params,
+        sweep=sizes is not None,
+        options=options,
+    )
+    from shardcli.core.collective import run_collective
+    from shardcli.render.collective import render_collective
+
+    with _progress(options.format == "table" and not options.quiet) as update:
+        result = run_collective(request, progress=update)
+    render_collective(result, options)
+    failed = result.wrong or result.below_min_busbw
+    raise typer.Exit(ExitCode.WRONG_RESULT if failed else ExitCode.OK)
+
+
+collective.__doc__ = _doc()

@@ -1,0 +1,627 @@
+"""`shardcli collective`: run one collective through shard_map, verify it, time it.
+
+One run per size: build the input from NumPy, compile the shard_map program, time it out of place
+and/or in place (input donated, each output fed back as the next input), then compare every
+device's block with a NumPy reference computed from the same host data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardcli.arrays import make_host_array, numpy_dtype, place_array
+from shardcli.collectives import (
+    PARAM_FLAGS,
+    Collective,
+    CollectiveParams,
+    Entries,
+    busbw_factor,
+    get_collective,
+    group_size,
+    in_place_possible,
+)
+from shardcli.core.hlo import HloCollective, find_collectives
+from shardcli.core.session import Session, open_session
+from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
+from shardcli.core.verify import compare_exact, compare_within, sum_error_bound
+from shardcli.errors import ShardcliError
+from shardcli.runtime import check_fits_in_memory, format_bytes
+from shardcli.specs import (
+    ArraySpec,
+    DType,
+    MeshSpec,
+    RunOptions,
+    ShardingSpec,
+    check_sharding_fits,
+    format_size,
+)
+
+PLACEMENTS = ("out", "in", "both")
+# Sizes at or above this are bandwidth-bound; the sweep's average busbw uses them.
+AVERAGE_FROM_BYTES = 1024 * 1024
+DEFAULT_LOCAL_ELEMENTS = 4
+
+
+@dataclass(frozen=True)
+class CollectiveRequest:
+    """Everything `shardcli collective` needs, validated before JAX starts."""
+
+    collective: str
+    mesh: MeshSpec
+    params: CollectiveParams
+    dtype: DType
+    init: str = "arange"
+    shape: tuple[int, ...] | None = None  # global input shape
+    sizes: tuple[int, ...] | None = None  # bytes per device, one run each
+    values: tuple[float, ...] | None = None
+    sharding: ShardingSpec | None = None  # default: the collective's axes on dim 0
+    placement: str = "out"
+    warmup: int = 5
+    iters: int = 20
+    show_values: bool | None = None
+    min_busbw: float | None = None
+    set_params: frozenset[str] = field(default_factory=frozenset)  # params the user gave
+    sweep: bool = False  # --sizes (a table of sizes) rather than one run
+    options: RunOptions = field(default_factory=RunOptions)
+
+
+@dataclass(frozen=True)
+class DeviceBlocks:
+    """One device's input and output blocks, and how many output elements were wrong."""
+
+    device_id: int
+    coords: tuple[int, ...]
+    group: int
+    position: int
+    input: np.ndarray | None
+    output: np.ndarray | None
+    wrong: int
+
+
+@dataclass(frozen=True)
+class PlacementRun:
+    """One placement (out of place or in place) of one size."""
+
+    placement: str
+    timing: Timing | None
+    algbw: float | None  # GB/s, 1e9, from the p50 time
+    busbw: float | None
+    wrong: int
+    wrong_devices: tuple[int, ...]
+    max_abs_err: float
+    aliased: bool | None  # in place: did XLA write the result into the donated buffer
+    hlo: tuple[HloCollective, ...]
+    not_run: str | None = None  # why this placement does not apply
+
+
+@dataclass(frozen=True)
+class SizeRun:
+    """All placements of one input size."""
+
+    global_shape: tuple[int, ...]
+    local_shape: tuple[int, ...]
+    out_global_shape: tuple[int, ...]
+    out_local_shape: tuple[int, ...]
+    in_entries: Entries
+    out_entries: Entries
+    bytes_per_device: int
+    count: int  # elements per device
+    algbw_bytes: int | None  # S in nccl-tests' algbw = S / t
+    sent_bytes: int | None  # bytes each device sends in the ring algorithm
+    placements: tuple[PlacementRun, ...]
+    devices: tuple[DeviceBlocks, ...]  # from the first placement run
+    global_input: np.ndarray | None
+    global_output: np.ndarray | None
+    tolerance: str
+    missing_op: str | None  # the expected HLO op when the compiler left it out
+
+    @property
+    def wrong(self) -> int:
+        return sum(p.wrong for p in self.placements)
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    session: Session
+    request: CollectiveRequest
+    collective: Collective
+    group_size: int
+    n_groups: int
+    runs: tuple[SizeRun, ...]
+    avg_busbw: dict[str, float | None]  # per placement, over sizes >= 1 MiB (or all)
+    avg_over: str
+
+    @property
+    def wrong(self) -> int:
+        return sum(r.wrong for r in self.runs)
+
+    @property
+    def below_min_busbw(self) -> bool:
+        if self.request.min_busbw is None:
+            return False
+        values = [v for v in self.avg_busbw.values() if v is not None]
+        return not values or min(values) < self.request.min_busbw
+
+
+# --- validation (no devices) ----------------------------------------------------------------------
+
+
+def default_local_elements(collective: Collective, n: int) -> int:
+    if collective.name in ("psum_scatter", "all_to_all"):
+        return n * math.ceil(DEFAULT_LOCAL_ELEMENTS / n)
+    return DEFAULT_LOCAL_ELEMENTS
+
+
+def input_entries(request: CollectiveRequest) -> Entries:
+    if request.sharding is not None:
+        return request.sharding.entries
+    return (request.params.axes,)
+
+
+def split_factor(entries: Entries, mesh: MeshSpec) -> list[int]:
+    sizes = mesh.axis_sizes
+    return [math.prod(sizes[a] for a in e) for e in entries]
+
+
+def global_shapes(request: CollectiveRequest, collective: Collective) -> list[tuple[int, ...]]:
+    """The global input shape of every run."""
+    mesh = request.mesh
+    entries = input_entries(request)
+    n = group_size(request.params.axes, mesh.axis_sizes)
+    parts0 = split_factor(entries, mesh)[0] if entries else 1
+    if request.shape is not None:
+        return [request.shape]
+    if request.values is not None:
+        return [(len(request.values),)]
+    if request.sizes is not None:
+        shapes = []
+        itemsize = request.dtype.itemsize
+        for size in request.sizes:
+            if size % itemsize:
+                raise ShardcliError(
+                    f"size {format_size(size)} is not a whole number of {request.dtype.name} "
+                    f"elements ({itemsize} bytes each); use a multiple of {itemsize} bytes"
+                )
+            shapes.append((size // itemsize * parts0,))
+        return shapes
+    return [(default_local_elements(collective, n) * parts0,)]
+
+
+def local_shape_of(shape: tuple[int, ...], entries: Entries, mesh: MeshSpec) -> tuple[int, ...]:
+    out = list(shape)
+    for dim, parts in enumerate(split_factor(entries, mesh)):
+        out[dim] //= parts
+    return tuple(out)
+
+
+def validate_request(request: CollectiveRequest) -> tuple[Collective, list[tuple[int, ...]]]:
+    """Every check that needs no devices. Returns the collective and the global input shapes.
+
+    Raises:
+        ShardcliError: anything the run cannot do as asked.
+    """
+    collective = get_collective(request.collective)
+    for name in sorted(request.set_params - collective.options):
+        raise ShardcliError(
+            f"{PARAM_FLAGS[name]} does not apply to {collective.name}; {_param_owner_hint(name)}"
+        )
+    if collective.numeric_only and request.dtype.kind == "bool":
+        raise ShardcliError(f"{collective.name} needs a numeric --dtype, not bool")
+    if request.placement not in PLACEMENTS:
+        raise ShardcliError(
+            f"--placement {request.placement!r} is not valid; choose one of {', '.join(PLACEMENTS)}"
+        )
+    if request.iters < 1:
+        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
+    if request.warmup < 0:
+        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
+    if request.values is not None:
+        _check_values_fit(request.values, request.dtype)
+    mesh = request.mesh
+    n = group_size(request.params.axes, mesh.axis_sizes)
+    entries = input_entries(request)
+    shapes = global_shapes(request, collective)
+    for shape in shapes:
+        try:
+            check_sharding_fits(ShardingSpec(entries), mesh, shape)
+        except ShardcliError as e:
+            if request.sharding is None and request.shape is None:
+                raise ShardcliError(
+                    f"{len(request.values or ())} --values cannot be split evenly over the "
+                    f"{split_factor(entries, mesh)[0]} devices of axis {'+'.join(entries[0])}; "
+                    f"give a multiple of {split_factor(entries, mesh)[0]} values"
+                ) from e
+            raise
+        local = local_shape_of(shape, entries, mesh)
+        if collective.validate is not None:
+            collective.validate(local, request.params, n)
+    if request.placement == "in":
+        local = local_shape_of(shapes[0], entries, mesh)
+        if not in_place_possible(collective, local, request.params, n):
+            raise ShardcliError(
+                f"--placement in needs {collective.name}'s result to fit its input buffer, but each "
+                f"device's result has shape {collective.out_local_shape(local, request.params, n)} "
+                f"and its input {local}; use --placement out"
+            )
+    if request.show_values and request.sweep:
+        raise ShardcliError("--show-values is for a single run; --sizes runs several sizes")
+    if request.min_busbw is not None and collective.bus_factor is None:
+        raise ShardcliError(f"--min-busbw needs a collective that moves data; {collective.name} does not")
+    return collective, shapes
+
+
+def _param_owner_hint(name: str) -> str:
+    from shardcli.collectives import COLLECTIVES
+
+    owners = [c.name for c in COLLECTIVES.values() if name in c.options]
+    return f"it is for {', '.join(owners)}"
+
+
+def _check_values_fit(values: tuple[float, ...], dtype: DType) -> None:
+    if dtype.kind in ("int", "uint", "bool"):
+        bad = [v for v in values if v != int(v)]
+        if bad:
+            raise ShardcliError(
+                f"--values has {bad[0]:g}, which is not a whole number, but --dtype is {dtype.name}; "
+                f"use whole numbers or a float dtype"
+            )
+        info = np.iinfo(dtype.name) if dtype.kind != "bool" else None
+        if info is not None:
+            out = [v for v in values if not info.min <= v <= info.max]
+            if out:
+                raise ShardcliError(
+                    f"--values has {out[0]:g}, outside {dtype.name}'s range {info.min}..{info.max}"
+                )
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+def _block_index(
+    entries: Entries, mesh: MeshSpec, coords: dict[str, int], shape: tuple[int, ...]
+) -> tuple[slice, ...]:
+    """The block a device holds, computed from the spec alone (not from JAX)."""
+    sizes = mesh.axis_sizes
+    index = []
+    for dim, size in enumerate(shape):
+        entry = entries[dim] if dim < len(entries) else ()
+        parts = math.prod(sizes[a] for a in entry)
+        block = 0
+        for a in entry:
+            block = block * sizes[a] + coords[a]
+        length = size // parts
+        index.append(slice(block * length, (block + 1) * length))
+    return tuple(index)
+
+
+def _position(axes: tuple[str, ...], mesh: MeshSpec, coords: dict[str, int]) -> int:
+    sizes = mesh.axis_sizes
+    pos = 0
+    for a in axes:
+        pos = pos * sizes[a] + coords[a]
+    return pos
+
+
+def _group_key(axes: tuple[str, ...], mesh: MeshSpec, coords: dict[str, int]) -> int:
+    others = tuple(a for a in mesh.axes if a not in axes)
+    return _position(others, mesh, coords)
+
+
+def _host_input(request: CollectiveRequest, shape: tuple[int, ...]) -> np.ndarray:
+    if request.values is not None:
+        return np.array(request.values).astype(numpy_dtype(request.dtype))
+    return make_host_array(ArraySpec(shape=shape, dtype=request.dtype, init=request.init))
+
+
+def _expected_outputs(
+    collective: Collective,
+    request: CollectiveRequest,
+    host: np.ndarray,
+    entries: Entries,
+    n: int,
+    coords_of: dict[int, dict[str, int]],
+) -> dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
+    """device id -> (expected output, error bound or None for exact, input block)."""
+    mesh = request.mesh
+    axes = request.params.axes
+    groups: dict[int, dict[int, int]] = {}
+    blocks: dict[int, np.ndarray] = {}
+    for dev, coords in coords_of.items():
+        blocks[dev] = host[_block_index(entries, mesh, coords, host.shape)]
+        groups.setdefault(_group_key(axes, mesh, coords), {})[_position(axes, mesh, coords)] = dev
+    out = {}
+    for members in groups.values():
+        ordered = [blocks[members[i]] for i in range(n)]
+        expected = collective.reference(ordered, request.params, n)
+        bounds: list[np.ndarray | None] = [None] * n
+        is_float = host.dtype.kind in "fV" or collective.name == "pmean"
+        if not collective.exact and is_float:
+            out_dtype = np.dtype(np.float32) if host.dtype.kind in "iu" else host.dtype
+            scale = 1.0 / n if collective.name == "pmean" else 1.0
+            bound = sum_error_bound(ordered, out_dtype, n, scale)
+            if collective.name == "psum_scatter":
+                bounds = list(np.split(bound, n, axis=request.params.scatter_dim))
+            else:
+                bounds = [bound] * n
+        for pos, dev in members.items():
+            out[dev] = (expected[pos], bounds[pos], blocks[dev])
+    return out
+
+
+def _tolerance_text(collective: Collective, host_dtype: np.dtype) -> str:
+    if collective.exact or (host_dtype.kind in "iu" and collective.name != "pmean"):
+        return "exact (bit for bit)"
+    name = "bfloat16" if host_dtype.name == "bfloat16" else host_dtype.name
+    return f"|err| <= (n-1)*eps*sum|x_j| + eps*|sum| per element ({name}, any summation order)"
+
+
+def _shard_map_program(
+    collective: Collective,
+    session: Session,
+    request: CollectiveRequest,
+    in_entries: Entries,
+    out_entries: Entries,
+    n: int,
+    donate: bool,
+) -> Any:
+    import jax
+    from jax.sharding import PartitionSpec
+
+    def spec(entries: Entries) -> Any:
+        return PartitionSpec(*ShardingSpec(entries).to_partition_spec_args())
+
+    params = request.params
+
+    def body(x: Any) -> Any:
+        return collective.body(x, params, n)
+
+    mapped = jax.shard_map(body, mesh=session.mesh, in_specs=spec(in_entries), out_specs=spec(out_entries))
+    return jax.jit(mapped, donate_argnums=(0,) if donate else ())
+
+
+def _check_outputs(
+    y: Any, expected: dict, collective: Collective
+) -> tuple[int, tuple[int, ...], float, dict[int, np.ndarray]]:
+    wrong_total, wrong_devices, max_err = 0, [], 0.0
+    outputs = {}
+    for shard in y.addressable_shards:
+        dev = shard.device.id
+        local = np.asarray(shard.data)
+        outputs[dev] = local
+        want, bound, _ = expected[dev]
+        cmp = compare_exact(local, want) if bound is None else compare_within(local, want, bound)
+        wrong_total += cmp.wrong
+        max_err = max(max_err, cmp.max_abs_err)
+        if cmp.wrong:
+            wrong_devices.append(dev)
+    return wrong_total, tuple(sorted(wrong_devices)), max_err, outputs
+
+
+def _buffer_pointer(array: Any) -> int | None:
+    try:
+        return int(array.addressable_shards[0].data.unsafe_buffer_pointer())
+    except Exception:  # noqa: BLE001 - not every backend exposes it
+        return None
+
+
+def run_size(
+    session: Session,
+    request: CollectiveRequest,
+    collective: Collective,
+    shape: tuple[int, ...],
+    show_values: bool,
+) -> SizeRun:
+    """Run one input size in the requested placements."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = request.mesh
+    params = request.params
+    n = group_size(params.axes, mesh.axis_sizes)
+    in_entries = input_entries(request)
+    rank = len(shape)
+    out_entries = collective.out_entries(in_entries, params, rank)
+    local = local_shape_of(shape, in_entries, mesh)
+    out_local = collective.out_local_shape(local, params, n)
+    out_global = tuple(
+        d * p for d, p in zip(out_local, split_factor(out_entries, mesh) + [1] * 8, strict=False)
+    )
+    host = _host_input(request, shape)
+    coords_of = {c.device_id: dict(zip(mesh.axes, c.coords, strict=True)) for c in session.layout.cells}
+    expected = _expected_outputs(collective, request, host, in_entries, n, coords_of)
+    in_sharding = NamedSharding(
+        session.mesh, PartitionSpec(*ShardingSpec(in_entries).to_partition_spec_args())
+    )
+    itemsize = host.dtype.itemsize
+    bytes_per_device = math.prod(local) * itemsize
+    factor = busbw_factor(collective, n)
+    algbw_bytes = collective.algbw_bytes(bytes_per_device, n) if collective.algbw_bytes else None
+    sent = int(round(factor * algbw_bytes)) if factor is not None and algbw_bytes is not None else None
+
+    placements = ("out", "in") if request.placement == "both" else (request.placement,)
+    runs: list[PlacementRun] = []
+    first_outputs: dict[int, np.ndarray] | None = None
+    hlo: tuple[HloCollective, ...] = ()
+    global_output = None
+    for placement in placements:
+        donate = placement == "in"
+        if donate and not in_place_possible(collective, local, params, n):
+            runs.append(
+                PlacementRun(
+                    placement,
+                    None,
+                    None,
+                    None,
+                    0,
+                    (),
+                    0.0,
+                    None,
+                    (),
+                    not_run=f"{collective.name}'s result does not fit its input buffer",
+                )
+            )
+            continue
+        program = _shard_map_program(
+            collective, session, request, in_entries, in_entries if donate else out_entries, n, donate
+        )
+        x = place_array(host, in_sharding)
+        compiled, compile_s = compile_timed(program, x)
+        hlo = find_collectives(compiled.as_text())
+        if donate:
+            # Verify the first in-place result, then keep feeding outputs back in.
+            before = _buffer_pointer(x)
+            y = compiled(x)
+            after = _buffer_pointer(y)
+            aliased = before is not None and before == after
+            wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
+            samples, _ = time_iterations(compiled, y, warmup=request.warmup, iters=request.iters, chain=True)
+        else:
+            aliased = None
+            samples, y = time_iterations(compiled, x, warmup=request.warmup, iters=request.iters, chain=False)
+            # Verify what the timed program returned.
+            wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
+            if show_values and y.is_fully_addressable:
+                global_output = np.asarray(jax.device_get(y))
+        stats = summarize(samples)
+        algbw = algbw_bytes / stats.p50 / 1e9 if algbw_bytes is not None else None
+        runs.append(
+            PlacementRun(
+                placement=placement,
+                timing=Timing(compile_s=compile_s, warmup=request.warmup, samples=samples, stats=stats),
+                algbw=algbw,
+                busbw=algbw * factor if algbw is not None and factor is not None else None,
+                wrong=wrong,
+                wrong_devices=wrong_devices,
+                max_abs_err=max_err,
+                aliased=aliased,
+                hlo=hlo,
+            )
+        )
+        if first_outputs is None:
+            first_outputs = outputs
+
+    devices = []
+    for cell in session.layout.cells:
+        coords = coords_of[cell.device_id]
+        if first_outputs is not None and cell.device_id not in first_outputs:
+            continue  # another process's device
+        wrong_here = sum(1 for r in runs if cell.device_id in r.wrong_devices)
+        devices.append(
+            DeviceBlocks(
+                device_id=cell.device_id,
+                coords=cell.coords,
+                group=_group_key(params.axes, mesh, coords),
+                position=_position(params.axes, mesh, coords),
+                input=expected[cell.device_id][2] if show_values else None,
+                output=first_outputs.get(cell.device_id) if show_values and first_outputs else None,
+                wrong=wrong_here,
+            )
+        )
+    missing = None
+    if collective.hlo_op is not None and n > 1 and collective.hlo_op not in {h.op for h in hlo}:
+        missing = collective.hlo_op
+    return SizeRun(
+        global_shape=shape,
+        local_shape=local,
+        out_global_shape=out_global,
+        out_local_shape=out_local,
+        in_entries=tuple(in_entries),
+        out_entries=out_entries,
+        bytes_per_device=bytes_per_device,
+        count=math.prod(local),
+        algbw_bytes=algbw_bytes,
+        sent_bytes=sent,
+        placements=tuple(runs),
+        devices=tuple(devices),
+        global_input=host if show_values else None,
+        global_output=global_output,
+        tolerance=_tolerance_text(collective, host.dtype),
+        missing_op=missing,
+    )
+
+
+def _memory_estimate(
+    request: CollectiveRequest, collective: Collective, shape: tuple[int, ...]
+) -> tuple[int, int]:
+    mesh = request.mesh
+    n = group_size(request.params.axes, mesh.axis_sizes)
+    local = local_shape_of(shape, input_entries(request), mesh)
+    item = request.dtype.itemsize
+    in_bytes = math.prod(local) * item
+    out_bytes = math.prod(collective.out_local_shape(local, request.params, n)) * item
+    per_device = in_bytes + out_bytes
+    host = math.prod(shape) * item
+    # device buffers, the host input, and NumPy's reference and fetched copies of every output
+    total = mesh.size * per_device + host + 2 * mesh.size * out_bytes
+    return per_device, total
+
+
+def run_collective(
+    request: CollectiveRequest, progress: Callable[[int, int, int], None] | None = None
+) -> CollectiveResult:
+    """Run the request: one SizeRun per size.
+
+    Args:
+        request: the validated request.
+        progress: called as (done, total, size_bytes) before each size.
+
+    Raises:
+        ShardcliError: bad input found before allocating.
+    """
+    collective, shapes = validate_request(request)
+    show_values = False
+    if not request.sweep:
+        from shardcli.core.shard import resolve_show_values
+
+        show_values = resolve_show_values(request.show_values, math.prod(shapes[0]))
+    biggest = max(shapes, key=math.prod)
+    per_device, total = _memory_estimate(request, collective, biggest)
+    per_device_input = (
+        math.prod(local_shape_of(biggest, input_entries(request), request.mesh)) * request.dtype.itemsize
+    )
+    session = open_session(request.mesh, request.options, x64=request.dtype.needs_x64)
+    check_fits_in_memory(
+        session.runtime,
+        list(session.devices),
+        per_device=per_device,
+        total=total,
+        what=f"{collective.name} with {format_bytes(per_device_input)} per device",
+    )
+    n = group_size(request.params.axes, request.mesh.axis_sizes)
+    runs = []
+    for i, shape in enumerate(shapes):
+        if progress is not None:
+            progress(
+                i,
+                len(shapes),
+                math.prod(local_shape_of(shape, input_entries(request), request.mesh))
+                * request.dtype.itemsize,
+            )
+        runs.append(run_size(session, request, collective, shape, show_values))
+    if progress is not None:
+        progress(len(shapes), len(shapes), 0)
+    big = [r for r in runs if r.bytes_per_device >= AVERAGE_FROM_BYTES]
+    avg_over = f"sizes >= {format_size(AVERAGE_FROM_BYTES)}" if big else "all sizes (none >= 1M)"
+    pool = big or runs
+    averages: dict[str, float | None] = {}
+    for placement in ("out", "in"):
+        values = [
+            p.busbw for r in pool for p in r.placements if p.placement == placement and p.busbw is not None
+        ]
+        if any(p.placement == placement for r in runs for p in r.placements):
+            averages[placement] = sum(values) / len(values) if values else None
+    return CollectiveResult(
+        session=session,
+        request=request,
+        collective=collective,
+        group_size=n,
+        n_groups=request.mesh.size // n,
+        runs=tuple(runs),
+        avg_busbw=averages,
+        avg_over=avg_over,
+    )

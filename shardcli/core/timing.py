@@ -1,0 +1,82 @@
+"""Timing: compile separately, then warm-up and timed iterations, each blocked until ready."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Per-iteration time in seconds."""
+
+    min: float
+    p50: float
+    p90: float
+    max: float
+    mean: float
+    stdev: float
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Compile time and the steady-state samples of one program."""
+
+    compile_s: float
+    warmup: int
+    samples: tuple[float, ...]
+    stats: TimingStats
+
+
+def summarize(samples: tuple[float, ...]) -> TimingStats:
+    arr = np.asarray(samples, dtype=np.float64)
+    return TimingStats(
+        min=float(arr.min()),
+        p50=float(np.percentile(arr, 50)),
+        p90=float(np.percentile(arr, 90)),
+        max=float(arr.max()),
+        mean=float(arr.mean()),
+        stdev=float(statistics.stdev(samples)) if len(samples) > 1 else 0.0,
+    )
+
+
+def compile_timed(jitted: Any, *args: Any) -> tuple[Any, float]:
+    """Lower and compile, returning the executable and the seconds it took."""
+    start = time.perf_counter()
+    compiled = jitted.lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def time_iterations(
+    step: Callable[[Any], Any], x: Any, *, warmup: int, iters: int, chain: bool
+) -> tuple[tuple[float, ...], Any]:
+    """Run `step` warmup + iters times, blocking on each result; time the last `iters`.
+
+    Args:
+        step: the compiled program.
+        x: its input.
+        chain: feed each output back as the next input (in-place runs, whose input is donated).
+
+    Returns:
+        The per-iteration seconds and the last output.
+    """
+    y = None
+    for _ in range(warmup):
+        y = step(x)
+        y.block_until_ready()
+        if chain:
+            x = y
+    samples = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        y = step(x)
+        y.block_until_ready()
+        samples.append(time.perf_counter() - start)
+        if chain:
+            x = y
+    return tuple(samples), y

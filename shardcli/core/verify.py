@@ -1,0 +1,58 @@
+"""Comparing device results with NumPy references."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How many elements differ beyond the tolerance, and the largest absolute error."""
+
+    wrong: int
+    max_abs_err: float
+
+
+def float_eps(dtype: np.dtype) -> float:
+    """Machine epsilon of a float dtype (bfloat16 through ml_dtypes)."""
+    if dtype.name == "bfloat16":
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps)
+    return float(np.finfo(dtype).eps)
+
+
+def compare_exact(actual: np.ndarray, expected: np.ndarray) -> Comparison:
+    """Bit-for-bit equality (data movement, max/min, integer arithmetic)."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    if actual.shape != expected.shape:
+        return Comparison(wrong=max(actual.size, expected.size), max_abs_err=float("inf"))
+    equal = actual == expected.astype(actual.dtype)
+    wrong = int(actual.size - np.count_nonzero(equal))
+    diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64)) if wrong else np.zeros(1)
+    return Comparison(wrong=wrong, max_abs_err=float(np.max(diff)) if diff.size else 0.0)
+
+
+def compare_within(actual: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> Comparison:
+    """|actual - expected| <= bound elementwise (expected in float64)."""
+    actual = np.asarray(actual)
+    if actual.shape != expected.shape:
+        return Comparison(wrong=max(actual.size, expected.size), max_abs_err=float("inf"))
+    diff = np.abs(actual.astype(np.float64) - expected)
+    bad = ~(diff <= bound)  # NaN counts as wrong
+    return Comparison(wrong=int(np.count_nonzero(bad)), max_abs_err=float(np.max(diff)) if diff.size else 0.0)
+
+
+def sum_error_bound(blocks: list[np.ndarray], out_dtype: np.dtype, n: int, scale: float = 1.0) -> np.ndarray:
+    """Error bound for a sum of n float blocks in any order, rounded to `out_dtype`.
+
+    (n - 1) * eps * sum|x_j| bounds any summation order; one more eps * |result| covers the final
+    rounding; `scale` divides for a mean.
+    """
+    in_eps = float_eps(np.asarray(blocks[0]).dtype) if np.asarray(blocks[0]).dtype.kind in "fV" else 0.0
+    out_eps = float_eps(out_dtype)
+    abs_sum = np.sum(np.abs(np.stack(blocks).astype(np.float64)), axis=0)
+    return (max(n - 1, 1) * max(in_eps, out_eps) * abs_sum + out_eps * abs_sum) * scale + 1e-30
