@@ -202,15 +202,15 @@ def parse_axes(text: str | None, rank: int) -> tuple[str, ...]:
             f"comma-separated names, such as {','.join(DEFAULT_AXIS_NAMES[:rank]) or 'x'}"
         )
     for name in names:
-        if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
-            raise ShardcliError(
-                f"--axes name {name!r} is not valid; axis names are Python identifiers "
-                f"such as data, model or x"
-            )
         if name in RESERVED_SPEC_WORDS:
             raise ShardcliError(
                 f"--axes name {name!r} is reserved (--spec uses None and _ for 'not sharded'); "
                 f"pick another name"
+            )
+        if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+            raise ShardcliError(
+                f"--axes name {name!r} is not valid; axis names are Python identifiers "
+                f"such as data, model or x"
             )
     seen: set[str] = set()
     for name in names:

@@ -470,6 +470,10 @@ def run_size(
             collective, session, request, in_entries, in_entries if donate else out_entries, n, donate
         )
         x = place_array(host, in_sharding)
+        if donate:
+            # On CPU the placed blocks may borrow NumPy's memory, which XLA cannot write into;
+            # donate a buffer the runtime owns, as an in-place user would.
+            x = jax.device_put(x, in_sharding, may_alias=False)
         compiled, compile_s = compile_timed(program, x)
         hlo = find_collectives(compiled.as_text())
         if donate:

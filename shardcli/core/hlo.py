@@ -22,9 +22,10 @@ _ELEMENT_BYTES = {
     "u64": 8,
     "f64": 8,
 }
-# `%all-reduce.3 = f32[4]{0} all-reduce(...)`, also tuple results and async `-start` forms.
+# `%all-reduce.3 = f32[4]{0} all-reduce(...)`, also tuple results (whose long forms carry
+# `/*index=5*/` comments) and async `-start` forms.
 _OP_RE = re.compile(
-    r"=\s*(?P<shape>\([^=]*?\)|[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)\s+"
+    r"=\s*(?P<shape>\([^()]*\)|[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)\s+"
     r"(?P<op>" + "|".join(HLO_COLLECTIVE_OPS) + r")(?P<start>-start)?\("
 )
 _ARRAY_RE = re.compile(r"([a-z0-9]+)\[([0-9,]*)\]")

@@ -18,7 +18,8 @@ def make_console(options: RunOptions, *, stderr: bool = False) -> Console:
     return Console(
         stderr=stderr,
         width=width,
-        no_color=not options.color,
+        # None lets rich honour NO_COLOR; --no-color turns colour (and every escape code) off.
+        no_color=True if not options.color else None,
         color_system="auto" if options.color else None,
         highlight=False,
     )

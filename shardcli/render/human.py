@@ -123,7 +123,8 @@ def jax_picture(shape: tuple[int, ...], sharding: Any) -> RenderableType | None:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         jax.debug.visualize_sharding(shape, sharding, use_color=False)
-    return Text(buffer.getvalue().rstrip("\n"))
+    # JAX's console may emit escape codes (FORCE_COLOR); parse them so ours decides what is shown.
+    return Text.from_ansi(buffer.getvalue().rstrip("\n"))
 
 
 def format_values(values: np.ndarray) -> str:

@@ -1,0 +1,80 @@
+"""Shared fixtures: eight simulated CPU devices, the app in-process, and the app in a subprocess.
+
+JAX fixes its device count when the backend starts, so the config is set (and the backend started)
+when this module is imported, before any test can touch JAX. Every in-process CLI run then shares
+these eight devices; subprocess runs are the honest check of the real start-up path, where
+shardcli fakes as many devices as the mesh needs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+import jax
+import pytest
+from typer.testing import CliRunner, Result
+
+IN_PROCESS_DEVICES = 8
+
+jax.config.update("jax_num_cpu_devices", IN_PROCESS_DEVICES)
+jax.config.update("jax_platforms", "cpu")
+# Start the backend now: otherwise the first in-process run would size it from its own mesh.
+assert len(jax.devices()) == IN_PROCESS_DEVICES
+
+from shardcli.cli import app  # noqa: E402 - after the JAX config on purpose
+
+# Variables that would change how a fresh process picks or draws its devices.
+_ENV_TO_CLEAR = (
+    "XLA_FLAGS",
+    "JAX_PLATFORMS",
+    "JAX_NUM_CPU_DEVICES",
+    "JAX_ENABLE_X64",
+    "COLUMNS",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "SHARDCLI_TRACEBACK",
+)
+
+RunCli = Callable[..., Result]
+
+
+@pytest.fixture(scope="session")
+def cli() -> RunCli:
+    """Run the app in-process: `cli(["mesh", "--mesh", "2x4"])` -> typer's Result.
+
+    `result.stdout` and `result.stderr` are captured separately (`result.output` mixes them).
+    """
+    runner = CliRunner()
+
+    def run(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Result:
+        clean: dict[str, str | None] = {name: None for name in _ENV_TO_CLEAR}
+        clean.update(env or {})
+        return runner.invoke(app, list(args), env=clean)
+
+    return run
+
+
+def run_python(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `python ARGS` in a fresh interpreter with a clean JAX environment."""
+    env = {k: v for k, v in os.environ.items() if k not in _ENV_TO_CLEAR}
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def run_shardcli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `python -m shardcli ARGS` in a fresh process (the real device start-up path)."""
+    return run_python("-m", "shardcli", *args, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def shardcli_subprocess() -> Callable[..., subprocess.CompletedProcess[str]]:
+    return run_shardcli
+
+
+@pytest.fixture(scope="session")
+def python_subprocess() -> Callable[..., subprocess.CompletedProcess[str]]:
+    return run_python

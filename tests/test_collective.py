@@ -1,0 +1,302 @@
+"""`shardcli collective`: every collective verified on 1-D, 2-D and 3-D meshes, and its CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from shardcli import collectives as registry
+from shardcli.cli import app
+from shardcli.collectives import COLLECTIVES, CollectiveParams, busbw_factor
+from shardcli.core.collective import CollectiveRequest, run_collective
+from shardcli.core.hlo import find_collectives
+from shardcli.errors import ShardcliError
+from shardcli.specs import RunOptions, parse_bytes, parse_dtype, parse_mesh, parse_perm, parse_sizes
+
+FAST = dict(warmup=0, iters=1)
+
+
+def request(name: str, mesh: str, axes: str | None = None, over: tuple[str, ...] | None = None,
+            dtype: str = "float32", **kw) -> CollectiveRequest:
+    spec = parse_mesh(mesh, axes)
+    params_kw = {k: kw.pop(k) for k in list(kw) if k in {f.name for f in dataclasses.fields(CollectiveParams)}}
+    params = CollectiveParams(axes=over or spec.axes, **params_kw)
+    return CollectiveRequest(
+        collective=name, mesh=spec, params=params, dtype=parse_dtype(dtype),
+        set_params=frozenset(params_kw), options=RunOptions(platform="cpu"), **{**FAST, **kw},
+    )
+
+
+MESHES = [
+    pytest.param("4", None, None, id="1d"),
+    pytest.param("2x4", "data,model", ("model",), id="2d-one-axis"),
+    pytest.param("2x4", "data,model", ("data", "model"), id="2d-both-axes"),
+    pytest.param("2x2x2", None, ("y", "z"), id="3d-two-axes"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("mesh,axes,over", MESHES)
+@pytest.mark.parametrize("name", list(COLLECTIVES))
+def test_every_collective_matches_numpy(name, mesh, axes, over, dtype):
+    result = run_collective(request(name, mesh, axes, over, dtype, init="random"))
+    run = result.runs[0]
+    assert result.wrong == 0, run.placements
+    assert run.missing_op is None
+    ops = {h.op for h in run.placements[0].hlo}
+    assert ops == ({COLLECTIVES[name].hlo_op} if COLLECTIVES[name].hlo_op else set())
+    # every device was checked: one block per device of the mesh
+    assert len(run.devices) == result.request.mesh.size
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        pytest.param("all_gather", dict(shape=(8, 4), tiled=False, gather_dim=1), id="gather-untiled-dim1"),
+        pytest.param("all_gather", dict(shape=(8, 4), gather_dim=1), id="gather-tiled-dim1"),
+        pytest.param("psum_scatter", dict(shape=(4, 16), scatter_dim=1), id="scatter-dim1"),
+        pytest.param("all_to_all", dict(shape=(8, 8), split_dim=1, concat_dim=0), id="a2a-reshard"),
+        pytest.param("all_to_all", dict(shape=(16, 8), split_dim=0, concat_dim=1), id="a2a-other-way"),
+        pytest.param("ppermute", dict(perm=((0, 2), (2, 1), (1, 0))), id="permute-partial"),
+        pytest.param("ppermute", dict(shift=3), id="permute-shift3"),
+        pytest.param("broadcast", dict(root=3), id="broadcast-root3"),
+        pytest.param("pmean", dict(dtype="int32"), id="pmean-int-gives-float"),
+        pytest.param("psum", dict(dtype="bfloat16"), id="psum-bf16"),
+        pytest.param("pmax", dict(dtype="int8", init="arange", shape=(512,)), id="pmax-int8-wraps"),
+    ],
+)
+def test_non_default_parameters(name, kw):
+    result = run_collective(request(name, "4", **kw))
+    assert result.wrong == 0
+
+
+def test_groups_stay_independent_with_a_spec_over_every_axis():
+    # dim 0 split over data and model: each group (a data row) reduces different numbers
+    from shardcli.specs import parse_sharding
+
+    req = request("psum", "2x4", "data,model", ("model",), show_values=True)
+    req = dataclasses.replace(req, sharding=parse_sharding("data+model", req.mesh))
+    result = run_collective(req)
+    run = result.runs[0]
+    assert result.wrong == 0 and result.n_groups == 2 and result.group_size == 4
+    by_group = {d.group: d.output for d in run.devices}
+    x = np.arange(32, dtype=np.float32).reshape(2, 4, 4)
+    np.testing.assert_array_equal(by_group[0], x[0].sum(axis=0))
+    np.testing.assert_array_equal(by_group[1], x[1].sum(axis=0))
+
+
+# Hand-computed results pin the NumPy references themselves.
+@pytest.mark.parametrize(
+    "name,kw,expected",
+    [
+        pytest.param("psum", {}, {d: [14, 17] for d in range(4)}, id="psum"),
+        pytest.param("pmax", {}, {d: [5, 9] for d in range(4)}, id="pmax"),
+        pytest.param("pmin", {}, {d: [2, 1] for d in range(4)}, id="pmin"),
+        pytest.param("all_gather", {}, {d: [3, 1, 4, 1, 5, 9, 2, 6] for d in range(4)}, id="all_gather"),
+        pytest.param("ppermute", {}, {0: [2, 6], 1: [3, 1], 2: [4, 1], 3: [5, 9]}, id="ppermute-ring"),
+        pytest.param("psum_scatter", {}, {0: [14], 1: [17]}, id="psum_scatter-2dev"),
+        pytest.param("broadcast", dict(root=2), {d: [5, 9] for d in range(4)}, id="broadcast"),
+        pytest.param("axis_index", {}, {d: [d] for d in range(4)}, id="axis_index"),
+    ],
+)
+def test_known_answers(name, kw, expected):
+    mesh = "2" if name == "psum_scatter" else "4"
+    values = (3, 1, 4, 1, 5, 9, 2, 6) if name != "psum_scatter" else (3, 1, 4, 1)
+    result = run_collective(request(name, mesh, dtype="int32", values=values, show_values=True, **kw))
+    got = {d.device_id: d.output.tolist() for d in result.runs[0].devices}
+    if name == "psum_scatter":
+        expected = {0: [3 + 4], 1: [1 + 1]}
+    assert got == expected
+    assert result.wrong == 0
+
+
+def test_a_wrong_reference_is_caught(monkeypatch):
+    def off_by_one(blocks, p, n):
+        return [b + 1 for b in registry._ref_sum(blocks, p, n)]
+
+    bad = dataclasses.replace(COLLECTIVES["psum"], reference=off_by_one)
+    monkeypatch.setitem(COLLECTIVES, "psum", bad)
+    result = run_collective(request("psum", "4"))
+    assert result.wrong == 16
+    assert result.runs[0].placements[0].wrong_devices == (0, 1, 2, 3)
+    out = CliRunner().invoke(app, ["collective", "psum", "--mesh", "4", "--iters", "1"])
+    assert out.exit_code == 1
+    assert "WRONG: 16 element(s) differ from NumPy on device(s) 0, 1, 2, 3" in out.stdout
+
+
+def test_a_wrong_device_result_is_caught(monkeypatch):
+    # The device computes something else than the collective: the check must notice.
+    bad = dataclasses.replace(COLLECTIVES["pmax"], body=COLLECTIVES["pmin"].body)
+    monkeypatch.setitem(COLLECTIVES, "pmax", bad)
+    result = run_collective(request("pmax", "4"))
+    assert result.wrong > 0
+
+
+def test_in_place_donates_and_aliases():
+    result = run_collective(request("psum", "4", placement="both", sizes=(4096,), iters=2))
+    out, inplace = result.runs[0].placements
+    assert (out.placement, inplace.placement) == ("out", "in")
+    assert inplace.aliased is True and inplace.wrong == 0
+    gather = run_collective(request("all_gather", "4", placement="both", sizes=(4096,)))
+    assert gather.runs[0].placements[1].not_run is not None
+
+
+def test_bandwidth_follows_nccl_tests_conventions():
+    result = run_collective(request("all_gather", "8", sizes=(65536,), iters=3))
+    run = result.runs[0]
+    p = run.placements[0]
+    assert run.algbw_bytes == 8 * 65536  # S is the gathered size
+    assert p.algbw == pytest.approx(run.algbw_bytes / p.timing.stats.p50 / 1e9)
+    assert p.busbw == pytest.approx(p.algbw * 7 / 8)
+    assert run.sent_bytes == 7 * 65536
+
+
+@pytest.mark.parametrize(
+    "name,n,factor",
+    [("psum", 8, 2 * 7 / 8), ("all_gather", 4, 3 / 4), ("psum_scatter", 2, 1 / 2), ("all_to_all", 8, 7 / 8),
+     ("ppermute", 8, 1.0), ("broadcast", 8, 1.0), ("axis_index", 8, None)],
+)
+def test_busbw_factors(name, n, factor):
+    assert busbw_factor(COLLECTIVES[name], n) == (pytest.approx(factor) if factor else None)
+
+
+def test_find_collectives_reads_sync_async_and_tuple_forms():
+    hlo = """
+  %all-reduce.1 = f32[4]{0} all-reduce(f32[4]{0} %p), replica_groups={{0,1}}, to_apply=%add
+  %ag = (bf16[8,2]{1,0}, bf16[8,2]{1,0}) all-gather-start(bf16[2,2]{1,0} %x), dimensions={0}
+  %agd = bf16[8,2]{1,0} all-gather-done(%ag)
+  ROOT %cp = s32[16]{0} collective-permute(s32[16]{0} %y), source_target_pairs={{0,1}}
+  %a2a = (f32[1]{0}, f32[1]{0}, f32[1]{0}, f32[1]{0}, f32[1]{0}, /*index=5*/f32[1]{0}) all-to-all(%s)
+"""
+    found = {h.op: (h.count, h.result_bytes) for h in find_collectives(hlo)}
+    assert found == {"all-reduce": (1, 16), "all-gather": (1, 64), "collective-permute": (1, 64),
+                     "all-to-all": (1, 24)}
+
+
+@pytest.mark.parametrize(
+    "text,sizes",
+    [("1K:8K", (1024, 2048, 4096, 8192)), ("1K:64K:x4", (1024, 4096, 16384, 65536)),
+     ("4K,1M", (4096, 1048576)), ("16", (16,))],
+)
+def test_parse_sizes(text, sizes):
+    assert parse_sizes(text) == sizes
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [("64M:1K", "runs backwards"), ("1K:4K:x1", "factor of 2 or more"), ("1Q", "not a byte size"),
+     ("4K,4K", "lists a size twice"), ("1:2:3:4", "MIN:MAX")],
+)
+def test_parse_sizes_errors(text, message):
+    with pytest.raises(ShardcliError, match=message):
+        parse_sizes(text)
+
+
+def test_parse_bytes_and_perm():
+    assert parse_bytes("16M") == 16 * 2**20 and parse_bytes("2G") == 2 * 2**30 and parse_bytes("512") == 512
+    assert parse_perm("0:1, 1:0") == ((0, 1), (1, 0))
+    with pytest.raises(ShardcliError, match="SRC:DST"):
+        parse_perm("0-1")
+
+
+# --- the CLI --------------------------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["collective", *args])
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        pytest.param(["nosuch", "--mesh", "4"], "unknown collective 'nosuch'; choose one of psum, pmean", id="unknown"),
+        pytest.param(["psum", "--mesh", "4", "--axis", "q"], "--axis 'q' is not a mesh axis", id="axis"),
+        pytest.param(["ppermute", "--mesh", "4", "--perm", "0:1,1:1"], "is not a permutation of axis 'x'", id="perm"),
+        pytest.param(["ppermute", "--mesh", "4", "--perm", "0:4"], "outside axis 'x' of size 4", id="perm-range"),
+        pytest.param(["psum_scatter", "--mesh", "4", "--shape", "4x3", "--spec", "x", "--scatter-dim", "1"],
+                     "not divisible by the group size 4", id="scatter-divisible"),
+        pytest.param(["all_to_all", "--mesh", "4", "--shape", "4x6", "--spec", "x", "--split-dim", "1"],
+                     "not divisible by the group size 4", id="a2a-divisible"),
+        pytest.param(["psum", "--mesh", "4", "--size", "2"], "not a whole number of float32 elements", id="size-small"),
+        pytest.param(["psum", "--mesh", "4", "--sizes", "64M:1K"], "runs backwards", id="backwards"),
+        pytest.param(["psum", "--mesh", "4", "--size", "100G"], "available; use a smaller size", id="memory"),
+        pytest.param(["psum", "--mesh", "4", "--root", "1"], "--root does not apply to psum", id="wrong-flag"),
+        pytest.param(["all_gather", "--mesh", "4", "--placement", "in"], "use --placement out", id="in-place"),
+        pytest.param(["psum", "--mesh", "4", "--values", "1,2,3"], "give a multiple of 4 values", id="values"),
+        pytest.param(["psum", "--mesh", "4", "--size", "1K", "--shape", "8"], "give only one of them", id="two-inputs"),
+        pytest.param(["psum", "--format", "xml"], "choose one of table, json, csv", id="format"),
+        pytest.param(["psum", "--mesh", "16"], "the mesh needs 16 devices", id="too-many-devices"),
+        pytest.param(["psum", "--dtype", "bool"], "needs a numeric --dtype", id="bool"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_human_output_shows_before_after_hlo_and_timing():
+    result = invoke("psum", "--mesh", "2x4", "--axes", "data,model", "--axis", "model", "--no-color")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    for needle in ("2 group(s) of 4 device(s); data stay(s) independent", "BEFORE and AFTER", "data=1 model=3",
+                   "all-reduce x1", "busbw factor 1.500", "p50 (us)", "verified: every device's result matches NumPy"):
+        assert needle in text, needle
+    assert "\x1b[" not in text
+
+
+def test_json_contract():
+    result = invoke("all_gather", "--mesh", "4", "--format", "json", "--iters", "2", "--placement", "both")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"schema", "command", "shardcli_version", "runtime", "mesh", "config", "sizes", "summary"}
+    assert doc["schema"] == 1 and doc["command"] == "collective"
+    assert set(doc["config"]) == {"collective", "params", "dtype", "init", "placement", "warmup", "iters",
+                                  "group_size", "groups", "busbw_factor", "expected_hlo_op"}
+    size = doc["sizes"][0]
+    assert set(size) == {"bytes_per_device", "count", "global_shape", "local_shape", "out_global_shape",
+                         "out_local_shape", "in_spec", "out_spec", "algbw_bytes", "sent_bytes_per_device",
+                         "tolerance", "wrong", "missing_hlo_op", "placements", "values"}
+    out, inplace = size["placements"]
+    assert set(out) == {"placement", "not_run", "timing", "algbw_gbps", "busbw_gbps", "wrong", "wrong_devices",
+                        "max_abs_err", "aliased", "hlo_collectives"}
+    assert set(out["timing"]) == {"compile_s", "warmup", "samples_s", "stats_s", "blocking"}
+    assert set(out["timing"]["stats_s"]) == {"min", "p50", "p90", "max", "mean", "stdev"}
+    assert len(out["timing"]["samples_s"]) == 2
+    assert inplace["not_run"] and inplace["timing"] is None
+    assert set(doc["summary"]) == {"avg_busbw_gbps", "avg_over", "min_busbw_gbps", "below_min_busbw", "wrong"}
+    values = size["values"]
+    assert values["global_input"] == list(range(16))
+    assert all(d["output"] == list(range(16)) for d in values["devices"])
+    assert set(values["devices"][0]) == {"device_id", "coords", "group", "position", "input", "output"}
+
+
+def test_sweep_table_csv_and_health_check():
+    table = invoke("psum", "--mesh", "4", "--sizes", "1K:4K", "--iters", "2", "--no-color")
+    assert table.exit_code == 0, table.output
+    assert all(s in table.stdout for s in ("1K", "2K", "4K", "average busbw over all sizes (none >= 1M)"))
+    csv_out = invoke("psum", "--mesh", "4", "--sizes", "1K,4K", "--iters", "2", "--format", "csv",
+                     "--placement", "both")
+    assert csv_out.exit_code == 0
+    lines = csv_out.stdout.strip().splitlines()
+    assert lines[0] == "size_bytes,count,dtype,placement,time_p50_us,algbw_gbps,busbw_gbps,wrong"
+    assert [line.split(",")[:4] for line in lines[1:]] == [
+        ["1024", "256", "float32", "out"], ["1024", "256", "float32", "in"],
+        ["4096", "1024", "float32", "out"], ["4096", "1024", "float32", "in"],
+    ]
+    unhealthy = invoke("psum", "--mesh", "4", "--sizes", "4K", "--iters", "2", "--min-busbw", "1e6", "-q")
+    assert unhealthy.exit_code == 1
+    assert "below --min-busbw" in unhealthy.stdout
+
+
+def test_collective_help_lists_every_collective():
+    result = CliRunner().invoke(app, ["collective", "--help"])
+    assert result.exit_code == 0
+    for name in COLLECTIVES:
+        assert name in result.stdout
