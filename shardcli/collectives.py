@@ -1,5 +1,7 @@
 """The collective registry: name -> shard_map body, NumPy reference, layouts and byte counts.
 
+NumPy and JAX are imported inside the functions: `--help` lists this registry and must stay fast.
+
 Adding a collective is adding an entry to COLLECTIVES; `--help`, validation and the tests pick it
 up. The NumPy references work on one group's blocks at a time and never call JAX.
 """
@@ -9,10 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from shardcli.errors import ShardcliError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Entries = tuple[tuple[str, ...], ...]  # a PartitionSpec as plain data: mesh axes per array dim
 
@@ -213,6 +217,8 @@ def _validate_broadcast(shape: tuple[int, ...], p: CollectiveParams, n: int) -> 
 
 
 def _ref_sum(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     stack = np.stack(blocks)
     if stack.dtype.kind in "iu":  # wraps like the hardware does
         total = np.sum(stack, axis=0, dtype=stack.dtype)
@@ -222,29 +228,41 @@ def _ref_sum(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.n
 
 
 def _ref_mean(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     total = _ref_sum(blocks, p, n)[0]
     return [total.astype(np.float64) / n] * n
 
 
 def _ref_max(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     return [np.max(np.stack(blocks), axis=0)] * n
 
 
 def _ref_min(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     return [np.min(np.stack(blocks), axis=0)] * n
 
 
 def _ref_gather(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     out = np.concatenate(blocks, axis=p.gather_dim) if p.tiled else np.stack(blocks, axis=p.gather_dim)
     return [out] * n
 
 
 def _ref_scatter(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     total = _ref_sum(blocks, p, n)[0]
     return list(np.split(total, n, axis=p.scatter_dim))
 
 
 def _ref_permute(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     out = [np.zeros_like(b) for b in blocks]
     for src, dst in p.pairs(n):
         out[dst] = blocks[src]
@@ -252,15 +270,20 @@ def _ref_permute(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[
 
 
 def _ref_all_to_all(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     chunks = [np.split(b, n, axis=p.split_dim) for b in blocks]
     return [np.concatenate([chunks[i][j] for i in range(n)], axis=p.concat_dim) for j in range(n)]
 
 
 def _ref_broadcast(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+
     return [blocks[p.root]] * n
 
 
 def _ref_index(blocks: list[np.ndarray], p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
     return [np.array([i], dtype=np.int32) for i in range(n)]
 
 

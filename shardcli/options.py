@@ -11,7 +11,7 @@ from shardcli.specs import FORMATS, MODES, PLATFORMS, RunOptions, parse_choice
 Mesh = Annotated[str, typer.Option("--mesh", "-m", help="Mesh shape: 8, 2x4 or 2x2x2 ('x'-separated sizes).")]
 Axes = Annotated[
     str | None,
-    typer.Option("--axes", "-a", help="Comma-separated axis names, one per mesh dim. [default: x,y,z,w]"),
+    typer.Option("--axes", "-a", help="Comma-separated axis names, one per mesh dim. \\[default: x,y,z,w]"),
 ]
 Platform = Annotated[
     str,
@@ -24,7 +24,7 @@ Devices = Annotated[
     int | None,
     typer.Option(
         "--devices",
-        help="Devices the process starts with (on CPU: how many to fake). [default: the mesh size]",
+        help="Devices the process starts with (on CPU: how many to fake). \\[default: the mesh size]",
     ),
 ]
 Mode = Annotated[

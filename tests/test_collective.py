@@ -20,14 +20,27 @@ from shardcli.specs import RunOptions, parse_bytes, parse_dtype, parse_mesh, par
 FAST = dict(warmup=0, iters=1)
 
 
-def request(name: str, mesh: str, axes: str | None = None, over: tuple[str, ...] | None = None,
-            dtype: str = "float32", **kw) -> CollectiveRequest:
+def request(
+    name: str,
+    mesh: str,
+    axes: str | None = None,
+    over: tuple[str, ...] | None = None,
+    dtype: str = "float32",
+    **kw,
+) -> CollectiveRequest:
     spec = parse_mesh(mesh, axes)
-    params_kw = {k: kw.pop(k) for k in list(kw) if k in {f.name for f in dataclasses.fields(CollectiveParams)}}
+    params_kw = {
+        k: kw.pop(k) for k in list(kw) if k in {f.name for f in dataclasses.fields(CollectiveParams)}
+    }
     params = CollectiveParams(axes=over or spec.axes, **params_kw)
     return CollectiveRequest(
-        collective=name, mesh=spec, params=params, dtype=parse_dtype(dtype),
-        set_params=frozenset(params_kw), options=RunOptions(platform="cpu"), **{**FAST, **kw},
+        collective=name,
+        mesh=spec,
+        params=params,
+        dtype=parse_dtype(dtype),
+        set_params=frozenset(params_kw),
+        options=RunOptions(platform="cpu"),
+        **{**FAST, **kw},
     )
 
 
@@ -157,8 +170,15 @@ def test_bandwidth_follows_nccl_tests_conventions():
 
 @pytest.mark.parametrize(
     "name,n,factor",
-    [("psum", 8, 2 * 7 / 8), ("all_gather", 4, 3 / 4), ("psum_scatter", 2, 1 / 2), ("all_to_all", 8, 7 / 8),
-     ("ppermute", 8, 1.0), ("broadcast", 8, 1.0), ("axis_index", 8, None)],
+    [
+        ("psum", 8, 2 * 7 / 8),
+        ("all_gather", 4, 3 / 4),
+        ("psum_scatter", 2, 1 / 2),
+        ("all_to_all", 8, 7 / 8),
+        ("ppermute", 8, 1.0),
+        ("broadcast", 8, 1.0),
+        ("axis_index", 8, None),
+    ],
 )
 def test_busbw_factors(name, n, factor):
     assert busbw_factor(COLLECTIVES[name], n) == (pytest.approx(factor) if factor else None)
@@ -173,14 +193,22 @@ def test_find_collectives_reads_sync_async_and_tuple_forms():
   %a2a = (f32[1]{0}, f32[1]{0}, f32[1]{0}, f32[1]{0}, f32[1]{0}, /*index=5*/f32[1]{0}) all-to-all(%s)
 """
     found = {h.op: (h.count, h.result_bytes) for h in find_collectives(hlo)}
-    assert found == {"all-reduce": (1, 16), "all-gather": (1, 64), "collective-permute": (1, 64),
-                     "all-to-all": (1, 24)}
+    assert found == {
+        "all-reduce": (1, 16),
+        "all-gather": (1, 64),
+        "collective-permute": (1, 64),
+        "all-to-all": (1, 24),
+    }
 
 
 @pytest.mark.parametrize(
     "text,sizes",
-    [("1K:8K", (1024, 2048, 4096, 8192)), ("1K:64K:x4", (1024, 4096, 16384, 65536)),
-     ("4K,1M", (4096, 1048576)), ("16", (16,))],
+    [
+        ("1K:8K", (1024, 2048, 4096, 8192)),
+        ("1K:64K:x4", (1024, 4096, 16384, 65536)),
+        ("4K,1M", (4096, 1048576)),
+        ("16", (16,)),
+    ],
 )
 def test_parse_sizes(text, sizes):
     assert parse_sizes(text) == sizes
@@ -188,8 +216,13 @@ def test_parse_sizes(text, sizes):
 
 @pytest.mark.parametrize(
     "text,message",
-    [("64M:1K", "runs backwards"), ("1K:4K:x1", "factor of 2 or more"), ("1Q", "not a byte size"),
-     ("4K,4K", "lists a size twice"), ("1:2:3:4", "MIN:MAX")],
+    [
+        ("64M:1K", "runs backwards"),
+        ("1K:4K:x1", "factor of 2 or more"),
+        ("1Q", "not a byte size"),
+        ("4K,4K", "lists a size twice"),
+        ("1:2:3:4", "MIN:MAX"),
+    ],
 )
 def test_parse_sizes_errors(text, message):
     with pytest.raises(ShardcliError, match=message):
@@ -213,21 +246,43 @@ def invoke(*args: str):
 @pytest.mark.parametrize(
     "args,message",
     [
-        pytest.param(["nosuch", "--mesh", "4"], "unknown collective 'nosuch'; choose one of psum, pmean", id="unknown"),
+        pytest.param(
+            ["nosuch", "--mesh", "4"], "unknown collective 'nosuch'; choose one of psum, pmean", id="unknown"
+        ),
         pytest.param(["psum", "--mesh", "4", "--axis", "q"], "--axis 'q' is not a mesh axis", id="axis"),
-        pytest.param(["ppermute", "--mesh", "4", "--perm", "0:1,1:1"], "is not a permutation of axis 'x'", id="perm"),
-        pytest.param(["ppermute", "--mesh", "4", "--perm", "0:4"], "outside axis 'x' of size 4", id="perm-range"),
-        pytest.param(["psum_scatter", "--mesh", "4", "--shape", "4x3", "--spec", "x", "--scatter-dim", "1"],
-                     "not divisible by the group size 4", id="scatter-divisible"),
-        pytest.param(["all_to_all", "--mesh", "4", "--shape", "4x6", "--spec", "x", "--split-dim", "1"],
-                     "not divisible by the group size 4", id="a2a-divisible"),
-        pytest.param(["psum", "--mesh", "4", "--size", "2"], "not a whole number of float32 elements", id="size-small"),
+        pytest.param(
+            ["ppermute", "--mesh", "4", "--perm", "0:1,1:1"], "is not a permutation of axis 'x'", id="perm"
+        ),
+        pytest.param(
+            ["ppermute", "--mesh", "4", "--perm", "0:4"], "outside axis 'x' of size 4", id="perm-range"
+        ),
+        pytest.param(
+            ["psum_scatter", "--mesh", "4", "--shape", "4x3", "--spec", "x", "--scatter-dim", "1"],
+            "not divisible by the group size 4",
+            id="scatter-divisible",
+        ),
+        pytest.param(
+            ["all_to_all", "--mesh", "4", "--shape", "4x6", "--spec", "x", "--split-dim", "1"],
+            "not divisible by the group size 4",
+            id="a2a-divisible",
+        ),
+        pytest.param(
+            ["psum", "--mesh", "4", "--size", "2"], "not a whole number of float32 elements", id="size-small"
+        ),
         pytest.param(["psum", "--mesh", "4", "--sizes", "64M:1K"], "runs backwards", id="backwards"),
         pytest.param(["psum", "--mesh", "4", "--size", "100G"], "available; use a smaller size", id="memory"),
-        pytest.param(["psum", "--mesh", "4", "--root", "1"], "--root does not apply to psum", id="wrong-flag"),
-        pytest.param(["all_gather", "--mesh", "4", "--placement", "in"], "use --placement out", id="in-place"),
-        pytest.param(["psum", "--mesh", "4", "--values", "1,2,3"], "give a multiple of 4 values", id="values"),
-        pytest.param(["psum", "--mesh", "4", "--size", "1K", "--shape", "8"], "give only one of them", id="two-inputs"),
+        pytest.param(
+            ["psum", "--mesh", "4", "--root", "1"], "--root does not apply to psum", id="wrong-flag"
+        ),
+        pytest.param(
+            ["all_gather", "--mesh", "4", "--placement", "in"], "use --placement out", id="in-place"
+        ),
+        pytest.param(
+            ["psum", "--mesh", "4", "--values", "1,2,3"], "give a multiple of 4 values", id="values"
+        ),
+        pytest.param(
+            ["psum", "--mesh", "4", "--size", "1K", "--shape", "8"], "give only one of them", id="two-inputs"
+        ),
         pytest.param(["psum", "--format", "xml"], "choose one of table, json, csv", id="format"),
         pytest.param(["psum", "--mesh", "16"], "the mesh needs 16 devices", id="too-many-devices"),
         pytest.param(["psum", "--dtype", "bool"], "needs a numeric --dtype", id="bool"),
@@ -245,8 +300,15 @@ def test_human_output_shows_before_after_hlo_and_timing():
     result = invoke("psum", "--mesh", "2x4", "--axes", "data,model", "--axis", "model", "--no-color")
     assert result.exit_code == 0, result.output
     text = result.stdout
-    for needle in ("2 group(s) of 4 device(s); data stay(s) independent", "BEFORE and AFTER", "data=1 model=3",
-                   "all-reduce x1", "busbw factor 1.500", "p50 (us)", "verified: every device's result matches NumPy"):
+    for needle in (
+        "2 group(s) of 4 device(s); data stay(s) independent",
+        "BEFORE and AFTER",
+        "data=1 model=3",
+        "all-reduce x1",
+        "busbw factor 1.500",
+        "p50 (us)",
+        "verified: every device's result matches NumPy",
+    ):
         assert needle in text, needle
     assert "\x1b[" not in text
 
@@ -255,17 +317,61 @@ def test_json_contract():
     result = invoke("all_gather", "--mesh", "4", "--format", "json", "--iters", "2", "--placement", "both")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert set(doc) == {"schema", "command", "shardcli_version", "runtime", "mesh", "config", "sizes", "summary"}
+    assert set(doc) == {
+        "schema",
+        "command",
+        "shardcli_version",
+        "runtime",
+        "mesh",
+        "config",
+        "sizes",
+        "summary",
+    }
     assert doc["schema"] == 1 and doc["command"] == "collective"
-    assert set(doc["config"]) == {"collective", "params", "dtype", "init", "placement", "warmup", "iters",
-                                  "group_size", "groups", "busbw_factor", "expected_hlo_op"}
+    assert set(doc["config"]) == {
+        "collective",
+        "params",
+        "dtype",
+        "init",
+        "placement",
+        "warmup",
+        "iters",
+        "group_size",
+        "groups",
+        "busbw_factor",
+        "expected_hlo_op",
+    }
     size = doc["sizes"][0]
-    assert set(size) == {"bytes_per_device", "count", "global_shape", "local_shape", "out_global_shape",
-                         "out_local_shape", "in_spec", "out_spec", "algbw_bytes", "sent_bytes_per_device",
-                         "tolerance", "wrong", "missing_hlo_op", "placements", "values"}
+    assert set(size) == {
+        "bytes_per_device",
+        "count",
+        "global_shape",
+        "local_shape",
+        "out_global_shape",
+        "out_local_shape",
+        "in_spec",
+        "out_spec",
+        "algbw_bytes",
+        "sent_bytes_per_device",
+        "tolerance",
+        "wrong",
+        "missing_hlo_op",
+        "placements",
+        "values",
+    }
     out, inplace = size["placements"]
-    assert set(out) == {"placement", "not_run", "timing", "algbw_gbps", "busbw_gbps", "wrong", "wrong_devices",
-                        "max_abs_err", "aliased", "hlo_collectives"}
+    assert set(out) == {
+        "placement",
+        "not_run",
+        "timing",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+        "wrong_devices",
+        "max_abs_err",
+        "aliased",
+        "hlo_collectives",
+    }
     assert set(out["timing"]) == {"compile_s", "warmup", "samples_s", "stats_s", "blocking"}
     assert set(out["timing"]["stats_s"]) == {"min", "p50", "p90", "max", "mean", "stdev"}
     assert len(out["timing"]["samples_s"]) == 2
@@ -281,14 +387,17 @@ def test_sweep_table_csv_and_health_check():
     table = invoke("psum", "--mesh", "4", "--sizes", "1K:4K", "--iters", "2", "--no-color")
     assert table.exit_code == 0, table.output
     assert all(s in table.stdout for s in ("1K", "2K", "4K", "average busbw over all sizes (none >= 1M)"))
-    csv_out = invoke("psum", "--mesh", "4", "--sizes", "1K,4K", "--iters", "2", "--format", "csv",
-                     "--placement", "both")
+    csv_out = invoke(
+        "psum", "--mesh", "4", "--sizes", "1K,4K", "--iters", "2", "--format", "csv", "--placement", "both"
+    )
     assert csv_out.exit_code == 0
     lines = csv_out.stdout.strip().splitlines()
     assert lines[0] == "size_bytes,count,dtype,placement,time_p50_us,algbw_gbps,busbw_gbps,wrong"
     assert [line.split(",")[:4] for line in lines[1:]] == [
-        ["1024", "256", "float32", "out"], ["1024", "256", "float32", "in"],
-        ["4096", "1024", "float32", "out"], ["4096", "1024", "float32", "in"],
+        ["1024", "256", "float32", "out"],
+        ["1024", "256", "float32", "in"],
+        ["4096", "1024", "float32", "out"],
+        ["4096", "1024", "float32", "in"],
     ]
     unhealthy = invoke("psum", "--mesh", "4", "--sizes", "4K", "--iters", "2", "--min-busbw", "1e6", "-q")
     assert unhealthy.exit_code == 1

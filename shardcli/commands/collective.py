@@ -76,7 +76,7 @@ def collective(
     axis: Annotated[
         str | None,
         typer.Option(
-            "--axis", help="Mesh axis (or axes, data,model) the collective runs over. [default: all]"
+            "--axis", help="Mesh axis (or axes, data,model) the collective runs over. \\[default: all]"
         ),
     ] = None,
     shape: Annotated[
@@ -94,32 +94,35 @@ def collective(
     ] = None,
     spec: Annotated[
         str | None,
-        typer.Option("--spec", "-p", help="Input PartitionSpec. [default: the collective's axes on dim 0]"),
+        typer.Option("--spec", "-p", help="Input PartitionSpec. \\[default: the collective's axes on dim 0]"),
     ] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")] = "float32",
     init: Annotated[str, typer.Option("--init", help="arange, ones, zeros or random.")] = "arange",
     tiled: Annotated[
         bool | None,
-        typer.Option("--tiled/--no-tiled", help="all_gather: concatenate (tiled) or stack. [default: tiled]"),
+        typer.Option(
+            "--tiled/--no-tiled",
+            help="all_gather: concatenate (tiled) or stack. \\[default: tiled]",
+        ),
     ] = None,
     gather_dim: Annotated[
-        int | None, typer.Option("--gather-dim", help="all_gather: the dim to gather along. [default: 0]")
+        int | None, typer.Option("--gather-dim", help="all_gather: the dim to gather along. \\[default: 0]")
     ] = None,
     scatter_dim: Annotated[
-        int | None, typer.Option("--scatter-dim", help="psum_scatter: the dim to scatter. [default: 0]")
+        int | None, typer.Option("--scatter-dim", help="psum_scatter: the dim to scatter. \\[default: 0]")
     ] = None,
-    shift: Annotated[int | None, typer.Option("--shift", help="ppermute: ring shift. [default: 1]")] = None,
+    shift: Annotated[int | None, typer.Option("--shift", help="ppermute: ring shift. \\[default: 1]")] = None,
     perm: Annotated[
         str | None, typer.Option("--perm", help="ppermute: explicit SRC:DST pairs, 0:1,1:2,2:0.")
     ] = None,
     split_dim: Annotated[
-        int | None, typer.Option("--split-dim", help="all_to_all: dim to split. [default: 0]")
+        int | None, typer.Option("--split-dim", help="all_to_all: dim to split. \\[default: 0]")
     ] = None,
     concat_dim: Annotated[
-        int | None, typer.Option("--concat-dim", help="all_to_all: dim to concatenate. [default: 0]")
+        int | None, typer.Option("--concat-dim", help="all_to_all: dim to concatenate. \\[default: 0]")
     ] = None,
     root: Annotated[
-        int | None, typer.Option("--root", help="broadcast: position of the source device. [default: 0]")
+        int | None, typer.Option("--root", help="broadcast: position of the source device. \\[default: 0]")
     ] = None,
     placement: Annotated[
         str,
@@ -133,7 +136,7 @@ def collective(
         bool | None,
         typer.Option(
             "--show-values/--no-show-values",
-            help="Per-device BEFORE/AFTER values. [default: on for up to 256 elements]",
+            help="Per-device BEFORE/AFTER values. \\[default: on for up to 256 elements]",
         ),
     ] = None,
     min_busbw: Annotated[

@@ -28,7 +28,7 @@ def shard(
             "--spec",
             "-p",
             help="PartitionSpec: one entry per dim, an axis, None (or _), or axes joined by + "
-            "(data+model,None). [default: replicated]",
+            "(data+model,None). \\[default: replicated]",
         ),
     ] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")] = "float32",
@@ -37,14 +37,14 @@ def shard(
         bool | None,
         typer.Option(
             "--show-values/--no-show-values",
-            help="Print each device's local values. [default: on for arrays of up to 256 elements]",
+            help="Print each device's local values. \\[default: on for arrays of up to 256 elements]",
         ),
     ] = None,
     view_dims: Annotated[
         str | None,
         typer.Option(
             "--view-dims",
-            help="For 3-D+ arrays: the two dims the picture draws, ROW,COL. [default: the last two]",
+            help="For 3-D+ arrays: the two dims the picture draws, ROW,COL. \\[default: the last two]",
         ),
     ] = None,
     mesh: opt.Mesh = "8",

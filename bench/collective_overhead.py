@@ -1,0 +1,168 @@
+"""Collective timing overhead: `shardcli collective` against a hand-written jit(shard_map) loop.
+
+For psum and all_gather at 1 MB and 64 MB per device on 8 faked CPU devices, compare the p50 that
+`shardcli collective OP --size SIZE --format json` reports with the p50 of a minimal loop of the same
+op in this process: same input (float32, 1-D, SIZE/4 elements per device, sharded P('x') over a 1-D
+mesh of 8 devices), same warm-up and iteration counts, each call blocked until ready, out of place.
+
+shardcli runs as a subprocess (its real start-up path fakes the devices itself); the hand loop runs
+here. The two are interleaved round by round so that machine drift hits both alike, and the ratio
+compares the medians of the per-round p50s. Target: ratio within [0.9, 1.1].
+
+Usage: python bench/collective_overhead.py [--rounds 3] [--warmup 5] [--iters 20] [--strict]
+
+Run it with the interpreter of the environment shardcli is installed in. It always exits 0 and
+prints PASS or FAIL per row; with --strict it exits 1 when any row fails (or a run errors).
+"""
+
+from __future__ import annotations
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 8)  # before any JAX op: the hand loop's 8 fake devices
+jax.config.update("jax_platforms", "cpu")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import AxisType, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+N_DEVICES = 8
+OPS = ("psum", "all_gather")
+SIZES = {"1M": 1024 * 1024, "64M": 64 * 1024 * 1024}
+LOW, HIGH = 0.9, 1.1
+
+
+def shardcli_p50(op: str, size: str, warmup: int, iters: int) -> float:
+    """p50 seconds that `shardcli collective ... --format json` reports, run in a fresh process.
+
+    Raises:
+        RuntimeError: the command failed, its output is not the expected JSON, or results were wrong.
+    """
+    cmd = [
+        sys.executable, "-m", "shardcli", "collective", op,
+        "--mesh", str(N_DEVICES), "--size", size, "--format", "json", "--platform", "cpu",
+        "--warmup", str(warmup), "--iters", str(iters),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[1:])} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    data = json.loads(proc.stdout)
+    if data["summary"]["wrong"] != 0:
+        raise RuntimeError(f"shardcli {op} {size}: {data['summary']['wrong']} wrong elements")
+    placement = data["sizes"][0]["placements"][0]
+    if placement["placement"] != "out":
+        raise RuntimeError(f"shardcli {op} {size}: expected the out-of-place run, got {placement['placement']}")
+    return float(placement["timing"]["stats_s"]["p50"])
+
+
+def make_mesh() -> jax.sharding.Mesh:
+    return jax.make_mesh((N_DEVICES,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:N_DEVICES])
+
+
+def hand_program(op: str, mesh: jax.sharding.Mesh):
+    if op == "psum":
+        body = lambda x: lax.psum(x, "x")  # noqa: E731
+    elif op == "all_gather":
+        body = lambda x: lax.all_gather(x, "x", axis=0, tiled=True, to="invarying")  # noqa: E731
+    else:
+        raise ValueError(op)
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P()))
+
+
+def hand_p50(op: str, nbytes: int, warmup: int, iters: int, mesh: jax.sharding.Mesh) -> float:
+    """p50 seconds of the minimal loop: jit(shard_map(op)), warm up, then time f(x).block_until_ready()."""
+    per_device = nbytes // 4
+    host = np.arange(per_device * N_DEVICES, dtype=np.float32)
+    x = jax.device_put(host, NamedSharding(mesh, P("x")))
+    del host
+    f = hand_program(op, mesh)
+    f(x).block_until_ready()  # compile (untimed, like shardcli's separate compile step)
+    for _ in range(warmup):
+        f(x).block_until_ready()
+    samples = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        f(x).block_until_ready()
+        samples.append(time.perf_counter() - start)
+    del x
+    return float(np.percentile(samples, 50))
+
+
+def machine_facts() -> str:
+    return (
+        f"nproc {os.cpu_count()}  affinity {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'}"
+        f"  python {platform.python_version()}  jax {jax.__version__}  "
+        f"devices {N_DEVICES} x {jax.devices()[0].platform}  {platform.machine()}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per (op, size)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed iterations per run")
+    parser.add_argument("--iters", type=int, default=20, help="timed iterations per run")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on any FAIL")
+    args = parser.parse_args()
+
+    print(machine_facts())
+    print(
+        f"rounds {args.rounds}, warmup {args.warmup}, iters {args.iters}; "
+        f"ratio = median(shardcli p50) / median(hand p50), target [{LOW}, {HIGH}]"
+    )
+    mesh = make_mesh()
+    rows = []
+    failed = False
+    t0 = time.perf_counter()
+    for op in OPS:
+        for size, nbytes in SIZES.items():
+            cli, hand = [], []
+            try:
+                for r in range(args.rounds):
+                    # Alternate which side goes first so neither always follows the other.
+                    order = ("cli", "hand") if r % 2 == 0 else ("hand", "cli")
+                    for side in order:
+                        if side == "cli":
+                            cli.append(shardcli_p50(op, size, args.warmup, args.iters))
+                        else:
+                            hand.append(hand_p50(op, nbytes, args.warmup, args.iters, mesh))
+            except Exception as e:  # noqa: BLE001 - report it as a failed row
+                print(f"{op} {size}: ERROR {e}", file=sys.stderr)
+                rows.append((op, size, None, None, None, "ERROR", cli, hand))
+                failed = True
+                continue
+            c, h = statistics.median(cli), statistics.median(hand)
+            ratio = c / h
+            verdict = "PASS" if LOW <= ratio <= HIGH else "FAIL"
+            failed |= verdict == "FAIL"
+            rows.append((op, size, c, h, ratio, verdict, cli, hand))
+
+    print()
+    header = f"{'op':<11} {'size':>5} {'shardcli p50 ms':>16} {'hand p50 ms':>12} {'ratio':>6}  result"
+    print(header)
+    print("-" * len(header))
+    for op, size, c, h, ratio, verdict, _, _ in rows:
+        if c is None:
+            print(f"{op:<11} {size:>5} {'-':>16} {'-':>12} {'-':>6}  {verdict}")
+        else:
+            print(f"{op:<11} {size:>5} {c * 1e3:>16.3f} {h * 1e3:>12.3f} {ratio:>6.3f}  {verdict}")
+    print()
+    print("per-round p50s (ms):")
+    for op, size, _, _, _, _, cli, hand in rows:
+        fmt = lambda v: ", ".join(f"{s * 1e3:.3f}" for s in v)  # noqa: E731
+        print(f"  {op} {size}: shardcli [{fmt(cli)}]  hand [{fmt(hand)}]")
+    print(f"total {time.perf_counter() - t0:.1f} s")
+    return 1 if args.strict and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
