@@ -31,6 +31,8 @@ Mode = Annotated[
     str,
     typer.Option("--mode", help="Mesh axis types for automatic sharding: auto or explicit."),
 ]
+Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")]
+Init = Annotated[str, typer.Option("--init", help="arange, ones, zeros or random.")]
 Format = Annotated[str, typer.Option("--format", "-f", help="table (for people) or json (for scripts).")]
 NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text; NO_COLOR is honoured too.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the results: no header, no pictures.")]

@@ -96,8 +96,8 @@ def collective(
         str | None,
         typer.Option("--spec", "-p", help="Input PartitionSpec. \\[default: the collective's axes on dim 0]"),
     ] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")] = "float32",
-    init: Annotated[str, typer.Option("--init", help="arange, ones, zeros or random.")] = "arange",
+    dtype: opt.Dtype = "float32",
+    init: opt.Init = "arange",
     tiled: Annotated[
         bool | None,
         typer.Option(

@@ -31,8 +31,8 @@ def shard(
             "(data+model,None). \\[default: replicated]",
         ),
     ] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")] = "float32",
-    init: Annotated[str, typer.Option("--init", help="arange, ones, zeros or random.")] = "arange",
+    dtype: opt.Dtype = "float32",
+    init: opt.Init = "arange",
     show_values: Annotated[
         bool | None,
         typer.Option(

@@ -227,7 +227,9 @@ def timing_table(run: SizeRun) -> Table:
         "busbw (GB/s)",
         "#wrong",
     ):
-        table.add_column(name, justify="left" if name == "placement" else "right", no_wrap=name == "placement")
+        table.add_column(
+            name, justify="left" if name == "placement" else "right", no_wrap=name == "placement"
+        )
     for p in run.placements:
         if p.timing is None:
             table.add_row(p.placement, *["n/a"] * 8, "-")
