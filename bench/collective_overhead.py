@@ -9,7 +9,11 @@ shardcli runs as a subprocess (its real start-up path fakes the devices itself);
 here. The two are interleaved round by round so that machine drift hits both alike, and the ratio
 compares the medians of the per-round p50s. Target: ratio within [0.9, 1.1].
 
-Usage: python bench/collective_overhead.py [--rounds 3] [--warmup 5] [--iters 20] [--strict]
+Usage: python bench/collective_overhead.py [--rounds 3] [--warmup 5] [--iters 20]
+                                          [--large-warmup 2] [--large-iters 5] [--strict]
+
+On CPU a 64 MB-per-device call takes 0.3-4 s (mostly the kernel faulting in fresh output pages), so
+the 64 MB runs use the smaller --large-warmup/--large-iters to keep the whole run to a few minutes.
 
 Run it with the interpreter of the environment shardcli is installed in. It always exits 0 and
 prints PASS or FAIL per row; with --strict it exits 1 when any row fails (or a run errors).
@@ -39,6 +43,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 N_DEVICES = 8
 OPS = ("psum", "all_gather")
 SIZES = {"1M": 1024 * 1024, "64M": 64 * 1024 * 1024}
+LARGE_BYTES = 64 * 1024 * 1024
 LOW, HIGH = 0.9, 1.1
 
 
@@ -61,7 +66,7 @@ def shardcli_p50(op: str, size: str, warmup: int, iters: int) -> float:
         raise RuntimeError(f"shardcli {op} {size}: {data['summary']['wrong']} wrong elements")
     placement = data["sizes"][0]["placements"][0]
     if placement["placement"] != "out":
-        raise RuntimeError(f"shardcli {op} {size}: expected the out-of-place run, got {placement['placement']}")
+        raise RuntimeError(f"shardcli {op} {size}: expected placement out, not {placement['placement']}")
     return float(placement["timing"]["stats_s"]["p50"])
 
 
@@ -99,8 +104,9 @@ def hand_p50(op: str, nbytes: int, warmup: int, iters: int, mesh: jax.sharding.M
 
 
 def machine_facts() -> str:
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     return (
-        f"nproc {os.cpu_count()}  affinity {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'}"
+        f"nproc {os.cpu_count()}  affinity {affinity}"
         f"  python {platform.python_version()}  jax {jax.__version__}  "
         f"devices {N_DEVICES} x {jax.devices()[0].platform}  {platform.machine()}"
     )
@@ -111,12 +117,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per (op, size)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations per run")
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per run")
+    parser.add_argument("--large-warmup", type=int, default=2, help="--warmup for the 64M runs")
+    parser.add_argument("--large-iters", type=int, default=5, help="--iters for the 64M runs")
     parser.add_argument("--strict", action="store_true", help="exit 1 on any FAIL")
     args = parser.parse_args()
 
     print(machine_facts())
     print(
-        f"rounds {args.rounds}, warmup {args.warmup}, iters {args.iters}; "
+        f"rounds {args.rounds}; warmup/iters {args.warmup}/{args.iters} (1M), "
+        f"{args.large_warmup}/{args.large_iters} (64M); "
         f"ratio = median(shardcli p50) / median(hand p50), target [{LOW}, {HIGH}]"
     )
     mesh = make_mesh()
@@ -126,15 +135,18 @@ def main() -> int:
     for op in OPS:
         for size, nbytes in SIZES.items():
             cli, hand = [], []
+            big = nbytes >= LARGE_BYTES
+            warmup = args.large_warmup if big else args.warmup
+            iters = args.large_iters if big else args.iters
             try:
                 for r in range(args.rounds):
                     # Alternate which side goes first so neither always follows the other.
                     order = ("cli", "hand") if r % 2 == 0 else ("hand", "cli")
                     for side in order:
                         if side == "cli":
-                            cli.append(shardcli_p50(op, size, args.warmup, args.iters))
+                            cli.append(shardcli_p50(op, size, warmup, iters))
                         else:
-                            hand.append(hand_p50(op, nbytes, args.warmup, args.iters, mesh))
+                            hand.append(hand_p50(op, nbytes, warmup, iters, mesh))
             except Exception as e:  # noqa: BLE001 - report it as a failed row
                 print(f"{op} {size}: ERROR {e}", file=sys.stderr)
                 rows.append((op, size, None, None, None, "ERROR", cli, hand))
