@@ -428,9 +428,8 @@ def run_size(
     out_entries = collective.out_entries(in_entries, params, rank)
     local = local_shape_of(shape, in_entries, mesh)
     out_local = collective.out_local_shape(local, params, n)
-    out_global = tuple(
-        d * p for d, p in zip(out_local, split_factor(out_entries, mesh) + [1] * 8, strict=False)
-    )
+    # every out_entries rule gives one entry per output dim
+    out_global = tuple(d * p for d, p in zip(out_local, split_factor(out_entries, mesh), strict=True))
     host = _host_input(request, shape)
     coords_of = {c.device_id: dict(zip(mesh.axes, c.coords, strict=True)) for c in session.layout.cells}
     expected = _expected_outputs(collective, request, host, in_entries, n, coords_of)

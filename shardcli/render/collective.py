@@ -280,11 +280,7 @@ def blocks_table(run: SizeRun, result: CollectiveResult) -> Table:
 
 
 def _hlo_text(run: SizeRun) -> Text:
-    ops = run.placements[0].hlo if run.placements and run.placements[0].timing else ()
-    for p in run.placements:
-        if p.timing is not None:
-            ops = p.hlo
-            break
+    ops = next((p.hlo for p in run.placements if p.timing is not None), ())
     if not ops:
         text = Text("none")
     else:
