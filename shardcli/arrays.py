@@ -20,8 +20,8 @@ def numpy_dtype(dtype: DType) -> np.dtype:
     return np.dtype(dtype.name)
 
 
-def make_host_array(spec: ArraySpec) -> np.ndarray:
-    """The global array in host memory, filled per `spec.init`; deterministic for a given spec."""
+def make_host_array(spec: ArraySpec, seed: int = RANDOM_SEED) -> np.ndarray:
+    """The global array in host memory, filled per `spec.init`; deterministic for a given spec and seed."""
     dt = numpy_dtype(spec.dtype)
     if spec.init == "ones":
         return np.ones(spec.shape, dtype=dt)
@@ -36,7 +36,7 @@ def make_host_array(spec: ArraySpec) -> np.ndarray:
             flat = flat % (int(info.max) + 1)  # wrap instead of overflowing narrow ints
         return flat.astype(dt).reshape(spec.shape)
     if spec.init == "random":
-        rng = np.random.default_rng(RANDOM_SEED)
+        rng = np.random.default_rng(seed)
         if spec.dtype.kind == "float":
             return rng.random(spec.shape, dtype=np.float32).astype(dt)
         if spec.dtype.kind == "bool":

@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from shardcli import __version__
 from shardcli.commands import collective as collective_cmd
+from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import ExitCode, ShardcliError
@@ -68,8 +69,8 @@ class ShardcliGroup(TyperGroup):
 app = typer.Typer(
     cls=ShardcliGroup,
     name="shardcli",
-    help="A command-line sharding playground for JAX: meshes, shardings and collectives, "
-    "verified against NumPy.",
+    help="A command-line sharding playground for JAX: meshes, shardings, collectives and sharded "
+    "matmuls, verified against NumPy.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -90,13 +91,14 @@ def _root(
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
-    """A command-line sharding playground for JAX: meshes, shardings and collectives, verified
-    against NumPy."""
+    """A command-line sharding playground for JAX: meshes, shardings, collectives and sharded
+    matmuls, verified against NumPy."""
 
 
 app.command("mesh")(mesh_cmd.mesh)
 app.command("shard")(shard_cmd.shard)
 app.command("collective")(collective_cmd.collective)
+app.command("matmul")(matmul_cmd.matmul)
 
 
 def main() -> None:

@@ -134,3 +134,40 @@ def grid_views(layout: ShardingLayout, view_dims: tuple[int, int] | None = None)
 def format_index(index: Index) -> str:
     """`[0:4, 0:2]`."""
     return "[" + ", ".join(f"{a}:{b}" for a, b in index) + "]"
+
+
+def block_index(
+    entries: Sequence[Sequence[str]],
+    axis_sizes: Mapping[str, int],
+    coords: Mapping[str, int],
+    shape: Sequence[int],
+) -> tuple[slice, ...]:
+    """The block of a `shape` array that the device at `coords` holds under a PartitionSpec.
+
+    `entries` gives, per array dim, the mesh axes it is split over (major to minor); dims past the
+    end of `entries` are whole. Computed from the spec alone, not from JAX.
+    """
+    index = []
+    for dim, size in enumerate(shape):
+        entry = entries[dim] if dim < len(entries) else ()
+        parts = math.prod(axis_sizes[a] for a in entry)
+        block = 0
+        for a in entry:
+            block = block * axis_sizes[a] + coords[a]
+        length = size // parts
+        index.append(slice(block * length, (block + 1) * length))
+    return tuple(index)
+
+
+def spec_layout(
+    shape: Sequence[int],
+    entries: Sequence[Sequence[str]],
+    axis_sizes: Mapping[str, int],
+    device_coords: Mapping[int, Mapping[str, int]],
+) -> ShardingLayout:
+    """The tiles of a `shape` array laid out by `entries`, for devices given by their mesh coords."""
+    index = {
+        dev: tuple((s.start, s.stop) for s in block_index(entries, axis_sizes, coords, shape))
+        for dev, coords in device_coords.items()
+    }
+    return group_tiles(shape, index)

@@ -420,3 +420,72 @@ def format_size(n: int) -> str:
         if n >= scale and n % scale == 0:
             return f"{n // scale}{unit}"
     return str(n)
+
+
+def parse_dims(text: str) -> tuple[int, int, int]:
+    """Parse `--dims I,J,K`: three positive integers (rows of A, the contracting dim, columns of B)."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3 or not all(_INT_RE.match(p) for p in parts) or any(int(p) <= 0 for p in parts):
+        raise ShardcliError(
+            f"--dims {text!r} is not valid; give three positive integers I,J,K such as 256,512,256"
+        )
+    i, j, k = (int(p) for p in parts)
+    return i, j, k
+
+
+def _parse_scale(text: str, flag: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise ShardcliError(
+            f"{flag} has {text.strip()!r}; every scale must be a positive number such as 0.5 or 4"
+        )
+    return value
+
+
+def parse_scales(text: str, flag: str = "--sizes") -> tuple[float, ...]:
+    """Parse scale factors for the dims: `1:8` (x2 steps), `1:64:x4`, or a list `0.5,1,2`."""
+    raw = text.strip()
+    if ":" in raw:
+        parts = raw.split(":")
+        if len(parts) not in (2, 3):
+            raise ShardcliError(
+                f"{flag} {text!r} is not valid; give MIN:MAX, MIN:MAX:xF or a list such as 1,2,4"
+            )
+        low, high = _parse_scale(parts[0], flag), _parse_scale(parts[1], flag)
+        factor = 2
+        if len(parts) == 3:
+            step = parts[2].strip().lower()
+            if not re.match(r"^x[0-9]+$", step) or int(step[1:]) < 2:
+                raise ShardcliError(
+                    f"{flag} step {parts[2]!r} is not valid; give a factor of 2 or more such as x2"
+                )
+            factor = int(step[1:])
+        if low > high:
+            raise ShardcliError(f"{flag} {text!r} runs backwards; give MIN:MAX with MIN <= MAX")
+        scales = []
+        value = low
+        while value <= high * (1 + 1e-12):
+            scales.append(value)
+            value *= factor
+        return tuple(scales)
+    scales = tuple(_parse_scale(p, flag) for p in raw.split(","))
+    if len(set(scales)) != len(scales):
+        raise ShardcliError(f"{flag} {text!r} lists a scale twice; give each scale once")
+    return scales
+
+
+def scale_dims(dims: tuple[int, int, int], scale: float, flag: str = "--sizes") -> tuple[int, int, int]:
+    """The dims times `scale`; each must come out a whole number."""
+    out = []
+    for name, d in zip(("I", "J", "K"), dims, strict=True):
+        value = d * scale
+        if abs(value - round(value)) > 1e-9 or round(value) < 1:
+            raise ShardcliError(
+                f"{flag} scale {scale:g} makes {name}={d} into {value:g}, not a whole number; "
+                f"use scales that keep every dim a positive integer"
+            )
+        out.append(int(round(value)))
+    return out[0], out[1], out[2]

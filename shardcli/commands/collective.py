@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -41,25 +38,10 @@ def parse_collective_axes(text: str | None, mesh: MeshSpec) -> tuple[str, ...]:
     return names
 
 
-@contextlib.contextmanager
-def _progress(enabled: bool) -> Iterator:
-    """A progress bar on stderr, only for people at a terminal."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import Progress
-
+def _describe_size(done: int, total: int, size: int) -> str:
     from shardcli.specs import format_size
 
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("sizes", total=None)
-
-        def update(done: int, total: int, size: int) -> None:
-            label = f"{format_size(size)} per device" if done < total else "done"
-            bar.update(task, completed=done, total=total, description=label)
-
-        yield update
+    return f"{format_size(size)} per device" if done < total else "done"
 
 
 def _doc() -> str:
@@ -199,8 +181,9 @@ def collective(
     )
     from shardcli.core.collective import run_collective
     from shardcli.render.collective import render_collective
+    from shardcli.render.progress import progress_bar
 
-    with _progress(options.format == "table" and not options.quiet) as update:
+    with progress_bar(options.format == "table" and not options.quiet, _describe_size) as update:
         result = run_collective(request, progress=update)
     render_collective(result, options)
     failed = result.wrong or result.below_min_busbw

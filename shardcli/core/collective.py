@@ -30,6 +30,7 @@ from shardcli.core.session import Session, open_session
 from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
 from shardcli.core.verify import compare_exact, compare_within, sum_error_bound
 from shardcli.errors import ShardcliError
+from shardcli.layout import block_index
 from shardcli.runtime import check_fits_in_memory, format_bytes
 from shardcli.specs import (
     ArraySpec,
@@ -282,23 +283,6 @@ def _check_values_fit(values: tuple[float, ...], dtype: DType) -> None:
 # --- running --------------------------------------------------------------------------------------
 
 
-def _block_index(
-    entries: Entries, mesh: MeshSpec, coords: dict[str, int], shape: tuple[int, ...]
-) -> tuple[slice, ...]:
-    """The block a device holds, computed from the spec alone (not from JAX)."""
-    sizes = mesh.axis_sizes
-    index = []
-    for dim, size in enumerate(shape):
-        entry = entries[dim] if dim < len(entries) else ()
-        parts = math.prod(sizes[a] for a in entry)
-        block = 0
-        for a in entry:
-            block = block * sizes[a] + coords[a]
-        length = size // parts
-        index.append(slice(block * length, (block + 1) * length))
-    return tuple(index)
-
-
 def _position(axes: tuple[str, ...], mesh: MeshSpec, coords: dict[str, int]) -> int:
     sizes = mesh.axis_sizes
     pos = 0
@@ -332,7 +316,7 @@ def _expected_outputs(
     groups: dict[int, dict[int, int]] = {}
     blocks: dict[int, np.ndarray] = {}
     for dev, coords in coords_of.items():
-        blocks[dev] = host[_block_index(entries, mesh, coords, host.shape)]
+        blocks[dev] = host[block_index(entries, mesh.axis_sizes, coords, host.shape)]
         groups.setdefault(_group_key(axes, mesh, coords), {})[_position(axes, mesh, coords)] = dev
     out = {}
     for members in groups.values():

@@ -12,7 +12,6 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.core.collective import CollectiveResult, PlacementRun, SizeRun
-from shardcli.layout import group_tiles
 from shardcli.render import human, jsonout
 from shardcli.render.console import make_console
 from shardcli.runtime import format_bytes
@@ -38,15 +37,7 @@ def _entries_text(entries: tuple) -> str:
 
 def _layout_for(shape: tuple[int, ...], entries: tuple, result: CollectiveResult) -> Any:
     """Tiles of an array of `shape` laid out by `entries` on this mesh (pure spec math)."""
-    from shardcli.core.collective import _block_index
-
-    mesh = result.request.mesh
-    index = {}
-    for cell in result.session.layout.cells:
-        coords = dict(zip(mesh.axes, cell.coords, strict=True))
-        slices = _block_index(entries, mesh, coords, shape)
-        index[cell.device_id] = tuple((s.start, s.stop) for s in slices)
-    return group_tiles(shape, index)
+    return human.spec_tiles(shape, entries, result.session)
 
 
 # --- JSON -----------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from shardcli import __version__
 from shardcli.core.session import Session
-from shardcli.layout import GridView, ShardingLayout, format_index, grid_views
+from shardcli.layout import GridView, ShardingLayout, format_index, grid_views, spec_layout
 from shardcli.mesh import MeshLayout
 
 
@@ -109,6 +109,13 @@ def sharding_picture(layout: ShardingLayout, view_dims: tuple[int, int] | None =
     )
     body = Columns(tables) if len(tables) > 1 else tables[0]
     return Group(body, caption)
+
+
+def spec_tiles(shape: tuple[int, ...], entries: tuple, session: Session) -> ShardingLayout:
+    """The tiles of an array of `shape` laid out by `entries` on the session's mesh."""
+    axes = session.layout.axes
+    coords = {c.device_id: dict(zip(axes, c.coords, strict=True)) for c in session.layout.cells}
+    return spec_layout(shape, entries, session.spec.axis_sizes, coords)
 
 
 def jax_picture(shape: tuple[int, ...], sharding: Any) -> RenderableType | None:

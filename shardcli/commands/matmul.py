@@ -1,0 +1,142 @@
+"""`shardcli matmul`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shardcli import options as opt
+from shardcli.errors import ExitCode, ShardcliError
+from shardcli.matmuls import IMPLS, MATMUL_CASES
+from shardcli.specs import parse_dims, parse_dtype, parse_init, parse_mesh, parse_scales
+
+
+def parse_cases(text: str) -> tuple[str, ...]:
+    """`--case allreduce`, `--case allreduce,collective` or `--case all`."""
+    names = tuple(n.strip() for n in text.split(","))
+    if names == ("all",):
+        return names
+    for name in names:
+        if name not in MATMUL_CASES:
+            raise ShardcliError(
+                f"--case {name!r} is not a matmul case; choose one of {', '.join(MATMUL_CASES)} or all"
+            )
+    if len(set(names)) != len(names):
+        raise ShardcliError(f"--case {text!r} names a case twice")
+    return names
+
+
+def parse_impls(text: str | None) -> tuple[str, ...] | None:
+    """`--impl manual`, `--impl manual,auto` or `--impl all`; None keeps each case's default."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if names == ("all",):
+        return IMPLS
+    for name in names:
+        if name not in IMPLS:
+            raise ShardcliError(f"--impl {name!r} is not valid; choose one of {', '.join(IMPLS)} or all")
+    if len(set(names)) != len(names):
+        raise ShardcliError(f"--impl {text!r} names an implementation twice")
+    return names
+
+
+def _positive(value: float | None, flag: str) -> float | None:
+    if value is not None and not value > 0:
+        raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
+    return value
+
+
+def _describe(done: int, total: int, label: str) -> str:
+    return f"{label} ({done + 1}/{total})" if done < total else "done"
+
+
+def _doc() -> str:
+    lines = "\n\n".join(f"[bold]{c.name}[/bold]: {c.notation()}. {c.summary}" for c in MATMUL_CASES.values())
+    return (
+        "Run sharded-matmul cases three ways (shard_map with explicit collectives, jit with in/out "
+        "shardings, explicit-axes out_sharding), verify every device's block against NumPy, time "
+        "them, and compare with a roofline cost model. X is the first mesh axis, Y the second.\n\n"
+        f"{lines}\n\n"
+        "Example: shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all"
+    )
+
+
+def matmul(
+    case: Annotated[
+        str,
+        typer.Option("--case", "-c", help="A case, a comma-separated list, or all (one comparison table)."),
+    ] = "all",
+    impl: Annotated[
+        str | None,
+        typer.Option(
+            "--impl",
+            help="manual, auto, explicit, a comma-separated list, or all. "
+            "\\[default: manual; explicit for the illegal case]",
+        ),
+    ] = None,
+    dims: Annotated[str, typer.Option("--dims", "-d", help="I,J,K: A is IxJ, B is JxK.")] = "256,512,256",
+    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16 or float64.")] = "float32",
+    init: opt.Init = "random",
+    sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--sizes", help="Sweep a scale factor over the dims: 1:8 (x2 steps), 1:16:x4, or 0.5,1,2."
+        ),
+    ] = None,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations before timing.")] = 5,
+    iters: Annotated[int, typer.Option("--iters", help="Timed iterations.")] = 20,
+    peak_tflops: Annotated[
+        float | None,
+        typer.Option(
+            "--peak-tflops",
+            help="Peak TFLOP/s per device for the cost model. \\[default: the device table; measured on CPU]",
+        ),
+    ] = None,
+    link_gbps: Annotated[
+        float | None,
+        typer.Option(
+            "--link-gbps",
+            help="Link bandwidth per device, GB/s, one direction. "
+            "\\[default: the device table; measured on CPU]",
+        ),
+    ] = None,
+    mesh: opt.Mesh = "2x4",
+    axes: opt.Axes = None,
+    platform: opt.Platform = "auto",
+    devices: opt.Devices = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
+    no_color: opt.NoColor = False,
+    quiet: opt.Quiet = False,
+) -> None:
+    from shardcli.render.matmul import FORMATS
+
+    options = opt.run_options(platform, devices, "auto", format, no_color, quiet, formats=FORMATS)
+    from shardcli.core.matmul import MatmulRequest
+
+    request = MatmulRequest(
+        cases=parse_cases(case),
+        mesh=parse_mesh(mesh, axes),
+        dtype=parse_dtype(dtype),
+        impls=parse_impls(impl),
+        dims=parse_dims(dims),
+        init=parse_init(init),
+        scales=parse_scales(sizes) if sizes is not None else None,
+        warmup=warmup,
+        iters=iters,
+        peak_tflops=_positive(peak_tflops, "--peak-tflops"),
+        link_gbps=_positive(link_gbps, "--link-gbps"),
+        options=options,
+    )
+    from shardcli.core.matmul import run_matmul
+    from shardcli.render.matmul import render_matmul
+    from shardcli.render.progress import progress_bar
+
+    with progress_bar(options.format == "table" and not options.quiet, _describe) as update:
+        result = run_matmul(request, progress=update)
+    render_matmul(result, options)
+    raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong else ExitCode.OK)
+
+
+matmul.__doc__ = _doc()

@@ -1,0 +1,611 @@
+"""`shardcli matmul`: sharded-matmul cases, three ways each, verified, timed and costed.
+
+For every (scale, case, impl): build the operands from NumPy, compile the program (shard_map with
+explicit collectives, jit with in/out shardings on an Auto mesh, or jnp.matmul with out_sharding
+on an Explicit mesh), read the collectives and cost analysis from the compiled executable, time
+it, and compare every device's block of the result with a float64 NumPy product.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from shardcli.arrays import make_host_array, place_array
+from shardcli.core.hlo import HloCollective, find_collectives
+from shardcli.core.session import Session, open_session
+from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
+from shardcli.core.verify import float_eps
+from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
+from shardcli.errors import ShardcliError
+from shardcli.matmuls import (
+    MATMUL_CASES,
+    Axes,
+    MatmulCase,
+    Operand,
+    comm_bytes_per_device,
+    flops_per_device,
+    get_case,
+    local_shape,
+    operand_entries,
+    operand_roles,
+    operand_shape,
+    partial_count,
+)
+from shardcli.runtime import check_fits_in_memory
+from shardcli.specs import ArraySpec, DType, MeshSpec, RunOptions, ShardingSpec, scale_dims
+
+DEFAULT_DIMS = (256, 512, 256)
+FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+Entries = tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class MatmulRequest:
+    """Everything `shardcli matmul` needs, parsed before JAX starts."""
+
+    cases: tuple[str, ...]  # case names, or ("all",)
+    mesh: MeshSpec
+    dtype: DType
+    impls: tuple[str, ...] | None = None  # None: each case's default
+    dims: tuple[int, int, int] = DEFAULT_DIMS
+    init: str = "random"
+    scales: tuple[float, ...] | None = None  # --sizes: a sweep over dims x scale
+    warmup: int = 5
+    iters: int = 20
+    peak_tflops: float | None = None
+    link_gbps: float | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+
+    @property
+    def sweep(self) -> bool:
+        return self.scales is not None
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """One operand or the result: global and per-device shape and its PartitionSpec."""
+
+    name: str
+    shape: tuple[int, ...]
+    entries: Entries
+    local_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ImplRun:
+    """One implementation of one case."""
+
+    impl: str
+    status: str  # "ok" or "refused"
+    message: str | None  # why JAX refused it
+    expected_refusal: bool
+    out_entries: Entries | None  # the result's sharding as JAX reports it
+    hlo: tuple[HloCollective, ...]
+    xla_flops: float | None  # compiled.cost_analysis(), per device
+    xla_bytes: float | None
+    timing: Timing | None
+    achieved_flops: float | None  # model FLOPs of the whole product / p50, FLOP/s
+    max_rel_err: float
+    wrong: int
+    wrong_devices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """One case at one size: its layouts, cost model and every implementation's run."""
+
+    case: MatmulCase
+    scale: float
+    dims: tuple[int, int, int]
+    operands: tuple[ArrayLayout, ...]
+    result: ArrayLayout
+    model: CostEstimate | None
+    model_flops: int  # the whole product: 2 I J K (+ I K for a bias)
+    tolerance: float  # max |err| / (|A| |B|) per element
+    tolerance_text: str
+    impls: tuple[ImplRun, ...]
+    skipped: str | None = None  # why the case did not run on this mesh
+
+    @property
+    def wrong(self) -> int:
+        return sum(r.wrong for r in self.impls)
+
+
+@dataclass(frozen=True)
+class MatmulResult:
+    session: Session
+    request: MatmulRequest
+    axes: Axes
+    hardware: Hardware
+    impls: dict[str, tuple[str, ...]]  # case name -> the impls it ran, in order
+    runs: tuple[CaseRun, ...]  # every size, and within a size every case
+
+    @property
+    def wrong(self) -> int:
+        return sum(r.wrong for r in self.runs)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What will run: cases (with why any is skipped), impls per case, and the dims of each size."""
+
+    cases: tuple[tuple[MatmulCase, str | None], ...]
+    impls: dict[str, tuple[str, ...]]
+    sizes: tuple[tuple[float, tuple[int, int, int]], ...]
+    axes: Axes
+
+
+# --- validation (no devices) ----------------------------------------------------------------------
+
+
+def mesh_axes(mesh: MeshSpec) -> Axes:
+    """X is the first mesh axis, Y the second (if any)."""
+    sizes = mesh.axis_sizes
+    x = mesh.axes[0]
+    y = mesh.axes[1] if len(mesh.axes) > 1 else None
+    return Axes(x=x, nx=sizes[x], y=y, ny=sizes[y] if y else 1)
+
+
+def _check_divisible(case: MatmulCase, dims: tuple[int, int, int], axes: Axes, flag: str) -> None:
+    for op in (*case.operands, case.result):
+        for d, role in zip(op.dims, operand_roles(op, axes), strict=True):
+            parts = axes.size(role)
+            if role is not None and dims[d] % parts:
+                letter = case.letters[d]
+                raise ShardcliError(
+                    f"{flag}: {letter}={dims[d]} is not divisible by the {parts} devices of mesh axis "
+                    f"{axes.name(role)}, which case {case.name} shards {letter} over; "
+                    f"use a multiple of {parts}"
+                )
+
+
+def validate_request(request: MatmulRequest) -> Plan:
+    """Every check that needs no devices.
+
+    Raises:
+        ShardcliError: anything the run cannot do as asked.
+    """
+    if request.dtype.name not in FLOAT_DTYPES:
+        raise ShardcliError(
+            f"--dtype {request.dtype.name} is not supported by matmul; "
+            f"choose one of {', '.join(FLOAT_DTYPES)}"
+        )
+    if request.iters < 1:
+        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
+    if request.warmup < 0:
+        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
+    for flag, value in (("--peak-tflops", request.peak_tflops), ("--link-gbps", request.link_gbps)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
+    every = request.cases == ("all",)
+    names = tuple(MATMUL_CASES) if every else request.cases
+    cases = [get_case(name) for name in names]
+    axes = mesh_axes(request.mesh)
+    impls = {}
+    for case in cases:
+        impls[case.name] = request.impls if request.impls is not None else (case.default_impl,)
+    scales = request.scales if request.scales is not None else (1.0,)
+    sizes = []
+    for scale in scales:
+        sizes.append((scale, scale_dims(request.dims, scale)))
+    planned: list[tuple[MatmulCase, str | None]] = []
+    for case in cases:
+        if case.needs_y and axes.y is None:
+            why = f"case {case.name} needs a 2-D mesh (it shards over X and Y); this mesh has one axis"
+            if not every:
+                raise ShardcliError(f"{why}; use a mesh such as --mesh 2x4")
+            planned.append((case, why))
+            continue
+        for scale, dims in sizes:
+            flag = f"--dims {','.join(map(str, dims))}" + (f" (scale {scale:g})" if request.scales else "")
+            _check_divisible(case, dims, axes, flag)
+        planned.append((case, None))
+    return Plan(cases=tuple(planned), impls=impls, sizes=tuple(sizes), axes=axes)
+
+
+# --- numerics -------------------------------------------------------------------------------------
+
+
+def dot_input_roundoff(platform: str, dtype_name: str) -> tuple[float, str]:
+    """Unit roundoff of the values the dot really multiplies at JAX's default precision."""
+    if dtype_name == "float32" and platform == "gpu":
+        return 2.0**-11, "TF32 inputs (XLA's default float32 dot precision on recent GPUs)"
+    if dtype_name == "float32" and platform == "tpu":
+        return 2.0**-8, "bf16 inputs (DEFAULT float32 dot precision on TPU)"
+    return 0.0, "exact products"
+
+
+def tolerance_for(
+    case: MatmulCase, dims: tuple[int, int, int], axes: Axes, dtype: DType, platform: str
+) -> tuple[float, str]:
+    """Per-element bound on |C - C_ref| / (|A| . |B|) for any summation order.
+
+    (J + 1) u_acc for the dot's own products and sums (accumulating in float32, float64 for
+    float64), 2 u_in when the inputs are rounded first, and r u_out for the r roundings to the
+    output dtype: one per partial sum added in it (p), one for the result, one for a bias add.
+    """
+    from shardcli.arrays import numpy_dtype
+
+    out = numpy_dtype(dtype)
+    u_out = float_eps(out) / 2
+    u_acc = (
+        float_eps(np.dtype(np.float64)) / 2
+        if dtype.name == "float64"
+        else float_eps(np.dtype(np.float32)) / 2
+    )
+    u_in, in_text = dot_input_roundoff(platform, dtype.name)
+    p = partial_count(case, axes)
+    j = dims[1]
+    roundings = p + 1 + (1 if case.bias else 0)
+    tol = (j + 1) * u_acc + 2 * u_in + roundings * u_out
+    text = (
+        f"|err| <= {tol:.2e} x (|A|.|B|) per element: (J+1) u_acc + 2 u_in + r u_out with J={j}, "
+        f"r={roundings} rounding(s) to {dtype.name}, {in_text}"
+    )
+    return tol, text
+
+
+def _host_operands(case: MatmulCase, dims: tuple[int, int, int], request: MatmulRequest) -> list[np.ndarray]:
+    return [
+        make_host_array(
+            ArraySpec(shape=operand_shape(op, dims), dtype=request.dtype, init=request.init), seed=i
+        )
+        for i, op in enumerate(case.operands)
+    ]
+
+
+def _reference(case: MatmulCase, hosts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """C in float64, and |A| . |B| (+ |bias|): the scale each element's error is measured against."""
+    a, b = (h.astype(np.float64) for h in hosts[:2])
+    ref = a @ b
+    scale = np.abs(a) @ np.abs(b)
+    if case.bias:
+        bias = hosts[2].astype(np.float64)
+        ref = ref + bias
+        scale = scale + np.abs(bias)
+    return ref, scale
+
+
+# --- building the three implementations -----------------------------------------------------------
+
+
+def _pspec(entries: Entries) -> Any:
+    from jax.sharding import PartitionSpec
+
+    return PartitionSpec(*ShardingSpec(entries).to_partition_spec_args())
+
+
+def _matmul_fn(case: MatmulCase, out_spec: Any | None) -> Callable[..., Any]:
+    import jax.numpy as jnp
+
+    def fn(*ops: Any) -> Any:
+        if out_spec is None:
+            c = jnp.matmul(ops[0], ops[1])
+        else:
+            c = jnp.matmul(ops[0], ops[1], out_sharding=out_spec)
+        return c + ops[2] if case.bias else c
+
+    return fn
+
+
+def _build(
+    case: MatmulCase, impl: str, session: Session, explicit_mesh: Any, axes: Axes, hosts: list[np.ndarray]
+) -> tuple[Any, tuple[Any, ...], Any]:
+    """(jitted program, placed operands, mesh to trace under or None)."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    in_entries = [operand_entries(op, axes) for op in case.operands]
+    out_entries = operand_entries(case.result, axes)
+    if impl == "explicit":
+        mesh = explicit_mesh
+        args = tuple(
+            place_array(h, NamedSharding(mesh, _pspec(e))) for h, e in zip(hosts, in_entries, strict=True)
+        )
+        # The direct form of the illegal case has no out_sharding to give: that is the lesson.
+        return jax.jit(_matmul_fn(case, None if case.illegal else _pspec(out_entries))), args, mesh
+    mesh = session.mesh
+    shardings = [NamedSharding(mesh, _pspec(e)) for e in in_entries]
+    args = tuple(place_array(h, s) for h, s in zip(hosts, shardings, strict=True))
+    if impl == "auto":
+        # For the illegal case leave the output to the compiler: it resolves the conflict itself.
+        out = None if case.illegal else NamedSharding(mesh, _pspec(out_entries))
+        return jax.jit(_matmul_fn(case, None), in_shardings=tuple(shardings), out_shardings=out), args, None
+    assert case.manual is not None
+    mapped = jax.shard_map(
+        case.manual(axes),
+        mesh=mesh,
+        in_specs=tuple(_pspec(e) for e in in_entries),
+        out_specs=_pspec(out_entries),
+    )
+    return jax.jit(mapped), args, None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+
+
+def _cost(compiled: Any) -> tuple[float | None, float | None]:
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - not every backend provides it
+        return None, None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    if not isinstance(cost, dict):
+        return None, None
+    flops = cost.get("flops")
+    accessed = cost.get("bytes accessed")
+    return (float(flops) if flops is not None else None, float(accessed) if accessed is not None else None)
+
+
+def _entries_of(sharding: Any, rank: int) -> Entries | None:
+    spec = getattr(sharding, "spec", None)
+    if spec is None:
+        return None
+    out: list[tuple[str, ...]] = []
+    for i in range(rank):
+        entry = spec[i] if i < len(spec) else None
+        if entry is None:
+            out.append(())
+        elif isinstance(entry, str):
+            out.append((entry,))
+        else:
+            out.append(tuple(entry))
+    return tuple(out)
+
+
+def run_impl(
+    case: MatmulCase,
+    impl: str,
+    session: Session,
+    explicit_mesh: Any,
+    axes: Axes,
+    hosts: list[np.ndarray],
+    ref: np.ndarray,
+    bound: np.ndarray,
+    scale: np.ndarray,
+    model_flops: int,
+    request: MatmulRequest,
+) -> ImplRun:
+    """Compile, time and verify one implementation; a refusal by JAX is a result, not a crash."""
+    import contextlib
+
+    import jax
+
+    try:
+        program, args, trace_mesh = _build(case, impl, session, explicit_mesh, axes, hosts)
+        with jax.set_mesh(trace_mesh) if trace_mesh is not None else contextlib.nullcontext():
+            compiled, compile_s = compile_timed(program, *args)
+    except Exception as error:  # noqa: BLE001 - JAX's refusal is what the user came to see
+        return ImplRun(
+            impl=impl,
+            status="refused",
+            message=_first_line(error),
+            expected_refusal=case.illegal,
+            out_entries=None,
+            hlo=(),
+            xla_flops=None,
+            xla_bytes=None,
+            timing=None,
+            achieved_flops=None,
+            max_rel_err=0.0,
+            wrong=0,
+            wrong_devices=(),
+        )
+    hlo = find_collectives(compiled.as_text())
+    xla_flops, xla_bytes = _cost(compiled)
+    samples, y = time_iterations(
+        lambda xs: compiled(*xs), args, warmup=request.warmup, iters=request.iters, chain=False
+    )
+    stats = summarize(samples)
+    wrong, wrong_devices, max_rel = 0, [], 0.0
+    for shard in y.addressable_shards:
+        local = np.asarray(shard.data).astype(np.float64)
+        index = shard.index
+        err = np.abs(local - ref[index])
+        bad = ~(err <= bound[index])  # NaN counts as wrong
+        count = int(np.count_nonzero(bad))
+        if err.size:
+            max_rel = max(max_rel, float(np.max(err / np.maximum(scale[index], 1e-300))))
+        if count:
+            wrong += count
+            wrong_devices.append(shard.device.id)
+    return ImplRun(
+        impl=impl,
+        status="ok",
+        message=None,
+        expected_refusal=case.illegal,
+        out_entries=_entries_of(y.sharding, y.ndim),
+        hlo=hlo,
+        xla_flops=xla_flops,
+        xla_bytes=xla_bytes,
+        timing=Timing(compile_s=compile_s, warmup=request.warmup, samples=samples, stats=stats),
+        achieved_flops=model_flops / stats.p50,
+        max_rel_err=max_rel,
+        wrong=wrong,
+        wrong_devices=tuple(sorted(wrong_devices)),
+    )
+
+
+def _layout(op: Operand, dims: tuple[int, int, int], axes: Axes) -> ArrayLayout:
+    return ArrayLayout(
+        name=op.name,
+        shape=operand_shape(op, dims),
+        entries=operand_entries(op, axes),
+        local_shape=local_shape(op, dims, axes),
+    )
+
+
+def cost_of(
+    case: MatmulCase, dims: tuple[int, int, int], axes: Axes, itemsize: int, hw: Hardware
+) -> CostEstimate:
+    comm = tuple(
+        CommCost(
+            op=c.op,
+            axis=axes.name(c.over) or "",
+            group_size=axes.size(c.over),
+            bytes_per_device=comm_bytes_per_device(c, dims, axes, itemsize),
+        )
+        for c in case.comm
+    )
+    return estimate(flops_per_device(case, dims, axes), comm, hw)
+
+
+def run_case(
+    case: MatmulCase,
+    impls: tuple[str, ...],
+    scale_factor: float,
+    dims: tuple[int, int, int],
+    session: Session,
+    explicit_mesh: Any,
+    axes: Axes,
+    hardware: Hardware,
+    request: MatmulRequest,
+) -> CaseRun:
+    """Every requested implementation of one case at one size."""
+    i, j, k = dims
+    model_flops = 2 * i * j * k + (i * k if case.bias else 0)
+    tol, tol_text = tolerance_for(case, dims, axes, request.dtype, session.runtime.platform)
+    hosts = _host_operands(case, dims, request)
+    ref, scale = _reference(case, hosts)
+    bound = tol * scale
+    runs = tuple(
+        run_impl(case, impl, session, explicit_mesh, axes, hosts, ref, bound, scale, model_flops, request)
+        for impl in impls
+    )
+    return CaseRun(
+        case=case,
+        scale=scale_factor,
+        dims=dims,
+        operands=tuple(_layout(op, dims, axes) for op in case.operands),
+        result=_layout(case.result, dims, axes),
+        # The illegal case's direct form has no program to model.
+        model=None if case.illegal else cost_of(case, dims, axes, request.dtype.itemsize, hardware),
+        model_flops=model_flops,
+        tolerance=tol,
+        tolerance_text=tol_text,
+        impls=runs,
+    )
+
+
+def skipped_case(case: MatmulCase, why: str, dims: tuple[int, int, int], axes: Axes, scale: float) -> CaseRun:
+    return CaseRun(
+        case=case,
+        scale=scale,
+        dims=dims,
+        operands=(),
+        result=ArrayLayout(case.result.name, operand_shape(case.result, dims), (), ()),
+        model=None,
+        model_flops=0,
+        tolerance=0.0,
+        tolerance_text="",
+        impls=(),
+        skipped=why,
+    )
+
+
+def resolve_hardware(session: Session, request: MatmulRequest) -> Hardware:
+    """--peak-tflops/--link-gbps, else the device table, else (CPU) a measured calibration."""
+    rt = session.runtime
+    table = table_hardware(rt.device_kind, request.dtype.name)
+    peak = request.peak_tflops * 1e12 if request.peak_tflops is not None else None
+    link = request.link_gbps * 1e9 if request.link_gbps is not None else None
+    peak_src = "--peak-tflops" if peak is not None else ""
+    link_src = "--link-gbps" if link is not None else ""
+    if table is not None:
+        if peak is None and table.peak_flops is not None:
+            peak, peak_src = table.peak_flops, table.peak_source
+        if link is None:
+            link, link_src = table.link_bytes_per_s, table.link_source
+    if (peak is None or link is None) and rt.platform == "cpu":
+        from shardcli.core.calibrate import calibrate
+
+        flops, copy, flops_src, copy_src = calibrate(session.devices, request.dtype.name)
+        if peak is None:
+            peak, peak_src = flops, flops_src
+        if link is None:
+            link, link_src = copy, copy_src
+    unknown = f"unknown for device kind {rt.device_kind!r}; give --peak-tflops / --link-gbps"
+    return Hardware(
+        peak_flops=peak,
+        link_bytes_per_s=link,
+        peak_source=peak_src or unknown,
+        link_source=link_src or unknown,
+    )
+
+
+def _memory_estimate(plan: Plan, request: MatmulRequest) -> tuple[int, int, str]:
+    """Bytes per device and in all, for the largest size of the largest case."""
+    item = request.dtype.itemsize
+    worst = (0, 0, "")
+    for case, skipped in plan.cases:
+        if skipped:
+            continue
+        for _, dims in plan.sizes:
+            axes = plan.axes
+            local = sum(math.prod(local_shape(op, dims, axes)) for op in (*case.operands, case.result))
+            moved = sum(math.prod(operand_shape(c.array, dims)) for c in case.comm)
+            per_device = (local + moved) * item
+            host = sum(math.prod(operand_shape(op, dims)) for op in case.operands) * item
+            # the float64 reference, error scale and bound, and a float64 copy of one block at a time
+            total = request.mesh.size * per_device + host + 4 * dims[0] * dims[2] * 8
+            if total > worst[1]:
+                worst = (per_device, total, f"matmul {case.name} with dims {','.join(map(str, dims))}")
+    return worst
+
+
+def run_matmul(
+    request: MatmulRequest, progress: Callable[[int, int, str], None] | None = None
+) -> MatmulResult:
+    """Run every (size, case, impl) of the request.
+
+    Args:
+        request: the parsed request.
+        progress: called as (done, total, label) before each case run.
+
+    Raises:
+        ShardcliError: bad input, found before allocating.
+    """
+    plan = validate_request(request)
+    per_device, total, what = _memory_estimate(plan, request)
+    session = open_session(request.mesh, replace(request.options, mode="auto"), x64=request.dtype.needs_x64)
+    check_fits_in_memory(
+        session.runtime, list(session.devices), per_device=per_device, total=total, what=what
+    )
+    explicit_mesh = None
+    if any("explicit" in impls for impls in plan.impls.values()):
+        from shardcli.mesh import build_mesh
+
+        explicit_mesh = build_mesh(request.mesh, list(session.devices), mode="explicit")
+    hardware = resolve_hardware(session, request)
+    runs = []
+    jobs = [(scale, dims, case, skipped) for scale, dims in plan.sizes for case, skipped in plan.cases]
+    for n, (scale, dims, case, skipped) in enumerate(jobs):
+        if progress is not None:
+            progress(n, len(jobs), f"{case.name} {','.join(map(str, dims))}")
+        if skipped:
+            runs.append(skipped_case(case, skipped, dims, plan.axes, scale))
+            continue
+        runs.append(
+            run_case(
+                case, plan.impls[case.name], scale, dims, session, explicit_mesh, plan.axes, hardware, request
+            )
+        )
+    if progress is not None:
+        progress(len(jobs), len(jobs), "done")
+    return MatmulResult(
+        session=session,
+        request=request,
+        axes=plan.axes,
+        hardware=hardware,
+        impls=plan.impls,
+        runs=tuple(runs),
+    )

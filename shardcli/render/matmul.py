@@ -1,0 +1,499 @@
+"""Rendering `shardcli matmul`: rich for people, JSON and CSV for scripts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
+from shardcli.costmodel import CostEstimate
+from shardcli.render import human, jsonout
+from shardcli.render.console import make_console
+from shardcli.runtime import format_bytes
+from shardcli.specs import RunOptions, ShardingSpec
+
+FORMATS = ("table", "json", "csv")
+
+
+def format_flops(value: float | None, unit: str = "FLOP/s") -> str:
+    """`8.94 GFLOP/s`: SI prefixes, three significant digits."""
+    if value is None:
+        return "-"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
+
+
+def spec_text(entries: tuple | None) -> str:
+    if entries is None:
+        return "-"
+    if not any(entries):
+        return "P() (replicated)"
+    return ShardingSpec(tuple(entries)).describe()
+
+
+def hlo_text(run: ImplRun) -> str:
+    if run.status != "ok":
+        return "-"
+    return ", ".join(f"{h.op} x{h.count}" for h in run.hlo) or "none"
+
+
+def status_text(run: ImplRun) -> Text:
+    if run.status == "ok":
+        return Text("ok", style="green")
+    if run.expected_refusal:
+        return Text("refused*", style="yellow")
+    return Text("refused!", style="bold yellow")
+
+
+def ratio_text(ratio: float | None) -> str:
+    if ratio is None:
+        return "-"
+    return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x"
+
+
+def _bound_ratio(run: ImplRun, model: CostEstimate | None) -> float | None:
+    if run.timing is None or model is None or not model.t_bound_s:
+        return None
+    return run.timing.stats.p50 / model.t_bound_s
+
+
+# --- JSON -----------------------------------------------------------------------------------------
+
+
+def _array_json(layout: ArrayLayout) -> dict[str, Any]:
+    return {
+        "name": layout.name,
+        "shape": list(layout.shape),
+        "spec": [list(e) if e else None for e in layout.entries],
+        "local_shape": list(layout.local_shape),
+    }
+
+
+def _model_json(model: CostEstimate | None) -> dict[str, Any] | None:
+    if model is None:
+        return None
+    return {
+        "flops_per_device": model.flops_per_device,
+        "comm": [
+            {"op": c.op, "axis": c.axis, "group_size": c.group_size, "bytes_per_device": c.bytes_per_device}
+            for c in model.comm
+        ],
+        "comm_bytes_per_device": model.comm_bytes_per_device,
+        "t_math_s": model.t_math_s,
+        "t_comm_s": model.t_comm_s,
+        "t_bound_s": model.t_bound_s,
+        "t_sum_s": model.t_sum_s,
+        "dominant": model.dominant,
+    }
+
+
+def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
+    timing = None
+    if run.timing is not None:
+        s = run.timing.stats
+        timing = {
+            "compile_s": run.timing.compile_s,
+            "warmup": run.timing.warmup,
+            "samples_s": list(run.timing.samples),
+            "stats_s": {
+                "min": s.min,
+                "p50": s.p50,
+                "p90": s.p90,
+                "max": s.max,
+                "mean": s.mean,
+                "stdev": s.stdev,
+            },
+        }
+    return {
+        "impl": run.impl,
+        "status": run.status,
+        "message": run.message,
+        "expected_refusal": run.expected_refusal,
+        "out_spec": None if run.out_entries is None else [list(e) if e else None for e in run.out_entries],
+        "hlo_collectives": [{"op": h.op, "count": h.count, "result_bytes": h.result_bytes} for h in run.hlo],
+        "xla_cost": {"flops_per_device": run.xla_flops, "bytes_accessed_per_device": run.xla_bytes},
+        "timing": timing,
+        "achieved_flop_per_s": run.achieved_flops,
+        "achieved_flop_per_s_per_device": None
+        if run.achieved_flops is None
+        else run.achieved_flops / devices,
+        "time_over_model_bound": _bound_ratio(run, case_run.model),
+        "max_rel_err": run.max_rel_err,
+        "wrong": run.wrong,
+        "wrong_devices": list(run.wrong_devices),
+    }
+
+
+def _case_json(run: CaseRun, devices: int) -> dict[str, Any]:
+    return {
+        "case": run.case.name,
+        "notation": run.case.notation(),
+        "scale": run.scale,
+        "dims": dict(zip(("I", "J", "K"), run.dims, strict=True)),
+        "skipped": run.skipped,
+        "operands": [_array_json(o) for o in run.operands],
+        "result": _array_json(run.result),
+        "model_flops": run.model_flops,
+        "tolerance": run.tolerance,
+        "tolerance_text": run.tolerance_text,
+        "model": _model_json(run.model),
+        "impls": [_impl_json(i, run, devices) for i in run.impls],
+        "wrong": run.wrong,
+    }
+
+
+def matmul_json(result: MatmulResult) -> dict[str, Any]:
+    req = result.request
+    hw = result.hardware
+    axes = result.axes
+    devices = req.mesh.size
+    return jsonout.document(
+        "matmul",
+        result.session,
+        {
+            "config": {
+                "cases": list(result.impls),
+                "impls": {case: list(impls) for case, impls in result.impls.items()},
+                "dims": dict(zip(("I", "J", "K"), req.dims, strict=True)),
+                "scales": list(req.scales) if req.scales is not None else [1.0],
+                "dtype": req.dtype.name,
+                "init": req.init,
+                "warmup": req.warmup,
+                "iters": req.iters,
+                "x_axis": axes.x,
+                "y_axis": axes.y,
+                "hardware": {
+                    "peak_flop_per_s": hw.peak_flops,
+                    "peak_source": hw.peak_source,
+                    "link_bytes_per_s": hw.link_bytes_per_s,
+                    "link_source": hw.link_source,
+                },
+            },
+            "runs": [_case_json(r, devices) for r in result.runs],
+            "summary": {
+                "wrong": result.wrong,
+                "refused": [
+                    {
+                        "case": r.case.name,
+                        "impl": i.impl,
+                        "expected": i.expected_refusal,
+                        "message": i.message,
+                    }
+                    for r in result.runs
+                    for i in r.impls
+                    if i.status == "refused"
+                ],
+                "skipped": [{"case": r.case.name, "why": r.skipped} for r in result.runs if r.skipped],
+            },
+        },
+    )
+
+
+# --- CSV ------------------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "case",
+    "impl",
+    "scale",
+    "I",
+    "J",
+    "K",
+    "dtype",
+    "status",
+    "time_p50_us",
+    "achieved_tflops",
+    "model_bound_us",
+    "dominant",
+    "hlo_collectives",
+    "max_rel_err",
+    "wrong",
+)
+
+
+def matmul_csv(result: MatmulResult) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for run in result.runs:
+        bound = run.model.t_bound_s if run.model else None
+        rows = run.impls or ()
+        if run.skipped:
+            writer.writerow(
+                [run.case.name, "", f"{run.scale:g}", *run.dims, result.request.dtype.name, "skipped"]
+                + [""] * 6
+                + [0]
+            )
+        for i in rows:
+            ok = i.timing is not None
+            writer.writerow(
+                [
+                    run.case.name,
+                    i.impl,
+                    f"{run.scale:g}",
+                    *run.dims,
+                    result.request.dtype.name,
+                    i.status,
+                    f"{i.timing.stats.p50 * 1e6:.3f}" if ok else "",
+                    f"{i.achieved_flops / 1e12:.6g}" if i.achieved_flops else "",
+                    f"{bound * 1e6:.3f}" if bound is not None else "",
+                    run.model.dominant if run.model and run.model.dominant else "",
+                    ";".join(f"{h.op}:{h.count}" for h in i.hlo),
+                    f"{i.max_rel_err:.3e}" if ok else "",
+                    i.wrong,
+                ]
+            )
+    return buffer.getvalue()
+
+
+# --- people ---------------------------------------------------------------------------------------
+
+
+def _table(columns: tuple[str, ...], left: tuple[str, ...], title: str | None = None) -> Table:
+    table = Table(box=None, header_style="bold", padding=(0, 1), title=title)
+    for name in columns:
+        table.add_column(
+            name,
+            justify="left" if name in left else "right",
+            no_wrap=name != "HLO collectives",
+            min_width=14 if name == "HLO collectives" else None,
+            overflow="fold",
+        )
+    return table
+
+
+def compiled_table(run: CaseRun) -> Table:
+    """What the compiler made of each implementation."""
+    columns = ("impl", "status", "output spec", "HLO collectives", "XLA flops/device", "XLA bytes/device")
+    table = _table(columns, columns[:4])
+    for i in run.impls:
+        table.add_row(
+            i.impl,
+            status_text(i),
+            spec_text(i.out_entries),
+            hlo_text(i),
+            format_flops(i.xla_flops, "") if i.xla_flops is not None else "-",
+            format_bytes(i.xla_bytes) if i.xla_bytes is not None else "-",
+        )
+    return table
+
+
+def timing_table(run: CaseRun) -> Table:
+    """Timing, achieved FLOP/s and verification of each implementation that ran."""
+    columns = (
+        "impl",
+        "compile (ms)",
+        "min (us)",
+        "p50 (us)",
+        "p90 (us)",
+        "achieved FLOP/s",
+        "p50/bound",
+        "max rel err",
+        "#wrong",
+    )
+    table = _table(columns, ("impl",))
+    for i in run.impls:
+        if i.timing is None:
+            continue
+        s = i.timing.stats
+        ratio = _bound_ratio(i, run.model)
+        table.add_row(
+            i.impl,
+            f"{i.timing.compile_s * 1e3:.1f}",
+            f"{s.min * 1e6:.1f}",
+            f"{s.p50 * 1e6:.1f}",
+            f"{s.p90 * 1e6:.1f}",
+            format_flops(i.achieved_flops, ""),
+            ratio_text(ratio),
+            f"{i.max_rel_err:.2e}",
+            Text(str(i.wrong), style="bold red" if i.wrong else "green"),
+        )
+    return table
+
+
+def comparison_table(result: MatmulResult) -> Table:
+    """`--case all` and `--sizes`: one row per (size, case, impl)."""
+    sweep = result.request.sweep
+    columns = ("scale", "dims") if sweep else ()
+    columns += ("case", "impl", "status", "HLO collectives", "p50 us", "FLOP/s", "bound us", "by", "x bound")
+    columns += ("rel err", "#wrong")
+    table = _table(columns, ("case", "impl", "status", "HLO collectives", "by"))
+    table.title = (
+        "p50 of per-iteration times; bound = max(T_math, T_comm) of the cost model, by compute or comm; "
+        "x bound = p50 / bound"
+    )
+    for run in result.runs:
+        lead = (f"{run.scale:g}", ",".join(map(str, run.dims))) if sweep else ()
+        if run.skipped:
+            table.add_row(*lead, run.case.name, "-", Text("n/a (1-D mesh)", style="yellow"), *["-"] * 7, "-")
+            continue
+        model = run.model
+        for i in run.impls:
+            ok = i.timing is not None
+            ratio = _bound_ratio(i, model)
+            table.add_row(
+                *lead,
+                run.case.name,
+                i.impl,
+                status_text(i),
+                hlo_text(i),
+                f"{i.timing.stats.p50 * 1e6:.1f}" if ok else "-",
+                format_flops(i.achieved_flops, ""),
+                f"{model.t_bound_s * 1e6:.3g}" if model and model.t_bound_s is not None else "-",
+                _bound_by(model),
+                ratio_text(ratio),
+                f"{i.max_rel_err:.1e}" if ok else "-",
+                Text(str(i.wrong), style="bold red" if i.wrong else "green"),
+            )
+    return table
+
+
+def _bound_by(model: CostEstimate | None) -> str:
+    if model is None or model.dominant is None:
+        return "-"
+    return "comm" if model.dominant == "communication" else "compute"
+
+
+def cost_text(run: CaseRun, result: MatmulResult) -> Text:
+    hw = result.hardware
+    model = run.model
+    text = Text()
+    if model is None:
+        return Text("n/a")
+    comm = "; ".join(
+        f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
+        for c in model.comm
+    )
+    text.append(
+        f"per device: {format_flops(model.flops_per_device, 'FLOP')} of matmul; "
+        + (comm if comm else "no communication")
+        + "\n"
+    )
+    text.append(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})\n", style="dim")
+    text.append(
+        f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})\n",
+        style="dim",
+    )
+    if model.t_bound_s is None:
+        text.append("T_math / T_comm: n/a without a peak and a link bandwidth", style="yellow")
+        return text
+    text.append(
+        f"T_math = FLOPs / peak = {format_seconds(model.t_math_s)}; "
+        f"T_comm = bytes / link = {format_seconds(model.t_comm_s)}\n"
+    )
+    text.append(
+        f"bound max(T_math, T_comm) = {format_seconds(model.t_bound_s)} ({model.dominant}); "
+        f"no overlap at all: {format_seconds(model.t_sum_s)}"
+    )
+    return text
+
+
+def _notes(console: Console, result: MatmulResult) -> None:
+    for run in result.runs:
+        for i in run.impls:
+            if i.status == "refused":
+                label = "refused* (as expected)" if i.expected_refusal else "refused! (JAX refused this form)"
+                console.print(Text(f"{run.case.name}/{i.impl} {label}: {i.message}", style="yellow"))
+        if not run.skipped and any(
+            i.xla_flops is not None and run.model and i.xla_flops < 0.9 * run.model.flops_per_device
+            for i in run.impls
+            if i.impl == "manual"
+        ):
+            console.print(
+                Text(
+                    f"{run.case.name}/manual: XLA's cost analysis counts a loop body once, "
+                    "so its FLOPs are below the model's",
+                    style="dim",
+                )
+            )
+
+
+def _verdict(console: Console, result: MatmulResult) -> None:
+    if result.wrong:
+        bad = [
+            f"{r.case.name}/{i.impl} ({i.wrong} on device(s) {', '.join(map(str, i.wrong_devices))})"
+            for r in result.runs
+            for i in r.impls
+            if i.wrong
+        ]
+        console.print(Text(f"WRONG: elements beyond the tolerance in {'; '.join(bad)}", style="bold red"))
+    else:
+        console.print(Text("verified: every device's block of every result matches NumPy", style="green"))
+
+
+def render_matmul(result: MatmulResult, options: RunOptions) -> None:
+    if options.format == "json":
+        jsonout.write_json(matmul_json(result))
+        return
+    if options.format == "csv":
+        sys.stdout.write(matmul_csv(result))
+        return
+    console = make_console(options)
+    req = result.request
+    axes = result.axes
+    single = len(result.runs) == 1 and not result.runs[0].skipped
+    if not options.quiet:
+        facts = {
+            "roles": f"X = {axes.x} ({axes.nx} devices)"
+            + (
+                f", Y = {axes.y} ({axes.ny} devices)"
+                if axes.y
+                else "; no Y axis: dims split over Y stay whole"
+            ),
+            "dims": f"I,J,K = {','.join(map(str, req.dims))}"
+            + (f" x scales {', '.join(f'{s:g}' for s in req.scales)}" if req.scales else ""),
+            "input": f"{req.dtype.name}, init {req.init}",
+            "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed iterations, "
+            "each blocked until ready",
+        }
+        if single:
+            run = result.runs[0]
+            facts = {"case": f"{run.case.name}: {run.case.notation()}", "what": run.case.summary, **facts}
+            facts["verify"] = run.tolerance_text
+        console.print(human.header(result.session, facts))
+    if single:
+        run = result.runs[0]
+        if not options.quiet:
+            for layout in (*run.operands, run.result):
+                if run.case.illegal and layout is run.result:
+                    continue  # no device holds this layout: that is the point of the case
+                human.section(
+                    console,
+                    f"{layout.name}: global {layout.shape}, spec {spec_text(layout.entries)}, "
+                    f"local {layout.local_shape}",
+                    human.sharding_picture(human.spec_tiles(layout.shape, layout.entries, result.session)),
+                )
+        human.section(console, "what the compiler did", compiled_table(run))
+        human.section(console, "timing and verification", timing_table(run))
+        human.section(console, "cost model (roofline, per device)", cost_text(run, result))
+    else:
+        human.section(console, "matmul cases", comparison_table(result))
+        if not options.quiet:
+            hw = result.hardware
+            console.print(
+                Text(
+                    f"model: peak {format_flops(hw.peak_flops)} ({hw.peak_source}); "
+                    f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})",
+                    style="dim",
+                )
+            )
+    console.print()
+    _notes(console, result)
+    _verdict(console, result)
