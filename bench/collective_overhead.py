@@ -9,8 +9,9 @@ Both sides run in a fresh subprocess each round: shardcli through its real start
 the devices itself), the hand loop through this script's `--hand-run`. When the hand loop ran in this
 long-lived process (after the 64 MB runs), its 1 MB all_gather measured 10.8-13.6 ms against
 7.0-12.8 ms for shardcli in fresh processes: allocator state carried over from earlier sizes is not
-overhead, so both sides now start fresh. The two are interleaved round by round so that machine drift hits both
-alike, and the ratio compares the medians of the per-round p50s. Target: ratio within [0.9, 1.1].
+overhead, so both sides now start fresh. The two are interleaved round by round so that machine
+drift hits both alike, and the ratio compares the medians of the per-round p50s.
+Target: ratio within [0.9, 1.1].
 
 Usage: python bench/collective_overhead.py [--rounds 5] [--warmup 5] [--iters 20]
                                           [--large-rounds 3] [--large-warmup 2] [--large-iters 5]

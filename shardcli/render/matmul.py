@@ -331,7 +331,7 @@ def timing_table(run: CaseRun) -> Table:
 def comparison_table(result: MatmulResult) -> Table:
     """`--case all` and `--sizes`: one row per (size, case, impl)."""
     sweep = result.request.sweep
-    columns = ("scale", "dims") if sweep else ()
+    columns = ("dims",) if sweep else ()
     columns += ("case", "impl", "status", "HLO collectives", "p50 us", "FLOP/s", "bound us", "by", "x bound")
     columns += ("rel err", "#wrong")
     table = _table(columns, ("case", "impl", "status", "HLO collectives", "by"))
@@ -340,7 +340,7 @@ def comparison_table(result: MatmulResult) -> Table:
         "x bound = p50 / bound"
     )
     for run in result.runs:
-        lead = (f"{run.scale:g}", ",".join(map(str, run.dims))) if sweep else ()
+        lead = (",".join(map(str, run.dims)),) if sweep else ()
         if run.skipped:
             table.add_row(*lead, run.case.name, "-", Text("n/a (1-D mesh)", style="yellow"), *["-"] * 7, "-")
             continue
@@ -356,7 +356,7 @@ def comparison_table(result: MatmulResult) -> Table:
                 hlo_text(i),
                 f"{i.timing.stats.p50 * 1e6:.1f}" if ok else "-",
                 format_flops(i.achieved_flops, ""),
-                f"{model.t_bound_s * 1e6:.3g}" if model and model.t_bound_s is not None else "-",
+                f"{model.t_bound_s * 1e6:,.1f}" if model and model.t_bound_s is not None else "-",
                 _bound_by(model),
                 ratio_text(ratio),
                 f"{i.max_rel_err:.1e}" if ok else "-",
