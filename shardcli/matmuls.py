@@ -75,9 +75,6 @@ class MatmulCase:
     manual: Callable[[Axes], Callable[..., Any]] | None  # axes -> shard_map body
     letters: tuple[str, str, str] = DIM_NAMES
     needs_y: bool = False
-    # The role whose devices' partial sums of each output element are added in the output dtype
-    # (for the tolerance).
-    partials: str | None = None
     illegal: bool = False  # the direct form is meant to be refused
     default_impl: str = "manual"
     bias: bool = False
@@ -139,8 +136,16 @@ def comm_bytes_per_device(comm: Comm, dims: tuple[int, int, int], axes: Axes, it
 
 
 def partial_count(case: MatmulCase, axes: Axes) -> int:
-    """How many device partial sums are added into each output element."""
-    return axes.size(case.partials)
+    """The most device partial sums any strategy adds into one output element.
+
+    That is the number of blocks the contracting dim J is split into in the inputs: a manual form
+    may gather J first, but the compiler may as well multiply the blocks where they are and
+    all-reduce (it does, for weight-gather on CPU).
+    """
+    roles = {
+        r for op in case.operands for d, r in zip(op.dims, operand_roles(op, axes), strict=True) if d == 1
+    }
+    return math.prod(axes.size(r) for r in roles if r is not None)
 
 
 # --- shard_map bodies (manual impl) ---------------------------------------------------------------
@@ -268,7 +273,6 @@ MATMUL_CASES: dict[str, MatmulCase] = {
             compute=(None, X, None),
             comm=(Comm("all-reduce", Operand("C", C_, (None, None)), X),),
             manual=_allreduce,
-            partials=X,
         ),
         MatmulCase(
             name="reducescatter",
@@ -278,7 +282,6 @@ MATMUL_CASES: dict[str, MatmulCase] = {
             compute=(None, X, None),
             comm=(Comm("reduce-scatter", Operand("C", C_, (None, None)), X),),
             manual=_reducescatter,
-            partials=X,
         ),
         MatmulCase(
             name="gather-a",
@@ -339,7 +342,6 @@ MATMUL_CASES: dict[str, MatmulCase] = {
             compute=(None, None, X),
             comm=(Comm("collective-permute", Operand("A", A_, (None, X)), X),),
             manual=_collective,
-            partials=X,  # the n block products are added in the output dtype
         ),
         MatmulCase(
             name="row-parallel",
@@ -351,7 +353,6 @@ MATMUL_CASES: dict[str, MatmulCase] = {
             manual=_row_parallel,
             letters=("B", "D", "F"),
             needs_y=True,
-            partials=Y,
         ),
     )
 }
