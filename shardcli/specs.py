@@ -353,38 +353,43 @@ def parse_bytes(text: str, flag: str = "--size") -> int:
     return value
 
 
+def _parse_sweep(text: str, flag: str, parse_one, what: str, example: str) -> tuple:
+    """`MIN:MAX` (x2 steps), `MIN:MAX:xF`, or a comma-separated list, each value by `parse_one`."""
+    raw = text.strip()
+    if ":" not in raw:
+        values = tuple(parse_one(p) for p in raw.split(","))
+        if len(set(values)) != len(values):
+            raise ShardcliError(f"{flag} {text!r} lists a {what} twice; give each {what} once")
+        return values
+    parts = raw.split(":")
+    if len(parts) not in (2, 3):
+        raise ShardcliError(
+            f"{flag} {text!r} is not valid; give MIN:MAX, MIN:MAX:xF or a list such as {example}"
+        )
+    low, high = parse_one(parts[0]), parse_one(parts[1])
+    factor = 2
+    if len(parts) == 3:
+        step = parts[2].strip().lower()
+        if not re.match(r"^x[0-9]+$", step) or int(step[1:]) < 2:
+            raise ShardcliError(
+                f"{flag} step {parts[2]!r} is not valid; give a factor of 2 or more such as x2 or x4"
+            )
+        factor = int(step[1:])
+    if low > high:
+        raise ShardcliError(
+            f"{flag} {text!r} runs backwards ({parts[0]} > {parts[1]}); give MIN:MAX with MIN <= MAX"
+        )
+    values = []
+    value = low
+    while value <= high * (1 + 1e-12):  # float scales: 0.1 * 2 * 2 ... must still reach MAX
+        values.append(value)
+        value *= factor
+    return tuple(values)
+
+
 def parse_sizes(text: str) -> tuple[int, ...]:
     """Parse `--sizes`: `1K:64M` (x2 steps), `1K:64M:x4`, or a list `4K,1M,16M`."""
-    raw = text.strip()
-    if ":" in raw:
-        parts = raw.split(":")
-        if len(parts) not in (2, 3):
-            raise ShardcliError(
-                f"--sizes {text!r} is not valid; give MIN:MAX, MIN:MAX:xF or a list such as 4K,1M"
-            )
-        low, high = parse_bytes(parts[0], "--sizes"), parse_bytes(parts[1], "--sizes")
-        factor = 2
-        if len(parts) == 3:
-            step = parts[2].strip().lower()
-            if not re.match(r"^x[0-9]+$", step) or int(step[1:]) < 2:
-                raise ShardcliError(
-                    f"--sizes step {parts[2]!r} is not valid; give a factor of 2 or more such as x2 or x4"
-                )
-            factor = int(step[1:])
-        if low > high:
-            raise ShardcliError(
-                f"--sizes {text!r} runs backwards ({parts[0]} > {parts[1]}); give MIN:MAX with MIN <= MAX"
-            )
-        sizes = []
-        size = low
-        while size <= high:
-            sizes.append(size)
-            size *= factor
-        return tuple(sizes)
-    sizes = tuple(parse_bytes(p, "--sizes") for p in raw.split(","))
-    if len(set(sizes)) != len(sizes):
-        raise ShardcliError(f"--sizes {text!r} lists a size twice; give each size once")
-    return sizes
+    return _parse_sweep(text, "--sizes", lambda p: parse_bytes(p, "--sizes"), "size", "4K,1M")
 
 
 def parse_values(text: str) -> tuple[float, ...]:
@@ -447,34 +452,7 @@ def _parse_scale(text: str, flag: str) -> float:
 
 def parse_scales(text: str, flag: str = "--sizes") -> tuple[float, ...]:
     """Parse scale factors for the dims: `1:8` (x2 steps), `1:64:x4`, or a list `0.5,1,2`."""
-    raw = text.strip()
-    if ":" in raw:
-        parts = raw.split(":")
-        if len(parts) not in (2, 3):
-            raise ShardcliError(
-                f"{flag} {text!r} is not valid; give MIN:MAX, MIN:MAX:xF or a list such as 1,2,4"
-            )
-        low, high = _parse_scale(parts[0], flag), _parse_scale(parts[1], flag)
-        factor = 2
-        if len(parts) == 3:
-            step = parts[2].strip().lower()
-            if not re.match(r"^x[0-9]+$", step) or int(step[1:]) < 2:
-                raise ShardcliError(
-                    f"{flag} step {parts[2]!r} is not valid; give a factor of 2 or more such as x2"
-                )
-            factor = int(step[1:])
-        if low > high:
-            raise ShardcliError(f"{flag} {text!r} runs backwards; give MIN:MAX with MIN <= MAX")
-        scales = []
-        value = low
-        while value <= high * (1 + 1e-12):
-            scales.append(value)
-            value *= factor
-        return tuple(scales)
-    scales = tuple(_parse_scale(p, flag) for p in raw.split(","))
-    if len(set(scales)) != len(scales):
-        raise ShardcliError(f"{flag} {text!r} lists a scale twice; give each scale once")
-    return scales
+    return _parse_sweep(text, flag, lambda p: _parse_scale(p, flag), "scale", "0.5,1,2")
 
 
 def scale_dims(dims: tuple[int, int, int], scale: float, flag: str = "--sizes") -> tuple[int, int, int]:

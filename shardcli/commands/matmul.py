@@ -42,12 +42,6 @@ def parse_impls(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def _positive(value: float | None, flag: str) -> float | None:
-    if value is not None and not value > 0:
-        raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
-    return value
-
-
 def _describe(done: int, total: int, label: str) -> str:
     return f"{label} ({done + 1}/{total})" if done < total else "done"
 
@@ -125,8 +119,8 @@ def matmul(
         scales=parse_scales(sizes) if sizes is not None else None,
         warmup=warmup,
         iters=iters,
-        peak_tflops=_positive(peak_tflops, "--peak-tflops"),
-        link_gbps=_positive(link_gbps, "--link-gbps"),
+        peak_tflops=peak_tflops,
+        link_gbps=link_gbps,
         options=options,
     )
     from shardcli.core.matmul import run_matmul

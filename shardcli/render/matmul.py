@@ -49,10 +49,17 @@ def spec_text(entries: tuple | None) -> str:
     return ShardingSpec(tuple(entries)).describe()
 
 
-def hlo_text(run: ImplRun) -> str:
+def hlo_text(run: ImplRun, with_bytes: bool = False) -> str:
+    """`all-reduce x1`, with the bytes of the ops' results when asked (read from the HLO shapes)."""
     if run.status != "ok":
         return "-"
-    return ", ".join(f"{h.op} x{h.count}" for h in run.hlo) or "none"
+    return (
+        ", ".join(
+            f"{h.op} x{h.count}" + (f" ({format_bytes(h.result_bytes)})" if with_bytes else "")
+            for h in run.hlo
+        )
+        or "none"
+    )
 
 
 def status_text(run: ImplRun) -> Text:
@@ -272,8 +279,8 @@ def _table(columns: tuple[str, ...], left: tuple[str, ...], title: str | None = 
         table.add_column(
             name,
             justify="left" if name in left else "right",
-            no_wrap=name != "HLO collectives",
-            min_width=14 if name == "HLO collectives" else None,
+            no_wrap=not name.startswith("HLO collectives"),
+            min_width=14 if name.startswith("HLO collectives") else None,
             overflow="fold",
         )
     return table
@@ -281,14 +288,21 @@ def _table(columns: tuple[str, ...], left: tuple[str, ...], title: str | None = 
 
 def compiled_table(run: CaseRun) -> Table:
     """What the compiler made of each implementation."""
-    columns = ("impl", "status", "output spec", "HLO collectives", "XLA flops/device", "XLA bytes/device")
+    columns = (
+        "impl",
+        "status",
+        "output spec",
+        "HLO collectives (result bytes)",
+        "XLA flops/device",
+        "XLA bytes/device",
+    )
     table = _table(columns, columns[:4])
     for i in run.impls:
         table.add_row(
             i.impl,
             status_text(i),
             spec_text(i.out_entries),
-            hlo_text(i),
+            hlo_text(i, with_bytes=True),
             format_flops(i.xla_flops, "") if i.xla_flops is not None else "-",
             format_bytes(i.xla_bytes) if i.xla_bytes is not None else "-",
         )
@@ -438,6 +452,10 @@ def _verdict(console: Console, result: MatmulResult) -> None:
         console.print(Text("verified: every device's block of every result matches NumPy", style="green"))
 
 
+def _has_explicit(result: MatmulResult) -> bool:
+    return any("explicit" in impls for impls in result.impls.values())
+
+
 def render_matmul(result: MatmulResult, options: RunOptions) -> None:
     if options.format == "json":
         jsonout.write_json(matmul_json(result))
@@ -457,6 +475,8 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
                 if axes.y
                 else "; no Y axis: dims split over Y stay whole"
             ),
+            "meshes": "manual and auto on Auto axes"
+            + (", explicit on the same devices with Explicit axes" if _has_explicit(result) else ""),
             "dims": f"I,J,K = {','.join(map(str, req.dims))}"
             + (f" x scales {', '.join(f'{s:g}' for s in req.scales)}" if req.scales else ""),
             "input": f"{req.dtype.name}, init {req.init}",
