@@ -333,7 +333,8 @@ BAD = [
     pytest.param(["--sizes", "0.3"], "not a whole number", id="scale-breaks-dims"),
     pytest.param(["--peak-tflops", "-1"], "--peak-tflops -1 is not valid", id="negative-peak"),
     pytest.param(["--iters", "0"], "--iters 0 is not valid", id="iters"),
-    pytest.param(["--case", "local,local"], "names a case twice", id="case-twice"),
+    pytest.param(["--case", "local,local"], "--case 'local,local' names 'local' twice", id="case-twice"),
+    pytest.param(["--impl", "auto,manual,auto"], "names 'auto' twice", id="impl-twice"),
     pytest.param(["--format", "xml"], "--format 'xml' is not valid", id="format"),
 ]
 

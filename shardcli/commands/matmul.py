@@ -12,34 +12,32 @@ from shardcli.matmuls import IMPLS, MATMUL_CASES
 from shardcli.specs import parse_dims, parse_dtype, parse_init, parse_mesh, parse_scales
 
 
-def parse_cases(text: str) -> tuple[str, ...]:
-    """`--case allreduce`, `--case allreduce,collective` or `--case all`."""
+def _parse_names(text: str, flag: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """A comma-separated list of distinct names from `choices`."""
     names = tuple(n.strip() for n in text.split(","))
-    if names == ("all",):
-        return names
     for name in names:
-        if name not in MATMUL_CASES:
-            raise ShardcliError(
-                f"--case {name!r} is not a matmul case; choose one of {', '.join(MATMUL_CASES)} or all"
-            )
-    if len(set(names)) != len(names):
-        raise ShardcliError(f"--case {text!r} names a case twice")
+        if name not in choices:
+            raise ShardcliError(f"{flag} {name!r} is not {what}; choose one of {', '.join(choices)} or all")
+    twice = [n for n in names if names.count(n) > 1]
+    if twice:
+        raise ShardcliError(f"{flag} {text!r} names {twice[0]!r} twice; give each once")
     return names
+
+
+def parse_cases(text: str) -> tuple[str, ...]:
+    """`--case allreduce`, `--case allreduce,collective` or `--case all` (kept as ("all",))."""
+    if text.strip() == "all":
+        return ("all",)
+    return _parse_names(text, "--case", tuple(MATMUL_CASES), "a matmul case")
 
 
 def parse_impls(text: str | None) -> tuple[str, ...] | None:
     """`--impl manual`, `--impl manual,auto` or `--impl all`; None keeps each case's default."""
     if text is None:
         return None
-    names = tuple(n.strip() for n in text.split(","))
-    if names == ("all",):
+    if text.strip() == "all":
         return IMPLS
-    for name in names:
-        if name not in IMPLS:
-            raise ShardcliError(f"--impl {name!r} is not valid; choose one of {', '.join(IMPLS)} or all")
-    if len(set(names)) != len(names):
-        raise ShardcliError(f"--impl {text!r} names an implementation twice")
-    return names
+    return _parse_names(text, "--impl", IMPLS, "valid")
 
 
 def _describe(done: int, total: int, label: str) -> str:
