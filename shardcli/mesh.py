@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 
 from shardcli.errors import ShardcliError
-from shardcli.specs import MeshSpec
+from shardcli.specs import MeshSpec, ShardingSpec
+
+
+def partition_spec(entries: tuple[tuple[str, ...], ...]) -> Any:
+    """`jax.sharding.PartitionSpec` of a spec held as plain data (mesh axes per array dim)."""
+    from jax.sharding import PartitionSpec
+
+    return PartitionSpec(*ShardingSpec(tuple(entries)).to_partition_spec_args())
 
 
 @dataclass(frozen=True)

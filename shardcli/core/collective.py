@@ -31,6 +31,7 @@ from shardcli.core.timing import Timing, compile_timed, summarize, time_iteratio
 from shardcli.core.verify import compare_exact, compare_within, sum_error_bound
 from shardcli.errors import ShardcliError
 from shardcli.layout import block_index
+from shardcli.mesh import partition_spec
 from shardcli.runtime import check_fits_in_memory, format_bytes
 from shardcli.specs import (
     ArraySpec,
@@ -354,17 +355,15 @@ def _shard_map_program(
     donate: bool,
 ) -> Any:
     import jax
-    from jax.sharding import PartitionSpec
-
-    def spec(entries: Entries) -> Any:
-        return PartitionSpec(*ShardingSpec(entries).to_partition_spec_args())
 
     params = request.params
 
     def body(x: Any) -> Any:
         return collective.body(x, params, n)
 
-    mapped = jax.shard_map(body, mesh=session.mesh, in_specs=spec(in_entries), out_specs=spec(out_entries))
+    mapped = jax.shard_map(
+        body, mesh=session.mesh, in_specs=partition_spec(in_entries), out_specs=partition_spec(out_entries)
+    )
     return jax.jit(mapped, donate_argnums=(0,) if donate else ())
 
 
@@ -402,7 +401,7 @@ def run_size(
 ) -> SizeRun:
     """Run one input size in the requested placements."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
+    from jax.sharding import NamedSharding
 
     mesh = request.mesh
     params = request.params
@@ -417,9 +416,7 @@ def run_size(
     host = _host_input(request, shape)
     coords_of = {c.device_id: dict(zip(mesh.axes, c.coords, strict=True)) for c in session.layout.cells}
     expected = _expected_outputs(collective, request, host, in_entries, n, coords_of)
-    in_sharding = NamedSharding(
-        session.mesh, PartitionSpec(*ShardingSpec(in_entries).to_partition_spec_args())
-    )
+    in_sharding = NamedSharding(session.mesh, partition_spec(in_entries))
     itemsize = host.dtype.itemsize
     bytes_per_device = math.prod(local) * itemsize
     factor = busbw_factor(collective, n)

@@ -36,8 +36,9 @@ from shardcli.matmuls import (
     operand_shape,
     partial_count,
 )
+from shardcli.mesh import partition_spec
 from shardcli.runtime import check_fits_in_memory
-from shardcli.specs import ArraySpec, DType, MeshSpec, RunOptions, ShardingSpec, scale_dims
+from shardcli.specs import ArraySpec, DType, MeshSpec, RunOptions, scale_dims
 
 DEFAULT_DIMS = (256, 512, 256)
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -275,12 +276,6 @@ def _reference(case: MatmulCase, hosts: list[np.ndarray]) -> tuple[np.ndarray, n
 # --- building the three implementations -----------------------------------------------------------
 
 
-def _pspec(entries: Entries) -> Any:
-    from jax.sharding import PartitionSpec
-
-    return PartitionSpec(*ShardingSpec(entries).to_partition_spec_args())
-
-
 def _matmul_fn(case: MatmulCase, out_spec: Any | None) -> Callable[..., Any]:
     import jax.numpy as jnp
 
@@ -306,23 +301,24 @@ def _build(
     if impl == "explicit":
         mesh = explicit_mesh
         args = tuple(
-            place_array(h, NamedSharding(mesh, _pspec(e))) for h, e in zip(hosts, in_entries, strict=True)
+            place_array(h, NamedSharding(mesh, partition_spec(e)))
+            for h, e in zip(hosts, in_entries, strict=True)
         )
         # The direct form of the illegal case has no out_sharding to give: that is the lesson.
-        return jax.jit(_matmul_fn(case, None if case.illegal else _pspec(out_entries))), args, mesh
+        return jax.jit(_matmul_fn(case, None if case.illegal else partition_spec(out_entries))), args, mesh
     mesh = session.mesh
-    shardings = [NamedSharding(mesh, _pspec(e)) for e in in_entries]
+    shardings = [NamedSharding(mesh, partition_spec(e)) for e in in_entries]
     args = tuple(place_array(h, s) for h, s in zip(hosts, shardings, strict=True))
     if impl == "auto":
         # For the illegal case leave the output to the compiler: it resolves the conflict itself.
-        out = None if case.illegal else NamedSharding(mesh, _pspec(out_entries))
+        out = None if case.illegal else NamedSharding(mesh, partition_spec(out_entries))
         return jax.jit(_matmul_fn(case, None), in_shardings=tuple(shardings), out_shardings=out), args, None
     assert case.manual is not None
     mapped = jax.shard_map(
         case.manual(axes),
         mesh=mesh,
-        in_specs=tuple(_pspec(e) for e in in_entries),
-        out_specs=_pspec(out_entries),
+        in_specs=tuple(partition_spec(e) for e in in_entries),
+        out_specs=partition_spec(out_entries),
     )
     return jax.jit(mapped), args, None
 
@@ -496,7 +492,7 @@ def run_case(
     )
 
 
-def skipped_case(case: MatmulCase, why: str, dims: tuple[int, int, int], axes: Axes, scale: float) -> CaseRun:
+def skipped_case(case: MatmulCase, why: str, dims: tuple[int, int, int], scale: float) -> CaseRun:
     return CaseRun(
         case=case,
         scale=scale,
@@ -592,7 +588,7 @@ def run_matmul(
         if progress is not None:
             progress(n, len(jobs), f"{case.name} {','.join(map(str, dims))}")
         if skipped:
-            runs.append(skipped_case(case, skipped, dims, plan.axes, scale))
+            runs.append(skipped_case(case, skipped, dims, scale))
             continue
         runs.append(
             run_case(

@@ -12,6 +12,7 @@ from shardcli.arrays import make_host_array, place_array
 from shardcli.core.session import Session, open_session
 from shardcli.errors import ShardcliError
 from shardcli.layout import Index, ShardingLayout, group_tiles, normalize_index
+from shardcli.mesh import partition_spec
 from shardcli.runtime import check_fits_in_memory
 from shardcli.specs import ArraySpec, MeshSpec, ShardingSpec, ShardRequest, check_sharding_fits
 
@@ -100,9 +101,9 @@ def run_shard(request: ShardRequest) -> ShardResult:
         what=f"--shape {'x'.join(map(str, request.array.shape))} {request.array.dtype.name}",
     )
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
+    from jax.sharding import NamedSharding
 
-    sharding = NamedSharding(session.mesh, PartitionSpec(*request.sharding.to_partition_spec_args()))
+    sharding = NamedSharding(session.mesh, partition_spec(request.sharding.entries))
     host = make_host_array(request.array)
     array = place_array(host, sharding)
     shape = request.array.shape

@@ -15,7 +15,7 @@ from shardcli.core.collective import CollectiveResult, PlacementRun, SizeRun
 from shardcli.render import human, jsonout
 from shardcli.render.console import make_console
 from shardcli.runtime import format_bytes
-from shardcli.specs import RunOptions, ShardingSpec, format_size
+from shardcli.specs import RunOptions, format_size
 
 FORMATS = ("table", "json", "csv")
 
@@ -31,36 +31,14 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
 
 
-def _entries_text(entries: tuple) -> str:
-    return ShardingSpec(tuple(entries)).describe() if any(entries) else "P() (replicated)"
-
-
-def _layout_for(shape: tuple[int, ...], entries: tuple, result: CollectiveResult) -> Any:
-    """Tiles of an array of `shape` laid out by `entries` on this mesh (pure spec math)."""
-    return human.spec_tiles(shape, entries, result.session)
-
-
 # --- JSON -----------------------------------------------------------------------------------------
-
-
-def _timing_json(run: PlacementRun) -> dict[str, Any] | None:
-    if run.timing is None:
-        return None
-    s = run.timing.stats
-    return {
-        "compile_s": run.timing.compile_s,
-        "warmup": run.timing.warmup,
-        "samples_s": list(run.timing.samples),
-        "stats_s": {"min": s.min, "p50": s.p50, "p90": s.p90, "max": s.max, "mean": s.mean, "stdev": s.stdev},
-        "blocking": "each iteration waits for its result (block_until_ready)",
-    }
 
 
 def _placement_json(run: PlacementRun) -> dict[str, Any]:
     return {
         "placement": run.placement,
         "not_run": run.not_run,
-        "timing": _timing_json(run),
+        "timing": jsonout.timing_json(run.timing),
         "algbw_gbps": run.algbw,
         "busbw_gbps": run.busbw,
         "wrong": run.wrong,
@@ -335,7 +313,7 @@ def render_collective(result: CollectiveResult, options: RunOptions) -> None:
                     + (f"; {', '.join(others)} stay(s) independent" if others else ""),
                     "input": f"{req.dtype.name}, "
                     + ("--values" if req.values is not None else f"init {req.init}")
-                    + f", spec {_entries_text(first.in_entries)}",
+                    + f", spec {human.spec_text(first.in_entries)}",
                     "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed "
                     "iterations, each blocked until ready",
                     "verify": first.tolerance,
@@ -346,13 +324,18 @@ def render_collective(result: CollectiveResult, options: RunOptions) -> None:
         if not options.quiet:
             human.section(
                 console,
-                f"input sharding: global {first.global_shape}, spec {_entries_text(first.in_entries)}",
-                human.sharding_picture(_layout_for(first.global_shape, first.in_entries, result)),
+                f"input sharding: global {first.global_shape}, spec {human.spec_text(first.in_entries)}",
+                human.sharding_picture(
+                    human.spec_tiles(first.global_shape, first.in_entries, result.session)
+                ),
             )
             human.section(
                 console,
-                f"output sharding: global {first.out_global_shape}, spec {_entries_text(first.out_entries)}",
-                human.sharding_picture(_layout_for(first.out_global_shape, first.out_entries, result)),
+                f"output sharding: global {first.out_global_shape}, "
+                f"spec {human.spec_text(first.out_entries)}",
+                human.sharding_picture(
+                    human.spec_tiles(first.out_global_shape, first.out_entries, result.session)
+                ),
             )
             if first.global_input is not None:
                 human.section(console, "BEFORE and AFTER (per device)", blocks_table(first, result))

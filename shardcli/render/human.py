@@ -17,6 +17,7 @@ from shardcli import __version__
 from shardcli.core.session import Session
 from shardcli.layout import GridView, ShardingLayout, format_index, grid_views, spec_layout
 from shardcli.mesh import MeshLayout
+from shardcli.specs import ShardingSpec
 
 
 def coords_text(axes: tuple[str, ...], coords: tuple[int, ...]) -> str:
@@ -109,6 +110,15 @@ def sharding_picture(layout: ShardingLayout, view_dims: tuple[int, int] | None =
     )
     body = Columns(tables) if len(tables) > 1 else tables[0]
     return Group(body, caption)
+
+
+def spec_text(entries: tuple | None) -> str:
+    """A spec in the user's spelling (`data,None`); `P() (replicated)` when no dim is split."""
+    if entries is None:
+        return "-"
+    if not any(entries):
+        return "P() (replicated)"
+    return ShardingSpec(tuple(entries)).describe()
 
 
 def spec_tiles(shape: tuple[int, ...], entries: tuple, session: Session) -> ShardingLayout:

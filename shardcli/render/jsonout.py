@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from shardcli.core.session import Session
+from shardcli.core.timing import Timing
 from shardcli.layout import Index
 from shardcli.mesh import MeshLayout
 
@@ -23,6 +24,20 @@ def values_json(values: np.ndarray | None) -> Any:
     if arr.dtype.kind == "V" or arr.dtype.name == "bfloat16" or arr.dtype.kind == "f":
         return arr.astype(np.float64).tolist()
     return arr.tolist()
+
+
+def timing_json(timing: Timing | None) -> dict[str, Any] | None:
+    """Compile time, the raw per-iteration samples and their stats, in seconds."""
+    if timing is None:
+        return None
+    s = timing.stats
+    return {
+        "compile_s": timing.compile_s,
+        "warmup": timing.warmup,
+        "samples_s": list(timing.samples),
+        "stats_s": {"min": s.min, "p50": s.p50, "p90": s.p90, "max": s.max, "mean": s.mean, "stdev": s.stdev},
+        "blocking": "each iteration waits for its result (block_until_ready)",
+    }
 
 
 def index_json(index: Index) -> list[list[int]]:

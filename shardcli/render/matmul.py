@@ -16,7 +16,7 @@ from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
 from shardcli.render.console import make_console
 from shardcli.runtime import format_bytes
-from shardcli.specs import RunOptions, ShardingSpec
+from shardcli.specs import RunOptions
 
 FORMATS = ("table", "json", "csv")
 
@@ -39,14 +39,6 @@ def format_seconds(value: float | None) -> str:
     if value >= 1e-3:
         return f"{value * 1e3:.3g} ms"
     return f"{value * 1e6:.3g} us"
-
-
-def spec_text(entries: tuple | None) -> str:
-    if entries is None:
-        return "-"
-    if not any(entries):
-        return "P() (replicated)"
-    return ShardingSpec(tuple(entries)).describe()
 
 
 def hlo_text(run: ImplRun, with_bytes: bool = False) -> str:
@@ -113,22 +105,6 @@ def _model_json(model: CostEstimate | None) -> dict[str, Any] | None:
 
 
 def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
-    timing = None
-    if run.timing is not None:
-        s = run.timing.stats
-        timing = {
-            "compile_s": run.timing.compile_s,
-            "warmup": run.timing.warmup,
-            "samples_s": list(run.timing.samples),
-            "stats_s": {
-                "min": s.min,
-                "p50": s.p50,
-                "p90": s.p90,
-                "max": s.max,
-                "mean": s.mean,
-                "stdev": s.stdev,
-            },
-        }
     return {
         "impl": run.impl,
         "status": run.status,
@@ -137,7 +113,7 @@ def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
         "out_spec": None if run.out_entries is None else [list(e) if e else None for e in run.out_entries],
         "hlo_collectives": [{"op": h.op, "count": h.count, "result_bytes": h.result_bytes} for h in run.hlo],
         "xla_cost": {"flops_per_device": run.xla_flops, "bytes_accessed_per_device": run.xla_bytes},
-        "timing": timing,
+        "timing": jsonout.timing_json(run.timing),
         "achieved_flop_per_s": run.achieved_flops,
         "achieved_flop_per_s_per_device": None
         if run.achieved_flops is None
@@ -301,7 +277,7 @@ def compiled_table(run: CaseRun) -> Table:
         table.add_row(
             i.impl,
             status_text(i),
-            spec_text(i.out_entries),
+            human.spec_text(i.out_entries),
             hlo_text(i, with_bytes=True),
             format_flops(i.xla_flops, "") if i.xla_flops is not None else "-",
             format_bytes(i.xla_bytes) if i.xla_bytes is not None else "-",
@@ -496,7 +472,7 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
                     continue  # no device holds this layout: that is the point of the case
                 human.section(
                     console,
-                    f"{layout.name}: global {layout.shape}, spec {spec_text(layout.entries)}, "
+                    f"{layout.name}: global {layout.shape}, spec {human.spec_text(layout.entries)}, "
                     f"local {layout.local_shape}",
                     human.sharding_picture(human.spec_tiles(layout.shape, layout.entries, result.session)),
                 )
