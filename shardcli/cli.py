@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from shardcli import __version__
 from shardcli.commands import collective as collective_cmd
+from shardcli.commands import launch as launch_cmd
 from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
 from shardcli.commands import shard as shard_cmd
@@ -99,6 +100,8 @@ app.command("mesh")(mesh_cmd.mesh)
 app.command("shard")(shard_cmd.shard)
 app.command("collective")(collective_cmd.collective)
 app.command("matmul")(matmul_cmd.matmul)
+# Everything from the command's first word on belongs to the command each process runs.
+app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmd.launch)
 
 
 def main() -> None:

@@ -71,11 +71,20 @@ def build_mesh(spec: MeshSpec, devices: list[Any] | None = None, mode: str = "au
             f"{len(devices)} are available; use a smaller mesh"
         )
     axis_type = AxisType.Explicit if mode == "explicit" else AxisType.Auto
+    devices = list(devices[: spec.size])
+    if len({d.process_index for d in devices}) > 1:
+        # Keep the given order (process by process) so the leading axes span processes;
+        # make_mesh may reorder devices for a single host's topology.
+        return jax.sharding.Mesh(
+            np.asarray(devices, dtype=object).reshape(spec.shape),
+            spec.axes,
+            axis_types=(axis_type,) * len(spec.axes),
+        )
     return jax.make_mesh(
         spec.shape,
         spec.axes,
         axis_types=(axis_type,) * len(spec.axes),
-        devices=list(devices[: spec.size]),
+        devices=devices,
     )
 
 

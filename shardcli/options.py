@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from shardcli.specs import FORMATS, MODES, PLATFORMS, RunOptions, parse_choice
+from shardcli.specs import (
+    FORMATS,
+    MODES,
+    PLATFORMS,
+    PROCESS_TIMINGS,
+    RunOptions,
+    parse_choice,
+    parse_distributed,
+)
 
 Mesh = Annotated[str, typer.Option("--mesh", "-m", help="Mesh shape: 8, 2x4 or 2x2x2 ('x'-separated sizes).")]
 Axes = Annotated[
@@ -24,7 +32,9 @@ Devices = Annotated[
     int | None,
     typer.Option(
         "--devices",
-        help="Devices the process starts with (on CPU: how many to fake). \\[default: the mesh size]",
+        help="Devices the process starts with (on CPU: how many to fake). \\[default: the mesh size, "
+        "or its share per process]",
+        envvar="SHARDCLI_DEVICES",
     ),
 ]
 Mode = Annotated[
@@ -37,6 +47,69 @@ Format = Annotated[str, typer.Option("--format", "-f", help="table (for people) 
 NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text; NO_COLOR is honoured too.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the results: no header, no pictures.")]
 
+_CLUSTER = "Multi-process (jax.distributed; see also shardcli launch)"
+Coordinator = Annotated[
+    str | None,
+    typer.Option(
+        "--coordinator",
+        help="HOST:PORT of process 0, where JAX's coordination service listens.",
+        envvar="SHARDCLI_COORDINATOR",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+NumProcesses = Annotated[
+    int | None,
+    typer.Option(
+        "--num-processes",
+        help="How many processes take part.",
+        envvar="SHARDCLI_NUM_PROCESSES",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+ProcessId = Annotated[
+    int | None,
+    typer.Option(
+        "--process-id",
+        help="This process's index, 0 to N-1.",
+        envvar="SHARDCLI_PROCESS_ID",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+Distributed = Annotated[
+    str,
+    typer.Option(
+        "--distributed",
+        help="off, or auto: jax.distributed.initialize() with no arguments (SLURM, Open MPI, TPU pods).",
+        envvar="SHARDCLI_DISTRIBUTED",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+JoinTimeout = Annotated[
+    int,
+    typer.Option(
+        "--join-timeout",
+        help="Seconds to wait for the coordinator and every process to join.",
+        envvar="SHARDCLI_JOIN_TIMEOUT",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+AllProcesses = Annotated[
+    bool,
+    typer.Option(
+        "--all-processes",
+        help="Every process prints its own report. \\[default: only process 0 prints]",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+ProcessTiming = Annotated[
+    str,
+    typer.Option(
+        "--process-timing",
+        help="Timing shown for several processes: max or avg over processes, per iteration.",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+
 
 def run_options(
     platform: str,
@@ -46,6 +119,14 @@ def run_options(
     no_color: bool,
     quiet: bool,
     formats: tuple[str, ...] = FORMATS,
+    *,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    distributed: str = "off",
+    join_timeout: int = 300,
+    all_processes: bool = False,
+    process_timing: str = "max",
 ) -> RunOptions:
     """Validate the shared options into a RunOptions."""
     return RunOptions(
@@ -55,4 +136,7 @@ def run_options(
         format=parse_choice(format, "--format", formats),
         color=not no_color,
         quiet=quiet,
+        distributed=parse_distributed(coordinator, num_processes, process_id, distributed, join_timeout),
+        all_processes=all_processes,
+        process_timing=parse_choice(process_timing, "--process-timing", PROCESS_TIMINGS),
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardcli.errors import ShardcliError
-from shardcli.specs import MAX_FAKE_DEVICES, RunOptions
+from shardcli.specs import MAX_FAKE_DEVICES, DistributedSpec, RunOptions
 
 ACCELERATORS = ("gpu", "tpu")
 
@@ -30,14 +30,20 @@ class RuntimeInfo:
     process_count: int
     process_index: int
     jax_version: str
+    distributed: DistributedSpec | None = None
+    process_timing: str = "max"  # several processes: timings shown are the max or avg per iteration
 
     def describe_devices(self) -> str:
-        """`8 faked CPU devices` / `4 of 8 real GPU devices`."""
+        """`8 faked CPU devices` / `4 of 8 real GPU devices` / `... in 2 processes, 4 each`."""
         what = "faked" if self.faked else "real"
         name = self.platform.upper()
         if self.device_count == self.devices_present:
-            return f"{self.device_count} {what} {name} device{'s' * (self.device_count != 1)}"
-        return f"{self.device_count} of {self.devices_present} {what} {name} devices"
+            text = f"{self.device_count} {what} {name} device{'s' * (self.device_count != 1)}"
+        else:
+            text = f"{self.device_count} of {self.devices_present} {what} {name} devices"
+        if self.process_count > 1:
+            text += f" in {self.process_count} processes, {self.device_count // self.process_count} each"
+        return text
 
 
 def _backends_started() -> bool:
@@ -63,12 +69,143 @@ def _check_fake_count(count: int) -> None:
         )
 
 
+def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
+    """Join a multi-process run with `jax.distributed.initialize`, once per process.
+
+    Must run before JAX's backends start. On CPU the processes talk through gloo. Native libraries
+    (gloo) write chatter to file descriptor 1, so from here on that goes to stderr while Python's
+    `sys.stdout` keeps the real stdout: JSON and reports stay clean.
+
+    Returns:
+        (number of processes, this process's index).
+
+    Raises:
+        ShardcliError: JAX could not join the cluster.
+    """
+    import jax
+    from jax._src import distributed as jax_distributed
+
+    state = jax_distributed.global_state
+    if state.client is None:
+        if _backends_started():
+            raise ShardcliError(
+                "a multi-process run must join the cluster before JAX starts, but JAX is already "
+                "running in this process; run shardcli in a fresh process"
+            )
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        _route_native_stdout_to_stderr()
+        if not spec.auto and spec.process_id != 0:
+            _wait_for_coordinator(spec)
+        try:
+            if spec.auto:
+                jax.distributed.initialize(initialization_timeout=spec.join_timeout_s)
+            else:
+                jax.distributed.initialize(
+                    spec.coordinator,
+                    num_processes=spec.num_processes,
+                    process_id=spec.process_id,
+                    initialization_timeout=spec.join_timeout_s,
+                )
+        except (RuntimeError, ValueError) as error:
+            first = (
+                str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
+            )
+            if spec.auto:
+                raise ShardcliError(
+                    f"--distributed auto found no cluster JAX can detect ({first}); run it under SLURM, "
+                    f"Open MPI or on a TPU pod, or give --coordinator --num-processes --process-id"
+                ) from error
+            raise ShardcliError(
+                f"could not join the multi-process run as {spec.describe()}: {first}; check the "
+                f"coordinator address and that every process started"
+            ) from error
+    count, index = int(state.num_processes), int(state.process_id)
+    if not spec.auto and (count, index) != (spec.num_processes, spec.process_id):
+        raise ShardcliError(
+            f"this process already joined a run as process {index} of {count}, not {spec.describe()}"
+        )
+    return count, index
+
+
+def _wait_for_coordinator(spec: DistributedSpec) -> None:
+    """Wait until process 0's coordinator accepts connections, or fail with one line.
+
+    JAX itself would wait `initialization_timeout` and then abort the process with a C++ stack
+    trace; a plain TCP connect tells a wrong address or a missing process 0 apart cleanly.
+    """
+    import socket
+    import time
+
+    assert spec.coordinator is not None
+    host, _, port = spec.coordinator.rpartition(":")
+    host = host.strip("[]")
+    deadline = time.monotonic() + spec.join_timeout_s
+    last = ""
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return
+        except OSError as error:
+            last = error.strerror or type(error).__name__
+        if time.monotonic() >= deadline:
+            raise ShardcliError(
+                f"no coordinator answered at {spec.coordinator} within --join-timeout "
+                f"{spec.join_timeout_s} s ({last}); start process 0 there, or check --coordinator"
+            )
+        time.sleep(0.25)
+
+
+def _route_native_stdout_to_stderr() -> None:
+    import sys
+
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(real_stdout, "w", buffering=1, encoding=sys.stdout.encoding or "utf-8")
+
+
+def _per_process(needed: int, processes: int) -> int:
+    if needed % processes:
+        raise ShardcliError(
+            f"the mesh's {needed} devices do not split evenly over {processes} processes; use a "
+            f"mesh whose size is a multiple of {processes}"
+        )
+    return needed // processes
+
+
+def pick_devices(present: list[Any], needed: int, processes: int) -> list[Any]:
+    """The mesh's devices: the first `needed`, or with several processes the same share of each.
+
+    Devices come in process order, so the mesh's leading axes span processes (hosts outside,
+    each host's devices inside).
+
+    Raises:
+        ShardcliError: a process has fewer devices than its share.
+    """
+    if processes == 1:
+        return present[:needed]
+    share = _per_process(needed, processes)
+    by_process: dict[int, list[Any]] = {}
+    for device in present:
+        by_process.setdefault(int(device.process_index), []).append(device)
+    picked = []
+    for index in range(processes):
+        mine = by_process.get(index, [])
+        if len(mine) < share:
+            raise ShardcliError(
+                f"the mesh needs {share} devices from each of {processes} processes but process "
+                f"{index} has {len(mine)}; use a smaller mesh or more devices per process"
+            )
+        picked.extend(mine[:share])
+    return picked
+
+
 def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tuple[RuntimeInfo, list]:
     """Start JAX with at least `needed` devices of the requested platform.
 
     Args:
-        needed: devices the mesh needs.
-        options: the shared run options (platform, devices).
+        needed: devices the mesh needs (in all processes together).
+        options: the shared run options (platform, devices, the multi-process run to join).
         x64: enable 64-bit dtypes.
 
     Returns:
@@ -81,16 +218,22 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
 
     platform = options.platform
     requested = options.devices
+    processes = 1
+    if options.distributed is not None:
+        processes, _ = join_cluster(options.distributed)
+    share = _per_process(needed, processes)
+    each = " per process" if processes > 1 else ""
+    here = "this process" if processes > 1 else "this machine"
     if requested is not None:
         if requested < 1:
             raise ShardcliError(f"--devices {requested} is not valid; give a positive device count")
-        if requested < needed:
+        if requested < share:
             raise ShardcliError(
-                f"the mesh needs {needed} devices but --devices is {requested}; use --devices "
-                f"{needed} or a smaller mesh"
+                f"the mesh needs {share} devices{each} but --devices is {requested}; use --devices "
+                f"{share} or a smaller mesh"
             )
     started = _backends_started()
-    fake_count = requested or needed
+    fake_count = requested or share
     if not started:
         if platform == "cpu":
             _check_fake_count(fake_count)
@@ -116,40 +259,59 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
                 f"--platform {platform} was asked for but this machine has no {platform.upper()} "
                 f"devices JAX can use; use --platform cpu to fake devices on the CPU"
             )
-        enough = len(accel) >= (requested or needed)
+        local = [d for d in accel if d.process_index == jax.process_index()]
+        enough = len(local) >= (requested or share)
         if accel_platform is not None and not enough:
             raise ShardcliError(
-                f"the mesh needs {requested or needed} {platform.upper()} devices but this machine "
-                f"has {len(accel)}; use a smaller mesh or --platform cpu to fake them"
+                f"the mesh needs {requested or share} {platform.upper()} devices{each} but {here} "
+                f"has {len(local)}; use a smaller mesh or --platform cpu to fake them"
             )
         if accel and enough:
-            count = requested or len(accel)
-            return _info(accel[0].platform, accel[:count], needed, faked=False, note=None), accel[:needed]
+            present = accel if requested is None else _first_of_each(accel, requested)
+            return (
+                _info(accel[0].platform, present, needed, faked=False, note=None, options=options),
+                pick_devices(accel, needed, processes),
+            )
         if accel:
             note = (
-                f"auto: this machine has {len(accel)} {accel[0].platform.upper()} device(s), fewer "
-                f"than the {needed} the mesh needs, so the CPU fakes them"
+                f"auto: {here} has {len(local)} {accel[0].platform.upper()} device(s), fewer "
+                f"than the {share} the mesh needs{each}, so the CPU fakes them"
             )
 
     cpu = list(jax.devices("cpu"))
-    if len(cpu) < needed:
+    local_cpu = [d for d in cpu if d.process_index == jax.process_index()]
+    if len(local_cpu) < share:
         raise ShardcliError(
-            f"the mesh needs {needed} devices but JAX was already started in this process with "
-            f"{len(cpu)} CPU devices (the count is fixed at start-up); use a mesh of at most "
-            f"{len(cpu)} devices or run shardcli in a fresh process"
+            f"the mesh needs {share} devices{each} but JAX was already started in this process with "
+            f"{len(local_cpu)} CPU devices (the count is fixed at start-up); use a mesh of at most "
+            f"{len(local_cpu) * processes} devices or run shardcli in a fresh process"
         )
-    if started and requested is not None and len(cpu) != requested:
+    if started and requested is not None and len(local_cpu) != requested:
         note = (
-            f"JAX was already started in this process with {len(cpu)} CPU devices; "
-            f"--devices {requested} cannot change that, the mesh uses the first {needed}"
+            f"JAX was already started in this process with {len(local_cpu)} CPU devices; "
+            f"--devices {requested} cannot change that, the mesh uses the first {share}"
         )
-    elif started and len(cpu) != needed and note is None:
-        note = f"JAX was already started with {len(cpu)} CPU devices; the mesh uses the first {needed}"
-    info = _info("cpu", cpu, needed, faked=len(cpu) > 1, note=note)
-    return info, cpu[:needed]
+    elif started and len(local_cpu) != share and note is None:
+        note = f"JAX was already started with {len(local_cpu)} CPU devices; the mesh uses the first {share}"
+    info = _info("cpu", cpu, needed, faked=len(local_cpu) > 1, note=note, options=options)
+    return info, pick_devices(cpu, needed, processes)
 
 
-def _info(platform: str, present: list, needed: int, *, faked: bool, note: str | None) -> RuntimeInfo:
+def _first_of_each(devices: list[Any], count: int) -> list[Any]:
+    """The first `count` devices of every process (what --devices limits a process to)."""
+    seen: dict[int, int] = {}
+    out = []
+    for device in devices:
+        k = int(device.process_index)
+        if seen.get(k, 0) < count:
+            seen[k] = seen.get(k, 0) + 1
+            out.append(device)
+    return out
+
+
+def _info(
+    platform: str, present: list, needed: int, *, faked: bool, note: str | None, options: RunOptions
+) -> RuntimeInfo:
     import jax
 
     return RuntimeInfo(
@@ -162,6 +324,8 @@ def _info(platform: str, present: list, needed: int, *, faked: bool, note: str |
         process_count=jax.process_count(),
         process_index=jax.process_index(),
         jax_version=jax.__version__,
+        distributed=options.distributed,
+        process_timing=options.process_timing,
     )
 
 

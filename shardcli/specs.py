@@ -17,6 +17,7 @@ DEFAULT_AXIS_NAMES = ("x", "y", "z", "w")
 PLATFORMS = ("auto", "cpu", "gpu", "tpu")
 MODES = ("auto", "explicit")
 FORMATS = ("table", "json")
+PROCESS_TIMINGS = ("max", "avg")
 # Faking more CPU devices than this in one process is slow to start and never what a learner meant.
 MAX_FAKE_DEVICES = 512
 RESERVED_SPEC_WORDS = ("None", "_")
@@ -108,15 +109,50 @@ class ShardingSpec:
 
 
 @dataclass(frozen=True)
+class DistributedSpec:
+    """How this process joins a multi-process run (`jax.distributed.initialize`).
+
+    `auto` calls it with no arguments so JAX detects SLURM, Open MPI or a TPU pod; otherwise all
+    three of coordinator, num_processes and process_id are set.
+    """
+
+    coordinator: str | None = None  # HOST:PORT of process 0's coordination service
+    num_processes: int | None = None
+    process_id: int | None = None
+    join_timeout_s: int = 300  # how long to wait for the coordinator and the other processes
+
+    @property
+    def auto(self) -> bool:
+        return self.coordinator is None
+
+    def describe(self) -> str:
+        if self.auto:
+            return "jax.distributed.initialize() (cluster detected by JAX)"
+        return f"process {self.process_id} of {self.num_processes}, coordinator {self.coordinator}"
+
+
+@dataclass(frozen=True)
 class RunOptions:
     """Options every device command shares."""
 
     platform: str = "auto"
-    devices: int | None = None
+    devices: int | None = None  # on a multi-process run: this process's devices
     mode: str = "auto"
     format: str = "table"
     color: bool = True
     quiet: bool = False
+    distributed: DistributedSpec | None = None  # None: a single process
+    all_processes: bool = False  # every process prints its report, not only process 0
+    process_timing: str = "max"  # how per-process timings combine: max or avg per iteration
+
+    @property
+    def shows_progress(self) -> bool:
+        """A progress bar is for people: table format, not --quiet, and only the reporting process."""
+        if self.format != "table" or self.quiet:
+            return False
+        if self.distributed is None or self.all_processes:
+            return True
+        return self.distributed.process_id == 0  # unknown (None) under --distributed auto: off
 
 
 @dataclass(frozen=True)
@@ -467,3 +503,64 @@ def scale_dims(dims: tuple[int, int, int], scale: float, flag: str = "--sizes") 
             )
         out.append(int(round(value)))
     return out[0], out[1], out[2]
+
+
+_HOST_PORT_RE = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})$")
+DISTRIBUTED_MODES = ("off", "auto")
+
+
+def parse_distributed(
+    coordinator: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+    distributed: str,
+    join_timeout: int = 300,
+) -> DistributedSpec | None:
+    """`--coordinator HOST:PORT --num-processes N --process-id K`, or `--distributed auto`.
+
+    Returns:
+        None for a single-process run.
+
+    Raises:
+        ShardcliError: a partial or inconsistent set of flags.
+    """
+    mode = parse_choice(distributed, "--distributed", DISTRIBUTED_MODES)
+    if join_timeout < 1:
+        raise ShardcliError(f"--join-timeout {join_timeout} is not valid; give at least 1 second")
+    given = {
+        "--coordinator": coordinator,
+        "--num-processes": num_processes,
+        "--process-id": process_id,
+    }
+    named = [flag for flag, value in given.items() if value is not None]
+    if mode == "auto":
+        if named:
+            raise ShardcliError(
+                f"--distributed auto lets JAX detect the cluster, so {' and '.join(named)} cannot be "
+                f"given with it; use one or the other"
+            )
+        return DistributedSpec(join_timeout_s=join_timeout)
+    if not named:
+        return None
+    missing = [flag for flag, value in given.items() if value is None]
+    if missing:
+        raise ShardcliError(
+            f"{' and '.join(named)} also need{'s' * (len(named) == 1)} {' and '.join(missing)}: a "
+            f"multi-process run takes --coordinator HOST:PORT --num-processes N --process-id K "
+            f"(or --distributed auto)"
+        )
+    assert coordinator is not None and num_processes is not None and process_id is not None
+    match = _HOST_PORT_RE.match(coordinator.strip())
+    if not match or not 1 <= int(match.group(2)) <= 65535:
+        raise ShardcliError(
+            f"--coordinator {coordinator!r} is not HOST:PORT; give e.g. 10.0.0.1:1234 or "
+            f"localhost:1234 (port 1-65535)"
+        )
+    if num_processes < 1:
+        raise ShardcliError(f"--num-processes {num_processes} is not valid; give at least 1")
+    if not 0 <= process_id < num_processes:
+        raise ShardcliError(
+            f"--process-id {process_id} is not valid for --num-processes {num_processes}; "
+            f"give 0 to {num_processes - 1}"
+        )
+    return DistributedSpec(coordinator.strip(), num_processes, process_id, join_timeout)

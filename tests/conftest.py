@@ -36,6 +36,11 @@ _ENV_TO_CLEAR = (
     "NO_COLOR",
     "FORCE_COLOR",
     "SHARDCLI_TRACEBACK",
+    "SHARDCLI_COORDINATOR",
+    "SHARDCLI_NUM_PROCESSES",
+    "SHARDCLI_PROCESS_ID",
+    "SHARDCLI_DISTRIBUTED",
+    "SHARDCLI_DEVICES",
 )
 
 RunCli = Callable[..., Result]
@@ -57,17 +62,28 @@ def cli() -> RunCli:
     return run
 
 
-def run_python(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run `python ARGS` in a fresh interpreter with a clean JAX environment."""
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without the variables that change how JAX or shardcli start."""
     env = {k: v for k, v in os.environ.items() if k not in _ENV_TO_CLEAR}
+    env.update(extra or {})
+    return env
+
+
+def run_python(
+    *args: str, timeout: float = 60, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python ARGS` in a fresh interpreter with a clean JAX environment (plus `env`)."""
+    env = clean_env(env)
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
     )
 
 
-def run_shardcli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_shardcli(
+    *args: str, timeout: float = 60, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `python -m shardcli ARGS` in a fresh process (the real device start-up path)."""
-    return run_python("-m", "shardcli", *args, timeout=timeout)
+    return run_python("-m", "shardcli", *args, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="session")

@@ -421,6 +421,8 @@ RUNTIME_KEYS = {
     "note",
     "process_count",
     "process_index",
+    "distributed",
+    "process_timing",
     "jax_version",
 }
 MESH_KEYS = {"shape", "axes", "axis_types", "mode", "devices"}

@@ -372,7 +372,16 @@ def test_json_contract():
         "aliased",
         "hlo_collectives",
     }
-    assert set(out["timing"]) == {"compile_s", "warmup", "samples_s", "stats_s", "blocking"}
+    assert set(out["timing"]) == {
+        "compile_s",
+        "warmup",
+        "samples_s",
+        "stats_s",
+        "blocking",
+        "across_processes",
+        "processes",
+    }
+    assert out["timing"]["processes"] is None  # one process
     assert set(out["timing"]["stats_s"]) == {"min", "p50", "p90", "max", "mean", "stdev"}
     assert len(out["timing"]["samples_s"]) == 2
     assert inplace["not_run"] and inplace["timing"] is None

@@ -133,11 +133,33 @@ def collective(
     format: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    coordinator: opt.Coordinator = None,
+    num_processes: opt.NumProcesses = None,
+    process_id: opt.ProcessId = None,
+    distributed: opt.Distributed = "off",
+    join_timeout: opt.JoinTimeout = 300,
+    all_processes: opt.AllProcesses = False,
+    process_timing: opt.ProcessTiming = "max",
 ) -> None:
     from shardcli.core.collective import CollectiveRequest
     from shardcli.render.collective import FORMATS
 
-    options = opt.run_options(platform, devices, mode, format, no_color, quiet, formats=FORMATS)
+    options = opt.run_options(
+        platform,
+        devices,
+        mode,
+        format,
+        no_color,
+        quiet,
+        formats=FORMATS,
+        coordinator=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        distributed=distributed,
+        join_timeout=join_timeout,
+        all_processes=all_processes,
+        process_timing=process_timing,
+    )
     mesh_spec = parse_mesh(mesh, axes)
     given = {"--shape": shape, "--size": size, "--sizes": sizes, "--values": values}
     chosen = [flag for flag, value in given.items() if value is not None]
@@ -183,7 +205,7 @@ def collective(
     from shardcli.render.collective import render_collective
     from shardcli.render.progress import progress_bar
 
-    with progress_bar(options.format == "table" and not options.quiet, _describe_size) as update:
+    with progress_bar(options.shows_progress, _describe_size) as update:
         result = run_collective(request, progress=update)
     render_collective(result, options)
     failed = result.wrong or result.below_min_busbw

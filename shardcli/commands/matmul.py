@@ -101,10 +101,32 @@ def matmul(
     format: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    coordinator: opt.Coordinator = None,
+    num_processes: opt.NumProcesses = None,
+    process_id: opt.ProcessId = None,
+    distributed: opt.Distributed = "off",
+    join_timeout: opt.JoinTimeout = 300,
+    all_processes: opt.AllProcesses = False,
+    process_timing: opt.ProcessTiming = "max",
 ) -> None:
     from shardcli.render.matmul import FORMATS
 
-    options = opt.run_options(platform, devices, "auto", format, no_color, quiet, formats=FORMATS)
+    options = opt.run_options(
+        platform,
+        devices,
+        "auto",
+        format,
+        no_color,
+        quiet,
+        formats=FORMATS,
+        coordinator=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        distributed=distributed,
+        join_timeout=join_timeout,
+        all_processes=all_processes,
+        process_timing=process_timing,
+    )
     from shardcli.core.matmul import MatmulRequest
 
     request = MatmulRequest(
@@ -125,7 +147,7 @@ def matmul(
     from shardcli.render.matmul import render_matmul
     from shardcli.render.progress import progress_bar
 
-    with progress_bar(options.format == "table" and not options.quiet, _describe) as update:
+    with progress_bar(options.shows_progress, _describe) as update:
         result = run_matmul(request, progress=update)
     render_matmul(result, options)
     raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong else ExitCode.OK)

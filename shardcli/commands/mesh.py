@@ -17,12 +17,33 @@ def mesh(
     format: opt.Format = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    coordinator: opt.Coordinator = None,
+    num_processes: opt.NumProcesses = None,
+    process_id: opt.ProcessId = None,
+    distributed: opt.Distributed = "off",
+    join_timeout: opt.JoinTimeout = 300,
+    all_processes: opt.AllProcesses = False,
+    process_timing: opt.ProcessTiming = "max",
 ) -> None:
     """Show a device mesh: each device's id, mesh coordinates and process.
 
     Example: shardcli mesh --mesh 2x4 --axes data,model
     """
-    options = opt.run_options(platform, devices, mode, format, no_color, quiet)
+    options = opt.run_options(
+        platform,
+        devices,
+        mode,
+        format,
+        no_color,
+        quiet,
+        coordinator=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        distributed=distributed,
+        join_timeout=join_timeout,
+        all_processes=all_processes,
+        process_timing=process_timing,
+    )
     spec = parse_mesh(mesh, axes)
 
     from shardcli.core.session import open_session

@@ -55,12 +55,33 @@ def shard(
     format: opt.Format = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    coordinator: opt.Coordinator = None,
+    num_processes: opt.NumProcesses = None,
+    process_id: opt.ProcessId = None,
+    distributed: opt.Distributed = "off",
+    join_timeout: opt.JoinTimeout = 300,
+    all_processes: opt.AllProcesses = False,
+    process_timing: opt.ProcessTiming = "max",
 ) -> None:
     """Place an array on the mesh with a PartitionSpec and show which device holds what.
 
     Example: shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model
     """
-    options = opt.run_options(platform, devices, mode, format, no_color, quiet)
+    options = opt.run_options(
+        platform,
+        devices,
+        mode,
+        format,
+        no_color,
+        quiet,
+        coordinator=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        distributed=distributed,
+        join_timeout=join_timeout,
+        all_processes=all_processes,
+        process_timing=process_timing,
+    )
     mesh_spec = parse_mesh(mesh, axes)
     array_shape = parse_shape(shape)
     request = ShardRequest(

@@ -26,6 +26,7 @@ from shardcli.collectives import (
     in_place_possible,
 )
 from shardcli.core.hlo import HloCollective, find_collectives
+from shardcli.core.processes import combine_check, combine_timing
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
 from shardcli.core.verify import compare_exact, compare_within, sum_error_bound
@@ -415,6 +416,7 @@ def run_size(
     out_global = tuple(d * p for d, p in zip(out_local, split_factor(out_entries, mesh), strict=True))
     host = _host_input(request, shape)
     coords_of = {c.device_id: dict(zip(mesh.axes, c.coords, strict=True)) for c in session.layout.cells}
+    device_ids = [c.device_id for c in session.layout.cells]
     expected = _expected_outputs(collective, request, host, in_entries, n, coords_of)
     in_sharding = NamedSharding(session.mesh, partition_spec(in_entries))
     itemsize = host.dtype.itemsize
@@ -471,12 +473,18 @@ def run_size(
             wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
             if show_values and y.is_fully_addressable:
                 global_output = np.asarray(jax.device_get(y))
-        stats = summarize(samples)
+        # Several processes: every one must see the same verdict and the whole run's timing.
+        wrong, wrong_devices, max_err = combine_check(wrong, wrong_devices, max_err, device_ids)
+        timing = combine_timing(
+            Timing(compile_s=compile_s, warmup=request.warmup, samples=samples, stats=summarize(samples)),
+            request.options.process_timing,
+        )
+        stats = timing.stats
         algbw = algbw_bytes / stats.p50 / 1e9 if algbw_bytes is not None else None
         runs.append(
             PlacementRun(
                 placement=placement,
-                timing=Timing(compile_s=compile_s, warmup=request.warmup, samples=samples, stats=stats),
+                timing=timing,
                 algbw=algbw,
                 busbw=algbw * factor if algbw is not None and factor is not None else None,
                 wrong=wrong,

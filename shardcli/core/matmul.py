@@ -17,6 +17,7 @@ import numpy as np
 
 from shardcli.arrays import make_host_array, place_array
 from shardcli.core.hlo import HloCollective, find_collectives
+from shardcli.core.processes import combine_check, combine_timing
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
 from shardcli.core.verify import float_eps
@@ -414,6 +415,12 @@ def run_impl(
         if count:
             wrong += count
             wrong_devices.append(shard.device.id)
+    device_ids = [cell.device_id for cell in session.layout.cells]
+    wrong, wrong_ids, max_rel = combine_check(wrong, wrong_devices, max_rel, device_ids)
+    timing = combine_timing(
+        Timing(compile_s=compile_s, warmup=request.warmup, samples=samples, stats=stats),
+        request.options.process_timing,
+    )
     return ImplRun(
         impl=impl,
         status="ok",
@@ -423,11 +430,11 @@ def run_impl(
         hlo=hlo,
         xla_flops=xla_flops,
         xla_bytes=xla_bytes,
-        timing=Timing(compile_s=compile_s, warmup=request.warmup, samples=samples, stats=stats),
-        achieved_flops=model_flops / stats.p50,
+        timing=timing,
+        achieved_flops=model_flops / timing.stats.p50,
         max_rel_err=max_rel,
         wrong=wrong,
-        wrong_devices=tuple(sorted(wrong_devices)),
+        wrong_devices=wrong_ids,
     )
 
 

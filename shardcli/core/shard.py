@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from shardcli.arrays import make_host_array, place_array
+from shardcli.core.processes import combine_check
 from shardcli.core.session import Session, open_session
 from shardcli.errors import ShardcliError
 from shardcli.layout import Index, ShardingLayout, group_tiles, normalize_index
@@ -140,5 +141,6 @@ def run_shard(request: ShardRequest) -> ShardResult:
         layout=group_tiles(shape, index_map),
         shards=tuple(shards),
         global_values=host if show_values else None,
-        wrong_devices=tuple(wrong),
+        # several processes: each checked its own devices; every one reports them all
+        wrong_devices=combine_check(len(wrong), wrong, 0.0, [c.device_id for c in session.layout.cells])[1],
     )

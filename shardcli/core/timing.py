@@ -31,6 +31,9 @@ class Timing:
     warmup: int
     samples: tuple[float, ...]
     stats: TimingStats
+    # Several processes: each one's own timing, and how `samples` combine them ("max" or "avg").
+    per_process: tuple[Timing, ...] = ()
+    across_processes: str | None = None
 
 
 def summarize(samples: tuple[float, ...]) -> TimingStats:

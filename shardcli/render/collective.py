@@ -13,7 +13,7 @@ from rich.text import Text
 
 from shardcli.core.collective import CollectiveResult, PlacementRun, SizeRun
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console
+from shardcli.render.console import make_console, prints_here
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions, format_size
 
@@ -269,7 +269,12 @@ def _verdict(console: Console, result: CollectiveResult) -> None:
             )
         )
     else:
-        console.print(Text("verified: every device's result matches NumPy", style="green"))
+        console.print(
+            Text(
+                "verified: every device's result matches NumPy" + human.checked_where(result.session),
+                style="green",
+            )
+        )
     if result.request.min_busbw is not None:
         values = ", ".join(f"{k} {_fmt(v)}" for k, v in result.avg_busbw.items())
         if result.below_min_busbw:
@@ -289,6 +294,8 @@ def _verdict(console: Console, result: CollectiveResult) -> None:
 
 
 def render_collective(result: CollectiveResult, options: RunOptions) -> None:
+    if not prints_here(options, result.session.runtime):
+        return
     if options.format == "json":
         jsonout.write_json(collective_json(result))
         return
@@ -315,7 +322,7 @@ def render_collective(result: CollectiveResult, options: RunOptions) -> None:
                     + ("--values" if req.values is not None else f"init {req.init}")
                     + f", spec {human.spec_text(first.in_entries)}",
                     "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed "
-                    "iterations, each blocked until ready",
+                    "iterations, each blocked until ready" + human.timing_across(result.session),
                     "verify": first.tolerance,
                 },
             )
@@ -338,7 +345,11 @@ def render_collective(result: CollectiveResult, options: RunOptions) -> None:
                 ),
             )
             if first.global_input is not None:
-                human.section(console, "BEFORE and AFTER (per device)", blocks_table(first, result))
+                human.section(
+                    console,
+                    f"BEFORE and AFTER (per device{human.this_process_only(result.session)})",
+                    blocks_table(first, result),
+                )
                 if first.global_output is not None:
                     human.section(console, "global result", human.format_values(first.global_output))
         human.section(console, "compiled HLO collectives", _hlo_text(first))

@@ -7,6 +7,7 @@ import sys
 
 from rich.console import Console
 
+from shardcli.runtime import RuntimeInfo
 from shardcli.specs import RunOptions
 
 
@@ -23,3 +24,8 @@ def make_console(options: RunOptions, *, stderr: bool = False) -> Console:
         color_system="auto" if options.color else None,
         highlight=False,
     )
+
+
+def prints_here(options: RunOptions, runtime: RuntimeInfo) -> bool:
+    """Only process 0 prints a multi-process run's report, unless --all-processes."""
+    return options.all_processes or runtime.process_index == 0

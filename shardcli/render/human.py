@@ -154,6 +154,31 @@ def format_values(values: np.ndarray) -> str:
     )
 
 
+def timing_across(session: Session) -> str:
+    """How the timing shown combines several processes; empty for one process."""
+    rt = session.runtime
+    if rt.process_count == 1:
+        return ""
+    how = "the slowest" if rt.process_timing == "max" else "the average"
+    return f"; shown: {how} of the {rt.process_count} processes per iteration (--process-timing)"
+
+
+def checked_where(session: Session) -> str:
+    """How a multi-process run's verdict was reached; empty for one process."""
+    count = session.runtime.process_count
+    if count == 1:
+        return ""
+    return f" (each of the {count} processes checked its own devices; the verdict combines them)"
+
+
+def this_process_only(session: Session) -> str:
+    """A title suffix for tables that can only show this process's devices."""
+    rt = session.runtime
+    if rt.process_count == 1:
+        return ""
+    return f"; process {rt.process_index}'s devices only (--all-processes prints every process)"
+
+
 def section(console: Console, title: str, body: RenderableType) -> None:
     console.print()
     console.print(Text(title, style="bold underline"))

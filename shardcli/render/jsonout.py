@@ -27,16 +27,29 @@ def values_json(values: np.ndarray | None) -> Any:
 
 
 def timing_json(timing: Timing | None) -> dict[str, Any] | None:
-    """Compile time, the raw per-iteration samples and their stats, in seconds."""
+    """Compile time, the raw per-iteration samples and their stats, in seconds.
+
+    With several processes, `samples_s` combine theirs per iteration (`across_processes`: max or
+    avg) and `processes` holds each one's own.
+    """
     if timing is None:
         return None
+    return {
+        **_samples_json(timing),
+        "blocking": "each iteration waits for its result (block_until_ready)",
+        "across_processes": timing.across_processes,
+        "processes": [{"process_index": k, **_samples_json(t)} for k, t in enumerate(timing.per_process)]
+        or None,
+    }
+
+
+def _samples_json(timing: Timing) -> dict[str, Any]:
     s = timing.stats
     return {
         "compile_s": timing.compile_s,
         "warmup": timing.warmup,
         "samples_s": list(timing.samples),
         "stats_s": {"min": s.min, "p50": s.p50, "p90": s.p90, "max": s.max, "mean": s.mean, "stdev": s.stdev},
-        "blocking": "each iteration waits for its result (block_until_ready)",
     }
 
 
@@ -55,6 +68,13 @@ def runtime_json(session: Session) -> dict[str, Any]:
         "note": rt.note,
         "process_count": rt.process_count,
         "process_index": rt.process_index,
+        "distributed": None
+        if rt.distributed is None
+        else {
+            "coordinator": rt.distributed.coordinator,
+            "auto": rt.distributed.auto,
+        },
+        "process_timing": rt.process_timing,
         "jax_version": rt.jax_version,
     }
 

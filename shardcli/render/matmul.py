@@ -14,7 +14,7 @@ from rich.text import Text
 from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console
+from shardcli.render.console import make_console, prints_here
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
 
@@ -425,7 +425,13 @@ def _verdict(console: Console, result: MatmulResult) -> None:
         ]
         console.print(Text(f"WRONG: elements beyond the tolerance in {'; '.join(bad)}", style="bold red"))
     else:
-        console.print(Text("verified: every device's block of every result matches NumPy", style="green"))
+        console.print(
+            Text(
+                "verified: every device's block of every result matches NumPy"
+                + human.checked_where(result.session),
+                style="green",
+            )
+        )
 
 
 def _has_explicit(result: MatmulResult) -> bool:
@@ -433,6 +439,8 @@ def _has_explicit(result: MatmulResult) -> bool:
 
 
 def render_matmul(result: MatmulResult, options: RunOptions) -> None:
+    if not prints_here(options, result.session.runtime):
+        return
     if options.format == "json":
         jsonout.write_json(matmul_json(result))
         return
@@ -457,7 +465,7 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
             + (f" x scales {', '.join(f'{s:g}' for s in req.scales)}" if req.scales else ""),
             "input": f"{req.dtype.name}, init {req.init}",
             "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed iterations, "
-            "each blocked until ready",
+            "each blocked until ready" + human.timing_across(result.session),
         }
         if single:
             run = result.runs[0]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from shardcli.core.session import Session
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console
+from shardcli.render.console import make_console, prints_here
 from shardcli.specs import RunOptions
 
 
 def render_mesh(session: Session, options: RunOptions) -> None:
+    if not prints_here(options, session.runtime):
+        return
     if options.format == "json":
         jsonout.write_json(jsonout.document("mesh", session, {}))
         return

@@ -8,7 +8,7 @@ from rich.text import Text
 from shardcli.core.shard import ShardResult
 from shardcli.layout import format_index
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console
+from shardcli.render.console import make_console, prints_here
 from shardcli.specs import RunOptions
 
 
@@ -73,6 +73,8 @@ def shard_table(result: ShardResult) -> Table:
 
 
 def render_shard(result: ShardResult, options: RunOptions) -> None:
+    if not prints_here(options, result.session.runtime):
+        return
     if options.format == "json":
         jsonout.write_json(shard_json(result))
         return
@@ -112,7 +114,13 @@ def render_shard(result: ShardResult, options: RunOptions) -> None:
             human.section(console, "global array", human.format_values(result.global_values))
     human.section(console, "per-device shards", shard_table(result))
     if result.ok:
-        console.print(Text("\nverified: every device holds its NumPy slice exactly", style="green"))
+        console.print(
+            Text(
+                "\nverified: every device holds its NumPy slice exactly"
+                + human.checked_where(result.session),
+                style="green",
+            )
+        )
     else:
         ids = ", ".join(map(str, result.wrong_devices))
         console.print(Text(f"\nWRONG: devices {ids} do not hold their NumPy slice", style="bold red"))

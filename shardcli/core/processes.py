@@ -1,0 +1,89 @@
+"""Combining what each process saw into one answer that every process agrees on.
+
+In a multi-process run each process can read only its own devices' shards, and times only its own
+calls. These helpers gather small host vectors from every process (JAX's own
+`multihost_utils.process_allgather`), so a wrong shard anywhere fails the run everywhere and the
+timing shown can be the slowest (or average) process per iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from shardcli.core.timing import Timing, summarize
+
+REDUCERS = {"max": np.max, "avg": np.mean}
+
+
+def process_count() -> int:
+    import jax
+
+    return int(jax.process_count())
+
+
+def gather_from_processes(values: np.ndarray) -> np.ndarray:
+    """Every process's `values`, stacked: shape (process count, *values.shape), the same everywhere.
+
+    Every process must call this at the same point of the run, with the same shape.
+    """
+    values = np.asarray(values)
+    if process_count() == 1:
+        return values[None]
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(values, tiled=False))
+
+
+def combine_check(
+    wrong: int, wrong_devices: Sequence[int], max_err: float, device_ids: Sequence[int]
+) -> tuple[int, tuple[int, ...], float]:
+    """Add up each process's #wrong, join its wrong devices, take the largest error.
+
+    Args:
+        wrong: wrong elements on this process's devices.
+        wrong_devices: ids of this process's devices with a wrong element.
+        max_err: the largest error seen here.
+        device_ids: every device of the mesh, in the same order on every process.
+    """
+    if process_count() == 1:
+        return wrong, tuple(sorted(wrong_devices)), max_err
+    mine = set(wrong_devices)
+    vector = np.array([wrong, max_err, *(d in mine for d in device_ids)], dtype=np.float64)
+    rows = gather_from_processes(vector)
+    flagged = rows[:, 2:].any(axis=0)
+    return (
+        int(rows[:, 0].sum()),
+        tuple(sorted(d for d, bad in zip(device_ids, flagged, strict=True) if bad)),
+        float(rows[:, 1].max()),
+    )
+
+
+def combine_timing(timing: Timing, how: str) -> Timing:
+    """The timing of the whole run: per iteration, the max (or mean) over processes.
+
+    Each process's own timing is kept in `per_process`; a single process returns `timing` as is.
+    """
+    if process_count() == 1:
+        return timing
+    rows = gather_from_processes(np.array([timing.compile_s, *timing.samples], dtype=np.float64))
+    combined = REDUCERS[how](rows, axis=0)
+    per_process = tuple(
+        Timing(
+            compile_s=float(row[0]),
+            warmup=timing.warmup,
+            samples=tuple(float(v) for v in row[1:]),
+            stats=summarize(tuple(row[1:])),
+        )
+        for row in rows
+    )
+    samples = tuple(float(v) for v in combined[1:])
+    return Timing(
+        compile_s=float(combined[0]),
+        warmup=timing.warmup,
+        samples=samples,
+        stats=summarize(samples),
+        per_process=per_process,
+        across_processes=how,
+    )

@@ -1,0 +1,435 @@
+"""`shardcli launch`: run one shardcli command as N local processes joined by jax.distributed.
+
+Each child is `python -m shardcli COMMAND...` with its own faked CPU devices; the coordinates of the
+run (coordinator address, process count, process id) reach it through the `SHARDCLI_*` variables its
+options read. JAX's runtime does all the communication; this module only starts, watches, streams and
+stops processes.
+
+The supervisor's rules:
+- every child runs in its own session (process group), so stopping it stops whatever it started;
+- when one child fails, the others get a short grace to finish on their own (they usually reach the
+  same verdict), then are stopped; the run exits with the first failure's code;
+- `timeout` bounds the whole run (exit 124); Ctrl-C or SIGTERM stop every child (exit 130);
+- a coordinator port that turns out to be taken is replaced and the run retried.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import BinaryIO
+
+from shardcli.errors import ExitCode, ShardcliError
+
+DEVICE_COMMANDS = ("mesh", "shard", "collective", "matmul")
+# Flags the launcher sets for every child; the command must leave them out.
+RESERVED_FLAGS = ("--coordinator", "--num-processes", "--process-id", "--distributed")
+MAX_PROCESSES = 64
+TAIL_LINES = 15
+GRACE_S = 5.0  # after a first failure, how long the others may take to finish on their own
+STOP_S = 1.0  # after SIGTERM, how long before SIGKILL
+PORT_ATTEMPTS = 4
+# Native chatter kept out of the streamed output (it stays in the logs).
+STREAM_NOISE = (b"[Gloo] Rank ", b"preemption_notifier.cc")
+# What JAX's coordination service (gRPC) prints when it cannot bind its port.
+PORT_TAKEN_MARKERS = (b"Failed to add port", b"Address already in use")
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """A validated `shardcli launch` request."""
+
+    processes: int
+    command: tuple[str, ...]  # the shardcli command each process runs, without the program name
+    devices_per_process: int | None = None
+    timeout_s: float | None = 600.0  # None: no limit
+    tee: bool = False
+    log_dir: str | None = None  # None: a fresh temporary directory
+    port: int | None = None  # None: a free port, replaced if it turns out to be taken
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    process_id: int
+    pid: int
+    returncode: int | None  # None: still running when stopped
+    stopped: bool  # the launcher stopped it (after another's failure, a timeout or Ctrl-C)
+    log: str
+    tail: tuple[str, ...]
+
+    @property
+    def how(self) -> str:
+        if self.returncode is None or self.stopped:
+            return "was stopped by the launcher"
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"was killed by {name}"
+        return f"exited with code {self.returncode}"
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How the run ended."""
+
+    exit_code: int
+    reason: str  # "ok", "failed", "timeout" or "interrupted"
+    coordinator: str
+    log_dir: str
+    exits: tuple[ProcessExit, ...]
+    first_failure: int | None  # the process id that failed first
+    ports_tried: tuple[int, ...] = field(default_factory=tuple)
+    elapsed_s: float = 0.0
+    port_taken: bool = False  # process 0 could not bind the coordinator port
+
+
+def validate_launch(spec: LaunchSpec) -> LaunchSpec:
+    """Check a request before anything starts.
+
+    Raises:
+        ShardcliError: a request the launcher cannot run as asked.
+    """
+    if not 1 <= spec.processes <= MAX_PROCESSES:
+        raise ShardcliError(f"-n {spec.processes} is not valid; give 1 to {MAX_PROCESSES} processes")
+    if not spec.command:
+        raise ShardcliError(
+            "launch needs a command after --, e.g. shardcli launch -n 2 -- collective psum --mesh 2x4"
+        )
+    verb = spec.command[0]
+    if verb not in DEVICE_COMMANDS:
+        raise ShardcliError(
+            f"launch runs a device command, not {verb!r}; give one of {', '.join(DEVICE_COMMANDS)} after --"
+        )
+    for word in spec.command:
+        flag = word.split("=", 1)[0]
+        if flag in RESERVED_FLAGS:
+            raise ShardcliError(f"{flag} is set by launch for every process; leave it out of the command")
+        if flag == "--devices" and spec.devices_per_process is not None:
+            raise ShardcliError(
+                "--devices in the command and --devices-per-process both set the devices of each "
+                "process; give only --devices-per-process"
+            )
+        if flag == "--platform":
+            value = _flag_value(spec.command, word)
+            if value != "cpu":
+                raise ShardcliError(
+                    f"launch runs every process on this machine's CPU, so --platform {value} does not "
+                    f"apply; on several hosts start one shardcli per host with --coordinator "
+                    f"--num-processes --process-id (or --distributed auto)"
+                )
+    if spec.devices_per_process is not None and spec.devices_per_process < 1:
+        raise ShardcliError(f"--devices-per-process {spec.devices_per_process} is not valid; give at least 1")
+    if spec.timeout_s is not None and spec.timeout_s <= 0:
+        raise ShardcliError(f"--timeout {spec.timeout_s:g} is not valid; give seconds > 0, or 0 for none")
+    if spec.port is not None:
+        if not 1 <= spec.port <= 65535:
+            raise ShardcliError(f"--port {spec.port} is not valid; give 1-65535, or leave it out")
+        if not port_is_free(spec.port):
+            raise ShardcliError(
+                f"--port {spec.port} is taken on this machine; give another, or leave --port out to "
+                f"pick a free one"
+            )
+    return spec
+
+
+def _flag_value(command: tuple[str, ...], word: str) -> str:
+    if "=" in word:
+        return word.split("=", 1)[1]
+    at = command.index(word)
+    return command[at + 1] if at + 1 < len(command) else ""
+
+
+def port_is_free(port: int) -> bool:
+    """Whether the coordinator could bind `port` (it listens on every interface)."""
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((host, port))
+        except OSError as error:
+            if family == socket.AF_INET6 and error.errno in (97, 99):  # no IPv6 here
+                continue
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A port nothing listens on now (another program may still take it before the coordinator)."""
+    for _ in range(20):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = int(s.getsockname()[1])
+        if port_is_free(port):
+            return port
+    raise ShardcliError("could not find a free TCP port on this machine for the coordinator")
+
+
+class _Child:
+    """One process: its Popen, a log file, and threads copying its output."""
+
+    def __init__(
+        self,
+        process_id: int,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: str,
+        stream: bool,
+        prefix: bytes,
+        out: BinaryIO,
+        err: BinaryIO,
+        write_lock: threading.Lock,
+    ) -> None:
+        self.process_id = process_id
+        self.log_path = log_path
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_LINES)
+        self.port_taken = False
+        self.stopped = False
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in close()
+        self._log_lock = threading.Lock()
+        self.popen = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: stopping it stops its children too
+        )
+        self._threads = [
+            threading.Thread(
+                target=self._pump, args=(pipe, target if stream else None, prefix, write_lock), daemon=True
+            )
+            for pipe, target in ((self.popen.stdout, out), (self.popen.stderr, err))
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _pump(
+        self, pipe: BinaryIO, target: BinaryIO | None, prefix: bytes, write_lock: threading.Lock
+    ) -> None:
+        for line in iter(pipe.readline, b""):
+            if any(marker in line for marker in PORT_TAKEN_MARKERS):
+                self.port_taken = True
+            noise = any(marker in line for marker in STREAM_NOISE)
+            with self._log_lock:
+                self._log.write(line)
+                self._log.flush()
+                if not noise:
+                    self.tail.append(line)
+            if target is not None and not noise:
+                with write_lock:
+                    target.write(prefix + line)
+                    target.flush()
+        pipe.close()
+
+    def signal(self, sig: int) -> bool:
+        """Send `sig` to its process group; False when it has already exited."""
+        if self.popen.poll() is not None:
+            return False
+        self.stopped = True
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def close(self) -> None:
+        for t in self._threads:
+            t.join(timeout=2.0)
+        # Anything it left behind in its process group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self._log.close()
+
+    def exit(self) -> ProcessExit:
+        return ProcessExit(
+            process_id=self.process_id,
+            pid=self.popen.pid,
+            returncode=self.popen.returncode,
+            stopped=self.stopped,
+            log=self.log_path,
+            tail=tuple(line.decode("utf-8", "replace").rstrip("\n") for line in self.tail),
+        )
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _child_env(spec: LaunchSpec, coordinator: str, process_id: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDCLI_")}
+    for keep in ("SHARDCLI_TRACEBACK",):
+        if keep in os.environ:
+            env[keep] = os.environ[keep]
+    env.update(
+        SHARDCLI_COORDINATOR=coordinator,
+        SHARDCLI_NUM_PROCESSES=str(spec.processes),
+        SHARDCLI_PROCESS_ID=str(process_id),
+        PYTHONUNBUFFERED="1",
+    )
+    if spec.devices_per_process is not None:
+        env["SHARDCLI_DEVICES"] = str(spec.devices_per_process)
+    return env
+
+
+def _argv(spec: LaunchSpec) -> list[str]:
+    command = list(spec.command)
+    if not any(w.split("=", 1)[0] == "--platform" for w in command):
+        command += ["--platform", "cpu"]
+    return [sys.executable, "-m", "shardcli", *command]
+
+
+def run_launch(
+    spec: LaunchSpec,
+    *,
+    out: BinaryIO | None = None,
+    err: BinaryIO | None = None,
+    on_start: Callable[[str, str, tuple[int, ...]], None] | None = None,
+) -> LaunchResult:
+    """Run the command in `spec.processes` local processes until all finish, one fails, or time runs out.
+
+    Args:
+        spec: the validated request.
+        out, err: where process 0's (with tee, every process's) stdout and stderr go.
+        on_start: called with (coordinator, log directory, child pids) once the children started.
+    """
+    out = out if out is not None else sys.stdout.buffer
+    err = err if err is not None else sys.stderr.buffer
+    log_dir = spec.log_dir or tempfile.mkdtemp(prefix="shardcli-launch-")
+    os.makedirs(log_dir, exist_ok=True)
+    start = time.monotonic()
+    deadline = start + spec.timeout_s if spec.timeout_s is not None else None
+    ports: list[int] = []
+    previous_handler = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        while True:
+            port = spec.port if spec.port is not None else free_port()
+            ports.append(port)
+            result = _run_once(spec, port, log_dir, out, err, deadline, on_start, start)
+            retry = (
+                result.reason == "failed"
+                and spec.port is None
+                and len(ports) < PORT_ATTEMPTS
+                and result.port_taken
+            )
+            if not retry:
+                return replace(result, ports_tried=tuple(ports))
+            err.write(f"shardcli launch: port {port} was taken; retrying on another\n".encode())
+            err.flush()
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)
+
+
+def _run_once(
+    spec: LaunchSpec,
+    port: int,
+    log_dir: str,
+    out: BinaryIO,
+    err: BinaryIO,
+    deadline: float | None,
+    on_start: Callable[[str, str, tuple[int, ...]], None] | None,
+    start: float,
+) -> LaunchResult:
+    coordinator = f"127.0.0.1:{port}"
+    write_lock = threading.Lock()
+    children: list[_Child] = []
+    reason, first_failure = "ok", None
+    try:
+        for k in range(spec.processes):
+            children.append(
+                _Child(
+                    k,
+                    _argv(spec),
+                    _child_env(spec, coordinator, k),
+                    os.path.join(log_dir, f"process-{k}.log"),
+                    stream=k == 0 or spec.tee,
+                    prefix=f"[{k}] ".encode() if spec.tee else b"",
+                    out=out,
+                    err=err,
+                    write_lock=write_lock,
+                )
+            )
+        if on_start is not None:
+            on_start(coordinator, log_dir, tuple(c.popen.pid for c in children))
+        grace_until = None
+        while True:
+            codes = [c.popen.poll() for c in children]
+            if first_failure is None:
+                failed = [c for c, rc in zip(children, codes, strict=True) if rc not in (None, 0)]
+                if failed:
+                    first_failure = failed[0].process_id
+                    reason = "failed"
+                    grace_until = time.monotonic() + GRACE_S
+            if all(rc is not None for rc in codes):
+                break
+            now = time.monotonic()
+            if grace_until is not None and now >= grace_until:
+                break
+            if deadline is not None and now >= deadline:
+                reason = "timeout"
+                break
+            time.sleep(POLL_S)
+    except (KeyboardInterrupt, _Interrupted):
+        reason = "interrupted"
+    finally:
+        _stop_all(children)
+    exits = tuple(c.exit() for c in children)
+    code = _exit_code(reason, exits, first_failure)
+    result = LaunchResult(
+        exit_code=code,
+        reason=reason,
+        coordinator=coordinator,
+        log_dir=log_dir,
+        exits=exits,
+        first_failure=first_failure,
+        elapsed_s=time.monotonic() - start,
+        port_taken=first_failure == 0 and children[0].port_taken,
+    )
+    return result
+
+
+def _stop_all(children: list[_Child]) -> None:
+    """SIGTERM every live child's group, SIGKILL what is left after STOP_S, then collect them.
+
+    JAX catches SIGTERM (preemption notices), so SIGKILL is what usually ends a busy child.
+    """
+    if any([c.signal(signal.SIGTERM) for c in children]):
+        until = time.monotonic() + STOP_S
+        while time.monotonic() < until and any(c.popen.poll() is None for c in children):
+            time.sleep(POLL_S)
+        for c in children:
+            c.signal(signal.SIGKILL)
+    for c in children:
+        c.popen.wait()
+        c.close()
+
+
+def _exit_code(reason: str, exits: tuple[ProcessExit, ...], first_failure: int | None) -> int:
+    if reason == "timeout":
+        return ExitCode.TIMEOUT
+    if reason == "interrupted":
+        return ExitCode.INTERRUPTED
+    if first_failure is None:
+        return ExitCode.OK
+    rc = exits[first_failure].returncode
+    assert rc is not None
+    return 128 - rc if rc < 0 else rc

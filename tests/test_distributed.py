@@ -1,0 +1,469 @@
+"""Several processes: the flags that join a run, the launcher, and real runs over jax.distributed.
+
+The multi-process runs start real local processes (`shardcli launch`, gloo on loopback), each with
+its own faked CPU devices; they are the slowest tests here, so they use two timed iterations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import clean_env, run_shardcli
+from test_cli_foundation import assert_one_line_error
+
+from shardcli import launcher
+from shardcli.core.processes import combine_check, combine_timing
+from shardcli.core.timing import Timing, summarize
+from shardcli.errors import ShardcliError
+from shardcli.runtime import pick_devices
+from shardcli.specs import DistributedSpec, parse_distributed
+
+FAST = ("--warmup", "1", "--iters", "2")
+
+# --- flags (no processes) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param((None, None, None, "off"), None, id="single-process"),
+        pytest.param((None, None, None, "auto"), DistributedSpec(), id="auto"),
+        pytest.param(("10.0.0.1:1234", 4, 3, "off"), DistributedSpec("10.0.0.1:1234", 4, 3), id="explicit"),
+        pytest.param(("[::1]:80", 2, 0, "off"), DistributedSpec("[::1]:80", 2, 0), id="ipv6"),
+    ],
+)
+def test_parse_distributed(args, expected):
+    assert parse_distributed(*args) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            (None, 2, None, "off"),
+            "--num-processes also needs --coordinator and --process-id",
+            id="count-alone",
+        ),
+        pytest.param(
+            ("h:1", None, 0, "off"),
+            "--coordinator and --process-id also need --num-processes",
+            id="no-count",
+        ),
+        pytest.param(("h", 2, 0, "off"), "--coordinator 'h' is not HOST:PORT", id="no-port"),
+        pytest.param(("h:70000", 2, 0, "off"), "(port 1-65535)", id="port-range"),
+        pytest.param(("h:1", 0, 0, "off"), "--num-processes 0 is not valid", id="zero-processes"),
+        pytest.param(
+            ("h:1", 2, 2, "off"),
+            "--process-id 2 is not valid for --num-processes 2; give 0 to 1",
+            id="id-too-big",
+        ),
+        pytest.param(
+            ("h:1", None, None, "auto"),
+            "--distributed auto lets JAX detect the cluster, so --coordinator cannot be given",
+            id="auto-and-explicit",
+        ),
+        pytest.param((None, None, None, "mpi"), "--distributed 'mpi' is not valid", id="bad-mode"),
+        pytest.param(
+            ("h:1", 2, 0, "off", 0),
+            "--join-timeout 0 is not valid; give at least 1 second",
+            id="join-timeout",
+        ),
+    ],
+)
+def test_parse_distributed_refuses(args, message):
+    with pytest.raises(ShardcliError) as info:
+        parse_distributed(*args)
+    assert message in str(info.value)
+
+
+CLI_BAD_INPUT = [
+    pytest.param(
+        ["collective", "psum", "--process-id", "1"],
+        "--process-id also needs --coordinator and --num-processes",
+        id="collective-partial",
+    ),
+    pytest.param(
+        ["matmul", "--coordinator", "h:1", "--num-processes", "2", "--process-id", "-1"],
+        "--process-id -1 is not valid for --num-processes 2",
+        id="matmul-negative-id",
+    ),
+    pytest.param(
+        ["mesh", "--process-timing", "median"],
+        "--process-timing 'median' is not valid; choose one of max, avg",
+        id="process-timing",
+    ),
+    pytest.param(["launch", "-n", "0", "--", "mesh"], "-n 0 is not valid; give 1 to 64", id="launch-n"),
+    pytest.param(["launch", "-n", "2"], "launch needs a command after --", id="launch-no-command"),
+    pytest.param(
+        ["launch", "--", "launch", "mesh"], "launch runs a device command, not 'launch'", id="launch-nested"
+    ),
+    pytest.param(
+        ["launch", "--", "collective", "psum", "--coordinator", "h:1"],
+        "--coordinator is set by launch for every process; leave it out of the command",
+        id="launch-reserved",
+    ),
+    pytest.param(
+        ["launch", "--", "mesh", "--process-id=1"],
+        "--process-id is set by launch for every process",
+        id="launch-reserved-equals",
+    ),
+    pytest.param(
+        ["launch", "--devices-per-process", "2", "--", "mesh", "--devices", "2"],
+        "--devices in the command and --devices-per-process both set the devices of each process",
+        id="launch-devices-twice",
+    ),
+    pytest.param(
+        ["launch", "--", "mesh", "--platform", "gpu"],
+        "launch runs every process on this machine's CPU, so --platform gpu does not apply",
+        id="launch-platform",
+    ),
+    pytest.param(
+        ["launch", "--devices-per-process", "0", "--", "mesh"],
+        "--devices-per-process 0 is not valid; give at least 1",
+        id="launch-devices-zero",
+    ),
+    pytest.param(
+        ["launch", "--timeout", "-1", "--", "mesh"], "--timeout -1 is not valid", id="launch-timeout"
+    ),
+    pytest.param(["launch", "--port", "0", "--", "mesh"], "--port 0 is not valid", id="launch-port"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CLI_BAD_INPUT)
+def test_bad_distributed_input_exits_2_with_one_line(cli, args, message):
+    assert message in assert_one_line_error(cli(args))
+
+
+def test_env_vars_feed_the_flags(cli):
+    result = cli(["mesh"], env={"SHARDCLI_NUM_PROCESSES": "2"})
+    assert "--num-processes also needs --coordinator and --process-id" in assert_one_line_error(result)
+
+
+def test_launch_refuses_a_taken_port(cli):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        line = assert_one_line_error(cli(["launch", "--port", str(port), "--", "mesh"]))
+    assert f"--port {port} is taken on this machine" in line
+
+
+# --- device selection and combining (one process) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeDevice:
+    id: int
+    process_index: int
+
+
+def fake_devices(per_process: list[int]) -> list[FakeDevice]:
+    return [
+        FakeDevice(id=k * 1000 + i, process_index=k)
+        for k, count in enumerate(per_process)
+        for i in range(count)
+    ]
+
+
+def test_pick_devices_takes_the_same_share_of_each_process_in_order():
+    picked = pick_devices(fake_devices([3, 3]), needed=4, processes=2)
+    assert [d.id for d in picked] == [0, 1, 1000, 1001]
+
+
+def test_pick_devices_single_process_takes_the_first():
+    assert [d.id for d in pick_devices(fake_devices([4]), needed=2, processes=1)] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("per_process", "needed", "message"),
+    [
+        pytest.param(
+            [2, 1], 4, "the mesh needs 2 devices from each of 2 processes but process 1 has 1", id="short"
+        ),
+        pytest.param([2, 2], 3, "the mesh's 3 devices do not split evenly over 2 processes", id="uneven"),
+    ],
+)
+def test_pick_devices_refuses(per_process, needed, message):
+    with pytest.raises(ShardcliError) as info:
+        pick_devices(fake_devices(per_process), needed=needed, processes=len(per_process))
+    assert message in str(info.value)
+
+
+def test_combining_is_the_identity_in_one_process():
+    samples = (0.5, 0.25, 0.75)
+    timing = Timing(compile_s=1.0, warmup=1, samples=samples, stats=summarize(samples))
+    assert combine_timing(timing, "max") is timing
+    assert combine_check(3, [5, 1], 0.5, [0, 1, 5]) == (3, (1, 5), 0.5)
+
+
+# --- real runs over several processes -------------------------------------------------------------
+
+
+def launch(
+    *args: str, timeout: float = 180, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return run_shardcli("launch", *args, timeout=timeout, env=env)
+
+
+def json_doc(proc: subprocess.CompletedProcess[str]) -> dict:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+@pytest.mark.parametrize("name", ["psum", "all_gather", "psum_scatter", "ppermute", "all_to_all"])
+def test_collective_over_processes_is_verified(processes, name):
+    devices = 2 * processes
+    proc = launch(
+        "-n",
+        str(processes),
+        "--devices-per-process",
+        "2",
+        "--",
+        "collective",
+        name,
+        "--mesh",
+        f"{processes}x2",
+        "--axes",
+        "host,local",
+        "--format",
+        "json",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json_doc(proc)
+    runtime = doc["runtime"]
+    assert (runtime["process_count"], runtime["process_index"], runtime["device_count"]) == (
+        processes,
+        0,
+        devices,
+    )
+    # the leading mesh axis spans processes: row k of the mesh belongs to process k
+    owners = [d["process_index"] for d in doc["mesh"]["devices"]]
+    assert owners == [k for k in range(processes) for _ in range(2)]
+    (size,) = doc["sizes"]
+    assert size["wrong"] == 0
+    (placement,) = size["placements"]
+    timing = placement["timing"]
+    assert timing["across_processes"] == "max"
+    assert [p["process_index"] for p in timing["processes"]] == list(range(processes))
+    per_iteration_max = np.max([p["samples_s"] for p in timing["processes"]], axis=0)
+    assert timing["samples_s"] == pytest.approx(per_iteration_max.tolist())
+
+
+def test_matmul_over_processes_is_verified_for_every_impl():
+    proc = launch(
+        "--",
+        "matmul",
+        "--case",
+        "allreduce",
+        "--impl",
+        "all",
+        "--mesh",
+        "2x2",
+        "--format",
+        "json",
+        "--process-timing",
+        "avg",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json_doc(proc)
+    assert (doc["runtime"]["process_count"], doc["runtime"]["process_timing"]) == (2, "avg")
+    (run,) = doc["runs"]
+    assert [(i["impl"], i["status"], i["wrong"]) for i in run["impls"]] == [
+        ("manual", "ok", 0),
+        ("auto", "ok", 0),
+        ("explicit", "ok", 0),
+    ]
+    timing = run["impls"][0]["timing"]
+    assert timing["across_processes"] == "avg"
+    per_iteration_mean = np.mean([p["samples_s"] for p in timing["processes"]], axis=0)
+    assert timing["samples_s"] == pytest.approx(per_iteration_mean.tolist())
+
+
+def test_distributed_auto_without_a_cluster_is_one_line():
+    proc = run_shardcli("mesh", "--distributed", "auto")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("shardcli: error: --distributed auto found no cluster JAX can detect")
+
+
+def test_an_unreachable_coordinator_is_one_line_after_the_join_timeout():
+    """Process 1 waits for a coordinator nobody started: one line, exit 2, not JAX's abort."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free once closed: nothing listens there
+    started = time.monotonic()
+    proc = run_shardcli(
+        "mesh", "--mesh", "2", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+        "--process-id", "1", "--join-timeout", "2",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert f"no coordinator answered at 127.0.0.1:{port} within --join-timeout 2 s" in line
+    assert time.monotonic() - started < 30
+
+
+def test_only_process_0_prints_unless_all_processes():
+    quiet = launch("--tee", "--", "collective", "psum", "--mesh", "4", "--no-color", *FAST)
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stdout.splitlines()
+    assert lines and all(line.startswith("[0] ") for line in lines), quiet.stdout
+    assert "each of the 2 processes checked its own devices" in quiet.stdout
+
+    both = launch("--tee", "--", "collective", "psum", "--mesh", "4", "--no-color", "--all-processes", *FAST)
+    assert both.returncode == 0, both.stderr
+    for k in (0, 1):
+        assert re.search(rf"^\[{k}\] processes\s+2 \(this is process {k}\)", both.stdout, re.M), both.stdout
+
+
+PLANT = """
+    import dataclasses, os
+    if os.environ.get("SHARDCLI_PROCESS_ID") == "1":
+        from shardcli import collectives
+        psum = collectives.COLLECTIVES["psum"]
+        collectives.COLLECTIVES["psum"] = dataclasses.replace(
+            psum, body=lambda x, params, n: psum.body(x, params, n) + 1
+        )
+"""
+
+
+def test_a_wrong_shard_on_process_1_fails_every_process(tmp_path):
+    """process 1's psum adds 1 after the collective; process 0 must still exit 1 and name its devices."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(PLANT))
+    proc = launch(
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--",
+        "collective",
+        "psum",
+        "--mesh",
+        "4",
+        "--format",
+        "json",
+        *FAST,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert proc.returncode == 1, proc.stderr
+    doc = json_doc(proc)
+    process_1 = [d["id"] for d in doc["mesh"]["devices"] if d["process_index"] == 1]
+    (size,) = doc["sizes"]
+    (placement,) = size["placements"]
+    assert size["wrong"] == 2 * 4  # 2 devices x 4 elements each
+    assert placement["wrong_devices"] == process_1
+    # process 1 reached the same verdict on its own: every log ends without a launcher stop
+    assert "stopped by the launcher" not in proc.stderr
+
+
+def test_bad_input_in_the_command_exits_2_with_the_child_line():
+    proc = launch("--", "collective", "psum", "--mesh", "3")
+    assert proc.returncode == 2
+    assert "the mesh's 3 devices do not split evenly over 2 processes" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def pids_of(stderr_text: str) -> list[int]:
+    line = next(line for line in stderr_text.splitlines() if "shardcli launch: " in line and "pids" in line)
+    inside = line.split("(pids ", 1)[1].split(")", 1)[0]
+    return [int(p) for p in inside.split(", ")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes; it only waits for its parent (gone too) to be reaped
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def start_launcher(*args: str, log: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """Start `shardcli launch ARGS` in the background; return it and its children's pids."""
+    with open(log, "wb") as stderr:  # the launcher keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardcli", "launch", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=clean_env(),
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if "(pids " in text:
+            return proc, pids_of(text)
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"the launcher never said which processes it started: {log.read_text()}")
+
+
+LONG_RUN = ("--", "collective", "psum", "--mesh", "2", "--iters", "1000000", "-q")
+
+
+def test_killing_one_process_stops_the_run_and_leaves_nothing_behind(tmp_path):
+    proc, pids = start_launcher("--timeout", "120", *LONG_RUN, log=tmp_path / "launch.err")
+    time.sleep(8)  # both processes are in the timing loop by now
+    os.kill(pids[1], signal.SIGKILL)
+    started = time.monotonic()
+    code = proc.wait(timeout=60)
+    assert time.monotonic() - started < 30
+    assert code != 0
+    text = (tmp_path / "launch.err").read_text()
+    assert "process 1 was killed by SIGKILL (the first to fail)" in text
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_timeout_stops_every_process_with_124(tmp_path):
+    proc, pids = start_launcher("--timeout", "10", *LONG_RUN, log=tmp_path / "launch.err")
+    code = proc.wait(timeout=60)
+    assert code == 124
+    assert "timed out after --timeout 10 s" in (tmp_path / "launch.err").read_text()
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_ctrl_c_stops_every_process_with_130(tmp_path):
+    proc, pids = start_launcher("--timeout", "120", *LONG_RUN, log=tmp_path / "launch.err")
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_a_taken_coordinator_port_is_replaced(tmp_path, monkeypatch):
+    """The port picked turns out to be taken (a race with another program): retry on another."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as held:
+        held.bind(("::", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        ports = iter([taken])
+        real_free_port = launcher.free_port
+        monkeypatch.setattr(launcher, "free_port", lambda: next(ports, None) or real_free_port())
+        monkeypatch.setattr(os, "environ", clean_env())
+        out, err = tmp_path / "out", tmp_path / "err"
+        with open(out, "wb") as o, open(err, "wb") as e:
+            result = launcher.run_launch(
+                launcher.LaunchSpec(
+                    processes=2, command=("mesh", "--mesh", "2", "--format", "json"), timeout_s=120
+                ),
+                out=o,
+                err=e,
+            )
+    assert result.exit_code == 0, err.read_text()
+    assert result.ports_tried[0] == taken and len(result.ports_tried) == 2
+    assert f"port {taken} was taken; retrying on another" in err.read_text()
+    assert json.loads(out.read_text())["runtime"]["process_count"] == 2
