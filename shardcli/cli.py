@@ -15,6 +15,7 @@ from shardcli.commands import collective as collective_cmd
 from shardcli.commands import launch as launch_cmd
 from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
+from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import ExitCode, ShardcliError
 
@@ -100,6 +101,7 @@ app.command("mesh")(mesh_cmd.mesh)
 app.command("shard")(shard_cmd.shard)
 app.command("collective")(collective_cmd.collective)
 app.command("matmul")(matmul_cmd.matmul)
+app.command("recipe")(recipe_cmd.recipe)
 # Everything from the command's first word on belongs to the command each process runs.
 app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmd.launch)
 

@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 from shardcli.errors import ExitCode, ShardcliError
 
-DEVICE_COMMANDS = ("mesh", "shard", "collective", "matmul")
+DEVICE_COMMANDS = ("mesh", "shard", "collective", "matmul", "recipe")
 # Flags the launcher sets for every child; the command must leave them out.
 RESERVED_FLAGS = ("--coordinator", "--num-processes", "--process-id", "--distributed")
 MAX_PROCESSES = 64

@@ -100,7 +100,7 @@ CLI_BAD_INPUT = [
         id="matmul-negative-id",
     ),
     pytest.param(
-        ["mesh", "--process-timing", "median"],
+        ["collective", "psum", "--process-timing", "median"],
         "--process-timing 'median' is not valid; choose one of max, avg",
         id="process-timing",
     ),
@@ -315,6 +315,14 @@ def test_an_unreachable_coordinator_is_one_line_after_the_join_timeout():
     (line,) = proc.stderr.splitlines()
     assert f"no coordinator answered at 127.0.0.1:{port} within --join-timeout 2 s" in line
     assert time.monotonic() - started < 30
+
+
+def test_recipe_over_processes_is_verified():
+    proc = launch("--", "recipe", "three-ways", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json_doc(proc)
+    assert doc["runtime"]["process_count"] == 2
+    assert doc["ok"] and all(c["ok"] for c in doc["checks"])
 
 
 def test_only_process_0_prints_unless_all_processes():

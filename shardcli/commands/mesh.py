@@ -23,7 +23,6 @@ def mesh(
     distributed: opt.Distributed = "off",
     join_timeout: opt.JoinTimeout = 300,
     all_processes: opt.AllProcesses = False,
-    process_timing: opt.ProcessTiming = "max",
 ) -> None:
     """Show a device mesh: each device's id, mesh coordinates and process.
 
@@ -42,7 +41,6 @@ def mesh(
         distributed=distributed,
         join_timeout=join_timeout,
         all_processes=all_processes,
-        process_timing=process_timing,
     )
     spec = parse_mesh(mesh, axes)
 

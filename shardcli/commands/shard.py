@@ -61,7 +61,6 @@ def shard(
     distributed: opt.Distributed = "off",
     join_timeout: opt.JoinTimeout = 300,
     all_processes: opt.AllProcesses = False,
-    process_timing: opt.ProcessTiming = "max",
 ) -> None:
     """Place an array on the mesh with a PartitionSpec and show which device holds what.
 
@@ -80,7 +79,6 @@ def shard(
         distributed=distributed,
         join_timeout=join_timeout,
         all_processes=all_processes,
-        process_timing=process_timing,
     )
     mesh_spec = parse_mesh(mesh, axes)
     array_shape = parse_shape(shape)

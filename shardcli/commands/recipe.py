@@ -1,0 +1,82 @@
+"""`shardcli recipe`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shardcli import options as opt
+from shardcli.errors import ExitCode
+from shardcli.recipes import RECIPES, get_recipe
+from shardcli.specs import parse_mesh
+
+LIST = "list"
+
+
+def _doc() -> str:
+    lines = "\n\n".join(f"[bold]{r.name}[/bold] ({r.default}): {r.summary}" for r in RECIPES.values())
+    return (
+        "Run one of the classic sharding lessons, print what a tutorial would show, and verify it "
+        f"against NumPy. `shardcli recipe list` lists them.\n\n{lines}\n\n"
+        "Example: shardcli recipe three-ways --mesh 2x4 --axes data,model"
+    )
+
+
+def recipe(
+    name: Annotated[str, typer.Argument(help="The recipe, or list: " + ", ".join(RECIPES) + ".")],
+    mesh: Annotated[
+        str | None,
+        typer.Option("--mesh", "-m", help="Mesh shape: 8, 2x4, 2x2x2. \\[default: the recipe's own]"),
+    ] = None,
+    axes: opt.Axes = None,
+    steps: Annotated[
+        int | None,
+        typer.Option("--steps", help="pipeline-ring: how many ring steps. \\[default: the ring's length]"),
+    ] = None,
+    platform: opt.Platform = "auto",
+    devices: opt.Devices = None,
+    format: opt.Format = "table",
+    no_color: opt.NoColor = False,
+    quiet: opt.Quiet = False,
+    coordinator: opt.Coordinator = None,
+    num_processes: opt.NumProcesses = None,
+    process_id: opt.ProcessId = None,
+    distributed: opt.Distributed = "off",
+    join_timeout: opt.JoinTimeout = 300,
+    all_processes: opt.AllProcesses = False,
+) -> None:
+    options = opt.run_options(
+        platform,
+        devices,
+        "auto",
+        format,
+        no_color,
+        quiet,
+        coordinator=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        distributed=distributed,
+        join_timeout=join_timeout,
+        all_processes=all_processes,
+    )
+    if name == LIST:
+        from shardcli.render.recipe import render_recipe_list
+
+        render_recipe_list(options)
+        raise typer.Exit(ExitCode.OK)
+    chosen = get_recipe(name)
+    if mesh is None and axes is None:
+        mesh_spec = parse_mesh(chosen.default_mesh, chosen.default_axes)
+    else:
+        mesh_spec = parse_mesh(mesh or chosen.default_mesh, axes)
+
+    from shardcli.core.recipe import RecipeRequest, run_recipe
+    from shardcli.render.recipe import render_recipe
+
+    result = run_recipe(RecipeRequest(name=name, mesh=mesh_spec, options=options, steps=steps))
+    render_recipe(result, options)
+    raise typer.Exit(ExitCode.WRONG_RESULT if result.failed else ExitCode.OK)
+
+
+recipe.__doc__ = _doc()

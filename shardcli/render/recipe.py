@@ -1,0 +1,130 @@
+"""Rendering `shardcli recipe`: every recipe's sections and checks, drawn the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+from rich.text import Text
+
+from shardcli.core.recipe import Picture, RecipeResult, Section, TableSection, TextSection
+from shardcli.recipes import RECIPES
+from shardcli.render import human, jsonout
+from shardcli.render.console import make_console, prints_here
+from shardcli.specs import RunOptions
+
+
+def _cell_text(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return human.format_values(value)
+    return str(value)
+
+
+def _cell_json(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return jsonout.values_json(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def section_json(section: Section) -> dict[str, Any]:
+    if isinstance(section, Picture):
+        return {
+            "kind": "sharding",
+            "title": section.title,
+            "shape": list(section.layout.shape),
+            "spec": section.spec,
+            "tiles": [
+                {"index": jsonout.index_json(t.index), "device_ids": list(t.device_ids)}
+                for t in section.layout.tiles
+            ],
+        }
+    if isinstance(section, TableSection):
+        return {
+            "kind": "table",
+            "title": section.title,
+            "columns": list(section.columns),
+            "rows": [[_cell_json(v) for v in row] for row in section.rows],
+        }
+    return {"kind": "text", "title": section.title, "lines": list(section.lines)}
+
+
+def recipe_json(result: RecipeResult) -> dict[str, Any]:
+    r = result.recipe
+    return jsonout.document(
+        "recipe",
+        result.session,
+        {
+            "recipe": {"name": r.name, "summary": r.summary, "default": r.default},
+            "sections": [section_json(s) for s in result.sections],
+            "checks": [{"what": c.what, "ok": c.ok, "detail": c.detail} for c in result.checks],
+            "ok": not result.failed,
+        },
+    )
+
+
+def _section_body(section: Section) -> Any:
+    if isinstance(section, Picture):
+        return human.sharding_picture(section.layout)
+    if isinstance(section, TableSection):
+        table = Table(box=None, header_style="bold")
+        for name in section.columns:
+            table.add_column(name)
+        for row in section.rows:
+            table.add_row(*(_cell_text(v) for v in row))
+        return table
+    assert isinstance(section, TextSection)
+    return Text("\n".join(section.lines))
+
+
+def _title(section: Section) -> str:
+    if isinstance(section, Picture):
+        return f"{section.title}: global {section.layout.shape}, {section.spec}"
+    return section.title
+
+
+def render_recipe(result: RecipeResult, options: RunOptions) -> None:
+    if not prints_here(options, result.session.runtime):
+        return
+    if options.format == "json":
+        jsonout.write_json(recipe_json(result))
+        return
+    console = make_console(options)
+    r = result.recipe
+    if not options.quiet:
+        console.print(human.header(result.session, {"recipe": f"{r.name}: {r.summary}"}))
+        for section in result.sections:
+            human.section(console, _title(section), _section_body(section))
+        console.print()
+    for check in result.checks:
+        mark = Text("ok  ", style="green") if check.ok else Text("FAIL", style="bold red")
+        console.print(Text.assemble(mark, " ", check.what, Text(f" ({check.detail})", style="dim")))
+    if result.failed:
+        console.print(Text(f"WRONG: {len(result.failed)} check(s) failed", style="bold red"))
+    else:
+        console.print(
+            Text("verified: every check passed" + human.checked_where(result.session), style="green")
+        )
+
+
+def recipe_list_json() -> dict[str, Any]:
+    return {
+        "recipes": [
+            {"name": r.name, "summary": r.summary, "default": r.default, "needs": r.needs}
+            for r in RECIPES.values()
+        ]
+    }
+
+
+def render_recipe_list(options: RunOptions) -> None:
+    if options.format == "json":
+        jsonout.write_json(recipe_list_json())
+        return
+    table = Table(box=None, header_style="bold")
+    for name in ("recipe", "default mesh", "what it shows"):
+        table.add_column(name)
+    for r in RECIPES.values():
+        table.add_row(r.name, r.default, r.summary)
+    make_console(options).print(table)
