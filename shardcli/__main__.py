@@ -1,6 +1,6 @@
 """`python -m shardcli` runs the same app as the `shardcli` console script."""
 
-from shardcli.cli import main
+from shardcli.cli import app
 
 if __name__ == "__main__":
-    main()
+    app(prog_name="shardcli")

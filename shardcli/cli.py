@@ -22,6 +22,34 @@ from shardcli.errors import ExitCode, ShardcliError
 TRACEBACK_ENV = "SHARDCLI_TRACEBACK"
 
 
+def _joined_a_cluster() -> bool:
+    """Whether this process joined a multi-process run (without importing JAX if it is not loaded)."""
+    distributed = sys.modules.get("jax._src.distributed")
+    return distributed is not None and distributed.global_state.client is not None
+
+
+LAUNCHER_PID_ENV = "SHARDCLI_LAUNCHER_PID"
+
+
+def _die_with_launcher() -> None:
+    """A child of `shardcli launch` gets SIGKILL when the launcher dies, even by SIGKILL (Linux).
+
+    The launcher stops its children itself whenever it can; this covers the case where it cannot.
+    """
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if launcher is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != launcher:  # the launcher died before the line above
+        os._exit(ExitCode.INTERRUPTED)
+
+
 def _fail(prog: str, message: str, code: int) -> int:
     first, *_ = message.strip().splitlines() or [""]
     sys.stderr.write(f"{prog}: error: {first}\n")
@@ -40,6 +68,7 @@ class ShardcliGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         prog = prog_name or "shardcli"
+        _die_with_launcher()
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else ExitCode.OK
@@ -63,6 +92,13 @@ class ShardcliGroup(TyperGroup):
                 f"internal error: {type(e).__name__}: {e} (set {TRACEBACK_ENV}=1 for the traceback)",
                 ExitCode.INTERNAL,
             )
+        if code != ExitCode.OK and _joined_a_cluster():
+            # JAX's exit handler waits at a shutdown barrier for every process; one that failed
+            # alone would wait there for ever, and the launcher (or JAX's heartbeat) would never
+            # learn that it failed. Leave at once with the code.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(int(code))
         if standalone_mode:
             sys.exit(int(code))
         return int(code)

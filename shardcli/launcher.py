@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -63,14 +65,14 @@ class LaunchSpec:
 class ProcessExit:
     process_id: int
     pid: int
-    returncode: int | None  # None: still running when stopped
+    returncode: int | None
     stopped: bool  # the launcher stopped it (after another's failure, a timeout or Ctrl-C)
     log: str
     tail: tuple[str, ...]
 
     @property
     def how(self) -> str:
-        if self.returncode is None or self.stopped:
+        if self.stopped:
             return "was stopped by the launcher"
         if self.returncode < 0:
             try:
@@ -132,8 +134,18 @@ def validate_launch(spec: LaunchSpec) -> LaunchSpec:
                 )
     if spec.devices_per_process is not None and spec.devices_per_process < 1:
         raise ShardcliError(f"--devices-per-process {spec.devices_per_process} is not valid; give at least 1")
-    if spec.timeout_s is not None and spec.timeout_s <= 0:
+    if spec.timeout_s is not None and not (math.isfinite(spec.timeout_s) and spec.timeout_s > 0):
         raise ShardcliError(f"--timeout {spec.timeout_s:g} is not valid; give seconds > 0, or 0 for none")
+    if spec.log_dir is not None:
+        try:
+            os.makedirs(spec.log_dir, exist_ok=True)
+        except OSError as error:
+            raise ShardcliError(
+                f"--log-dir {spec.log_dir!r} cannot be used ({error.strerror or error}); give a folder "
+                f"you can write to"
+            ) from error
+        if not os.access(spec.log_dir, os.W_OK):
+            raise ShardcliError(f"--log-dir {spec.log_dir!r} is not writable; give a folder you can write to")
     if spec.port is not None:
         if not 1 <= spec.port <= 65535:
             raise ShardcliError(f"--port {spec.port} is not valid; give 1-65535, or leave it out")
@@ -214,10 +226,17 @@ class _Child:
         ]
         for t in self._threads:
             t.start()
+        self.exited_at: float | None = None  # when it exited, to tell which failed first
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        self.popen.wait()
+        self.exited_at = time.monotonic()
 
     def _pump(
         self, pipe: BinaryIO, target: BinaryIO | None, prefix: bytes, write_lock: threading.Lock
     ) -> None:
+        """Copy one pipe, line by line, into the log and (unless it is noise) to `target`."""
         for line in iter(pipe.readline, b""):
             if any(marker in line for marker in PORT_TAKEN_MARKERS):
                 self.port_taken = True
@@ -228,9 +247,15 @@ class _Child:
                 if not noise:
                     self.tail.append(line)
             if target is not None and not noise:
-                with write_lock:
-                    target.write(prefix + line)
-                    target.flush()
+                try:
+                    with write_lock:
+                        target.write(prefix + line)
+                        target.flush()
+                except (BrokenPipeError, ValueError, OSError):
+                    # The reader went away (`| head`): keep logging, stop streaming, and keep the
+                    # interpreter's own final flush of that stream from failing too.
+                    _point_at_devnull(target)
+                    target = None
         pipe.close()
 
     def signal(self, sig: int) -> bool:
@@ -245,11 +270,11 @@ class _Child:
         return True
 
     def close(self) -> None:
-        for t in self._threads:
-            t.join(timeout=2.0)
-        # Anything it left behind in its process group.
+        """After it exited: stop what it left in its group, drain its output, close the log."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
+        for t in self._threads:
+            t.join()  # every byte it wrote reaches the log and the stream
         self._log.close()
 
     def exit(self) -> ProcessExit:
@@ -263,16 +288,31 @@ class _Child:
         )
 
 
+def _point_at_devnull(stream: BinaryIO) -> None:
+    """After its reader went away, send what is still written to `stream` (e.g. at exit) nowhere."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+
+
 class _Interrupted(Exception):
     pass
 
 
+# Variables that say how a process joins a run: the launcher sets them for each child.
+JOIN_VARIABLES = (
+    "SHARDCLI_COORDINATOR",
+    "SHARDCLI_NUM_PROCESSES",
+    "SHARDCLI_PROCESS_ID",
+    "SHARDCLI_DISTRIBUTED",
+)
+
+
 def _child_env(spec: LaunchSpec, coordinator: str, process_id: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDCLI_")}
-    for keep in ("SHARDCLI_TRACEBACK",):
-        if keep in os.environ:
-            env[keep] = os.environ[keep]
+    env = {k: v for k, v in os.environ.items() if k not in JOIN_VARIABLES}
     env.update(
+        SHARDCLI_LAUNCHER_PID=str(os.getpid()),  # the child dies with the launcher (see cli.py)
         SHARDCLI_COORDINATOR=coordinator,
         SHARDCLI_NUM_PROCESSES=str(spec.processes),
         SHARDCLI_PROCESS_ID=str(process_id),
@@ -288,6 +328,36 @@ def _argv(spec: LaunchSpec) -> list[str]:
     if not any(w.split("=", 1)[0] == "--platform" for w in command):
         command += ["--platform", "cpu"]
     return [sys.executable, "-m", "shardcli", *command]
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stopping:
+    """Signal handling while children run: the first stop signal interrupts, later ones are ignored.
+
+    Ctrl-C, SIGTERM and SIGHUP (a closed terminal) all stop the run; a second signal while the
+    children are being stopped must not cut that short and leave them running.
+    """
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _Stopping:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if not self.stopping:
+            self.stopping = True
+            raise _Interrupted
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 def run_launch(
@@ -307,23 +377,14 @@ def run_launch(
     out = out if out is not None else sys.stdout.buffer
     err = err if err is not None else sys.stderr.buffer
     log_dir = spec.log_dir or tempfile.mkdtemp(prefix="shardcli-launch-")
-    os.makedirs(log_dir, exist_ok=True)
     start = time.monotonic()
     deadline = start + spec.timeout_s if spec.timeout_s is not None else None
     ports: list[int] = []
-    previous_handler = signal.getsignal(signal.SIGTERM)
-
-    def on_sigterm(signum: int, frame: object) -> None:
-        raise _Interrupted
-
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:
-        signal.signal(signal.SIGTERM, on_sigterm)
-    try:
+    with _Stopping() as stopping:
         while True:
             port = spec.port if spec.port is not None else free_port()
             ports.append(port)
-            result = _run_once(spec, port, log_dir, out, err, deadline, on_start, start)
+            result = _run_once(spec, port, log_dir, out, err, deadline, on_start, start, stopping)
             retry = (
                 result.reason == "failed"
                 and spec.port is None
@@ -331,12 +392,12 @@ def run_launch(
                 and result.port_taken
             )
             if not retry:
-                return replace(result, ports_tried=tuple(ports))
+                break
             err.write(f"shardcli launch: port {port} was taken; retrying on another\n".encode())
             err.flush()
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous_handler)
+    if spec.log_dir is None and result.reason == "ok":
+        shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something went wrong
+    return replace(result, ports_tried=tuple(ports))
 
 
 def _run_once(
@@ -348,6 +409,7 @@ def _run_once(
     deadline: float | None,
     on_start: Callable[[str, str, tuple[int, ...]], None] | None,
     start: float,
+    stopping: _Stopping,
 ) -> LaunchResult:
     coordinator = f"127.0.0.1:{port}"
     write_lock = threading.Lock()
@@ -372,30 +434,29 @@ def _run_once(
             on_start(coordinator, log_dir, tuple(c.popen.pid for c in children))
         grace_until = None
         while True:
-            codes = [c.popen.poll() for c in children]
             if first_failure is None:
-                failed = [c for c, rc in zip(children, codes, strict=True) if rc not in (None, 0)]
+                failed = [c for c in children if c.exited_at is not None and c.popen.returncode != 0]
                 if failed:
-                    first_failure = failed[0].process_id
+                    first_failure = min(failed, key=lambda c: c.exited_at or 0.0).process_id
                     reason = "failed"
                     grace_until = time.monotonic() + GRACE_S
-            if all(rc is not None for rc in codes):
+            if all(c.exited_at is not None for c in children):
                 break
             now = time.monotonic()
-            if grace_until is not None and now >= grace_until:
-                break
+            if grace_until is not None and (now >= grace_until or children[0].port_taken):
+                break  # (with the port taken, the others can only wait for a coordinator)
             if deadline is not None and now >= deadline:
-                reason = "timeout"
+                reason = "timeout" if first_failure is None else reason
                 break
             time.sleep(POLL_S)
     except (KeyboardInterrupt, _Interrupted):
         reason = "interrupted"
     finally:
+        stopping.stopping = True  # a second Ctrl-C must not cut the stopping short
         _stop_all(children)
     exits = tuple(c.exit() for c in children)
-    code = _exit_code(reason, exits, first_failure)
-    result = LaunchResult(
-        exit_code=code,
+    return LaunchResult(
+        exit_code=_exit_code(reason, exits, first_failure),
         reason=reason,
         coordinator=coordinator,
         log_dir=log_dir,
@@ -404,7 +465,6 @@ def _run_once(
         elapsed_s=time.monotonic() - start,
         port_taken=first_failure == 0 and children[0].port_taken,
     )
-    return result
 
 
 def _stop_all(children: list[_Child]) -> None:
@@ -424,12 +484,12 @@ def _stop_all(children: list[_Child]) -> None:
 
 
 def _exit_code(reason: str, exits: tuple[ProcessExit, ...], first_failure: int | None) -> int:
+    if first_failure is not None and reason == "failed":
+        rc = exits[first_failure].returncode
+        assert rc is not None
+        return 128 - rc if rc < 0 else rc
     if reason == "timeout":
         return ExitCode.TIMEOUT
     if reason == "interrupted":
         return ExitCode.INTERRUPTED
-    if first_failure is None:
-        return ExitCode.OK
-    rc = exits[first_failure].returncode
-    assert rc is not None
-    return 128 - rc if rc < 0 else rc
+    return ExitCode.OK

@@ -188,6 +188,14 @@ def pick_devices(present: list[Any], needed: int, processes: int) -> list[Any]:
     by_process: dict[int, list[Any]] = {}
     for device in present:
         by_process.setdefault(int(device.process_index), []).append(device)
+    counts = {k: len(v) for k, v in sorted(by_process.items())}
+    if len(set(counts.values())) > 1:
+        # JAX's cross-process helpers (and the verdicts built on them) assume equal shares.
+        raise ShardcliError(
+            "every process must start with the same number of devices, but "
+            + ", ".join(f"process {k} has {n}" for k, n in counts.items())
+            + "; give every process the same --devices"
+        )
     picked = []
     for index in range(processes):
         mine = by_process.get(index, [])
@@ -227,9 +235,15 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
     if requested is not None:
         if requested < 1:
             raise ShardcliError(f"--devices {requested} is not valid; give a positive device count")
+        if requested < share and processes > 1:
+            raise ShardcliError(
+                f"the mesh's {needed} devices over {processes} processes need {share} per process but "
+                f"this one starts with {requested} (--devices, or launch's --devices-per-process); "
+                f"give at least {share}, or a smaller mesh"
+            )
         if requested < share:
             raise ShardcliError(
-                f"the mesh needs {share} devices{each} but --devices is {requested}; use --devices "
+                f"the mesh needs {share} devices but --devices is {requested}; use --devices "
                 f"{share} or a smaller mesh"
             )
     started = _backends_started()
@@ -358,27 +372,53 @@ def device_memory_limit(device: Any) -> int | None:
 def check_fits_in_memory(info: RuntimeInfo, devices: list, *, per_device: int, total: int, what: str) -> None:
     """Refuse before allocating when the bytes would not fit.
 
-    On CPU every faked device lives in host memory, so the total counts; on an accelerator the
-    bytes one device holds count against that device's limit.
+    On CPU every faked device lives in host memory, so this process's share of the total counts;
+    on an accelerator the bytes one device holds count against that device's limit. With several
+    processes every one refuses if any does, so none is left waiting for the others.
 
     Raises:
-        ShardcliError: when the estimate exceeds what is available.
+        ShardcliError: when the estimate exceeds what is available (here or in another process).
     """
+    refusal = _memory_refusal(info, devices, per_device=per_device, total=total, what=what)
+    if info.process_count > 1:
+        import numpy as np
+
+        from shardcli.core.processes import gather_from_processes
+
+        refused = gather_from_processes(np.array([refusal is not None], dtype=np.int32))[:, 0]
+        if refusal is None and refused.any():
+            where = ", ".join(str(k) for k in np.flatnonzero(refused))
+            refusal = (
+                f"{what} does not fit in the memory of process(es) {where} (see their output); "
+                f"use a smaller size"
+            )
+    if refusal is not None:
+        raise ShardcliError(refusal)
+
+
+def _memory_refusal(
+    info: RuntimeInfo, devices: list, *, per_device: int, total: int, what: str
+) -> str | None:
+    import jax
+
+    here = [d for d in devices if d.process_index == jax.process_index()] or devices
     if info.platform == "cpu":
         available = available_host_memory()
+        mine = total * len(here) // max(len(devices), 1)
         # Leave headroom for XLA's temporaries and the host copy the inputs are built from.
-        if available is not None and total > 0.8 * available:
-            raise ShardcliError(
-                f"{what} needs about {format_bytes(total)} across {info.device_count} CPU devices but "
+        if available is not None and mine > 0.8 * available:
+            return (
+                f"{what} needs about {format_bytes(mine)} across {len(here)} CPU devices but "
                 f"this machine has {format_bytes(available)} available; use a smaller size"
             )
-        return
-    limit = device_memory_limit(devices[0])
+        return None
+    limit = device_memory_limit(here[0])
     if limit is not None and per_device > 0.9 * limit:
-        raise ShardcliError(
+        return (
             f"{what} needs about {format_bytes(per_device)} per device but one {info.device_kind} "
             f"holds {format_bytes(limit)}; use a smaller size"
         )
+    return None
 
 
 def format_bytes(n: float) -> str:

@@ -138,6 +138,12 @@ CLI_BAD_INPUT = [
         ["launch", "--timeout", "-1", "--", "mesh"], "--timeout -1 is not valid", id="launch-timeout"
     ),
     pytest.param(["launch", "--port", "0", "--", "mesh"], "--port 0 is not valid", id="launch-port"),
+    pytest.param(["launch", "--timeout", "nan", "--", "mesh"], "--timeout nan is not valid", id="launch-nan"),
+    pytest.param(
+        ["launch", "--log-dir", "/proc/no/such", "--", "mesh"],
+        "--log-dir '/proc/no/such' cannot be used",
+        id="launch-log-dir",
+    ),
 ]
 
 
@@ -190,7 +196,13 @@ def test_pick_devices_single_process_takes_the_first():
     ("per_process", "needed", "message"),
     [
         pytest.param(
-            [2, 1], 4, "the mesh needs 2 devices from each of 2 processes but process 1 has 1", id="short"
+            [1, 1], 4, "the mesh needs 2 devices from each of 2 processes but process 0 has 1", id="short"
+        ),
+        pytest.param(
+            [2, 1],
+            2,
+            "every process must start with the same number of devices, but process 0 has 2, process 1 has 1",
+            id="unequal",
         ),
         pytest.param([2, 2], 3, "the mesh's 3 devices do not split evenly over 2 processes", id="uneven"),
     ],
@@ -444,12 +456,135 @@ def test_timeout_stops_every_process_with_124(tmp_path):
     assert not any(alive(pid) for pid in pids)
 
 
-def test_ctrl_c_stops_every_process_with_130(tmp_path):
+@pytest.mark.parametrize(
+    "signals",
+    [
+        pytest.param((signal.SIGINT,), id="ctrl-c"),
+        pytest.param((signal.SIGHUP,), id="terminal-closed"),
+        pytest.param((signal.SIGTERM, signal.SIGTERM), id="sigterm-twice"),
+    ],
+)
+def test_stop_signals_stop_every_process_with_130(tmp_path, signals):
     proc, pids = start_launcher("--timeout", "120", *LONG_RUN, log=tmp_path / "launch.err")
     time.sleep(4)
-    proc.send_signal(signal.SIGINT)
+    for sig in signals:  # a second signal while stopping must not leave children running
+        proc.send_signal(sig)
+        time.sleep(0.3)
     assert proc.wait(timeout=60) == 130
+    assert "internal error" not in (tmp_path / "launch.err").read_text()
     assert not any(alive(pid) for pid in pids)
+
+
+def test_children_die_with_a_killed_launcher(tmp_path):
+    proc, pids = start_launcher("--timeout", "120", *LONG_RUN, log=tmp_path / "launch.err")
+    time.sleep(4)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in pids)
+
+
+LATE_FAILURE = """
+    import os
+    if os.environ.get("SHARDCLI_PROCESS_ID") == "1":
+        import shardcli.core.processes as processes
+        from shardcli.errors import ShardcliError
+        real, calls = processes.combine_timing, []
+
+        def second_fails(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                raise ShardcliError("planted: process 1 refuses the second size")
+            return real(*args, **kwargs)
+
+        processes.combine_timing = second_fails
+"""
+
+
+def test_one_process_failing_after_the_join_ends_the_run_promptly(tmp_path):
+    """Process 1 fails between two collectives; it must exit (not wait at JAX's shutdown barrier)."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(LATE_FAILURE))
+    started = time.monotonic()
+    proc = launch(
+        "--timeout", "150", "--", "collective", "psum", "--mesh", "4", "--sizes", "16,64", *FAST, "-q",
+        env={"PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    assert time.monotonic() - started < 60
+    assert proc.returncode == 2, proc.stderr
+    assert "process 1 exited with code 2 (the first to fail)" in proc.stderr
+    assert "planted: process 1 refuses the second size" in proc.stderr
+
+
+BIG_OUTPUT = """
+    import atexit, os, sys
+    if os.environ.get("SHARDCLI_PROCESS_ID") == "0":
+        def _big():
+            sys.stdout.write(("x" * 99 + "\\n") * 3000 + "END-OF-PROCESS-0\\n")
+            sys.stdout.flush()
+        atexit.register(_big)
+"""
+
+SLOW_READER = """
+import sys, time
+n = 0
+while chunk := sys.stdin.buffer.read1(4096):
+    n += len(chunk)
+    last = chunk
+    time.sleep(0.05)
+print(n, last.endswith(b"END-OF-PROCESS-0\\n"))
+"""
+
+
+def test_all_output_reaches_a_slow_reader_and_a_closed_pipe_is_no_error(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(BIG_OUTPUT))
+    (tmp_path / "slow.py").write_text(SLOW_READER)
+    launch_cmd = f"{sys.executable} -m shardcli launch -- mesh --mesh 2 -q"
+    env = clean_env({"PYTHONPATH": str(tmp_path)})
+    slow = subprocess.run(
+        ["bash", "-c", f"{launch_cmd} | {sys.executable} {tmp_path / 'slow.py'}; exit ${{PIPESTATUS[0]}}"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert slow.returncode == 0, slow.stderr
+    count, complete = slow.stdout.split()
+    assert complete == "True" and int(count) > 300_000
+    closed = subprocess.run(
+        ["bash", "-c", f"{launch_cmd} | head -1; exit ${{PIPESTATUS[0]}}"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert closed.returncode == 0, closed.stderr
+    assert "Traceback" not in closed.stderr and "BrokenPipe" not in closed.stderr
+
+
+def test_unequal_devices_per_process_is_one_line_everywhere():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "shardcli", "collective", "psum", "--mesh", "4", "--devices", str(3 - k)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(
+                {
+                    "SHARDCLI_COORDINATOR": f"127.0.0.1:{port}",
+                    "SHARDCLI_NUM_PROCESSES": "2",
+                    "SHARDCLI_PROCESS_ID": str(k),
+                }
+            ),
+        )
+        for k in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 2, err
+        lines = [line for line in err.splitlines() if not line.startswith("[Gloo]")]
+        assert lines == [
+            "shardcli: error: every process must start with the same number of devices, but process 0 "
+            "has 3, process 1 has 2; give every process the same --devices"
+        ]
 
 
 def test_a_taken_coordinator_port_is_replaced(tmp_path, monkeypatch):

@@ -60,9 +60,10 @@ def launch(
     )
 
     def announce(coordinator: str, logs: str, pids: tuple[int, ...]) -> None:
+        kept = "" if log_dir else " (kept if a process fails)"
         sys.stderr.write(
-            f"shardcli launch: {len(pids)} processes (pids {', '.join(map(str, pids))}), coordinator "
-            f"{coordinator}, logs in {logs}\n"
+            f"shardcli launch: {len(pids)} process{'es' * (len(pids) != 1)} (pids "
+            f"{', '.join(map(str, pids))}), coordinator {coordinator}, logs in {logs}{kept}\n"
         )
         sys.stderr.flush()
 

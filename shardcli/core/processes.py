@@ -50,13 +50,14 @@ def combine_check(
     if process_count() == 1:
         return wrong, tuple(sorted(wrong_devices)), max_err
     mine = set(wrong_devices)
-    vector = np.array([wrong, max_err, *(d in mine for d in device_ids)], dtype=np.float64)
-    rows = gather_from_processes(vector)
-    flagged = rows[:, 2:].any(axis=0)
+    # Counts as integers: JAX gathers float64 as float32 unless x64 is on, which rounds above 2**24.
+    counts = gather_from_processes(np.array([wrong, *(d in mine for d in device_ids)], dtype=np.int32))
+    errors = gather_from_processes(np.array([max_err], dtype=np.float32))
+    flagged = counts[:, 1:].any(axis=0)
     return (
-        int(rows[:, 0].sum()),
+        int(counts[:, 0].astype(np.int64).sum()),
         tuple(sorted(d for d, bad in zip(device_ids, flagged, strict=True) if bad)),
-        float(rows[:, 1].max()),
+        float(errors.max()),
     )
 
 
