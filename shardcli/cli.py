@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from shardcli import __version__
 from shardcli.commands import collective as collective_cmd
+from shardcli.commands import compare as compare_cmd
 from shardcli.commands import launch as launch_cmd
 from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
@@ -20,6 +21,18 @@ from shardcli.commands import shard as shard_cmd
 from shardcli.errors import ExitCode, ShardcliError
 
 TRACEBACK_ENV = "SHARDCLI_TRACEBACK"
+
+
+def _save_output(prog: str, code: int) -> int:
+    """--save: write what the command printed once it has finished (whatever its verdict)."""
+    render_console = sys.modules.get("shardcli.render.console")
+    if render_console is None:
+        return code
+    try:
+        render_console.save_recording()
+    except OSError as error:
+        return _fail(prog, f"could not write the --save file: {error.strerror or error}", ExitCode.BAD_INPUT)
+    return code
 
 
 def _joined_a_cluster() -> bool:
@@ -92,6 +105,7 @@ class ShardcliGroup(TyperGroup):
                 f"internal error: {type(e).__name__}: {e} (set {TRACEBACK_ENV}=1 for the traceback)",
                 ExitCode.INTERNAL,
             )
+        code = _save_output(prog, code)
         if code != ExitCode.OK and _joined_a_cluster():
             # JAX's exit handler waits at a shutdown barrier for every process; one that failed
             # alone would wait there for ever, and the launcher (or JAX's heartbeat) would never
@@ -138,6 +152,7 @@ app.command("shard")(shard_cmd.shard)
 app.command("collective")(collective_cmd.collective)
 app.command("matmul")(matmul_cmd.matmul)
 app.command("recipe")(recipe_cmd.recipe)
+app.command("compare")(compare_cmd.compare)
 # Everything from the command's first word on belongs to the command each process runs.
 app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmd.launch)
 

@@ -14,6 +14,7 @@ from shardcli.specs import (
     RunOptions,
     parse_choice,
     parse_distributed,
+    parse_save,
 )
 
 Mesh = Annotated[str, typer.Option("--mesh", "-m", help="Mesh shape: 8, 2x4 or 2x2x2 ('x'-separated sizes).")]
@@ -46,6 +47,22 @@ Init = Annotated[str, typer.Option("--init", help="arange, ones, zeros or random
 Format = Annotated[str, typer.Option("--format", "-f", help="table (for people) or json (for scripts).")]
 NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text; NO_COLOR is honoured too.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the results: no header, no pictures.")]
+
+Save = Annotated[
+    str | None,
+    typer.Option(
+        "--save",
+        help="Also write what is printed to FILE.svg, FILE.html or FILE.txt (for docs and issue reports).",
+    ),
+]
+NoCompileCache = Annotated[
+    bool,
+    typer.Option(
+        "--no-compile-cache",
+        help="Do not use JAX's persistent compile cache (default: on, in the user cache directory "
+        "or SHARDCLI_CACHE_DIR).",
+    ),
+]
 
 _CLUSTER = "Multi-process (jax.distributed; see also shardcli launch)"
 Coordinator = Annotated[
@@ -127,6 +144,8 @@ def run_options(
     join_timeout: int = 300,
     all_processes: bool = False,
     process_timing: str = "max",
+    compile_cache: bool = False,
+    save: str | None = None,
 ) -> RunOptions:
     """Validate the shared options into a RunOptions."""
     return RunOptions(
@@ -139,4 +158,6 @@ def run_options(
         distributed=parse_distributed(coordinator, num_processes, process_id, distributed, join_timeout),
         all_processes=all_processes,
         process_timing=parse_choice(process_timing, "--process-timing", PROCESS_TIMINGS),
+        compile_cache=compile_cache,
+        save=parse_save(save),
     )

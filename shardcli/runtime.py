@@ -32,6 +32,7 @@ class RuntimeInfo:
     jax_version: str
     distributed: DistributedSpec | None = None
     process_timing: str = "max"  # several processes: timings shown are the max or avg per iteration
+    compile_cache: str | None = None  # the persistent compile cache's directory; None: off
 
     def describe_devices(self) -> str:
         """`8 faked CPU devices` / `4 of 8 real GPU devices` / `... in 2 processes, 4 each`."""
@@ -224,6 +225,9 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
     """
     import jax
 
+    from shardcli.core.cache import enable_compile_cache
+
+    enable_compile_cache(options.compile_cache)
     platform = options.platform
     requested = options.devices
     processes = 1
@@ -328,6 +332,8 @@ def _info(
 ) -> RuntimeInfo:
     import jax
 
+    from shardcli.core.cache import cache_state
+
     return RuntimeInfo(
         platform=platform,
         device_kind=str(present[0].device_kind),
@@ -340,6 +346,7 @@ def _info(
         jax_version=jax.__version__,
         distributed=options.distributed,
         process_timing=options.process_timing,
+        compile_cache=cache_state().directory,
     )
 
 

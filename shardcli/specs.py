@@ -144,6 +144,8 @@ class RunOptions:
     distributed: DistributedSpec | None = None  # None: a single process
     all_processes: bool = False  # every process prints its report, not only process 0
     process_timing: str = "max"  # how per-process timings combine: max or avg per iteration
+    compile_cache: bool = False  # JAX's persistent compile cache (the compiling commands turn it on)
+    save: str | None = None  # --save: also write what is printed to this .svg, .html or .txt file
 
     @property
     def shows_progress(self) -> bool:
@@ -564,3 +566,29 @@ def parse_distributed(
             f"give 0 to {num_processes - 1}"
         )
     return DistributedSpec(coordinator.strip(), num_processes, process_id, join_timeout)
+
+
+SAVE_SUFFIXES = (".svg", ".html", ".txt")
+
+
+def parse_save(path: str | None) -> str | None:
+    """`--save FILE.svg|FILE.html|FILE.txt`: the suffix picks the format; the folder must exist.
+
+    Raises:
+        ShardcliError: another suffix, or a folder that is not there.
+    """
+    if path is None:
+        return None
+    import os
+
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in SAVE_SUFFIXES:
+        raise ShardcliError(
+            f"--save {path!r} needs one of the suffixes {', '.join(SAVE_SUFFIXES)} (it picks the format)"
+        )
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ShardcliError(f"--save {path!r}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise ShardcliError(f"--save {path!r} is a folder; give a file name")
+    return path

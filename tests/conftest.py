@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 import jax
@@ -25,6 +26,10 @@ jax.config.update("jax_platforms", "cpu")
 assert len(jax.devices()) == IN_PROCESS_DEVICES
 
 from shardcli.cli import app  # noqa: E402 - after the JAX config on purpose
+
+# The persistent compile cache is on by default; tests keep it out of the user's cache directory
+# (subprocesses inherit this too).
+os.environ["SHARDCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="shardcli-test-cache-")
 
 # Variables that would change how a fresh process picks or draws its devices.
 _ENV_TO_CLEAR = (

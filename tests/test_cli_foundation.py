@@ -423,6 +423,7 @@ RUNTIME_KEYS = {
     "process_index",
     "distributed",
     "process_timing",
+    "compile_cache",
     "jax_version",
 }
 MESH_KEYS = {"shape", "axes", "axis_types", "mode", "devices"}

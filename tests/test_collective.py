@@ -380,12 +380,20 @@ def test_json_contract():
         "blocking",
         "across_processes",
         "processes",
+        "compile_cached",
     }
     assert out["timing"]["processes"] is None  # one process
     assert set(out["timing"]["stats_s"]) == {"min", "p50", "p90", "max", "mean", "stdev"}
     assert len(out["timing"]["samples_s"]) == 2
     assert inplace["not_run"] and inplace["timing"] is None
-    assert set(doc["summary"]) == {"avg_busbw_gbps", "avg_over", "min_busbw_gbps", "below_min_busbw", "wrong"}
+    assert set(doc["summary"]) == {
+        "avg_busbw_gbps",
+        "avg_over",
+        "min_busbw_gbps",
+        "below_min_busbw",
+        "wrong",
+        "fit",
+    }
     values = size["values"]
     assert values["global_input"] == list(range(16))
     assert all(d["output"] == list(range(16)) for d in values["devices"])
@@ -401,12 +409,12 @@ def test_sweep_table_csv_and_health_check():
     )
     assert csv_out.exit_code == 0
     lines = csv_out.stdout.strip().splitlines()
-    assert lines[0] == "size_bytes,count,dtype,placement,time_p50_us,algbw_gbps,busbw_gbps,wrong"
-    assert [line.split(",")[:4] for line in lines[1:]] == [
-        ["1024", "256", "float32", "out"],
-        ["1024", "256", "float32", "in"],
-        ["4096", "1024", "float32", "out"],
-        ["4096", "1024", "float32", "in"],
+    assert lines[0] == "collective,size_bytes,count,dtype,placement,time_p50_us,algbw_gbps,busbw_gbps,wrong"
+    assert [line.split(",")[:5] for line in lines[1:]] == [
+        ["psum", "1024", "256", "float32", "out"],
+        ["psum", "1024", "256", "float32", "in"],
+        ["psum", "4096", "1024", "float32", "out"],
+        ["psum", "4096", "1024", "float32", "in"],
     ]
     unhealthy = invoke("psum", "--mesh", "4", "--sizes", "4K", "--iters", "2", "--min-busbw", "1e6", "-q")
     assert unhealthy.exit_code == 1

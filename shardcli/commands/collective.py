@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 import typer
 
 from shardcli import options as opt
-from shardcli.collectives import COLLECTIVES, CollectiveParams
+from shardcli.collectives import COLLECTIVES, PARAM_FLAGS, CollectiveParams, get_collective
 from shardcli.errors import ExitCode, ShardcliError
+from shardcli.render.console import prints_here
 from shardcli.specs import (
     MeshSpec,
     parse_bytes,
@@ -38,6 +40,9 @@ def parse_collective_axes(text: str | None, mesh: MeshSpec) -> tuple[str, ...]:
     return names
 
 
+PLOT_SUFFIXES = (".png", ".svg")
+
+
 def _describe_size(done: int, total: int, size: int) -> str:
     from shardcli.specs import format_size
 
@@ -54,7 +59,14 @@ def _doc() -> str:
 
 
 def collective(
-    name: Annotated[str, typer.Argument(help="The collective: " + ", ".join(COLLECTIVES) + ".")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The collective, or several joined by commas (psum,all_gather): "
+            + ", ".join(COLLECTIVES)
+            + "."
+        ),
+    ],
     axis: Annotated[
         str | None,
         typer.Option(
@@ -121,6 +133,14 @@ def collective(
             help="Per-device BEFORE/AFTER values. \\[default: on for up to 256 elements]",
         ),
     ] = None,
+    plot_file: Annotated[
+        str | None,
+        typer.Option(
+            "--plot-file",
+            help="With --sizes: also draw busbw and time against size to FILE.png or FILE.svg "
+            "(needs the plot extra: pip install 'shardcli[plot]').",
+        ),
+    ] = None,
     min_busbw: Annotated[
         float | None,
         typer.Option("--min-busbw", help="Exit 1 if the average busbw (GB/s, sizes >= 1M) is below this."),
@@ -133,6 +153,8 @@ def collective(
     format: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    save: opt.Save = None,
+    no_compile_cache: opt.NoCompileCache = False,
     coordinator: opt.Coordinator = None,
     num_processes: opt.NumProcesses = None,
     process_id: opt.ProcessId = None,
@@ -158,6 +180,8 @@ def collective(
         distributed=distributed,
         join_timeout=join_timeout,
         all_processes=all_processes,
+        save=save,
+        compile_cache=not no_compile_cache,
         process_timing=process_timing,
     )
     mesh_spec = parse_mesh(mesh, axes)
@@ -182,8 +206,20 @@ def collective(
         axes=parse_collective_axes(axis, mesh_spec), **{k: v for k, v in knobs.items() if v is not None}
     )
     dtype_spec = parse_dtype(dtype)
-    request = CollectiveRequest(
-        collective=name,
+    names = parse_collective_names(name)
+    collectives = [get_collective(n) for n in names]
+    for param in sorted(set_params):
+        if not any(param in c.options for c in collectives):
+            raise ShardcliError(
+                f"{PARAM_FLAGS[param]} does not apply to {', '.join(names)}; it is for "
+                f"{', '.join(c.name for c in COLLECTIVES.values() if param in c.options)}"
+            )
+    if plot_file is not None:
+        check_plot_file(plot_file)
+        if sizes is None:
+            raise ShardcliError("--plot-file draws a sweep over sizes; give --sizes (such as 1K:64M)")
+    base = CollectiveRequest(
+        collective=names[0],
         mesh=mesh_spec,
         params=params,
         dtype=dtype_spec,
@@ -201,15 +237,55 @@ def collective(
         sweep=sizes is not None,
         options=options,
     )
-    from shardcli.core.collective import run_collective
-    from shardcli.render.collective import render_collective
+    # Each collective gets the knobs that are its own (the check above refused any that fit none).
+    requests = [replace(base, collective=c.name, set_params=set_params & c.options) for c in collectives]
+    from shardcli.core.collective import run_collective, validate_request
+    from shardcli.render.collective import render_collectives
     from shardcli.render.progress import progress_bar
 
+    for request in requests:  # every bad input is found before anything runs
+        validate_request(request)
+    results = []
+    session = None
     with progress_bar(options.shows_progress, _describe_size) as update:
-        result = run_collective(request, progress=update)
-    render_collective(result, options)
-    failed = result.wrong or result.below_min_busbw
+        for request in requests:
+            result = run_collective(request, progress=update, session=session)
+            session = result.session
+            results.append(result)
+    render_collectives(results, options)
+    if plot_file is not None and prints_here(options, results[0].session.runtime):
+        from shardcli.render.plotfile import write_plot_file
+
+        write_plot_file(plot_file, results)
+    failed = any(r.wrong or r.below_min_busbw for r in results)
     raise typer.Exit(ExitCode.WRONG_RESULT if failed else ExitCode.OK)
+
+
+def parse_collective_names(text: str) -> list[str]:
+    """`psum` or `psum,all_gather`: each a known collective, none twice."""
+    names = [n.strip() for n in text.split(",")]
+    for n in names:
+        get_collective(n)
+    if len(set(names)) != len(names):
+        raise ShardcliError(f"collective list {text!r} names one twice")
+    return names
+
+
+def check_plot_file(path: str) -> None:
+    """`--plot-file FILE.png|FILE.svg` needs matplotlib (the `plot` extra) and an existing folder."""
+    import importlib.util
+    import os
+
+    if os.path.splitext(path)[1].lower() not in PLOT_SUFFIXES:
+        raise ShardcliError(f"--plot-file {path!r} needs the suffix .png or .svg (it picks the format)")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise ShardcliError(
+            f"--plot-file {path!r}: the folder {os.path.dirname(os.path.abspath(path))} does not exist"
+        )
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ShardcliError(
+            "--plot-file needs matplotlib, which comes with the plot extra: pip install 'shardcli[plot]'"
+        )
 
 
 collective.__doc__ = _doc()

@@ -101,6 +101,8 @@ def matmul(
     format: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    save: opt.Save = None,
+    no_compile_cache: opt.NoCompileCache = False,
     coordinator: opt.Coordinator = None,
     num_processes: opt.NumProcesses = None,
     process_id: opt.ProcessId = None,
@@ -125,6 +127,8 @@ def matmul(
         distributed=distributed,
         join_timeout=join_timeout,
         all_processes=all_processes,
+        save=save,
+        compile_cache=not no_compile_cache,
         process_timing=process_timing,
     )
     from shardcli.core.matmul import MatmulRequest

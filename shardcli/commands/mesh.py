@@ -17,6 +17,7 @@ def mesh(
     format: opt.Format = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    save: opt.Save = None,
     coordinator: opt.Coordinator = None,
     num_processes: opt.NumProcesses = None,
     process_id: opt.ProcessId = None,
@@ -41,6 +42,7 @@ def mesh(
         distributed=distributed,
         join_timeout=join_timeout,
         all_processes=all_processes,
+        save=save,
     )
     spec = parse_mesh(mesh, axes)
 

@@ -39,6 +39,8 @@ def recipe(
     format: opt.Format = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    save: opt.Save = None,
+    no_compile_cache: opt.NoCompileCache = False,
     coordinator: opt.Coordinator = None,
     num_processes: opt.NumProcesses = None,
     process_id: opt.ProcessId = None,
@@ -59,6 +61,8 @@ def recipe(
         distributed=distributed,
         join_timeout=join_timeout,
         all_processes=all_processes,
+        save=save,
+        compile_cache=not no_compile_cache,
     )
     if name == LIST:
         from shardcli.render.recipe import render_recipe_list

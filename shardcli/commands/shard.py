@@ -55,6 +55,7 @@ def shard(
     format: opt.Format = "table",
     no_color: opt.NoColor = False,
     quiet: opt.Quiet = False,
+    save: opt.Save = None,
     coordinator: opt.Coordinator = None,
     num_processes: opt.NumProcesses = None,
     process_id: opt.ProcessId = None,
@@ -79,6 +80,7 @@ def shard(
         distributed=distributed,
         join_timeout=join_timeout,
         all_processes=all_processes,
+        save=save,
     )
     mesh_spec = parse_mesh(mesh, axes)
     array_shape = parse_shape(shape)

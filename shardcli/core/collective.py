@@ -25,6 +25,7 @@ from shardcli.collectives import (
     group_size,
     in_place_possible,
 )
+from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
 from shardcli.core.hlo import HloCollective, find_collectives
 from shardcli.core.processes import combine_check, combine_timing
 from shardcli.core.session import Session, open_session
@@ -138,6 +139,8 @@ class CollectiveResult:
     runs: tuple[SizeRun, ...]
     avg_busbw: dict[str, float | None]  # per placement, over sizes >= 1 MiB (or all)
     avg_over: str
+    # per placement: t(S) = alpha + S / beta over the sweep's sizes (None with fewer than two)
+    fits: dict[str, LatencyBandwidthFit | None] = field(default_factory=dict)
 
     @property
     def wrong(self) -> int:
@@ -456,7 +459,7 @@ def run_size(
             # On CPU the placed blocks may borrow NumPy's memory, which XLA cannot write into;
             # donate a buffer the runtime owns, as an in-place user would.
             x = jax.device_put(x, in_sharding, may_alias=False)
-        compiled, compile_s = compile_timed(program, x)
+        compiled, compile_s, cached = compile_timed(program, x)
         hlo = find_collectives(compiled.as_text())
         if donate:
             # Verify the first in-place result, then keep feeding outputs back in.
@@ -476,7 +479,13 @@ def run_size(
         # Several processes: every one must see the same verdict and the whole run's timing.
         wrong, wrong_devices, max_err = combine_check(wrong, wrong_devices, max_err, device_ids)
         timing = combine_timing(
-            Timing(compile_s=compile_s, warmup=request.warmup, samples=samples, stats=summarize(samples)),
+            Timing(
+                compile_s=compile_s,
+                warmup=request.warmup,
+                samples=samples,
+                stats=summarize(samples),
+                compile_cached=cached,
+            ),
             request.options.process_timing,
         )
         stats = timing.stats
@@ -553,14 +562,33 @@ def _memory_estimate(
     return per_device, total
 
 
+def fit_sizes(runs: tuple[SizeRun, ...], placement: str) -> LatencyBandwidthFit | None:
+    """t(S) = alpha + S / beta from the p50 of every size of one placement.
+
+    S is nccl-tests' message size (`algbw_bytes`), or the bytes per device for a collective that
+    moves no data.
+    """
+    sizes, times = [], []
+    for run in runs:
+        for p in run.placements:
+            if p.placement == placement and p.timing is not None:
+                sizes.append(run.algbw_bytes if run.algbw_bytes is not None else run.bytes_per_device)
+                times.append(p.timing.stats.p50)
+    return fit_latency_bandwidth(sizes, times)
+
+
 def run_collective(
-    request: CollectiveRequest, progress: Callable[[int, int, int], None] | None = None
+    request: CollectiveRequest,
+    progress: Callable[[int, int, int], None] | None = None,
+    session: Session | None = None,
 ) -> CollectiveResult:
     """Run the request: one SizeRun per size.
 
     Args:
         request: the validated request.
         progress: called as (done, total, size_bytes) before each size.
+        session: a session opened by an earlier run on the same mesh (several collectives in one
+            command); default: open one.
 
     Raises:
         ShardcliError: bad input found before allocating.
@@ -576,7 +604,8 @@ def run_collective(
     per_device_input = (
         math.prod(local_shape_of(biggest, input_entries(request), request.mesh)) * request.dtype.itemsize
     )
-    session = open_session(request.mesh, request.options, x64=request.dtype.needs_x64)
+    if session is None:
+        session = open_session(request.mesh, request.options, x64=request.dtype.needs_x64)
     check_fits_in_memory(
         session.runtime,
         list(session.devices),
@@ -616,4 +645,5 @@ def run_collective(
         runs=tuple(runs),
         avg_busbw=averages,
         avg_over=avg_over,
+        fits={placement: fit_sizes(tuple(runs), placement) for placement in averages},
     )

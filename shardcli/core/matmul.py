@@ -380,7 +380,7 @@ def run_impl(
     try:
         program, args, trace_mesh = _build(case, impl, session, explicit_mesh, axes, hosts)
         with jax.set_mesh(trace_mesh) if trace_mesh is not None else contextlib.nullcontext():
-            compiled, compile_s = compile_timed(program, *args)
+            compiled, compile_s, cached = compile_timed(program, *args)
     except Exception as error:  # noqa: BLE001 - JAX's refusal is what the user came to see
         return ImplRun(
             impl=impl,
@@ -418,7 +418,9 @@ def run_impl(
     device_ids = [cell.device_id for cell in session.layout.cells]
     wrong, wrong_ids, max_rel = combine_check(wrong, wrong_devices, max_rel, device_ids)
     timing = combine_timing(
-        Timing(compile_s=compile_s, warmup=request.warmup, samples=samples, stats=stats),
+        Timing(
+            compile_s=compile_s, warmup=request.warmup, samples=samples, stats=stats, compile_cached=cached
+        ),
         request.options.process_timing,
     )
     return ImplRun(

@@ -87,4 +87,5 @@ def combine_timing(timing: Timing, how: str) -> Timing:
         stats=summarize(samples),
         per_process=per_process,
         across_processes=how,
+        compile_cached=timing.compile_cached,
     )

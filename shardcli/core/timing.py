@@ -34,6 +34,7 @@ class Timing:
     # Several processes: each one's own timing, and how `samples` combine them ("max" or "avg").
     per_process: tuple[Timing, ...] = ()
     across_processes: str | None = None
+    compile_cached: bool | None = None  # read from the persistent cache; None: the cache is off
 
 
 def summarize(samples: tuple[float, ...]) -> TimingStats:
@@ -48,11 +49,20 @@ def summarize(samples: tuple[float, ...]) -> TimingStats:
     )
 
 
-def compile_timed(jitted: Any, *args: Any) -> tuple[Any, float]:
-    """Lower and compile, returning the executable and the seconds it took."""
+def compile_timed(jitted: Any, *args: Any) -> tuple[Any, float, bool | None]:
+    """Lower and compile.
+
+    Returns:
+        The executable, the seconds it took, and whether it came from the persistent compile
+        cache (None when the cache is off).
+    """
+    from shardcli.core.cache import cache_enabled, cache_hits
+
+    before = cache_hits()
     start = time.perf_counter()
     compiled = jitted.lower(*args).compile()
-    return compiled, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    return compiled, seconds, (cache_hits() > before) if cache_enabled() else None
 
 
 def time_iterations(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from typing import Any
 
 from rich.console import Console
@@ -12,8 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.core.collective import CollectiveResult, PlacementRun, SizeRun
+from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console, prints_here
+from shardcli.render.console import emit, make_console, prints_here
+from shardcli.render.plot import Series, text_chart
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions, format_size
 
@@ -114,14 +115,42 @@ def collective_json(result: CollectiveResult) -> dict[str, Any]:
                 "min_busbw_gbps": req.min_busbw,
                 "below_min_busbw": result.below_min_busbw,
                 "wrong": result.wrong,
+                "fit": {placement: fit_json(fit) for placement, fit in result.fits.items()},
             },
         },
     )
 
 
+def fit_json(fit: LatencyBandwidthFit | None) -> dict[str, Any] | None:
+    """t(S) = alpha + S / beta, in microseconds and GB/s (1e9 B/s)."""
+    if fit is None:
+        return None
+    return {
+        "model": "t(S) = alpha + S / beta, least squares on relative error",
+        "alpha_us": fit.alpha_s * 1e6,
+        "beta_gbps": fit.beta_bytes_per_s / 1e9 if fit.beta_bytes_per_s is not None else None,
+        "r2": fit.r2,
+        "max_rel_residual": fit.max_rel_residual,
+        "points": fit.points,
+    }
+
+
+def collectives_json(results: list[CollectiveResult]) -> dict[str, Any]:
+    """One collective: its document. Several: the envelope with each one's document in order."""
+    if len(results) == 1:
+        return collective_json(results[0])
+    first = collective_json(results[0])
+    return {
+        **{k: first[k] for k in ("schema", "command", "shardcli_version", "runtime", "mesh")},
+        "collectives": [collective_json(r) for r in results],
+        "summary": {"wrong": sum(r.wrong for r in results)},
+    }
+
+
 # --- CSV ------------------------------------------------------------------------------------------
 
 CSV_COLUMNS = (
+    "collective",
     "size_bytes",
     "count",
     "dtype",
@@ -133,14 +162,21 @@ CSV_COLUMNS = (
 )
 
 
-def collective_csv(result: CollectiveResult) -> str:
+def collectives_csv(results: list[CollectiveResult]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
+    for result in results:
+        _csv_rows(writer, result)
+    return buffer.getvalue()
+
+
+def _csv_rows(writer: Any, result: CollectiveResult) -> None:
     for run in result.runs:
         for p in run.placements:
             writer.writerow(
                 [
+                    result.collective.name,
                     run.bytes_per_device,
                     run.count,
                     result.request.dtype.name,
@@ -151,7 +187,6 @@ def collective_csv(result: CollectiveResult) -> str:
                     p.wrong,
                 ]
             )
-    return buffer.getvalue()
 
 
 # --- people ---------------------------------------------------------------------------------------
@@ -209,7 +244,7 @@ def timing_table(run: SizeRun) -> Table:
             label += " (aliased)" if p.aliased else " (not aliased)"
         table.add_row(
             label,
-            f"{p.timing.compile_s * 1e3:.1f}",
+            human.compile_text(p.timing),
             f"{_us(s.min):.1f}",
             f"{_us(s.p50):.1f}",
             f"{_us(s.p90):.1f}",
@@ -293,16 +328,29 @@ def _verdict(console: Console, result: CollectiveResult) -> None:
             )
 
 
-def render_collective(result: CollectiveResult, options: RunOptions) -> None:
-    if not prints_here(options, result.session.runtime):
+def render_collectives(results: list[CollectiveResult], options: RunOptions) -> None:
+    """Every collective of the command (one, or several joined by commas), then the chart of them all."""
+    if not prints_here(options, results[0].session.runtime):
         return
     if options.format == "json":
-        jsonout.write_json(collective_json(result))
+        jsonout.write_json(collectives_json(results), options)
         return
     if options.format == "csv":
-        sys.stdout.write(collective_csv(result))
+        emit(collectives_csv(results), options)
         return
     console = make_console(options)
+    for k, result in enumerate(results):
+        if k:
+            console.print()
+            console.rule(style="dim")
+        _render_one(console, result, options)
+    if len(results) > 1 and results[0].request.sweep:
+        human.section(
+            console, f"busbw of {', '.join(r.collective.name for r in results)}", busbw_chart(results)
+        )
+
+
+def _render_one(console: Console, result: CollectiveResult, options: RunOptions) -> None:
     req = result.request
     coll = result.collective
     n = result.group_size
@@ -373,5 +421,89 @@ def render_collective(result: CollectiveResult, options: RunOptions) -> None:
             )
             console.print(f"average busbw over {result.avg_over}: {values} GB/s")
         human.section(console, "compiled HLO collectives (largest size)", _hlo_text(result.runs[-1]))
+        if len(result.runs) > 1:
+            if coll.bus_factor:
+                human.section(console, "busbw against size", busbw_chart([result]))
+            human.section(console, "time against size (log-log)", time_chart(result))
+            console.print(fit_text(result))
     console.print()
     _verdict(console, result)
+
+
+def _series_name(result: CollectiveResult, placement: str, several: bool) -> str:
+    name = result.collective.name if several else ""
+    where = {"out": "out-of-place", "in": "in-place"}[placement]
+    return f"{name} {where}".strip() if several or len(result.avg_busbw) > 1 else (name or where)
+
+
+def busbw_chart(results: list[CollectiveResult]) -> Text:
+    """busbw against bytes per device, a series per collective and placement, with the fit's curve."""
+    series = []
+    several = len(results) > 1
+    for result in results:
+        if not result.collective.bus_factor:
+            continue
+        for placement in result.avg_busbw:
+            pts = tuple(
+                (run.bytes_per_device, p.busbw)
+                for run in result.runs
+                for p in run.placements
+                if p.placement == placement and p.busbw is not None
+            )
+            series.append(
+                Series(_series_name(result, placement, several), pts, _busbw_model(result, placement))
+            )
+    return text_chart(series, y_label="busbw (GB/s)")
+
+
+def _busbw_model(result: CollectiveResult, placement: str) -> Any:
+    fit = result.fits.get(placement)
+    run = result.runs[0]
+    if fit is None or run.algbw_bytes is None:
+        return None
+    ratio = run.algbw_bytes / run.bytes_per_device  # S per byte per device, the same at every size
+    factor = result.collective.bus_factor(result.group_size)
+    return lambda b: b * ratio / fit.time_at(b * ratio) * factor / 1e9
+
+
+def time_chart(result: CollectiveResult) -> Text:
+    """p50 time against bytes per device, log-log, with the fitted t(S) = alpha + S / beta."""
+    series = []
+    run0 = result.runs[0]
+    ratio = (run0.algbw_bytes or run0.bytes_per_device) / run0.bytes_per_device
+    for placement, fit in result.fits.items():
+        pts = tuple(
+            (run.bytes_per_device, p.timing.stats.p50 * 1e6)
+            for run in result.runs
+            for p in run.placements
+            if p.placement == placement and p.timing is not None
+        )
+        curve = (lambda b, f=fit: f.time_at(b * ratio) * 1e6) if fit is not None else None
+        series.append(Series(_series_name(result, placement, False), pts, curve))
+    return text_chart(series, y_label="p50 (us)", log_y=True)
+
+
+def fit_text(result: CollectiveResult) -> Text:
+    """One line per placement: alpha, beta and how well the model fits."""
+    text = Text()
+    size = "nccl-tests' S" if result.runs[0].algbw_bytes is not None else "bytes per device"
+    for placement, fit in result.fits.items():
+        label = {"out": "out-of-place", "in": "in-place"}[placement]
+        if fit is None:
+            text.append(f"fit {label}: needs two sizes or more\n", style="dim")
+            continue
+        beta = (
+            "none (time does not grow with size)"
+            if fit.beta_bytes_per_s is None
+            else (f"{fit.beta_bytes_per_s / 1e9:.3g} GB/s")
+        )
+        text.append(
+            f"fit {label}: t(S) = alpha + S / beta, alpha = {fit.alpha_s * 1e6:.3g} us, beta = {beta}\n"
+        )
+        text.append(
+            f"  R^2 {fit.r2:.3f}, worst residual {fit.max_rel_residual:.0%}, "
+            f"{fit.points} sizes, S = {size}\n",
+            style="dim",
+        )
+    text.rstrip()
+    return text

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from shardcli import __version__
 from shardcli.core.session import Session
+from shardcli.core.timing import Timing
 from shardcli.layout import GridView, ShardingLayout, format_index, grid_views, spec_layout
 from shardcli.mesh import MeshLayout
 from shardcli.specs import ShardingSpec
@@ -152,6 +153,11 @@ def format_values(values: np.ndarray) -> str:
     return np.array2string(
         arr, separator=" ", max_line_width=100, threshold=10_000, suppress_small=True, precision=4
     )
+
+
+def compile_text(timing: Timing) -> str:
+    """Compile milliseconds, marked when the program came from the persistent compile cache."""
+    return f"{timing.compile_s * 1e3:.1f}" + (" (cache)" if timing.compile_cached else "")
 
 
 def timing_across(session: Session) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.layout import Index
 from shardcli.mesh import MeshLayout
+from shardcli.specs import RunOptions
 
 SCHEMA_VERSION = 1
 
@@ -36,6 +36,7 @@ def timing_json(timing: Timing | None) -> dict[str, Any] | None:
         return None
     return {
         **_samples_json(timing),
+        "compile_cached": timing.compile_cached,
         "blocking": "each iteration waits for its result (block_until_ready)",
         "across_processes": timing.across_processes,
         "processes": [{"process_index": k, **_samples_json(t)} for k, t in enumerate(timing.per_process)]
@@ -75,6 +76,7 @@ def runtime_json(session: Session) -> dict[str, Any]:
             "auto": rt.distributed.auto,
         },
         "process_timing": rt.process_timing,
+        "compile_cache": rt.compile_cache,
         "jax_version": rt.jax_version,
     }
 
@@ -112,5 +114,8 @@ def document(command: str, session: Session, body: dict[str, Any]) -> dict[str, 
     }
 
 
-def write_json(doc: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+def write_json(doc: dict[str, Any], options: RunOptions) -> None:
+    """The one JSON document of a run, on stdout (and in --save's file when asked)."""
+    from shardcli.render.console import emit
+
+    emit(json.dumps(doc, indent=2) + "\n", options)

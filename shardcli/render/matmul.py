@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from typing import Any
 
 from rich.console import Console
@@ -14,7 +13,7 @@ from rich.text import Text
 from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console, prints_here
+from shardcli.render.console import emit, make_console, prints_here
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
 
@@ -306,7 +305,7 @@ def timing_table(run: CaseRun) -> Table:
         ratio = _bound_ratio(i, run.model)
         table.add_row(
             i.impl,
-            f"{i.timing.compile_s * 1e3:.1f}",
+            human.compile_text(i.timing),
             f"{s.min * 1e6:.1f}",
             f"{s.p50 * 1e6:.1f}",
             f"{s.p90 * 1e6:.1f}",
@@ -442,10 +441,10 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
     if not prints_here(options, result.session.runtime):
         return
     if options.format == "json":
-        jsonout.write_json(matmul_json(result))
+        jsonout.write_json(matmul_json(result), options)
         return
     if options.format == "csv":
-        sys.stdout.write(matmul_csv(result))
+        emit(matmul_csv(result), options)
         return
     console = make_console(options)
     req = result.request

@@ -12,7 +12,7 @@ def render_mesh(session: Session, options: RunOptions) -> None:
     if not prints_here(options, session.runtime):
         return
     if options.format == "json":
-        jsonout.write_json(jsonout.document("mesh", session, {}))
+        jsonout.write_json(jsonout.document("mesh", session, {}), options)
         return
     console = make_console(options)
     if not options.quiet:

@@ -89,7 +89,7 @@ def render_recipe(result: RecipeResult, options: RunOptions) -> None:
     if not prints_here(options, result.session.runtime):
         return
     if options.format == "json":
-        jsonout.write_json(recipe_json(result))
+        jsonout.write_json(recipe_json(result), options)
         return
     console = make_console(options)
     r = result.recipe
@@ -120,7 +120,7 @@ def recipe_list_json() -> dict[str, Any]:
 
 def render_recipe_list(options: RunOptions) -> None:
     if options.format == "json":
-        jsonout.write_json(recipe_list_json())
+        jsonout.write_json(recipe_list_json(), options)
         return
     table = Table(box=None, header_style="bold")
     for name in ("recipe", "default mesh", "what it shows"):

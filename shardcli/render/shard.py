@@ -76,7 +76,7 @@ def render_shard(result: ShardResult, options: RunOptions) -> None:
     if not prints_here(options, result.session.runtime):
         return
     if options.format == "json":
-        jsonout.write_json(shard_json(result))
+        jsonout.write_json(shard_json(result), options)
         return
     req = result.request
     console = make_console(options)

@@ -1,0 +1,82 @@
+"""`shardcli compare`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shardcli import options as opt
+from shardcli.core.compare import METRICS, CompareRequest, parse_tolerance
+from shardcli.errors import ExitCode
+from shardcli.specs import RunOptions, parse_choice, parse_save
+
+
+def compare(
+    base: Annotated[
+        str,
+        typer.Argument(
+            help="The baseline: JSON from shardcli collective or matmul --format json.",
+            metavar="BASE.json",
+            show_default=False,
+        ),
+    ],
+    new: Annotated[
+        str,
+        typer.Argument(
+            help="The result to judge: the same command, mesh and sizes.",
+            metavar="NEW.json",
+            show_default=False,
+        ),
+    ],
+    tolerance: Annotated[
+        str,
+        typer.Option(
+            "--tolerance",
+            "-t",
+            help="How much worse than base a value may be before it is a regression: 10% or 0.1.",
+        ),
+    ] = "10%",
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            help="busbw (GB/s, higher is better; collective only) or time (p50, lower is better). "
+            "\\[default: busbw for collective, time for matmul]",
+        ),
+    ] = None,
+    format: opt.Format = "table",
+    no_color: opt.NoColor = False,
+    quiet: opt.Quiet = False,
+    save: opt.Save = None,
+) -> None:
+    """Compare two JSON results of the same command row by row, and mark the regressions.
+
+    Rows are (size, placement) for collective and (dims, case, impl) for matmul.
+
+    Both files need the same command, collective or cases, mesh and rows.
+
+    Exits 1 if a row regressed beyond the tolerance, 2 if the files cannot be compared.
+
+    Example: shardcli compare base.json new.json --tolerance 5%
+    """
+    from shardcli.render.compare import FORMATS
+
+    options = RunOptions(
+        format=parse_choice(format, "--format", FORMATS),
+        color=not no_color,
+        quiet=quiet,
+        save=parse_save(save),
+    )
+    request = CompareRequest(
+        base=base,
+        new=new,
+        metric=parse_choice(metric, "--metric", tuple(METRICS)) if metric is not None else None,
+        tolerance=parse_tolerance(tolerance),
+    )
+    from shardcli.core.compare import run_compare
+    from shardcli.render.compare import render_compare
+
+    result = run_compare(request)
+    render_compare(result, options)
+    raise typer.Exit(ExitCode.WRONG_RESULT if result.regressions else ExitCode.OK)

@@ -1,0 +1,559 @@
+"""`shardcli compare`: line up two JSON results of the same command and find the regressions.
+
+Pure Python on purpose: it reads the documents that `shardcli collective` and `shardcli matmul`
+print with `--format json`, and imports neither JAX nor NumPy, so comparing two files in CI costs
+no device start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from shardcli.errors import ShardcliError
+from shardcli.specs import format_size
+
+# The JSON schema version this module reads: `SCHEMA_VERSION` in shardcli/render/jsonout.py (which
+# imports NumPy, so it is not imported here; a test pins the two together).
+KNOWN_SCHEMA = 1
+
+Doc = dict[str, Any]
+
+# --- metrics --------------------------------------------------------------------------------------
+
+
+def _busbw(entry: Doc, where: str, file: str) -> float | None:
+    return _number(entry, "busbw_gbps", where, file)
+
+
+def _p50(entry: Doc, where: str, file: str) -> float | None:
+    timing = _field(entry, "timing", (dict, type(None)), where, file)
+    if timing is None:  # not run: the in-place form that does not fit, a refused impl
+        return None
+    stats = _field(timing, "stats_s", dict, f"{where}.timing", file)
+    return _number(stats, "p50", f"{where}.timing.stats_s", file)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What compare lines up: read from one measurement (a placement or an impl) of a document."""
+
+    name: str
+    title: str  # what the values are, for headings
+    unit: str  # of the values as read and written to JSON
+    higher_is_better: bool
+    improved: str  # the status of a row that got better beyond the tolerance
+    read: Callable[[Doc, str, str], float | None]  # (entry, where, file) -> value or None
+
+    @property
+    def better(self) -> str:
+        return "higher" if self.higher_is_better else "lower"
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("busbw", "busbw", "GB/s", higher_is_better=True, improved="better", read=_busbw),
+        Metric("time", "time p50", "s", higher_is_better=False, improved="faster", read=_p50),
+    )
+}
+
+# --- results --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """Two result files and how to judge them.
+
+    Attributes:
+        base: path of the baseline JSON document, as the user gave it.
+        new: path of the JSON document to judge against it.
+        metric: a name in METRICS, or None for the command's default (busbw, or time for matmul).
+        tolerance: how much worse than base a value may be, as a fraction (0.1 is 10%).
+    """
+
+    base: str
+    new: str
+    metric: str | None = None
+    tolerance: float = 0.1
+
+
+@dataclass(frozen=True)
+class KeyField:
+    """One column of a row's key: its JSON name, its heading, and how people read its value."""
+
+    name: str
+    title: str
+    text: Callable[[Any], str] = str
+    to_json: Callable[[Any], Any] = lambda value: value
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One measurement in both files: its key, both values, new/base, and the verdict."""
+
+    key: tuple[Hashable, ...]  # one value per KeyField of the kind
+    base: float | None
+    new: float | None
+    ratio: float | None  # new / base; None when either value is missing or base is 0
+    status: str  # ok, regression, better (busbw) or faster (time) beyond the tolerance, or n/a
+
+
+@dataclass(frozen=True)
+class DocFacts:
+    """What people want to know about one input file besides its rows (informative only)."""
+
+    file: str
+    shardcli_version: str | None
+    platform: str | None
+    device_kind: str | None
+    dtype: str | None
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Every row of two comparable results, judged with one metric and tolerance."""
+
+    request: CompareRequest
+    command: str  # "collective" or "matmul"
+    what: str  # "psum over x", "cases allreduce, allgather"
+    mesh: str  # "2x2 (x=2, y=2)"
+    key_fields: tuple[KeyField, ...]
+    metric: Metric
+    tolerance: float
+    base: DocFacts
+    new: DocFacts
+    rows: tuple[CompareRow, ...]
+
+    @property
+    def regressions(self) -> tuple[CompareRow, ...]:
+        return tuple(r for r in self.rows if r.status == "regression")
+
+    @property
+    def compared(self) -> int:
+        """Rows with a value in both files."""
+        return sum(1 for r in self.rows if r.ratio is not None)
+
+    @property
+    def worst(self) -> CompareRow | None:
+        """The row whose new/base ratio is the worst for the metric (lowest busbw, highest time)."""
+        rated = [r for r in self.rows if r.ratio is not None]
+        if not rated:
+            return None
+        pick = min if self.metric.higher_is_better else max
+        return pick(rated, key=lambda r: r.ratio)
+
+    def describe_key(self, key: tuple[Hashable, ...]) -> str:
+        """`size 4K, placement out`."""
+        return describe_key(self.key_fields, key)
+
+
+def describe_key(fields: tuple[KeyField, ...], key: tuple[Hashable, ...]) -> str:
+    return ", ".join(f"{f.title} {f.text(v)}" for f, v in zip(fields, key, strict=False))
+
+
+# --- flags ----------------------------------------------------------------------------------------
+
+_NUMBER_RE = re.compile(r"^[0-9]*\.?[0-9]+$|^[0-9]+\.$")
+
+
+def parse_tolerance(text: str) -> float:
+    """`--tolerance 10%` or `--tolerance 0.1` (both ten percent) -> 0.1.
+
+    A bare number is a fraction, so one above 1 is refused: `10` would mean 1000%.
+
+    Raises:
+        ShardcliError: not a number, negative, or a bare fraction above 1.
+    """
+    raw = text.strip()
+    percent = raw.endswith("%")
+    number = raw[:-1].strip() if percent else raw
+    if number.startswith("-") and _NUMBER_RE.match(number[1:].strip()):
+        raise ShardcliError(f"--tolerance {text!r} is negative; give 0 or more, such as 10% or 0.1")
+    if not _NUMBER_RE.match(number):
+        raise ShardcliError(
+            f"--tolerance {text!r} is not valid; give a percentage such as 10% or a fraction such as 0.1"
+        )
+    value = float(number)
+    if percent:
+        return value / 100
+    if value > 1:
+        raise ShardcliError(
+            f"--tolerance {text!r} is a fraction above 1 ({value * 100:g}%); "
+            f"write {number}% for {number} percent, or a fraction such as 0.1"
+        )
+    return value
+
+
+def judge(base: float | None, new: float | None, metric: Metric, tolerance: float) -> str:
+    """The status of one row: regression when new is worse than base by more than the tolerance."""
+    if base is None or new is None:
+        return "n/a"
+    if metric.higher_is_better:
+        if new < base * (1 - tolerance):
+            return "regression"
+        return metric.improved if new > base * (1 + tolerance) else "ok"
+    if new > base * (1 + tolerance):
+        return "regression"
+    return metric.improved if new < base * (1 - tolerance) else "ok"
+
+
+# --- reading documents ----------------------------------------------------------------------------
+
+_JSON_TYPES = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def _type_name(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _field(obj: Doc, key: str, types: type | tuple[type, ...], where: str, file: str) -> Any:
+    """`obj[key]`, checked: a missing key or a wrong type names the file and the key's path."""
+    path = f"{where}.{key}" if where else key
+    if key not in obj:
+        raise ShardcliError(
+            f"{file} has no '{path}'; compare reads the JSON of shardcli collective or matmul"
+        )
+    value = obj[key]
+    wanted = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
+        shown = [t for t in wanted if not (t is int and float in wanted)]  # a number covers integers
+        names = " or ".join(_JSON_TYPES.get(t, t.__name__) for t in shown)
+        raise ShardcliError(f"{file} has '{path}' as {_type_name(value)}; it should be {names}")
+    return value
+
+
+def _number(obj: Doc, key: str, where: str, file: str) -> float | None:
+    """A measured value: a number, or None where there is none (NaN and infinities count as none)."""
+    value = _field(obj, key, (int, float, type(None)), where, file)
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _items(obj: Doc, key: str, where: str, file: str) -> list[tuple[str, Doc]]:
+    """The objects of a list field, each with its path (`sizes[2]`)."""
+    values = _field(obj, key, list, where, file)
+    path = f"{where}.{key}" if where else key
+    out = []
+    for i, item in enumerate(values):
+        if not isinstance(item, dict):
+            raise ShardcliError(f"{file} has '{path}[{i}]' as {_type_name(item)}; it should be an object")
+        out.append((f"{path}[{i}]", item))
+    return out
+
+
+def load_document(path: str) -> Doc:
+    """Read one JSON document from a file.
+
+    Raises:
+        ShardcliError: the file cannot be read, is not JSON, or is not a JSON object.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ShardcliError(f"cannot read {path}: no such file") from None
+    except IsADirectoryError:
+        raise ShardcliError(f"cannot read {path}: it is a directory") from None
+    except UnicodeDecodeError:
+        raise ShardcliError(f"{path} is not JSON: it is not UTF-8 text") from None
+    except OSError as e:
+        raise ShardcliError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ShardcliError(f"{path} is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(doc, dict):
+        raise ShardcliError(
+            f"{path} holds {_type_name(doc)}, not a JSON object; "
+            "compare reads the JSON of shardcli collective or matmul"
+        )
+    return doc
+
+
+# --- the two kinds of result ----------------------------------------------------------------------
+
+Row = tuple[tuple[Hashable, ...], float | None]
+
+
+def _collective_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
+    rows = []
+    for where, size in _items(doc, "sizes", "", file):
+        nbytes = _field(size, "bytes_per_device", int, where, file)
+        for p_where, placement in _items(size, "placements", where, file):
+            name = _field(placement, "placement", str, p_where, file)
+            rows.append(((nbytes, name), metric.read(placement, p_where, file)))
+    return rows
+
+
+def _matmul_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
+    rows = []
+    for where, run in _items(doc, "runs", "", file):
+        case = _field(run, "case", str, where, file)
+        dims_doc = _field(run, "dims", dict, where, file)
+        dims = tuple(_field(dims_doc, d, int, f"{where}.dims", file) for d in ("I", "J", "K"))
+        for i_where, impl in _items(run, "impls", where, file):
+            name = _field(impl, "impl", str, i_where, file)
+            status = _field(impl, "status", str, i_where, file)
+            value = metric.read(impl, i_where, file) if status == "ok" else None
+            rows.append(((dims, case, name), value))
+    return rows
+
+
+def _params_text(params: Doc) -> str:
+    """`axes=x, tiled=True`: a collective's parameters as flags people recognise."""
+    return ", ".join(
+        f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in sorted(params.items())
+    )
+
+
+def _collective_config(doc: Doc, file: str) -> tuple[str, Doc]:
+    config = _field(doc, "config", dict, "", file)
+    return _field(config, "collective", str, "config", file), _field(config, "params", dict, "config", file)
+
+
+def _check_collectives(base: Doc, new: Doc, files: tuple[str, str]) -> str:
+    (b_name, b_params), (n_name, n_params) = (
+        _collective_config(d, f) for d, f in zip((base, new), files, strict=True)
+    )
+    if b_name != n_name:
+        raise ShardcliError(
+            f"{files[0]} ran collective {b_name} but {files[1]} ran {n_name}; "
+            "compare needs results of the same collective"
+        )
+    if b_params != n_params:
+        raise ShardcliError(
+            f"{files[0]} ran {b_name} with {_params_text(b_params)} but {files[1]} with "
+            f"{_params_text(n_params)}; compare needs the same collective flags"
+        )
+    return f"{b_name} over {'+'.join(map(str, b_params.get('axes', [])))}"
+
+
+def _matmul_cases(doc: Doc, file: str) -> list[str]:
+    config = _field(doc, "config", dict, "", file)
+    cases = _field(config, "cases", list, "config", file)
+    if not all(isinstance(c, str) for c in cases):
+        raise ShardcliError(f"{file} has 'config.cases' with an entry that is not a string")
+    return cases
+
+
+def _check_matmuls(base: Doc, new: Doc, files: tuple[str, str]) -> str:
+    b_cases, n_cases = (_matmul_cases(d, f) for d, f in zip((base, new), files, strict=True))
+    if set(b_cases) != set(n_cases):
+        raise ShardcliError(
+            f"{files[0]} has matmul cases {', '.join(b_cases)} but {files[1]} has {', '.join(n_cases)}; "
+            "compare needs the same --case in both"
+        )
+    return f"cases {', '.join(b_cases)}"
+
+
+def _dims_json(dims: tuple[int, int, int]) -> dict[str, int]:
+    return dict(zip(("I", "J", "K"), dims, strict=True))
+
+
+@dataclass(frozen=True)
+class ResultKind:
+    """A command whose JSON compare reads: how its rows are keyed, read and checked."""
+
+    command: str
+    metrics: tuple[str, ...]  # the first is the default
+    key_fields: tuple[KeyField, ...]
+    row_flags: str  # the flags that choose the rows, for "compare needs the same ..."
+    check_config: Callable[[Doc, Doc, tuple[str, str]], str]  # raises when not comparable; -> what
+    read_rows: Callable[[Doc, Metric, str], list[Row]]
+
+
+KINDS: dict[str, ResultKind] = {
+    k.command: k
+    for k in (
+        ResultKind(
+            command="collective",
+            metrics=("busbw", "time"),
+            key_fields=(
+                KeyField("bytes_per_device", "size", text=format_size),
+                KeyField("placement", "placement"),
+            ),
+            row_flags="--sizes and --placement",
+            check_config=_check_collectives,
+            read_rows=_collective_rows,
+        ),
+        ResultKind(
+            command="matmul",
+            metrics=("time",),
+            key_fields=(
+                KeyField("dims", "I,J,K", text=lambda d: ",".join(map(str, d)), to_json=_dims_json),
+                KeyField("case", "case"),
+                KeyField("impl", "impl"),
+            ),
+            row_flags="--case, --impl, --dims and --sizes",
+            check_config=_check_matmuls,
+            read_rows=_matmul_rows,
+        ),
+    )
+}
+
+
+# --- comparing ------------------------------------------------------------------------------------
+
+
+def _command(doc: Doc, file: str) -> str:
+    command = _field(doc, "command", str, "", file)
+    if command not in KINDS:
+        raise ShardcliError(
+            f"{file} is a result of shardcli {command}; compare knows {' and '.join(KINDS)} results"
+        )
+    return command
+
+
+def _mesh(doc: Doc, file: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    mesh = _field(doc, "mesh", dict, "", file)
+    shape = _field(mesh, "shape", list, "mesh", file)
+    axes = _field(mesh, "axes", list, "mesh", file)
+    return tuple(shape), tuple(axes)
+
+
+def _mesh_text(mesh: tuple[tuple[int, ...], tuple[str, ...]]) -> str:
+    """`2x4 (data=2, model=4)`, as MeshSpec.describe writes it."""
+    shape, axes = mesh
+    if len(shape) != len(axes):
+        return f"{'x'.join(map(str, shape))} ({', '.join(map(str, axes))})"
+    return f"{'x'.join(map(str, shape))} ({', '.join(f'{a}={n}' for a, n in zip(axes, shape, strict=True))})"
+
+
+def _facts(doc: Doc, file: str) -> DocFacts:
+    """Informative facts; absent or odd ones are left out rather than refused."""
+
+    def text(obj: Any, key: str) -> str | None:
+        value = obj.get(key) if isinstance(obj, dict) else None
+        return value if isinstance(value, str) else None
+
+    runtime = doc.get("runtime")
+    return DocFacts(
+        file=file,
+        shardcli_version=text(doc, "shardcli_version"),
+        platform=text(runtime, "platform"),
+        device_kind=text(runtime, "device_kind"),
+        dtype=text(doc.get("config"), "dtype"),
+    )
+
+
+def _keyed(rows: list[Row], kind: ResultKind, file: str) -> dict[tuple[Hashable, ...], float | None]:
+    out: dict[tuple[Hashable, ...], float | None] = {}
+    for key, value in rows:
+        if key in out:
+            raise ShardcliError(f"{file} has {describe_key(kind.key_fields, key)} twice")
+        out[key] = value
+    return out
+
+
+def _missing_row(
+    have: dict[tuple[Hashable, ...], Any], lack: dict[tuple[Hashable, ...], Any]
+) -> tuple[Hashable, ...] | None:
+    """The shortest key prefix of a row in `have` that `lack` has no row under (`size 4K`), if any."""
+    for key in have:
+        if key in lack:
+            continue
+        for n in range(1, len(key) + 1):
+            if not any(other[:n] == key[:n] for other in lack):
+                return key[:n]
+    return None
+
+
+def compare_documents(base: Doc, new: Doc, request: CompareRequest) -> CompareResult:
+    """Check that two result documents are comparable, and judge every row.
+
+    Args:
+        base: the baseline document (`shardcli collective|matmul --format json`).
+        new: the document to judge.
+        request: the file names (for messages), the metric and the tolerance.
+
+    Returns:
+        One row per measurement, in the base document's order.
+
+    Raises:
+        ShardcliError: the documents are malformed or not comparable (the message says why).
+    """
+    files = (request.base, request.new)
+    b_schema, n_schema = (_field(d, "schema", int, "", f) for d, f in zip((base, new), files, strict=True))
+    if b_schema != n_schema:
+        raise ShardcliError(
+            f"{files[0]} has schema version {b_schema} but {files[1]} has {n_schema}; "
+            "compare needs files written by the same shardcli version"
+        )
+    if b_schema != KNOWN_SCHEMA:
+        raise ShardcliError(
+            f"{files[0]} and {files[1]} have schema version {b_schema}, but this shardcli reads "
+            f"schema {KNOWN_SCHEMA}; compare them with the shardcli that wrote them"
+        )
+    b_command, n_command = (_command(d, f) for d, f in zip((base, new), files, strict=True))
+    if b_command != n_command:
+        raise ShardcliError(
+            f"{files[0]} is a {b_command} result but {files[1]} is a {n_command} result; "
+            "compare needs two results of the same command"
+        )
+    kind = KINDS[b_command]
+    metric_name = request.metric or kind.metrics[0]
+    if metric_name not in kind.metrics:
+        raise ShardcliError(
+            f"--metric {metric_name} does not apply to {kind.command} results; "
+            f"use --metric {' or '.join(kind.metrics)}"
+        )
+    if not 0 <= request.tolerance < math.inf:
+        raise ShardcliError(f"--tolerance {request.tolerance!r} is not valid; give 0 or more")
+    metric = METRICS[metric_name]
+    b_mesh, n_mesh = (_mesh(d, f) for d, f in zip((base, new), files, strict=True))
+    if b_mesh != n_mesh:
+        raise ShardcliError(
+            f"{files[0]} ran on mesh {_mesh_text(b_mesh)} but {files[1]} on mesh {_mesh_text(n_mesh)}; "
+            "compare needs the same --mesh and --axes"
+        )
+    what = kind.check_config(base, new, files)
+    b_rows, n_rows = (
+        _keyed(kind.read_rows(d, metric, f), kind, f) for d, f in zip((base, new), files, strict=True)
+    )
+    for have, lack, (here, there) in ((b_rows, n_rows, files), (n_rows, b_rows, files[::-1])):
+        missing = _missing_row(have, lack)
+        if missing is not None:
+            raise ShardcliError(
+                f"{describe_key(kind.key_fields, missing)} is in {here} but not in {there}; "
+                f"compare needs the same {kind.row_flags} in both"
+            )
+    rows = []
+    for key, b_value in b_rows.items():
+        n_value = n_rows[key]
+        ratio = n_value / b_value if b_value and n_value is not None else None
+        rows.append(
+            CompareRow(key, b_value, n_value, ratio, judge(b_value, n_value, metric, request.tolerance))
+        )
+    return CompareResult(
+        request=request,
+        command=kind.command,
+        what=what,
+        mesh=_mesh_text(b_mesh),
+        key_fields=kind.key_fields,
+        metric=metric,
+        tolerance=request.tolerance,
+        base=_facts(base, files[0]),
+        new=_facts(new, files[1]),
+        rows=tuple(rows),
+    )
+
+
+def run_compare(request: CompareRequest) -> CompareResult:
+    """Load both files named in the request and compare them (see `compare_documents`)."""
+    base = load_document(request.base)
+    new = load_document(request.new)
+    return compare_documents(base, new, request)

@@ -1,0 +1,57 @@
+"""The persistent compile cache: on by default, reused by a second run, never fatal."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from conftest import run_shardcli
+
+from shardcli.core.cache import CACHE_ENV, default_cache_dir
+
+RUN = ("collective", "psum", "--mesh", "2", "--iters", "2", "--warmup", "1", "--format", "json")
+
+
+def compile_cached(doc: dict) -> bool | None:
+    return doc["sizes"][0]["placements"][0]["timing"]["compile_cached"]
+
+
+def test_a_second_run_reads_the_compiled_program_from_the_cache(tmp_path):
+    env = {CACHE_ENV: str(tmp_path / "cache")}
+    first = run_shardcli(*RUN, env=env)
+    second = run_shardcli(*RUN, env=env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    docs = [json.loads(p.stdout) for p in (first, second)]
+    assert [d["runtime"]["compile_cache"] for d in docs] == [str(tmp_path / "cache")] * 2
+    assert [compile_cached(d) for d in docs] == [False, True]
+    assert any((tmp_path / "cache").iterdir())
+
+
+def test_no_compile_cache_turns_it_off(tmp_path):
+    proc = run_shardcli(*RUN, "--no-compile-cache", env={CACHE_ENV: str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["runtime"]["compile_cache"] is None and compile_cached(doc) is None
+    assert not (tmp_path / "cache").exists()
+
+
+def test_an_unusable_cache_directory_warns_once_and_the_run_goes_on(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc = run_shardcli(*RUN, env={CACHE_ENV: str(blocker / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(
+        f"shardcli: warning: the compile cache at {blocker / 'cache'} cannot be used"
+    )
+    assert json.loads(proc.stdout)["runtime"]["compile_cache"] is None
+
+
+def test_the_default_directory_follows_xdg_and_the_override(monkeypatch, tmp_path):
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    if sys.platform.startswith("linux"):
+        assert default_cache_dir() == tmp_path / "shardcli" / "jax"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
+    assert default_cache_dir() == tmp_path / "mine"

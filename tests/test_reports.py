@@ -1,0 +1,250 @@
+"""Reports: the latency-bandwidth fit, terminal charts, several collectives, plot files, --save."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from test_cli_foundation import assert_one_line_error, has_color
+
+from shardcli.core.fit import fit_latency_bandwidth
+from shardcli.render.plot import CURVE, Series, text_chart
+
+SWEEP = ("--mesh", "4", "--sizes", "1K:64K:x4", "--iters", "3", "--warmup", "1")
+
+
+# --- the fit --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(20e-6, 2e9), (1e-3, 5e8), (0.0, 1e10)])
+def test_fit_recovers_alpha_and_beta_of_exact_data(alpha, beta):
+    sizes = [1024 * 4**k for k in range(7)]
+    fit = fit_latency_bandwidth(sizes, [alpha + s / beta for s in sizes])
+    assert fit is not None and fit.points == 7
+    assert fit.alpha_s == pytest.approx(alpha, abs=1e-12)
+    assert fit.beta_bytes_per_s == pytest.approx(beta, rel=1e-9)
+    assert fit.r2 == pytest.approx(1.0) and fit.max_rel_residual < 1e-9
+
+
+def test_fit_of_noisy_data_reports_its_quality():
+    rng = np.random.default_rng(0)
+    sizes = np.array([1024 * 2**k for k in range(12)], dtype=float)
+    times = (50e-6 + sizes / 1e9) * rng.uniform(0.8, 1.2, sizes.size)
+    fit = fit_latency_bandwidth(sizes, times)
+    assert 30e-6 < fit.alpha_s < 80e-6 and 0.7e9 < fit.beta_bytes_per_s < 1.4e9
+    assert 0.9 < fit.r2 < 1.0 and 0 < fit.max_rel_residual <= 0.5
+
+
+@pytest.mark.parametrize(
+    ("sizes", "times", "expected"),
+    [
+        pytest.param([1024], [1e-3], None, id="one-size"),
+        pytest.param([1024, 1024], [1e-3, 2e-3], None, id="same-size"),
+    ],
+)
+def test_fit_needs_two_sizes(sizes, times, expected):
+    assert fit_latency_bandwidth(sizes, times) is expected
+
+
+def test_fit_of_flat_times_has_no_bandwidth_term():
+    fit = fit_latency_bandwidth([1024, 4096, 16384], [2e-3, 1.9e-3, 1.8e-3])
+    assert fit.beta_bytes_per_s is None and fit.alpha_s == pytest.approx(1.9e-3, rel=0.06)
+
+
+# --- the terminal chart ---------------------------------------------------------------------------
+
+
+def test_chart_places_points_by_log2_size_and_value():
+    chart = text_chart([Series("a", ((1024, 0.0), (1024 * 1024, 2.0)))], y_label="busbw", width=21, height=5)
+    lines = chart.plain.splitlines()
+    grid = [line.split("│" if "│" in line else "┤", 1)[1] for line in lines[1:6]]
+    assert grid[-1][0] == "o" and grid[0][20] == "o"  # (1K, 0) bottom left; (1M, 2) top right
+    assert "1K" in lines[7] and "1M" in lines[7]
+    assert lines[-1].strip() == "o a"
+
+
+def test_chart_draws_the_model_under_the_points_and_one_marker_per_series():
+    chart = text_chart(
+        [
+            Series("psum", ((1024, 1.0), (4096, 2.0)), curve=lambda s: s / 4096 * 2),
+            Series("all_gather", ((1024, 0.5), (4096, 1.5))),
+        ],
+        y_label="y",
+    )
+    text = chart.plain
+    assert CURVE in text and "o psum" in text and "x all_gather" in text
+    assert text.count("o") >= 2 and text.count("x") >= 2
+
+
+def test_chart_log_axis_has_ticks_in_a_narrow_range():
+    chart = text_chart([Series("t", ((1024, 300.0), (8192, 900.0)))], y_label="us", log_y=True)
+    assert "500" in chart.plain and "┤" in chart.plain
+
+
+# --- collective sweeps: fit, charts, several collectives ------------------------------------------
+
+
+def test_sweep_shows_charts_and_the_fit(cli):
+    result = cli(["collective", "psum", *SWEEP, "--no-color"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for title in ("busbw against size", "time against size (log-log)"):
+        assert title in out
+    assert "fit out-of-place: t(S) = alpha + S / beta, alpha = " in out
+    assert "4 sizes" in out
+    assert not has_color(out)
+
+
+def test_sweep_json_carries_the_fit(cli):
+    doc = json.loads(cli(["collective", "psum", *SWEEP, "--format", "json"]).stdout)
+    fit = doc["summary"]["fit"]["out"]
+    assert set(fit) == {"model", "alpha_us", "beta_gbps", "r2", "max_rel_residual", "points"}
+    assert fit["points"] == 4 and fit["alpha_us"] >= 0
+    # the fit reproduces the measured times it was made from, within its stated worst residual
+    sizes = doc["sizes"]
+    for s in sizes:
+        t = s["placements"][0]["timing"]["stats_s"]["p50"] * 1e6
+        beta = fit["beta_gbps"]
+        model = fit["alpha_us"] + (s["algbw_bytes"] / (beta * 1e3) if beta else 0.0)
+        assert abs(t - model) / t <= fit["max_rel_residual"] + 1e-9
+
+
+def test_a_single_size_has_no_fit(cli):
+    doc = json.loads(cli(["collective", "psum", "--mesh", "4", "--format", "json", "--iters", "2"]).stdout)
+    assert doc["summary"]["fit"] == {"out": None}
+
+
+def test_several_collectives_in_one_command(cli):
+    result = cli(["collective", "psum,all_gather", *SWEEP, "--no-color"])
+    assert result.exit_code == 0, result.output
+    assert "psum sweep" in result.stdout and "all_gather sweep" in result.stdout
+    assert "busbw of psum, all_gather" in result.stdout
+    assert "o psum out-of-place" in result.stdout and "x all_gather out-of-place" in result.stdout
+    doc = json.loads(cli(["collective", "psum,all_gather", *SWEEP, "--format", "json"]).stdout)
+    assert [d["config"]["collective"] for d in doc["collectives"]] == ["psum", "all_gather"]
+    assert doc["summary"]["wrong"] == 0 and doc["command"] == "collective"
+    rows = cli(["collective", "psum,all_gather", *SWEEP, "--format", "csv"]).stdout.splitlines()
+    assert rows[0].startswith("collective,size_bytes,")
+    assert [r.split(",")[0] for r in rows[1:]] == ["psum"] * 4 + ["all_gather"] * 4
+
+
+def test_a_knob_goes_to_the_collectives_that_take_it(cli):
+    doc = json.loads(
+        cli(
+            ["collective", "psum,all_gather", "--mesh", "4", "--no-tiled", "--format", "json", "--iters", "2"]
+        ).stdout
+    )
+    psum, gather = doc["collectives"]
+    assert "tiled" not in psum["config"]["params"] and gather["config"]["params"]["tiled"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["psum,psum"], "collective list 'psum,psum' names one twice", id="twice"),
+        pytest.param(["psum,nosuch"], "unknown collective 'nosuch'", id="unknown"),
+        pytest.param(
+            ["psum,pmax", "--no-tiled"],
+            "--tiled/--no-tiled does not apply to psum, pmax; it is for all_gather",
+            id="knob",
+        ),
+        pytest.param(
+            ["psum", "--plot-file", "x.png"],
+            "--plot-file draws a sweep over sizes; give --sizes",
+            id="no-sweep",
+        ),
+        pytest.param(
+            ["psum", "--sizes", "1K,2K", "--plot-file", "x.jpg"], "needs the suffix .png or .svg", id="suffix"
+        ),
+        pytest.param(
+            ["psum", "--sizes", "1K,2K", "--plot-file", "/no/such/dir/x.png"],
+            "the folder /no/such/dir does not exist",
+            id="folder",
+        ),
+    ],
+)
+def test_bad_report_input_exits_2(cli, args, message):
+    assert message in assert_one_line_error(cli(["collective", *args, "--mesh", "4"]))
+
+
+def test_plot_file_writes_a_png(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "sweep.png"
+    result = cli(["collective", "psum,all_gather", *SWEEP, "--plot-file", str(path), "-q"])
+    assert result.exit_code == 0, result.output
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    height, width = image.shape[:2]
+    assert width > 1000 and height > 400
+    assert np.std(image[..., :3]) > 0.05  # not a blank canvas
+
+
+def test_plot_file_without_matplotlib_names_the_extra(cli, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a)
+    )
+    line = assert_one_line_error(
+        cli(["collective", "psum", "--mesh", "4", "--sizes", "1K,2K", "--plot-file", "x.png"])
+    )
+    assert (
+        "--plot-file needs matplotlib, which comes with the plot extra: pip install 'shardcli[plot]'" in line
+    )
+
+
+def test_chart_math_is_finite_for_real_sweeps(cli):
+    doc = json.loads(cli(["collective", "all_to_all", *SWEEP, "--format", "json"]).stdout)
+    fit = doc["summary"]["fit"]["out"]
+    assert all(math.isfinite(v) for v in (fit["alpha_us"], fit["r2"]))
+
+
+# --- --save ---------------------------------------------------------------------------------------
+
+SAVE_COMMANDS = [
+    pytest.param(["mesh", "--mesh", "2x2"], id="mesh"),
+    pytest.param(["shard", "--mesh", "2x2", "--shape", "4x4", "--spec", "x,y"], id="shard"),
+    pytest.param(["collective", "psum", "--mesh", "4", "--iters", "2"], id="collective"),
+    pytest.param(["matmul", "--case", "allreduce", "--mesh", "2x2", "--iters", "2"], id="matmul"),
+    pytest.param(["recipe", "axis-index", "--mesh", "4"], id="recipe"),
+]
+
+
+@pytest.mark.parametrize("args", SAVE_COMMANDS)
+def test_save_text_is_exactly_what_was_printed(cli, tmp_path, args):
+    path = tmp_path / "out.txt"
+    result = cli([*args, "--no-color", "--save", str(path)])
+    assert result.exit_code == 0, result.output
+    assert path.read_text() == result.stdout
+
+
+@pytest.mark.parametrize(("suffix", "marker"), [(".svg", "<svg"), (".html", "<html")])
+def test_save_svg_and_html(cli, tmp_path, suffix, marker):
+    path = tmp_path / f"mesh{suffix}"
+    result = cli(["mesh", "--mesh", "2x2", "--save", str(path)])
+    assert result.exit_code == 0, result.output
+    text = path.read_text()
+    assert marker in text and "dev 3" in text.replace("&#160;", " ").replace("\xa0", " ")
+
+
+def test_save_json_records_the_document(cli, tmp_path):
+    path = tmp_path / "doc.txt"
+    result = cli(["mesh", "--mesh", "2", "--format", "json", "--save", str(path)])
+    assert json.loads(path.read_text()) == json.loads(result.stdout)
+
+
+@pytest.mark.parametrize(
+    ("save", "message"),
+    [
+        pytest.param("out.pdf", "--save 'out.pdf' needs one of the suffixes .svg, .html, .txt", id="suffix"),
+        pytest.param("/no/such/out.svg", "the folder /no/such does not exist", id="folder"),
+    ],
+)
+def test_bad_save_exits_2(cli, save, message):
+    assert message in assert_one_line_error(cli(["mesh", "--save", save]))
