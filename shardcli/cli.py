@@ -16,6 +16,7 @@ from shardcli.commands import compare as compare_cmd
 from shardcli.commands import launch as launch_cmd
 from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
+from shardcli.commands import pipeline as pipeline_cmd
 from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import ExitCode, ShardcliError
@@ -152,6 +153,7 @@ app.command("shard")(shard_cmd.shard)
 app.command("collective")(collective_cmd.collective)
 app.command("matmul")(matmul_cmd.matmul)
 app.command("recipe")(recipe_cmd.recipe)
+app.command("pipeline")(pipeline_cmd.pipeline)
 app.command("compare")(compare_cmd.compare)
 # Everything from the command's first word on belongs to the command each process runs.
 app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmd.launch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -183,6 +184,18 @@ def this_process_only(session: Session) -> str:
     if rt.process_count == 1:
         return ""
     return f"; process {rt.process_index}'s devices only (--all-processes prints every process)"
+
+
+def print_checks(console: Console, checks: Sequence[Any], verified_suffix: str = "") -> None:
+    """One line per check (`ok` or `FAIL`, what, the measured detail), then the verdict."""
+    failed = [c for c in checks if not c.ok]
+    for check in checks:
+        mark = Text("ok  ", style="green") if check.ok else Text("FAIL", style="bold red")
+        console.print(Text.assemble(mark, " ", check.what, Text(f" ({check.detail})", style="dim")))
+    if failed:
+        console.print(Text(f"WRONG: {len(failed)} check(s) failed", style="bold red"))
+    else:
+        console.print(Text("verified: every check passed" + verified_suffix, style="green"))
 
 
 def section(console: Console, title: str, body: RenderableType) -> None:

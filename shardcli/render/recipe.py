@@ -98,15 +98,7 @@ def render_recipe(result: RecipeResult, options: RunOptions) -> None:
         for section in result.sections:
             human.section(console, _title(section), _section_body(section))
         console.print()
-    for check in result.checks:
-        mark = Text("ok  ", style="green") if check.ok else Text("FAIL", style="bold red")
-        console.print(Text.assemble(mark, " ", check.what, Text(f" ({check.detail})", style="dim")))
-    if result.failed:
-        console.print(Text(f"WRONG: {len(result.failed)} check(s) failed", style="bold red"))
-    else:
-        console.print(
-            Text("verified: every check passed" + human.checked_where(result.session), style="green")
-        )
+    human.print_checks(console, result.checks, human.checked_where(result.session))
 
 
 def recipe_list_json() -> dict[str, Any]:

@@ -1,0 +1,185 @@
+"""Rendering `shardcli pipeline`: the stages, the timeline, the bubble, the checks; JSON for scripts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from shardcli.core.pipeline import Event, PipelineResult, bubble_text
+from shardcli.render import human, jsonout
+from shardcli.render.console import make_console
+from shardcli.specs import RunOptions
+
+TIMELINE_WIDTH = 96
+DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+KIND_STYLE = {"F": "bold cyan", "B": "bold magenta", "send": "yellow", "send-grad": "yellow"}
+
+
+def timeline(result: PipelineResult, width: int = TIMELINE_WIDTH) -> Text:
+    """One row of forwards and one of backwards per stage, time left to right.
+
+    A step shows as its microbatch's digit (0-9, then a-z) over the time it ran; `>` marks an
+    activation sent to the next stage, `<` a gradient sent to the previous one.
+    """
+    run = result.mpmd
+    assert run is not None
+    span = run.makespan_s or 1.0
+    t0 = min(e.start for e in run.events)
+    forward_only = result.request.forward_only
+
+    def cols(e: Event) -> range:
+        a = int((e.start - t0) / span * (width - 1))
+        b = max(int((e.end - t0) / span * (width - 1)), a)
+        return range(a, b + 1)
+
+    text = Text()
+    rows = [("F", ("F", "send"))] + ([] if forward_only else [("B", ("B", "send-grad"))])
+    for s in range(result.plan.stages):
+        for label, kinds in rows:
+            line: list[tuple[str, str]] = [("·", "dim")] * width
+            for e in run.events:
+                if e.stage != s or e.kind not in kinds:
+                    continue
+                if e.kind in ("F", "B"):
+                    for c in cols(e):
+                        line[c] = (DIGITS[e.microbatch % len(DIGITS)], KIND_STYLE[e.kind])
+                else:
+                    c = min(cols(e).stop - 1, width - 1)
+                    if line[c][0] == "·":
+                        line[c] = (">" if e.kind == "send" else "<", KIND_STYLE[e.kind])
+            text.append(f"stage {s} {label} │", style="bold")
+            for char, style in line:
+                text.append(char, style=style)
+            text.append("│\n")
+    text.append(f"{'':10}0{'':>{width - 12}}{run.makespan_s * 1e3:.1f} ms\n", style="dim")
+    text.append(
+        "digits: microbatch of a forward (F row) or backward (B row) step; > activation sent, "
+        "< gradient sent; · idle",
+        style="dim",
+    )
+    return text
+
+
+def stage_table(result: PipelineResult) -> Table:
+    table = Table(box=None, header_style="bold")
+    for name in ("stage", "devices", "sub-mesh", "layers", "compute (ms)", "transfer (ms)", "busy"):
+        table.add_column(name, justify="right" if name not in ("devices", "sub-mesh", "layers") else "left")
+    run = result.mpmd
+    assert run is not None
+    for st in run.stages:
+        table.add_row(
+            str(st.stage),
+            ",".join(map(str, st.device_ids)),
+            "x".join(map(str, st.sub_mesh)),
+            f"{st.layers[0]}-{st.layers[1] - 1}",
+            f"{st.compute_s * 1e3:.2f}",
+            f"{st.transfer_s * 1e3:.2f}",
+            f"{st.compute_s / run.makespan_s:.0%}" if run.makespan_s else "-",
+        )
+    return table
+
+
+def pipeline_json(result: PipelineResult) -> dict[str, Any]:
+    req, plan = result.request, result.plan
+    body: dict[str, Any] = {
+        "config": {
+            "stages": plan.stages,
+            "layers": req.layers,
+            "layers_per_stage": plan.layers_per_stage,
+            "width": req.width,
+            "batch": req.batch,
+            "microbatches": req.microbatches,
+            "microbatch_size": plan.microbatch_size,
+            "schedule": req.schedule,
+            "forward_only": req.forward_only,
+            "impls": list(req.impls),
+            "steps_per_stage": [[f"{k}{m}" for k, m in steps] for steps in plan.schedule],
+        },
+        "reference_loss": result.reference_loss,
+        "mpmd": None,
+        "spmd": None,
+        "checks": [{"what": c.what, "ok": c.ok, "detail": c.detail} for c in result.checks],
+        "ok": not result.failed,
+    }
+    if result.mpmd is not None:
+        run = result.mpmd
+        measured, textbook = bubble_text(result)
+        body["mpmd"] = {
+            "makespan_s": run.makespan_s,
+            "compile_s": run.compile_s,
+            "loss": run.loss,
+            "bubble": {"measured": measured, "textbook": textbook},
+            "stages": [
+                {
+                    "stage": st.stage,
+                    "device_ids": list(st.device_ids),
+                    "sub_mesh": list(st.sub_mesh),
+                    "layers": list(st.layers),
+                    "compute_s": st.compute_s,
+                    "transfer_s": st.transfer_s,
+                }
+                for st in run.stages
+            ],
+            "events": [
+                {
+                    "stage": e.stage,
+                    "kind": e.kind,
+                    "microbatch": e.microbatch,
+                    "start_s": e.start,
+                    "end_s": e.end,
+                }
+                for e in run.events
+            ],
+        }
+    if result.spmd is not None:
+        body["spmd"] = {
+            "step_s": result.spmd.step_s,
+            "compile_s": result.spmd.compile_s,
+            "loss": result.spmd.loss,
+        }
+    return jsonout.document("pipeline", result.session, body)
+
+
+def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
+    if options.format == "json":
+        jsonout.write_json(pipeline_json(result), options)
+        return
+    console = make_console(options)
+    req, plan = result.request, result.plan
+    if not options.quiet:
+        console.print(
+            human.header(
+                result.session,
+                {
+                    "pipeline": f"{plan.stages} stages x {plan.layers_per_stage} layers (width {req.width}), "
+                    f"{req.microbatches} microbatches of {plan.microbatch_size} rows",
+                    "schedule": f"{req.schedule}"
+                    + (" (forward only)" if req.forward_only else " (training)"),
+                    "impls": ", ".join(req.impls),
+                },
+            )
+        )
+    if result.mpmd is not None:
+        run = result.mpmd
+        human.section(
+            console, "stages (mpmd: one jitted program per stage, on its own sub-mesh)", stage_table(result)
+        )
+        human.section(console, "timeline (mpmd)", timeline(result))
+        measured, textbook = bubble_text(result)
+        console.print(
+            f"makespan {run.makespan_s * 1e3:.2f} ms (compile {run.compile_s * 1e3:.0f} ms, separate); "
+            f"bubble {measured:.0%} measured, {textbook:.0%} textbook (S-1)/(M+S-1)"
+        )
+    if result.spmd is not None:
+        human.section(
+            console,
+            "spmd (one shard_map, ppermute between stages)",
+            Text(
+                f"step p50 {result.spmd.step_s * 1e3:.2f} ms (compile {result.spmd.compile_s * 1e3:.0f} ms)"
+                + (f"; mpmd makespan {result.mpmd.makespan_s * 1e3:.2f} ms" if result.mpmd else "")
+            ),
+        )
+    console.print()
+    human.print_checks(console, result.checks)

@@ -1,0 +1,154 @@
+"""`shardcli pipeline`: schedules, MPMD and SPMD pipelines verified against the unpipelined model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli_foundation import assert_one_line_error
+
+from shardcli.schedules import gpipe, max_in_flight, one_f_one_b, textbook_bubble
+
+SMALL = ("--layers", "4", "--width", "16", "--batch", "8", "--microbatches", "4")
+
+
+# --- schedules (no devices) -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [gpipe, one_f_one_b], ids=["gpipe", "1f1b"])
+@pytest.mark.parametrize(("stages", "microbatches"), [(2, 4), (4, 8), (4, 2), (3, 5)])
+def test_every_stage_runs_every_microbatch_once_each_way(make, stages, microbatches):
+    schedule = make(stages, microbatches)
+    assert len(schedule) == stages
+    for steps in schedule:
+        forwards = [m for k, m in steps if k == "F"]
+        backwards = [m for k, m in steps if k == "B"]
+        assert sorted(forwards) == sorted(backwards) == list(range(microbatches))
+        assert forwards == sorted(forwards)  # forwards in order
+        for m in range(microbatches):  # a microbatch's backward comes after its forward
+            assert steps.index(("F", m)) < steps.index(("B", m))
+
+
+def test_1f1b_holds_fewer_activations_than_gpipe():
+    assert max_in_flight(gpipe(4, 8)) == [8, 8, 8, 8]
+    assert max_in_flight(one_f_one_b(4, 8)) == [4, 3, 2, 1]
+
+
+def test_1f1b_on_the_last_stage_alternates_from_the_start():
+    assert one_f_one_b(4, 3)[3] == (("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2))
+    assert one_f_one_b(2, 3)[0] == (("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("B", 2))
+
+
+def test_forward_only_has_no_backward_steps():
+    assert gpipe(2, 3, forward_only=True) == ((("F", 0), ("F", 1), ("F", 2)),) * 2
+    assert one_f_one_b(2, 3, forward_only=True) == gpipe(2, 3, forward_only=True)
+
+
+def test_textbook_bubble():
+    assert textbook_bubble(4, 8) == pytest.approx(3 / 11)
+    assert textbook_bubble(2, 1) == pytest.approx(1 / 2)
+
+
+# --- runs -----------------------------------------------------------------------------------------
+
+
+def run_json(cli, *args: str) -> dict:
+    result = cli(["pipeline", *SMALL, *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("mesh", ["2x2", "4x2"])
+def test_both_impls_match_the_unpipelined_model(cli, schedule, mesh):
+    doc = run_json(cli, "--mesh", mesh, "--schedule", schedule, "--impl", "both")
+    stages = int(mesh.split("x")[0])
+    assert doc["config"]["stages"] == stages
+    assert doc["ok"] and all(c["ok"] for c in doc["checks"])
+    whats = [c["what"] for c in doc["checks"]]
+    for impl in ("mpmd", "spmd"):
+        assert f"{impl}: the output matches the unpipelined run" in whats
+        assert f"{impl}: every layer's gradients match the unpipelined run" in whats
+    assert doc["mpmd"]["loss"] == pytest.approx(doc["reference_loss"], rel=1e-5)
+    assert doc["spmd"]["loss"] == pytest.approx(doc["reference_loss"], rel=1e-5)
+
+
+def test_timeline_events_follow_the_schedule(cli):
+    doc = run_json(cli, "--mesh", "4x2", "--schedule", "1f1b")
+    events = doc["mpmd"]["events"]
+    stages = doc["config"]["stages"]
+    for s in range(stages):
+        steps = sorted(
+            (e for e in events if e["stage"] == s and e["kind"] in ("F", "B")), key=lambda e: e["start_s"]
+        )
+        assert [f"{e['kind']}{e['microbatch']}" for e in steps] == doc["config"]["steps_per_stage"][s]
+        assert all(b["start_s"] >= a["end_s"] for a, b in zip(steps, steps[1:], strict=False))
+    sends = [e for e in events if e["kind"] == "send"]
+    assert len(sends) == (stages - 1) * 4
+    grads = [e for e in events if e["kind"] == "send-grad"]
+    assert len(grads) == (stages - 1) * 4
+    bubble = doc["mpmd"]["bubble"]
+    assert bubble["textbook"] == pytest.approx(3 / 7) and 0 <= bubble["measured"] < 1
+
+
+def test_forward_only(cli):
+    doc = run_json(cli, "--mesh", "2x2", "--forward-only", "--impl", "both")
+    assert doc["ok"] and doc["mpmd"]["loss"] is None
+    assert {e["kind"] for e in doc["mpmd"]["events"]} == {"F", "send"}
+
+
+def test_fewer_stages_than_the_leading_axis(cli):
+    doc = run_json(cli, "--mesh", "4x2", "--stages", "2")
+    assert [s["sub_mesh"] for s in doc["mpmd"]["stages"]] == [[2, 2], [2, 2]]
+    assert doc["ok"]
+
+
+def test_table_output_shows_the_timeline(cli):
+    result = cli(["pipeline", *SMALL, "--mesh", "2x2", "--no-color"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "stage 0 F │" in out and "stage 1 B │" in out
+    assert "bubble" in out and "textbook (S-1)/(M+S-1)" in out
+    assert out.rstrip().endswith("verified: every check passed")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--batch", "10", "--microbatches", "4"],
+            "--microbatches 4 does not divide --batch 10; every microbatch must have the same size",
+            id="microbatches",
+        ),
+        pytest.param(
+            ["--mesh", "4x2", "--stages", "8"],
+            "--stages 8 is more than the leading mesh axis (stage=4) allows",
+            id="too-many-stages",
+        ),
+        pytest.param(
+            ["--mesh", "4x2", "--layers", "6"], "--layers 6 is not divisible by 4 stages", id="layers"
+        ),
+        pytest.param(
+            ["--mesh", "4x2", "--stages", "3"],
+            "--stages 3 does not divide the leading mesh axis",
+            id="uneven",
+        ),
+        pytest.param(["--mesh", "1x8"], "a pipeline needs at least 2 stages", id="one-stage"),
+        pytest.param(
+            ["--schedule", "zb"], "--schedule 'zb' is not valid; choose one of gpipe, 1f1b", id="schedule"
+        ),
+        pytest.param(["--impl", "x"], "--impl 'x' is not valid; choose one of mpmd, spmd, both", id="impl"),
+        pytest.param(
+            ["--mesh", "4x2", "--stages", "2", "--impl", "spmd"],
+            "--impl spmd puts one stage on each position",
+            id="spmd",
+        ),
+        pytest.param(
+            ["--mesh", "2x3", "--width", "16"],
+            "--width 16 does not split over the other mesh axes",
+            id="width",
+        ),
+    ],
+)
+def test_bad_input_exits_2(cli, args, message):
+    assert message in assert_one_line_error(cli(["pipeline", *args]))
