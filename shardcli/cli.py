@@ -32,7 +32,10 @@ def _save_output(prog: str, code: int) -> int:
     try:
         render_console.save_recording()
     except OSError as error:
-        return _fail(prog, f"could not write the --save file: {error.strerror or error}", ExitCode.BAD_INPUT)
+        failed = _fail(
+            prog, f"could not write the --save file: {error.strerror or error}", ExitCode.BAD_INPUT
+        )
+        return code or failed  # a wrong result stays exit 1
     return code
 
 
@@ -86,6 +89,8 @@ class ShardcliGroup(TyperGroup):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else ExitCode.OK
+            if code == ExitCode.INTERRUPTED:  # click turned Ctrl-C into this code without a word
+                code = _fail(prog, "interrupted", ExitCode.INTERRUPTED)
         except ShardcliError as e:
             code = _fail(prog, str(e), e.exit_code)
         except typer.TyperException as e:  # click usage errors: unknown option, bad int, ...

@@ -591,4 +591,22 @@ def parse_save(path: str | None) -> str | None:
         raise ShardcliError(f"--save {path!r}: the folder {folder} does not exist")
     if os.path.isdir(path):
         raise ShardcliError(f"--save {path!r} is a folder; give a file name")
+    check_writable_folder(folder, f"--save {path!r}")
     return path
+
+
+def check_writable_folder(folder: str, what: str) -> None:
+    """Refuse a folder no file can be written to, before a run is spent on it.
+
+    Raises:
+        ShardcliError: creating a file there fails.
+    """
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".shardcli-probe-"):
+            pass
+    except OSError as error:
+        raise ShardcliError(
+            f"{what}: cannot write in {folder} ({error.strerror or error}); give a folder you can write to"
+        ) from error

@@ -152,3 +152,44 @@ def test_table_output_shows_the_timeline(cli):
 )
 def test_bad_input_exits_2(cli, args, message):
     assert message in assert_one_line_error(cli(["pipeline", *args]))
+
+
+def test_stages_0_is_named_as_given(cli):
+    line = assert_one_line_error(cli(["pipeline", "--stages", "0"]))
+    assert "a pipeline needs at least 2 stages, but --stages is 0" in line
+
+
+def test_a_wrong_gradient_fails_and_the_detail_names_the_worst_layer():
+    import numpy as np
+
+    from shardcli.core.pipeline import _grad_checks
+
+    reference = [(np.ones((2, 2)), np.ones(2)) for _ in range(3)]
+    grads = [(w.copy(), b.copy()) for w, b in reference]
+    grads[1][0][0, 0] += 0.01  # layer 1's W is off by 1e-2, far beyond 1e-4 x max|ref|
+    (check,) = _grad_checks("mpmd", grads, reference)
+    assert not check.ok
+    assert check.detail.startswith("wrong in layers [1]; 3 layers; worst layer 1 W: max |err| 1.00e-02")
+
+
+def test_ctrl_c_during_the_threaded_run_exits_130_with_one_line():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardcli", "pipeline", "-M", "128", "--batch", "512", "--width", "512", "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    time.sleep(6)  # past start-up, in compiling or the timed passes
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "shardcli: error: interrupted"
+    assert "terminate called" not in err and "Fatal Python error" not in err

@@ -248,3 +248,28 @@ def test_save_json_records_the_document(cli, tmp_path):
 )
 def test_bad_save_exits_2(cli, save, message):
     assert message in assert_one_line_error(cli(["mesh", "--save", save]))
+
+
+def test_a_sweep_of_a_collective_that_moves_nothing_has_no_fit(cli):
+    result = cli(
+        ["collective", "axis_index", "--mesh", "4", "--sizes", "1K,4K", "--iters", "2", "--no-color"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "no fit: axis_index moves no data" in result.stdout
+    doc = json.loads(
+        cli(["collective", "axis_index", "--mesh", "4", "--sizes", "1K,4K", "--format", "json"]).stdout
+    )
+    assert doc["summary"]["fit"] == {}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["mesh", "--save", "/proc/shardcli.txt"], id="save"),
+        pytest.param(
+            ["collective", "psum", "--mesh", "4", "--sizes", "1K,2K", "--plot-file", "/proc/x.png"], id="plot"
+        ),
+    ],
+)
+def test_an_unwritable_folder_is_refused_before_the_run(cli, args):
+    assert "cannot write in /proc" in assert_one_line_error(cli(args))

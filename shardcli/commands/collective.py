@@ -13,6 +13,7 @@ from shardcli.errors import ExitCode, ShardcliError
 from shardcli.render.console import prints_here
 from shardcli.specs import (
     MeshSpec,
+    check_writable_folder,
     parse_bytes,
     parse_dtype,
     parse_init,
@@ -256,7 +257,12 @@ def collective(
     if plot_file is not None and prints_here(options, results[0].session.runtime):
         from shardcli.render.plotfile import write_plot_file
 
-        write_plot_file(plot_file, results)
+        try:
+            write_plot_file(plot_file, results)
+        except OSError as error:
+            raise ShardcliError(
+                f"could not write --plot-file {plot_file}: {error.strerror or error}"
+            ) from error
     failed = any(r.wrong or r.below_min_busbw for r in results)
     raise typer.Exit(ExitCode.WRONG_RESULT if failed else ExitCode.OK)
 
@@ -282,6 +288,7 @@ def check_plot_file(path: str) -> None:
         raise ShardcliError(
             f"--plot-file {path!r}: the folder {os.path.dirname(os.path.abspath(path))} does not exist"
         )
+    check_writable_folder(os.path.dirname(os.path.abspath(path)), f"--plot-file {path!r}")
     if importlib.util.find_spec("matplotlib") is None:
         raise ShardcliError(
             "--plot-file needs matplotlib, which comes with the plot extra: pip install 'shardcli[plot]'"

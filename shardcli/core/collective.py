@@ -645,5 +645,12 @@ def run_collective(
         runs=tuple(runs),
         avg_busbw=averages,
         avg_over=avg_over,
-        fits={placement: fit_sizes(tuple(runs), placement) for placement in averages},
+        # A fit of time against bytes moved: only for collectives that move data, and only for
+        # placements that ran.
+        fits={
+            placement: fit_sizes(tuple(runs), placement)
+            for placement in averages
+            if collective.algbw_bytes is not None
+            and any(p.placement == placement and p.timing is not None for r in runs for p in r.placements)
+        },
     )

@@ -281,6 +281,11 @@ def load_document(path: str) -> Doc:
             f"{path} holds {_type_name(doc)}, not a JSON object; "
             "compare reads the JSON of shardcli collective or matmul"
         )
+    if "collectives" in doc and "config" not in doc:
+        raise ShardcliError(
+            f"{path} holds several collectives in one document; compare takes one collective per file: "
+            "save each collective's run on its own"
+        )
     return doc
 
 
@@ -537,6 +542,12 @@ def compare_documents(base: Doc, new: Doc, request: CompareRequest) -> CompareRe
         ratio = n_value / b_value if b_value and n_value is not None else None
         rows.append(
             CompareRow(key, b_value, n_value, ratio, judge(b_value, n_value, metric, request.tolerance))
+        )
+    if rows and all(r.base is None or r.new is None for r in rows):
+        other = "time" if metric.name == "busbw" else "busbw"
+        raise ShardcliError(
+            f"no row of {files[0]} and {files[1]} has a {metric.name} value in both, so nothing can be "
+            f"compared; use --metric {other}"
         )
     return CompareResult(
         request=request,

@@ -33,7 +33,7 @@ def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float]) -> Lat
     """Fit t = alpha + S / beta; None with fewer than two distinct sizes."""
     s = np.asarray(sizes, dtype=np.float64)
     t = np.asarray(times, dtype=np.float64)
-    if len(np.unique(s)) < 2 or np.any(t <= 0):
+    if len(np.unique(s)) < 2 or not (np.all(np.isfinite(t)) and np.all(t > 0)):
         return None
     w = 1.0 / t
     design = np.stack([w, w * s], axis=1)  # rows: [1/t_i, S_i/t_i]; target: 1

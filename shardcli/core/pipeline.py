@@ -30,7 +30,7 @@ from shardcli.core.session import Session, open_session
 from shardcli.core.timing import compile_timed, summarize
 from shardcli.errors import ShardcliError
 from shardcli.runtime import check_fits_in_memory
-from shardcli.schedules import SCHEDULES, Schedule, max_in_flight, textbook_bubble
+from shardcli.schedules import SCHEDULES, Schedule, textbook_bubble
 from shardcli.specs import MeshSpec, RunOptions
 
 IMPLS = ("mpmd", "spmd")
@@ -145,7 +145,9 @@ def validate_request(request: PipelineRequest) -> Plan:
     stages = request.stages if request.stages is not None else leading
     if stages < 2:
         given = (
-            f"--stages is {stages}" if request.stages else f"the leading mesh axis is {lead_axis}={stages}"
+            f"--stages is {stages}"
+            if request.stages is not None
+            else f"the leading mesh axis is {lead_axis}={stages}"
         )
         raise ShardcliError(
             f"a pipeline needs at least 2 stages, but {given}; give a mesh such as 4x2 (stage,model)"
@@ -248,17 +250,17 @@ def _reference(session: Session, params: Any, x: np.ndarray, target: np.ndarray,
     return np.asarray(y), float(loss), [(np.asarray(g[0]), np.asarray(g[1])) for g in grads]
 
 
-def _close(what: str, got: np.ndarray, want: np.ndarray) -> Check:
-    scale = float(np.max(np.abs(want))) or 1.0
+def _error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
+    """The largest |got - want| and the bound it must stay under (RTOL x max|want|)."""
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
     err = float(np.max(np.abs(np.asarray(got, np.float64) - want))) if want.size else 0.0
-    ok = bool(err <= RTOL * scale)
-    return Check(
-        what,
-        ok,
-        f"max |err| {err:.2e} <= {RTOL:g} x max|ref| {scale:.2e}"
-        if ok
-        else f"max |err| {err:.2e} > {RTOL * scale:.2e}",
-    )
+    return err, RTOL * (scale or 1.0)
+
+
+def _close(what: str, got: np.ndarray, want: np.ndarray) -> Check:
+    err, bound = _error(got, want)
+    ok = bool(err <= bound)
+    return Check(what, ok, f"max |err| {err:.2e} {'<=' if ok else '>'} {bound:.2e} (1e-4 x max|ref|)")
 
 
 # --- MPMD: one program per stage, one thread per stage --------------------------------------------
@@ -266,6 +268,47 @@ def _close(what: str, got: np.ndarray, want: np.ndarray) -> Check:
 
 class _Abort(Exception):
     pass
+
+
+class _CtrlC:
+    """Ctrl-C during a run: note it, and raise KeyboardInterrupt only at points where no JAX call
+    is in flight.
+
+    Python's own handler raises inside whatever Python code runs next, which may be a callback that
+    JAX's C++ invoked (compiling, monitoring): the exception then crosses C++ frames and aborts the
+    process. Here the handler only sets a flag (and tells the stage threads to stop); `check()`
+    raises in plain Python.
+    """
+
+    def __init__(self) -> None:
+        self.hit = threading.Event()
+        self.stops: list[threading.Event] = []
+        self._previous: Any = None
+
+    def __enter__(self) -> _CtrlC:
+        import signal
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.hit.set()
+        for stop in self.stops:
+            stop.set()
+
+    def check(self) -> None:
+        if self.hit.is_set():
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+_ctrl_c = _CtrlC()
 
 
 def _take(q: queue.Queue, stop: threading.Event) -> Any:
@@ -329,6 +372,7 @@ def run_mpmd(
                 compile_s += compile_timed(last_bwd, stage_params[s], h, targets[0])[1]
             else:
                 compile_s += compile_timed(bwd[s], stage_params[s], h, h)[1]
+        _ctrl_c.check()
 
     def one_pass(record: bool) -> tuple[list[Event], list, list, list]:
         events: list[Event] = []
@@ -339,6 +383,7 @@ def run_mpmd(
         grads: list[Any] = [None] * S
         losses: list[Any] = [None] * M
         stop = threading.Event()
+        _ctrl_c.stops.append(stop)
         errors: list[BaseException] = []
         t0 = time.perf_counter()
 
@@ -351,6 +396,8 @@ def run_mpmd(
             saved: dict[int, Any] = {}
             try:
                 for kind, m in plan.schedule[s]:
+                    if stop.is_set():
+                        return
                     if kind == "F":
                         if s == 0:
                             h = inputs[m]
@@ -397,10 +444,19 @@ def run_mpmd(
                 stop.set()
 
         threads = [threading.Thread(target=stage_loop, args=(s,), daemon=True) for s in range(S)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            # Ctrl-C (or any error) in this thread: stop the stages before the interpreter goes on,
+            # so no stage is still running JAX work while it shuts down.
+            stop.set()
+            for t in threads:
+                if t.is_alive():
+                    t.join()
+        _ctrl_c.check()
         if errors:
             raise errors[0]
         return events, outputs, grads, losses
@@ -476,15 +532,24 @@ def run_spmd(
 
     def body(wl: Any, bl: Any, xs: Any) -> Any:
         s = jax.lax.axis_index(lead)
-        state = jnp.zeros((mb, w), xs.dtype)
-        outs = jnp.zeros((M, mb, w), xs.dtype)
-        for t in range(M + S - 1):
-            h = jnp.where(s == 0, xs[min(t, M - 1)], state)
-            h = forward([(wl[0, k], bl[0, k]) for k in range(lps)], h)
-            m = t - (S - 1)
-            if 0 <= m < M:
-                outs = outs.at[m].set(jnp.where(s == S - 1, h, outs[m]))
-            state = jax.lax.ppermute(h, lead, ring)
+        layers = [(wl[0, k], bl[0, k]) for k in range(lps)]
+
+        def step(t: Any, carry: Any) -> Any:
+            state, outs = carry
+            fresh = jax.lax.dynamic_index_in_dim(xs, jnp.minimum(t, M - 1), keepdims=False)
+            h = forward(layers, jnp.where(s == 0, fresh, state))
+            m = jnp.maximum(t - (S - 1), 0)
+            done = jnp.where(
+                (s == S - 1) & (t >= S - 1), h, jax.lax.dynamic_index_in_dim(outs, m, keepdims=False)
+            )
+            outs = jax.lax.dynamic_update_index_in_dim(outs, done, m, 0)
+            return jax.lax.ppermute(h, lead, ring), outs
+
+        # The carry varies along the stage axis (each stage holds its own): say so up front.
+        init = jax.lax.pcast(
+            (jnp.zeros((mb, w), xs.dtype), jnp.zeros((M, mb, w), xs.dtype)), (lead,), to="varying"
+        )
+        _, outs = jax.lax.fori_loop(0, M + S - 1, step, init)
         return jax.lax.psum(jnp.where(s == S - 1, outs, jnp.zeros_like(outs)), lead)
 
     pipeline = jax.shard_map(body, mesh=mesh, in_specs=(P(lead), P(lead), P()), out_specs=P())
@@ -511,6 +576,7 @@ def run_spmd(
 
         step = jax.jit(train)
     compiled, compile_s, _ = compile_timed(step, *placed)
+    _ctrl_c.check()
     result = compiled(*placed)
     jax.block_until_ready(result)
     samples = []
@@ -534,22 +600,21 @@ def run_spmd(
 
 
 def _grad_checks(name: str, grads: list | None, reference: list | None) -> list[Check]:
+    """Every layer's W and b gradients against the reference; the detail names the worst one."""
     if grads is None or reference is None:
         return []
-    worst = max(
-        (
-            _close(f"{name} layer {i} {part}", g, r)
-            for i, (gs, rs) in enumerate(zip(grads, reference, strict=True))
-            for part, g, r in (("W", gs[0], rs[0]), ("b", gs[1], rs[1]))
-        ),
-        key=lambda c: (c.ok, 0),
-    )
-    bad = [
-        i
-        for i, (gs, rs) in enumerate(zip(grads, reference, strict=True))
-        if not (_close("", gs[0], rs[0]).ok and _close("", gs[1], rs[1]).ok)
-    ]
-    detail = f"{len(grads)} layers" + ("" if not bad else f"; wrong in layers {bad}") + f" ({worst.detail})"
+    bad, worst = [], (-1.0, 1.0, "")
+    for i, (got, want) in enumerate(zip(grads, reference, strict=True)):
+        for part, g, r in (("W", got[0], want[0]), ("b", got[1], want[1])):
+            err, bound = _error(g, r)
+            if err > bound and i not in bad:
+                bad.append(i)
+            if err / bound > worst[0] / worst[1]:
+                worst = (err, bound, f"layer {i} {part}")
+    err, bound, where = worst
+    detail = f"{len(grads)} layers; worst {where}: max |err| {err:.2e} vs bound {bound:.2e} (1e-4 x max|ref|)"
+    if bad:
+        detail = f"wrong in layers {bad}; " + detail
     return [Check(f"{name}: every layer's gradients match the unpipelined run", not bad, detail)]
 
 
@@ -560,6 +625,13 @@ def run_pipeline(request: PipelineRequest, progress: Callable[[str], None] | Non
         ShardcliError: bad input, before JAX starts.
     """
     plan = validate_request(request)
+    with _ctrl_c:
+        result = _run(request, plan, progress)
+        _ctrl_c.check()
+    return result
+
+
+def _run(request: PipelineRequest, plan: Plan, progress: Callable[[str], None] | None) -> PipelineResult:
     w = request.width
     per_device = 4 * (
         plan.layers_per_stage * (w * w + w) * 3 + 4 * plan.microbatch_size * w * request.microbatches
@@ -574,6 +646,7 @@ def run_pipeline(request: PipelineRequest, progress: Callable[[str], None] | Non
     )
     params, x, target = _host_model(request)
     ref_y, ref_loss, ref_grads = _reference(session, params, x, target, request.forward_only)
+    _ctrl_c.check()
     checks: list[Check] = []
     mpmd = spmd = None
     if "mpmd" in request.impls:
@@ -584,7 +657,6 @@ def run_pipeline(request: PipelineRequest, progress: Callable[[str], None] | Non
         if ref_loss is not None and mpmd.loss is not None:
             checks.append(_close("mpmd: the loss matches", np.array([mpmd.loss]), np.array([ref_loss])))
         checks += _grad_checks("mpmd", grads, ref_grads)
-        checks += _timeline_checks(mpmd, plan, request)
     if "spmd" in request.impls:
         if progress:
             progress("spmd")
@@ -602,39 +674,6 @@ def run_pipeline(request: PipelineRequest, progress: Callable[[str], None] | Non
         reference_loss=ref_loss,
         checks=tuple(checks),
     )
-
-
-def _timeline_checks(run: MpmdRun, plan: Plan, request: PipelineRequest) -> list[Check]:
-    """The recorded events are a valid execution of the schedule."""
-    problems = []
-    for s in range(plan.stages):
-        steps = [e for e in run.events if e.stage == s and e.kind in ("F", "B")]
-        if [(e.kind, e.microbatch) for e in sorted(steps, key=lambda e: e.start)] != list(plan.schedule[s]):
-            problems.append(f"stage {s} did not follow the schedule")
-        ordered = sorted(steps, key=lambda e: e.start)
-        if any(b.start < a.end for a, b in zip(ordered, ordered[1:], strict=False)):
-            problems.append(f"stage {s} ran two steps at once")
-    ends = {(e.stage, e.kind, e.microbatch): e for e in run.events}
-    for m in range(request.microbatches):
-        for s in range(1, plan.stages):
-            if ends[(s, "F", m)].start < ends[(s - 1, "send", m)].end:
-                problems.append(f"microbatch {m} started stage {s} before it arrived")
-        if not request.forward_only:
-            for s in range(plan.stages - 1):
-                if ends[(s, "B", m)].start < ends[(s + 1, "send-grad", m)].end:
-                    problems.append(
-                        f"microbatch {m}'s backward on stage {s} started before its gradient arrived"
-                    )
-    peak = max(max_in_flight(plan.schedule)) if not request.forward_only else 0
-    return [
-        Check(
-            "mpmd: the timeline is consistent (each stage one step at a time, in schedule order; every "
-            "microbatch passes every stage in order)",
-            not problems,
-            "; ".join(problems[:3])
-            or f"{len(run.events)} events" + (f"; at most {peak} microbatches in flight" if peak else ""),
-        )
-    ]
 
 
 def bubble_text(result: PipelineResult) -> tuple[float, float]:

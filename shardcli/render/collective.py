@@ -450,9 +450,10 @@ def busbw_chart(results: list[CollectiveResult]) -> Text:
                 for p in run.placements
                 if p.placement == placement and p.busbw is not None
             )
-            series.append(
-                Series(_series_name(result, placement, several), pts, _busbw_model(result, placement))
-            )
+            if pts:  # a placement that did not run (in place for all_gather) has nothing to draw
+                series.append(
+                    Series(_series_name(result, placement, several), pts, _busbw_model(result, placement))
+                )
     return text_chart(series, y_label="busbw (GB/s)")
 
 
@@ -471,21 +472,26 @@ def time_chart(result: CollectiveResult) -> Text:
     series = []
     run0 = result.runs[0]
     ratio = (run0.algbw_bytes or run0.bytes_per_device) / run0.bytes_per_device
-    for placement, fit in result.fits.items():
+    for placement in result.avg_busbw:
         pts = tuple(
             (run.bytes_per_device, p.timing.stats.p50 * 1e6)
             for run in result.runs
             for p in run.placements
             if p.placement == placement and p.timing is not None
         )
+        fit = result.fits.get(placement)
         curve = (lambda b, f=fit: f.time_at(b * ratio) * 1e6) if fit is not None else None
-        series.append(Series(_series_name(result, placement, False), pts, curve))
+        if pts:
+            series.append(Series(_series_name(result, placement, False), pts, curve))
     return text_chart(series, y_label="p50 (us)", log_y=True)
 
 
 def fit_text(result: CollectiveResult) -> Text:
     """One line per placement: alpha, beta and how well the model fits."""
     text = Text()
+    if not result.fits:
+        text.append(f"no fit: {result.collective.name} moves no data, so its time has no bandwidth term")
+        return text
     size = "nccl-tests' S" if result.runs[0].algbw_bytes is not None else "bytes per device"
     for placement, fit in result.fits.items():
         label = {"out": "out-of-place", "in": "in-place"}[placement]

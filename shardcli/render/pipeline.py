@@ -62,6 +62,21 @@ def timeline(result: PipelineResult, width: int = TIMELINE_WIDTH) -> Text:
     return text
 
 
+SPMD_SCHEDULE = "fill-drain (GPipe order; the backward by jax.value_and_grad through the loop)"
+
+
+def schedule_text(result: PipelineResult) -> str:
+    """What each implementation ran: mpmd follows --schedule; spmd is always fill-drain."""
+    req = result.request
+    if req.forward_only:
+        mpmd = f"{req.schedule} (forward only{', the same as gpipe' if req.schedule == '1f1b' else ''})"
+    else:
+        mpmd = f"{req.schedule} (training)"
+    if "mpmd" not in req.impls:
+        return f"spmd: {SPMD_SCHEDULE}"
+    return f"mpmd: {mpmd}" + (f"; spmd: {SPMD_SCHEDULE}" if "spmd" in req.impls else "")
+
+
 def stage_table(result: PipelineResult) -> Table:
     table = Table(box=None, header_style="bold")
     for name in ("stage", "devices", "sub-mesh", "layers", "compute (ms)", "transfer (ms)", "busy"):
@@ -95,6 +110,7 @@ def pipeline_json(result: PipelineResult) -> dict[str, Any]:
             "schedule": req.schedule,
             "forward_only": req.forward_only,
             "impls": list(req.impls),
+            "spmd_schedule": SPMD_SCHEDULE if "spmd" in req.impls else None,
             "steps_per_stage": [[f"{k}{m}" for k, m in steps] for steps in plan.schedule],
         },
         "reference_loss": result.reference_loss,
@@ -155,8 +171,7 @@ def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
                 {
                     "pipeline": f"{plan.stages} stages x {plan.layers_per_stage} layers (width {req.width}), "
                     f"{req.microbatches} microbatches of {plan.microbatch_size} rows",
-                    "schedule": f"{req.schedule}"
-                    + (" (forward only)" if req.forward_only else " (training)"),
+                    "schedule": schedule_text(result),
                     "impls": ", ".join(req.impls),
                 },
             )

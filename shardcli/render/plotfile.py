@@ -72,4 +72,7 @@ def _axes(ax: Any, label: str, *, log_y: bool) -> None:
     ax.set_xticks(ticks)
     ax.set_xticklabels([format_size(int(t)) if t >= 1 else "" for t in ticks])
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="small")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    else:  # e.g. axis_index: it moves no data, so there is no busbw to draw
+        ax.text(0.5, 0.5, "no busbw: nothing moves", ha="center", va="center", transform=ax.transAxes)
