@@ -273,3 +273,25 @@ def test_a_sweep_of_a_collective_that_moves_nothing_has_no_fit(cli):
 )
 def test_an_unwritable_folder_is_refused_before_the_run(cli, args):
     assert "cannot write in /proc" in assert_one_line_error(cli(args))
+
+
+def test_matmul_sweep_charts_flops_and_fits_each_case_and_impl(cli):
+    args = ["matmul", "--case", "allreduce,local", "--impl", "manual,auto", "--sizes", "1:4", "--mesh", "2x2"]
+    args += ["--dims", "32,64,32", "--iters", "2", "--warmup", "1"]
+    result = cli([*args, "--no-color", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "achieved FLOP/s against the product's FLOPs" in result.stdout
+    assert "fit allreduce/manual: t(F) = alpha + F / rate" in result.stdout
+    doc = json.loads(cli([*args, "--format", "json"]).stdout)
+    fits = doc["summary"]["fit"]
+    assert set(fits) == {"allreduce/manual", "allreduce/auto", "local/manual", "local/auto"}
+    for fit in fits.values():
+        assert fit["points"] == 3 and fit["alpha_us"] >= 0
+        assert set(fit) == {"model", "alpha_us", "rate_tflops", "r2", "max_rel_residual", "points"}
+
+
+def test_a_single_matmul_size_has_no_fit(cli):
+    doc = json.loads(
+        cli(["matmul", "--case", "local", "--mesh", "2x2", "--iters", "2", "--format", "json"]).stdout
+    )
+    assert doc["summary"]["fit"] == {}

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from shardcli.arrays import make_host_array, place_array
+from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
 from shardcli.core.hlo import HloCollective, find_collectives
 from shardcli.core.processes import combine_check, combine_timing
 from shardcli.core.session import Session, open_session
@@ -127,6 +128,8 @@ class MatmulResult:
     hardware: Hardware
     impls: dict[str, tuple[str, ...]]  # case name -> the impls it ran, in order
     runs: tuple[CaseRun, ...]  # every size, and within a size every case
+    # --sizes sweeps: per "case/impl", t(F) = alpha + F / rate over the sizes (F: model FLOPs)
+    fits: dict[str, LatencyBandwidthFit | None] = field(default_factory=dict)
 
     @property
     def wrong(self) -> int:
@@ -613,4 +616,19 @@ def run_matmul(
         hardware=hardware,
         impls=plan.impls,
         runs=tuple(runs),
+        fits=flop_fits(tuple(runs)) if len(plan.sizes) > 1 else {},
     )
+
+
+def flop_fits(runs: tuple[CaseRun, ...]) -> dict[str, LatencyBandwidthFit | None]:
+    """Per case and impl that ran at every size: t(F) = alpha + F / rate over the sweep."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    for run in runs:
+        for impl in run.impls:
+            if impl.timing is not None:
+                points.setdefault(f"{run.case.name}/{impl.impl}", []).append(
+                    (run.model_flops, impl.timing.stats.p50)
+                )
+    return {
+        key: fit_latency_bandwidth([f for f, _ in pts], [t for _, t in pts]) for key, pts in points.items()
+    }

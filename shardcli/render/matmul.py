@@ -10,10 +10,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
 from shardcli.render.console import emit, make_console, prints_here
+from shardcli.render.plot import Series, text_chart
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
 
@@ -184,6 +186,7 @@ def matmul_json(result: MatmulResult) -> dict[str, Any]:
                     if i.status == "refused"
                 ],
                 "skipped": [{"case": r.case.name, "why": r.skipped} for r in result.runs if r.skipped],
+                "fit": {key: flop_fit_json(fit) for key, fit in result.fits.items()},
             },
         },
     )
@@ -488,6 +491,9 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
         human.section(console, "cost model (roofline, per device)", cost_text(run, result))
     else:
         human.section(console, "matmul cases", comparison_table(result))
+        if result.fits:
+            human.section(console, "achieved FLOP/s against the product's FLOPs", flops_chart(result))
+            console.print(flop_fit_text(result))
         if not options.quiet:
             hw = result.hardware
             console.print(
@@ -500,3 +506,55 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
     console.print()
     _notes(console, result)
     _verdict(console, result)
+
+
+# --- sweeps: the chart and the fit -----------------------------------------------------------------
+
+
+def flop_fit_json(fit: LatencyBandwidthFit | None) -> dict[str, Any] | None:
+    """t(F) = alpha + F / rate, F the model FLOPs of the whole product; us and TFLOP/s."""
+    if fit is None:
+        return None
+    return {
+        "model": "t(F) = alpha + F / rate, F = the product's model FLOPs; least squares on relative error",
+        "alpha_us": fit.alpha_s * 1e6,
+        "rate_tflops": fit.beta_bytes_per_s / 1e12 if fit.beta_bytes_per_s is not None else None,
+        "r2": fit.r2,
+        "max_rel_residual": fit.max_rel_residual,
+        "points": fit.points,
+    }
+
+
+def flops_chart(result: MatmulResult) -> Text:
+    """Achieved TFLOP/s against the product's FLOPs (log2), a series per case and impl, with the fit."""
+    series = []
+    for key, fit in result.fits.items():
+        case, impl = key.split("/")
+        pts = tuple(
+            (run.model_flops, i.achieved_flops / 1e12)
+            for run in result.runs
+            if run.case.name == case
+            for i in run.impls
+            if i.impl == impl and i.achieved_flops is not None
+        )
+        curve = (lambda f, fit=fit: f / fit.time_at(f) / 1e12) if fit is not None else None
+        series.append(Series(key, pts, curve))
+    return text_chart(
+        series,
+        y_label="TFLOP/s",
+        x_label="FLOPs of the product (log2)",
+        x_format=lambda v: format_flops(v, "").strip(),
+    )
+
+
+def flop_fit_text(result: MatmulResult) -> Text:
+    text = Text()
+    for key, fit in result.fits.items():
+        if fit is None:
+            text.append(f"fit {key}: needs two sizes or more\n", style="dim")
+            continue
+        rate = "none" if fit.beta_bytes_per_s is None else f"{fit.beta_bytes_per_s / 1e12:.3g} TFLOP/s"
+        text.append(f"fit {key}: t(F) = alpha + F / rate, alpha = {fit.alpha_s * 1e6:.3g} us, rate = {rate}")
+        text.append(f" (R^2 {fit.r2:.3f}, worst residual {fit.max_rel_residual:.0%})\n", style="dim")
+    text.rstrip()
+    return text

@@ -50,9 +50,16 @@ def _fmt(value: float) -> str:
 
 
 def text_chart(
-    series: Sequence[Series], *, y_label: str, log_y: bool = False, width: int = 64, height: int = 14
+    series: Sequence[Series],
+    *,
+    y_label: str,
+    log_y: bool = False,
+    width: int = 64,
+    height: int = 14,
+    x_label: str = "size per device (log2)",
+    x_format: Callable[[float], str] = lambda v: format_size(int(v)),
 ) -> Text:
-    """A chart of every series against log2(size), with axes, ticks and a legend."""
+    """A chart of every series against log2(x) (by default bytes per device), with axes and a legend."""
     points = [p for s in series for p in s.points if p[1] > 0 or not log_y]
     if not points:
         return Text("(nothing to draw)")
@@ -110,12 +117,12 @@ def text_chart(
     axis = [" "] * (width + 2)
     for e in range(math.ceil(x_lo), math.floor(x_hi) + 1, max(1, math.ceil((x_hi - x_lo) / 6))):
         col = round((e - x_lo) / (x_hi - x_lo) * (width - 1))
-        label = format_size(2**e)
+        label = x_format(2**e)
         start = min(max(col - len(label) // 2, 0), width + 2 - len(label))
         if all(c == " " for c in axis[max(start - 1, 0) : start + len(label) + 1]):
             axis[start : start + len(label)] = list(label)
     out.append(" " * (label_width + 2) + "".join(axis).rstrip() + "\n")
-    out.append(" " * (label_width + 2) + "size per device (log2)\n")
+    out.append(" " * (label_width + 2) + x_label + "\n")
     for k, s in enumerate(series):
         out.append(" " * (label_width + 2))
         out.append(MARKERS[k % len(MARKERS)], style=f"bold {STYLES[k % len(STYLES)]}")
