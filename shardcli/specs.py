@@ -610,3 +610,27 @@ def check_writable_folder(folder: str, what: str) -> None:
         raise ShardcliError(
             f"{what}: cannot write in {folder} ({error.strerror or error}); give a folder you can write to"
         ) from error
+
+
+PLOT_SUFFIXES = (".png", ".svg")
+
+
+def check_plot_file(path: str) -> None:
+    """`--plot-file FILE.png|FILE.svg` needs matplotlib (the `plot` extra) and a folder it can write.
+
+    Raises:
+        ShardcliError: another suffix, a missing or unwritable folder, or no matplotlib.
+    """
+    import importlib.util
+    import os
+
+    if os.path.splitext(path)[1].lower() not in PLOT_SUFFIXES:
+        raise ShardcliError(f"--plot-file {path!r} needs the suffix .png or .svg (it picks the format)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ShardcliError(f"--plot-file {path!r}: the folder {folder} does not exist")
+    check_writable_folder(folder, f"--plot-file {path!r}")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ShardcliError(
+            "--plot-file needs matplotlib, which comes with the plot extra: pip install 'shardcli[plot]'"
+        )

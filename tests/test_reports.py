@@ -295,3 +295,20 @@ def test_a_single_matmul_size_has_no_fit(cli):
         cli(["matmul", "--case", "local", "--mesh", "2x2", "--iters", "2", "--format", "json"]).stdout
     )
     assert doc["summary"]["fit"] == {}
+
+
+def test_matmul_plot_file_writes_a_png(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "matmul.png"
+    args = ["matmul", "--case", "local", "--impl", "manual,auto", "--sizes", "1:4", "--mesh", "2x2"]
+    result = cli(
+        [*args, "--dims", "32,64,32", "--iters", "2", "--warmup", "1", "-q", "--plot-file", str(path)]
+    )
+    assert result.exit_code == 0, result.output
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_matmul_plot_file_needs_a_sweep(cli):
+    line = assert_one_line_error(cli(["matmul", "--mesh", "2x2", "--plot-file", "x.png"]))
+    assert "--plot-file draws a sweep over sizes; give --sizes (such as 1:8)" in line

@@ -13,7 +13,7 @@ from shardcli.errors import ExitCode, ShardcliError
 from shardcli.render.console import prints_here
 from shardcli.specs import (
     MeshSpec,
-    check_writable_folder,
+    check_plot_file,
     parse_bytes,
     parse_dtype,
     parse_init,
@@ -39,9 +39,6 @@ def parse_collective_axes(text: str | None, mesh: MeshSpec) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ShardcliError(f"--axis {text!r} names an axis twice")
     return names
-
-
-PLOT_SUFFIXES = (".png", ".svg")
 
 
 def _describe_size(done: int, total: int, size: int) -> str:
@@ -275,24 +272,6 @@ def parse_collective_names(text: str) -> list[str]:
     if len(set(names)) != len(names):
         raise ShardcliError(f"collective list {text!r} names one twice")
     return names
-
-
-def check_plot_file(path: str) -> None:
-    """`--plot-file FILE.png|FILE.svg` needs matplotlib (the `plot` extra) and an existing folder."""
-    import importlib.util
-    import os
-
-    if os.path.splitext(path)[1].lower() not in PLOT_SUFFIXES:
-        raise ShardcliError(f"--plot-file {path!r} needs the suffix .png or .svg (it picks the format)")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise ShardcliError(
-            f"--plot-file {path!r}: the folder {os.path.dirname(os.path.abspath(path))} does not exist"
-        )
-    check_writable_folder(os.path.dirname(os.path.abspath(path)), f"--plot-file {path!r}")
-    if importlib.util.find_spec("matplotlib") is None:
-        raise ShardcliError(
-            "--plot-file needs matplotlib, which comes with the plot extra: pip install 'shardcli[plot]'"
-        )
 
 
 collective.__doc__ = _doc()

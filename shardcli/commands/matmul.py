@@ -9,7 +9,8 @@ import typer
 from shardcli import options as opt
 from shardcli.errors import ExitCode, ShardcliError
 from shardcli.matmuls import IMPLS, MATMUL_CASES
-from shardcli.specs import parse_dims, parse_dtype, parse_init, parse_mesh, parse_scales
+from shardcli.render.console import prints_here
+from shardcli.specs import check_plot_file, parse_dims, parse_dtype, parse_init, parse_mesh, parse_scales
 
 
 def _parse_names(text: str, flag: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -71,6 +72,14 @@ def matmul(
     dims: Annotated[str, typer.Option("--dims", "-d", help="I,J,K: A is IxJ, B is JxK.")] = "256,512,256",
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16 or float64.")] = "float32",
     init: opt.Init = "random",
+    plot_file: Annotated[
+        str | None,
+        typer.Option(
+            "--plot-file",
+            help="With --sizes: also draw TFLOP/s and time against the product's FLOPs to FILE.png or "
+            "FILE.svg (needs the plot extra: pip install 'shardcli[plot]').",
+        ),
+    ] = None,
     sizes: Annotated[
         str | None,
         typer.Option(
@@ -151,9 +160,22 @@ def matmul(
     from shardcli.render.matmul import render_matmul
     from shardcli.render.progress import progress_bar
 
+    if plot_file is not None:
+        check_plot_file(plot_file)
+        if sizes is None:
+            raise ShardcliError("--plot-file draws a sweep over sizes; give --sizes (such as 1:8)")
     with progress_bar(options.shows_progress, _describe) as update:
         result = run_matmul(request, progress=update)
     render_matmul(result, options)
+    if plot_file is not None and prints_here(options, result.session.runtime):
+        from shardcli.render.plotfile import write_matmul_plot_file
+
+        try:
+            write_matmul_plot_file(plot_file, result)
+        except OSError as error:
+            raise ShardcliError(
+                f"could not write --plot-file {plot_file}: {error.strerror or error}"
+            ) from error
     raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong else ExitCode.OK)
 
 

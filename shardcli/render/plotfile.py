@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from shardcli.core.collective import CollectiveResult
+from shardcli.core.matmul import MatmulResult
 from shardcli.specs import format_size
 
 PLACEMENT_NAMES = {"out": "out-of-place", "in": "in-place"}
@@ -76,3 +77,46 @@ def _axes(ax: Any, label: str, *, log_y: bool) -> None:
         ax.legend(fontsize="small")
     else:  # e.g. axis_index: it moves no data, so there is no busbw to draw
         ax.text(0.5, 0.5, "no busbw: nothing moves", ha="center", va="center", transform=ax.transAxes)
+
+
+def write_matmul_plot_file(path: str, result: MatmulResult) -> None:
+    """A matmul sweep: achieved TFLOP/s and p50 time against the product's FLOPs, a line per case
+    and impl, with the t(F) = alpha + F / rate fit dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_rate, ax_t) = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
+    for key, fit in result.fits.items():
+        case, impl = key.split("/")
+        rows = [
+            (run.model_flops, i.timing.stats.p50)
+            for run in result.runs
+            if run.case.name == case
+            for i in run.impls
+            if i.impl == impl and i.timing is not None
+        ]
+        flops = np.array([r[0] for r in rows], dtype=np.float64)
+        times = np.array([r[1] for r in rows], dtype=np.float64)
+        (line,) = ax_t.plot(flops, times * 1e6, "o-", label=key)
+        ax_rate.plot(flops, flops / times / 1e12, "o-", color=line.get_color(), label=key)
+        if fit is not None:
+            dense = np.geomspace(flops.min(), flops.max(), 200)
+            model = np.array([fit.time_at(f) for f in dense])
+            ax_t.plot(dense, model * 1e6, "--", color=line.get_color(), alpha=0.6)
+            ax_rate.plot(dense, dense / model / 1e12, "--", color=line.get_color(), alpha=0.6)
+    for ax, label, log_y in ((ax_rate, "achieved TFLOP/s", False), (ax_t, "p50 time (us)", True)):
+        ax.set_xscale("log", base=2)
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel("FLOPs of the product")
+        ax.set_ylabel(label)
+        ax.grid(True, which="major", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    fig.suptitle(
+        f"shardcli matmul on {result.session.spec.describe()}, {result.session.runtime.describe_devices()}"
+    )
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
