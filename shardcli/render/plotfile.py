@@ -63,20 +63,30 @@ def write_plot_file(path: str, results: list[CollectiveResult]) -> None:
     plt.close(fig)
 
 
-def _axes(ax: Any, label: str, *, log_y: bool) -> None:
+def _axes(
+    ax: Any,
+    label: str,
+    *,
+    log_y: bool,
+    x_label: str = "bytes per device",
+    byte_ticks: bool = True,
+    empty: str = "no busbw: nothing moves",  # e.g. axis_index
+) -> None:
+    """Log2 x axis (ticks as byte sizes unless told otherwise), labels, grid, legend."""
     ax.set_xscale("log", base=2)
     if log_y:
         ax.set_yscale("log")
-    ax.set_xlabel("bytes per device")
+    ax.set_xlabel(x_label)
     ax.set_ylabel(label)
-    ticks = ax.get_xticks()
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([format_size(int(t)) if t >= 1 else "" for t in ticks])
+    if byte_ticks:
+        ticks = ax.get_xticks()
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([format_size(int(t)) if t >= 1 else "" for t in ticks])
     ax.grid(True, which="major", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
-    else:  # e.g. axis_index: it moves no data, so there is no busbw to draw
-        ax.text(0.5, 0.5, "no busbw: nothing moves", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
 
 
 def write_matmul_plot_file(path: str, result: MatmulResult) -> None:
@@ -107,14 +117,7 @@ def write_matmul_plot_file(path: str, result: MatmulResult) -> None:
             ax_t.plot(dense, model * 1e6, "--", color=line.get_color(), alpha=0.6)
             ax_rate.plot(dense, dense / model / 1e12, "--", color=line.get_color(), alpha=0.6)
     for ax, label, log_y in ((ax_rate, "achieved TFLOP/s", False), (ax_t, "p50 time (us)", True)):
-        ax.set_xscale("log", base=2)
-        if log_y:
-            ax.set_yscale("log")
-        ax.set_xlabel("FLOPs of the product")
-        ax.set_ylabel(label)
-        ax.grid(True, which="major", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
+        _axes(ax, label, log_y=log_y, x_label="FLOPs of the product", byte_ticks=False, empty="nothing ran")
     fig.suptitle(
         f"shardcli matmul on {result.session.spec.describe()}, {result.session.runtime.describe_devices()}"
     )
