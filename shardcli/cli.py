@@ -16,6 +16,7 @@ from shardcli.commands import compare as compare_cmd
 from shardcli.commands import launch as launch_cmd
 from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
+from shardcli.commands import model as model_cmd
 from shardcli.commands import pipeline as pipeline_cmd
 from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import shard as shard_cmd
@@ -160,6 +161,7 @@ app.command("matmul")(matmul_cmd.matmul)
 app.command("recipe")(recipe_cmd.recipe)
 app.command("pipeline")(pipeline_cmd.pipeline)
 app.command("compare")(compare_cmd.compare)
+app.add_typer(model_cmd.app, name="model")
 # Everything from the command's first word on belongs to the command each process runs.
 app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmd.launch)
 

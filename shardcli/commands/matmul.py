@@ -77,7 +77,7 @@ def matmul(
         typer.Option(
             "--plot-file",
             help="With --sizes: also draw TFLOP/s and time against the product's FLOPs to FILE.png or "
-            "FILE.svg (needs the plot extra: pip install 'shardcli[plot]').",
+            "FILE.svg (needs the plot extra: pip install 'shardcli\\[plot]').",
         ),
     ] = None,
     sizes: Annotated[

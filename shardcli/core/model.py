@@ -1,0 +1,542 @@
+"""`shardcli model`: a sharded Flax NNX model, initialised sharded, trained, checkpointed and restored.
+
+Needs the `model` extra (flax, optax, orbax-checkpoint); `shardcli/commands/model.py` checks for
+it before importing this module.
+
+- Sharded initialisation: the model and its adam state are built inside one jitted function
+  whose out_shardings come from the parameters' annotations, so every device only ever holds its
+  own blocks.
+- Training: one jitted step (loss, gradients, adam update) with the train state donated, compiled
+  ahead of time so that compile and steady-state step times are reported apart.
+- Checkpoints: orbax writes the sharded train state; `shardcli-model.json` beside it records the
+  model's sizes and a digest of every array. Restoring reads straight into the shardings the
+  annotations give on the (possibly different) mesh, from abstract shapes only, and compares the
+  digests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardcli.core.hlo import HloCollective, find_collectives
+from shardcli.core.lessons import EPS32
+from shardcli.core.pipeline import RTOL
+from shardcli.core.recipe import Check, Picture, close_check, spec_of
+from shardcli.core.session import Session, open_session
+from shardcli.core.timing import compile_timed
+from shardcli.errors import ShardcliError
+from shardcli.layout import group_tiles, normalize_index
+from shardcli.model_spec import (
+    ACTIVATION,
+    INPUT,
+    METADATA_FILE,
+    OUTPUT,
+    PARAMS,
+    STATE_DIR,
+    Annotations,
+    RestoreRequest,
+    SavedModel,
+    TrainRequest,
+    memory_need,
+    spec_text,
+    validate_restore,
+    validate_train,
+)
+from shardcli.runtime import check_fits_in_memory
+
+MAX_REASON = 240  # characters of orbax's reason in a one-line error
+DIGEST_MULTIPLIER = 0x9E3779B97F4A7C15  # spreads positions over 64 bits (Fibonacci hashing)
+
+
+class MLP(nnx.Module):
+    """`relu(x @ W1 + b1) @ W2`, with its kernels annotated and its activations constrained."""
+
+    def __init__(self, depth: int, ann: Annotations, rngs: nnx.Rngs) -> None:
+        rules = {} if ann.rules is None else {"sharding_rules": ann.rules}
+        init = nnx.initializers.lecun_normal()
+        self.dot1 = nnx.Linear(
+            depth,
+            depth,
+            kernel_init=nnx.with_partitioning(init, ann.annotation(PARAMS[0][1]), **rules),
+            bias_init=nnx.with_partitioning(
+                nnx.initializers.zeros_init(), ann.annotation(PARAMS[1][1]), **rules
+            ),
+            rngs=rngs,
+        )
+        self.w2 = nnx.Param(
+            init(rngs.params(), (depth, depth)), out_sharding=ann.annotation(PARAMS[2][1]), **rules
+        )
+        self.activation = P(*ann.resolved(ACTIVATION))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = nnx.relu(self.dot1(x))
+        y = jax.lax.with_sharding_constraint(y, self.activation)
+        return y @ self.w2[...]
+
+
+@dataclass(frozen=True)
+class ParamRow:
+    """One parameter: its annotation, what that resolves to, and the sharding it really has."""
+
+    name: str
+    shape: tuple[int, ...]
+    annotation: str
+    expected: str
+    actual: str
+    ok: bool
+    picture: Picture
+
+
+@dataclass(frozen=True)
+class StepRow:
+    step: int
+    loss: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """`shardcli model train` or `restore`: plain data for the render layer."""
+
+    session: Session
+    action: str  # "train" or "restore"
+    depth: int
+    batch: int
+    annotations: Annotations
+    params: tuple[ParamRow, ...]
+    state_arrays: int  # arrays in the whole train state (parameters and adam's)
+    compile_s: dict[str, float]  # what was compiled -> seconds
+    steps: tuple[StepRow, ...]
+    final_loss: float | None
+    output_spec: str | None
+    collectives: dict[str, tuple[HloCollective, ...]]
+    checkpoint: dict[str, str] | None  # what was written or read -> path
+    saved_mesh: str | None  # restore: the mesh the checkpoint was saved on
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.ok)
+
+
+# --- building -----------------------------------------------------------------------------------
+
+
+def _build(depth: int, ann: Annotations, seed: int, learning_rate: float) -> tuple[MLP, nnx.Optimizer]:
+    model = MLP(depth, ann, nnx.Rngs(seed))
+    return model, nnx.Optimizer(model, optax.adam(learning_rate), wrt=nnx.Param)
+
+
+def _abstract(
+    depth: int, ann: Annotations, seed: int, learning_rate: float, mesh: Any
+) -> tuple[Any, Any, Any]:
+    """The graph, the abstract train state and its shardings, from shapes only (nothing allocated)."""
+    with jax.set_mesh(mesh):
+        graphdef, abstract = nnx.split(nnx.eval_shape(lambda: _build(depth, ann, seed, learning_rate)))
+        shardings = nnx.get_named_sharding(abstract, mesh)
+    return graphdef, abstract, shardings
+
+
+def _leaves(state: Any) -> list[tuple[str, Any]]:
+    """(path, array) for every array of a train state, in a fixed order."""
+    return [(".".join(str(k) for k in path), v.get_value()) for path, v in nnx.to_flat_state(state)]
+
+
+def _param_state(state: Any) -> dict[str, Any]:
+    """The model's parameters out of a (model, optimizer) state, by their Flax names."""
+    return {path[2:]: value for path, value in _leaves(state) if path.startswith("0.")}
+
+
+def _picture(name: str, array: Any) -> Picture:
+    shape = tuple(array.shape)
+    index_map = {
+        d.id: normalize_index(idx, shape) for d, idx in array.sharding.devices_indices_map(shape).items()
+    }
+    return Picture(title=name, layout=group_tiles(shape, index_map), spec=spec_of(array))
+
+
+def _param_rows(state: Any, ann: Annotations, mesh: Any) -> tuple[ParamRow, ...]:
+    params = _param_state(state)
+    rows = []
+    for name, roles in PARAMS:
+        array = params[name]
+        expected = NamedSharding(mesh, P(*ann.resolved(roles)))
+        rows.append(
+            ParamRow(
+                name=name,
+                shape=tuple(array.shape),
+                annotation=spec_text(ann.annotation(roles)),
+                expected=spec_text(ann.resolved(roles)),
+                actual=spec_of(array),
+                ok=array.sharding.is_equivalent_to(expected, array.ndim),
+                picture=_picture(name, array),
+            )
+        )
+    return tuple(rows)
+
+
+def _sharding_checks(state: Any, shardings: Any, rows: tuple[ParamRow, ...]) -> list[Check]:
+    wrong = [r.name for r in rows if not r.ok]
+    checks = [
+        Check(
+            "every parameter has the sharding its annotation gives",
+            not wrong,
+            "; ".join(f"{r.name}: {r.actual}, annotated {r.expected}" for r in rows if not r.ok)
+            or ", ".join(f"{r.name} {r.actual}" for r in rows),
+        )
+    ]
+    arrays, wanted = _leaves(state), [s for _, s in _leaves(shardings)]
+    off = [p for (p, a), s in zip(arrays, wanted, strict=True) if not a.sharding.is_equivalent_to(s, a.ndim)]
+    checks.append(
+        Check(
+            "adam's moments are sharded like their parameters",
+            not off,
+            f"{len(arrays)} arrays in the train state" + (f"; off: {', '.join(off)}" if off else ""),
+        )
+    )
+    return checks
+
+
+# --- digests ------------------------------------------------------------------------------------
+
+
+def digest(array: Any) -> str:
+    """A digest of an array's values that does not depend on how it is sharded.
+
+    The sum, modulo 2**64, of every element's bit pattern times a hash of its row-major position.
+    Each block is read from the device that holds it (replicas once), so no whole copy is made;
+    equal arrays give equal digests on any mesh, and a changed or moved element changes it.
+    """
+    shape = tuple(array.shape)
+    uint = np.dtype(f"uint{8 * array.dtype.itemsize}")
+    strides = [int(np.prod(shape[k + 1 :], dtype=np.int64)) for k in range(len(shape))]
+    total = 0
+    for shard in array.addressable_shards:
+        if shard.replica_id != 0:
+            continue
+        bounds = normalize_index(shard.index, shape)
+        flat = np.zeros((), dtype=np.uint64)
+        for axis, ((lo, hi), stride) in enumerate(zip(bounds, strides, strict=True)):
+            index = np.arange(lo, hi, dtype=np.uint64) * np.uint64(stride)
+            flat = np.expand_dims(flat, -1) + index.reshape((1,) * axis + (-1,))
+        weights = flat * np.uint64(DIGEST_MULTIPLIER) + np.uint64(1)
+        bits = np.ascontiguousarray(np.asarray(shard.data)).view(uint).astype(np.uint64)
+        total = (total + int(np.sum(bits * weights, dtype=np.uint64))) % 2**64
+    return f"{total:016x}"
+
+
+def _digests(state: Any) -> dict[str, str]:
+    return {path: digest(array) for path, array in _leaves(state)}
+
+
+# --- data and reference -------------------------------------------------------------------------
+
+
+def _batch(depth: int, batch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The regression data: inputs and targets, float32, the same on every run with this seed."""
+    rng = np.random.default_rng(seed + 1)
+    x = rng.standard_normal((batch, depth), dtype=np.float32)
+    y = rng.standard_normal((batch, depth), dtype=np.float32)
+    return x, y
+
+
+def _reference(state: Any, x: np.ndarray) -> tuple[np.ndarray, float]:
+    """The model's output in float64 NumPy, and how far a float32 run may be from it.
+
+    The bound is the pipeline command's: RTOL x the largest |output|. A worst-case float32 bound
+    for two matmuls of depth D grows like D^2 eps and would let a wrong loss pass at large depth;
+    a real sharding or communication mistake is off by the size of the values themselves.
+    """
+    params = {name: np.asarray(a, dtype=np.float64) for name, a in _param_state(state).items()}
+    w1, b1, w2 = params["dot1.kernel"], params["dot1.bias"], params["w2"]
+    out = np.maximum(x.astype(np.float64) @ w1 + b1, 0.0) @ w2
+    return out, RTOL * (float(np.max(np.abs(out))) or 1.0)
+
+
+def _loss_check(
+    what: str, got: float, out_ref: np.ndarray, bound: float, y: np.ndarray, label: str = "NumPy"
+) -> Check:
+    """A loss against NumPy's from the reference output, within what the output's bound allows."""
+    diff = out_ref - y.astype(np.float64)
+    want = float(np.mean(diff**2))
+    # float32 sums of the squares in any order add at most (elements) eps of the mean
+    allowed = float(np.mean(2 * np.abs(diff) * bound + bound**2)) + (diff.size + 2) * EPS32 * abs(want)
+    return Check(what, abs(got - want) <= allowed, f"{got:.6g}; {label} {want:.6g}; |err| <= {allowed:.1e}")
+
+
+def _output_checks(
+    out: Any, mesh: Any, ann: Annotations, state: Any, x: np.ndarray, y: np.ndarray, loss: float
+) -> list[Check]:
+    expected = NamedSharding(mesh, P(*ann.resolved(OUTPUT)))
+    ref, bound = _reference(state, x)
+    return [
+        Check(
+            "the output is sharded as its annotation gives",
+            out.sharding.is_equivalent_to(expected, out.ndim),
+            f"{spec_of(out)}, expected {spec_text(ann.resolved(OUTPUT))}",
+        ),
+        close_check("the output matches NumPy", out, ref, bound, f"|err| <= {RTOL:g} x max|output|"),
+        _loss_check("the loss matches NumPy", loss, ref, bound, y),
+    ]
+
+
+def _prepare(
+    mesh: Any, depth: int, batch: int, seed: int, ann: Annotations
+) -> tuple[np.ndarray, np.ndarray, Any, Any]:
+    x, y = _batch(depth, batch, seed)
+    sharding = NamedSharding(mesh, P(*ann.resolved(INPUT)))
+    return x, y, jax.device_put(x, sharding), jax.device_put(y, sharding)
+
+
+def _forward(graphdef: Any) -> Any:
+    def forward(state: Any, x: jax.Array) -> jax.Array:
+        model, _ = nnx.merge(graphdef, state)
+        return model(x)
+
+    return jax.jit(forward)
+
+
+def _loss_of(out: Any, y: Any) -> float:
+    return float(jax.jit(lambda o, t: jnp.mean((o - t) ** 2))(out, y))
+
+
+def _check_memory(session: Session, ann: Annotations, depth: int, batch: int) -> None:
+    per_device, total = memory_need(ann, depth, batch)
+    check_fits_in_memory(
+        session.runtime, list(session.devices), per_device=per_device, total=total, what=f"--depth {depth}"
+    )
+
+
+# --- train --------------------------------------------------------------------------------------
+
+
+def run_train(request: TrainRequest) -> ModelResult:
+    """Initialise the model sharded, train it, check it against NumPy, and save it when asked.
+
+    Raises:
+        ShardcliError: bad sizes, rules, a checkpoint folder that would be overwritten, or a model
+            that does not fit, all before anything is allocated.
+    """
+    ann, target = validate_train(request)
+
+    session = open_session(request.mesh, request.options)
+    mesh = session.mesh
+    _check_memory(session, ann, request.depth, request.batch)
+    depth, batch, seed = request.depth, request.batch, request.seed
+
+    graphdef, abstract, shardings = _abstract(depth, ann, seed, request.learning_rate, mesh)
+
+    def create() -> Any:
+        return nnx.state(_build(depth, ann, seed, request.learning_rate))
+
+    def step(state: Any, x: jax.Array, y: jax.Array) -> tuple[Any, jax.Array]:
+        model, optimizer = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+
+    with jax.set_mesh(mesh):
+        x_host, y_host, x, y = _prepare(mesh, depth, batch, seed, ann)
+        init, init_s, _ = compile_timed(jax.jit(create, out_shardings=shardings))
+        state = init()
+        rows = _param_rows(state, ann, mesh)
+        checks = _sharding_checks(state, shardings, rows)
+        train, train_s, _ = compile_timed(
+            jax.jit(step, donate_argnums=0, out_shardings=(shardings, None)), state, x, y
+        )
+        steps = []
+        for k in range(request.steps):
+            start = time.perf_counter()
+            state, loss = train(state, x, y)
+            value = float(loss)  # waits for the step
+            steps.append(StepRow(k + 1, value, time.perf_counter() - start))
+        forward = _forward(graphdef)
+        out = forward(state, x)
+        final = _loss_of(out, y)
+        forward_hlo = forward.lower(state, x).compile().as_text()
+
+    first = steps[0].loss
+    checks.append(
+        Check(
+            "the loss goes down",
+            final < first,
+            f"{first:.6g} at step 1, {final:.6g} after step {request.steps}",
+        )
+    )
+    checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final))
+    checkpoint = None
+    if target is not None:
+        checkpoint = _save(target, state, request, session, ann, final)
+    return ModelResult(
+        session=session,
+        action="train",
+        depth=depth,
+        batch=batch,
+        annotations=ann,
+        params=rows,
+        state_arrays=len(_leaves(state)),
+        compile_s={"init": init_s, "train step": train_s},
+        steps=tuple(steps),
+        final_loss=final,
+        output_spec=spec_of(out),
+        collectives={
+            "train step": find_collectives(train.as_text()),
+            "forward": find_collectives(forward_hlo),
+        },
+        checkpoint=checkpoint,
+        saved_mesh=None,
+        checks=tuple(checks),
+    )
+
+
+def _save(
+    target: str, state: Any, request: TrainRequest, session: Session, ann: Annotations, final: float
+) -> dict[str, str]:
+    import orbax.checkpoint as ocp
+
+    os.makedirs(target, exist_ok=True)
+    state_path = os.path.join(target, STATE_DIR)
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(state_path, state)
+    checkpointer.wait_until_finished()
+    checkpointer.close()
+    saved = SavedModel(
+        depth=request.depth,
+        batch=request.batch,
+        seed=request.seed,
+        steps=request.steps,
+        mesh=session.spec,
+        rules=ann.rules,
+        digests=_digests(state),
+        final_loss=final,
+    )
+    meta_path = os.path.join(target, METADATA_FILE)
+    with open(meta_path, "w", encoding="utf-8") as f:
+        json.dump(saved.to_json(), f, indent=2)
+        f.write("\n")
+    return {"folder": target, "state": state_path, "metadata": meta_path}
+
+
+# --- restore ------------------------------------------------------------------------------------
+
+
+def run_restore(request: RestoreRequest) -> ModelResult:
+    """Restore a checkpoint straight into the annotated shardings on this mesh and verify it.
+
+    Raises:
+        ShardcliError: a missing folder, one that is not a checkpoint, a --depth that differs from
+            the checkpoint's, a mesh or rules the model cannot be laid out on, or a state orbax
+            cannot read; nothing is written.
+    """
+    saved, ann = validate_restore(request)
+
+    session = open_session(request.mesh, request.options)
+    mesh = session.mesh
+    _check_memory(session, ann, saved.depth, saved.batch)
+    graphdef, abstract, shardings = _abstract(saved.depth, ann, saved.seed, 1e-3, mesh)
+    target = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+    )
+    folder = os.path.abspath(request.folder)
+    state_path = os.path.join(folder, STATE_DIR)
+    state = _orbax_restore(state_path, target, request.folder)
+
+    rows = _param_rows(state, ann, mesh)
+    checks = _sharding_checks(state, shardings, rows)
+    digests = _digests(state)
+    differ = [p for p, d in digests.items() if saved.digests.get(p) != d]
+    missing = sorted(set(saved.digests) - set(digests))
+    checks.append(
+        Check(
+            "the restored values equal the saved ones",
+            not differ and not missing,
+            f"digests of {len(digests)} arrays"
+            + (f"; differ: {', '.join(differ)}" if differ else "")
+            + (f"; not restored: {', '.join(missing)}" if missing else ""),
+        )
+    )
+    with jax.set_mesh(mesh):
+        x_host, y_host, x, y = _prepare(mesh, saved.depth, saved.batch, saved.seed, ann)
+        forward = _forward(graphdef)
+        out = forward(state, x)
+        final = _loss_of(out, y)
+        forward_hlo = forward.lower(state, x).compile().as_text()
+    checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final))
+    ref, bound = _reference(state, x_host)
+    checks.append(
+        _loss_check(
+            "the loss at save time is the restored model's",
+            saved.final_loss,
+            ref,
+            bound,
+            y_host,
+            label="NumPy on the restored values",
+        )
+    )
+    return ModelResult(
+        session=session,
+        action="restore",
+        depth=saved.depth,
+        batch=saved.batch,
+        annotations=ann,
+        params=rows,
+        state_arrays=len(digests),
+        compile_s={},
+        steps=(),
+        final_loss=final,
+        output_spec=spec_of(out),
+        collectives={"forward": find_collectives(forward_hlo)},
+        checkpoint={"folder": folder, "state": state_path, "metadata": os.path.join(folder, METADATA_FILE)},
+        saved_mesh=saved.mesh.describe(),
+        checks=tuple(checks),
+    )
+
+
+def _orbax_restore(state_path: str, target: Any, folder: str) -> Any:
+    """Raises: ShardcliError when orbax cannot read the state into `target`."""
+    import orbax.checkpoint as ocp
+
+    checkpointer = ocp.StandardCheckpointer()
+    try:
+        return checkpointer.restore(state_path, target)
+    except (ValueError, KeyError, TypeError, FileNotFoundError, OSError) as error:
+        _quiet_late_reads()
+        text = str(error).strip()
+        first = text.splitlines()[0].split(" [tensorstore_spec")[0] if text else type(error).__name__
+        if len(first) > MAX_REASON:
+            first = first[: MAX_REASON - 3] + "..."
+        raise ShardcliError(
+            f"{folder}: the saved state does not restore into this model ({first})"
+        ) from error
+    finally:
+        checkpointer.close()
+
+
+def _quiet_late_reads() -> None:
+    """After a failed restore, tensorstore still finishes the reads it had started and hands each
+    result to orbax's event loop, which is closed by then; each hand-off reports "Event loop is
+    closed" as an unraisable exception, with a traceback. They add nothing to the error already
+    reported, so those (and only those) are dropped."""
+    import sys
+
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        value = unraisable.exc_value
+        if isinstance(value, RuntimeError) and str(value) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook

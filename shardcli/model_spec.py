@@ -1,0 +1,379 @@
+"""`shardcli model`: the model's shape, its sharding annotations and logical-axis rules, checked before JAX.
+
+The model is the two-layer MLP of Flax's sharding guide: `relu(x @ W1 + b1) @ W2`, with `depth`
+inputs, hidden units and outputs. Every array of it has a *role* per dimension:
+
+- `batch`: the rows of the inputs, activations and outputs;
+- `hidden`: W1's columns, b1, W2's rows, and the activations' columns;
+- `embed`: W1's rows and W2's columns (the model's input and output width).
+
+Without `--rules` the annotations name mesh axes directly, as the guide does: W1 `(None, model)`,
+W2 `(model, None)`, activations `(data, model)`, where `data` and `model` are the mesh's first and
+second axis. With `--rules batch=data,hidden=model,embed=None` the annotations carry the logical
+names (W1 `('embed', 'hidden')`) and the rules map each one to a mesh axis (or to none: replicated).
+
+Everything here is pure Python; the Flax code lives in `shardcli/core/model.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+from shardcli.errors import ShardcliError
+from shardcli.specs import MeshSpec, RunOptions
+
+LOGICAL_AXES = ("batch", "hidden", "embed")
+REPLICATED = "None"
+# (name, roles of its dims): the parameters as Flax names them.
+PARAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("dot1.kernel", ("embed", "hidden")),
+    ("dot1.bias", ("hidden",)),
+    ("w2", ("hidden", "embed")),
+)
+ACTIVATION = ("batch", "hidden")  # the sharding constraint between the two layers
+OUTPUT = ("batch", "embed")  # what the compiler should give the output
+INPUT = ("batch", None)  # inputs and targets: rows split over the batch axis, columns whole
+DEFAULT_AXES = ("data", "model")
+METADATA_FILE = "shardcli-model.json"
+STATE_DIR = "state"
+METADATA_FORMAT = "shardcli-model/1"
+FLOAT_BYTES = 4  # the model is float32
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """How the model's arrays are annotated, and the mesh axis each role resolves to.
+
+    `rules` is None when the annotations name mesh axes directly (then `data` and `model` are the
+    mesh's first two axes); otherwise it maps every logical name to a mesh axis or None.
+    """
+
+    mesh: MeshSpec
+    rules: tuple[tuple[str, str | None], ...] | None = None
+
+    def mesh_axis(self, role: str | None) -> str | None:
+        """The mesh axis a role's dimension is split over, or None (replicated)."""
+        if role is None:
+            return None
+        if self.rules is not None:
+            return dict(self.rules)[role]
+        return {"batch": self.mesh.axes[0], "hidden": self.mesh.axes[1], "embed": None}[role]
+
+    def annotation(self, roles: tuple[str | None, ...]) -> tuple[str | None, ...]:
+        """What the array is annotated with: logical names under rules, mesh axes otherwise."""
+        if self.rules is not None:
+            return roles
+        return self.resolved(roles)
+
+    def resolved(self, roles: tuple[str | None, ...]) -> tuple[str | None, ...]:
+        """The PartitionSpec entries the annotation resolves to."""
+        return tuple(self.mesh_axis(r) for r in roles)
+
+    def split(self, role: str) -> int:
+        """How many ways a dimension of this role is split."""
+        axis = self.mesh_axis(role)
+        return 1 if axis is None else self.mesh.axis_sizes[axis]
+
+
+def spec_text(entries: tuple[str | None, ...]) -> str:
+    """`(None, 'model')` written the way PartitionSpec prints."""
+    return (
+        "("
+        + ", ".join("None" if e is None else repr(e) for e in entries)
+        + ("," if len(entries) == 1 else "")
+        + ")"
+    )
+
+
+def parse_rules(text: str, mesh: MeshSpec) -> tuple[tuple[str, str | None], ...]:
+    """`batch=data,hidden=model,embed=None` -> ((batch, data), (hidden, model), (embed, None)).
+
+    A logical name left out is replicated (None); the result lists all three in a fixed order.
+
+    Raises:
+        ShardcliError: a malformed entry, an unknown logical name or mesh axis, a name given twice.
+    """
+    valid_axes = ", ".join([*mesh.axes, REPLICATED])
+    given: dict[str, str | None] = {}
+    for entry in text.split(","):
+        name, sep, axis = (part.strip() for part in entry.partition("="))
+        if not sep or not name or not axis:
+            raise ShardcliError(
+                f"--rules entry {entry.strip()!r} is not NAME=AXIS; write e.g. "
+                "--rules batch=data,hidden=model,embed=None"
+            )
+        if name not in LOGICAL_AXES:
+            raise ShardcliError(
+                f"--rules names {name!r}, which the model does not use; its logical axes are "
+                f"{', '.join(LOGICAL_AXES)}"
+            )
+        if name in given:
+            raise ShardcliError(f"--rules gives {name!r} twice; give each logical axis once")
+        if axis != REPLICATED and axis not in mesh.axes:
+            raise ShardcliError(
+                f"--rules maps {name} to {axis!r}, which is not an axis of the mesh; choose one of "
+                f"{valid_axes}"
+            )
+        given[name] = None if axis == REPLICATED else axis
+    return tuple((name, given.get(name)) for name in LOGICAL_AXES)
+
+
+def make_annotations(mesh: MeshSpec, rules: str | None) -> Annotations:
+    """The annotations for this mesh, through `--rules` when given.
+
+    Raises:
+        ShardcliError: rules that do not parse, or no rules on a mesh without two axes.
+    """
+    if rules is not None:
+        return Annotations(mesh, parse_rules(rules, mesh))
+    if len(mesh.axes) != 2:
+        raise ShardcliError(
+            f"the model's default annotations need a 2-axis mesh (data x model), not {mesh.describe()}; "
+            "give e.g. --mesh 2x4 --axes data,model, or map the logical axes with --rules"
+        )
+    return Annotations(mesh)
+
+
+def check_layout(ann: Annotations, depth: int, batch: int) -> None:
+    """Every array of the model can be laid out on the mesh as annotated.
+
+    Raises:
+        ShardcliError: a mesh axis used twice in one array, or a dimension it does not divide.
+    """
+    arrays = [*PARAMS, ("activations", ACTIVATION), ("outputs", OUTPUT)]
+    for name, roles in arrays:
+        axes = [a for a in ann.resolved(roles) if a is not None]
+        if len(axes) != len(set(axes)):
+            raise ShardcliError(
+                f"{name} {roles} would use mesh axis {axes[0]!r} for two of its dimensions; map "
+                "those logical axes to different mesh axes (or None) in --rules"
+            )
+    for flag, value, role in (
+        ("--depth", depth, "hidden"),
+        ("--depth", depth, "embed"),
+        ("--batch", batch, "batch"),
+    ):
+        ways = ann.split(role)
+        if value % ways:
+            raise ShardcliError(
+                f"{flag} {value} does not split over mesh axis {ann.mesh_axis(role)!r} ({ways} devices), "
+                f"which the {role} dimension uses; give a multiple of {ways}"
+            )
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """`shardcli model train`."""
+
+    mesh: MeshSpec
+    depth: int = 1024
+    batch: int = 8
+    steps: int = 5
+    learning_rate: float = 5e-3
+    rules: str | None = None
+    checkpoint: str | None = None
+    seed: int = 0
+    options: RunOptions = field(default_factory=RunOptions)
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    """`shardcli model restore DIR`."""
+
+    folder: str
+    mesh: MeshSpec
+    depth: int | None = None  # must equal the checkpoint's when given
+    rules: str | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+
+
+def check_sizes(depth: int, batch: int, steps: int | None = None, learning_rate: float | None = None) -> None:
+    """Raises: ShardcliError for a size that cannot train."""
+    for flag, value in (("--depth", depth), ("--batch", batch)):
+        if value < 1:
+            raise ShardcliError(f"{flag} {value} is not valid; give a positive number")
+    if steps is not None and steps < 2:
+        raise ShardcliError(
+            f"--steps {steps} is not valid; give at least 2, so that the loss can be seen to go down"
+        )
+    if learning_rate is not None and not (learning_rate > 0 and math.isfinite(learning_rate)):
+        raise ShardcliError(f"--lr {learning_rate} is not valid; give a positive learning rate such as 5e-3")
+
+
+def train_state_bytes(depth: int) -> int:
+    """Bytes of the parameters (W1, b1, W2), float32; adam keeps two more copies."""
+    return (2 * depth * depth + depth) * FLOAT_BYTES
+
+
+def memory_need(ann: Annotations, depth: int, batch: int) -> tuple[int, int]:
+    """(bytes on the busiest device, bytes on all devices) of a training run, estimated.
+
+    Parameters, adam's two moments, the gradients and the step's temporaries: five copies of the
+    parameters, each split over the model axis and replicated over the rest; plus activations,
+    and (in the total) the host's float64 copy of the parameters that NumPy checks with.
+    """
+    params = train_state_bytes(depth)
+    shard = params // max(ann.split("hidden") * ann.split("embed"), 1)
+    per_device = 5 * shard + 4 * batch * depth * FLOAT_BYTES // ann.split("batch")
+    reference = 2 * params  # the float64 NumPy copy the output is checked against
+    return per_device, per_device * ann.mesh.size + reference
+
+
+def check_checkpoint_target(folder: str) -> str:
+    """Where `--checkpoint` will write: a new or empty folder whose parent exists. Returns its absolute path.
+
+    Raises:
+        ShardcliError: a folder that already holds files (nothing is overwritten), or a parent
+            that is missing or cannot be written.
+    """
+    from shardcli.specs import check_writable_folder
+
+    path = os.path.abspath(folder)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ShardcliError(f"--checkpoint {folder}: is a file; give a new or empty folder")
+        if os.listdir(path):
+            raise ShardcliError(
+                f"--checkpoint {folder}: the folder is not empty and nothing is overwritten; give a new "
+                "or empty folder"
+            )
+        check_writable_folder(path, f"--checkpoint {folder}")
+        return path
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise ShardcliError(f"--checkpoint {folder}: the folder {parent} does not exist; create it first")
+    check_writable_folder(parent, f"--checkpoint {folder}")
+    return path
+
+
+@dataclass(frozen=True)
+class SavedModel:
+    """What `shardcli-model.json` records next to the orbax state."""
+
+    depth: int
+    batch: int
+    seed: int
+    steps: int
+    mesh: MeshSpec
+    rules: tuple[tuple[str, str | None], ...] | None
+    digests: dict[str, str]  # array path -> digest of its values
+    final_loss: float
+
+    def to_json(self) -> dict:
+        return {
+            "format": METADATA_FORMAT,
+            "depth": self.depth,
+            "batch": self.batch,
+            "seed": self.seed,
+            "steps": self.steps,
+            "mesh": {"shape": list(self.mesh.shape), "axes": list(self.mesh.axes)},
+            "rules": None if self.rules is None else {k: v for k, v in self.rules},
+            "digests": self.digests,
+            "final_loss": self.final_loss,
+        }
+
+
+def read_checkpoint(folder: str) -> SavedModel:
+    """The metadata of a checkpoint folder `shardcli model train --checkpoint` wrote.
+
+    Raises:
+        ShardcliError: a missing folder, one that is not such a checkpoint, or unreadable metadata.
+    """
+    path = os.path.abspath(folder)
+    if not os.path.exists(path):
+        raise ShardcliError(f"checkpoint folder {folder} does not exist")
+    if not os.path.isdir(path):
+        raise ShardcliError(
+            f"checkpoint {folder} is a file, not a folder; give the folder --checkpoint wrote"
+        )
+    meta_path = os.path.join(path, METADATA_FILE)
+    if not os.path.isfile(meta_path) or not os.path.isdir(os.path.join(path, STATE_DIR)):
+        raise ShardcliError(
+            f"{folder} is not a shardcli model checkpoint (it needs {METADATA_FILE} and {STATE_DIR}/); "
+            "give the folder `shardcli model train --checkpoint DIR` wrote"
+        )
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            raw = json.load(f)
+        if raw.get("format") != METADATA_FORMAT:
+            raise ValueError(f"format {raw.get('format')!r}, expected {METADATA_FORMAT!r}")
+        rules = raw["rules"]
+        return SavedModel(
+            depth=int(raw["depth"]),
+            batch=int(raw["batch"]),
+            seed=int(raw["seed"]),
+            steps=int(raw["steps"]),
+            mesh=MeshSpec(tuple(int(n) for n in raw["mesh"]["shape"]), tuple(raw["mesh"]["axes"])),
+            rules=None if rules is None else tuple((k, rules[k]) for k in LOGICAL_AXES),
+            digests={str(k): str(v) for k, v in raw["digests"].items()},
+            final_loss=float(raw["final_loss"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ShardcliError(f"{meta_path} cannot be read as shardcli model metadata ({error})") from error
+
+
+def check_restore_depth(saved: SavedModel, depth: int | None) -> None:
+    """Raises: ShardcliError when --depth disagrees with the checkpoint."""
+    if depth is not None and depth != saved.depth:
+        raise ShardcliError(
+            f"the checkpoint was saved with --depth {saved.depth}, not {depth}; give --depth {saved.depth} "
+            "or leave --depth out"
+        )
+
+
+MODEL_PACKAGES = ("flax", "optax", "orbax.checkpoint")
+
+
+def require_model_extra() -> None:
+    """Raises: ShardcliError naming the `model` extra when flax, optax or orbax-checkpoint is missing."""
+    import importlib.util
+
+    missing = []
+    for name in MODEL_PACKAGES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    if missing:
+        raise ShardcliError(
+            f"shardcli model needs {', '.join(missing)}, from the model extra; install it with "
+            "pip install 'shardcli[model]' (or pip install -e '.[model]' in a clone)"
+        )
+
+
+def default_axes(mesh: str) -> str | None:
+    """data,model for a 2-D mesh; otherwise the usual names."""
+    return ",".join(DEFAULT_AXES) if len(mesh.split("x")) == 2 else None
+
+
+def validate_train(request: TrainRequest) -> tuple[Annotations, str | None]:
+    """Every check of `model train` that needs no devices: the annotations and the checkpoint's path.
+
+    Raises:
+        ShardcliError: bad sizes or rules, a layout the mesh cannot hold, a checkpoint folder
+            that would be overwritten.
+    """
+    check_sizes(request.depth, request.batch, request.steps, request.learning_rate)
+    ann = make_annotations(request.mesh, request.rules)
+    check_layout(ann, request.depth, request.batch)
+    target = check_checkpoint_target(request.checkpoint) if request.checkpoint is not None else None
+    return ann, target
+
+
+def validate_restore(request: RestoreRequest) -> tuple[SavedModel, Annotations]:
+    """Every check of `model restore` that needs no devices: the checkpoint's metadata and the annotations.
+
+    Raises:
+        ShardcliError: a folder that is not a checkpoint, a --depth that differs from it, rules or
+            a mesh the saved model cannot be laid out on.
+    """
+    saved = read_checkpoint(request.folder)
+    check_restore_depth(saved, request.depth)
+    ann = make_annotations(request.mesh, request.rules)
+    check_layout(ann, saved.depth, saved.batch)
+    return saved, ann

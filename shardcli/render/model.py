@@ -1,0 +1,161 @@
+"""Rendering `shardcli model train` and `shardcli model restore`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from shardcli.core.model import ModelResult
+from shardcli.core.recipe import collectives_text
+from shardcli.model_spec import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
+from shardcli.render import human, jsonout
+from shardcli.render.console import make_console, prints_here
+from shardcli.render.matmul import format_seconds
+from shardcli.render.recipe import section_json
+from shardcli.specs import RunOptions
+
+
+def _annotations_text(result: ModelResult) -> str:
+    rules = result.annotations.rules
+    if rules is None:
+        return "mesh axes named directly (no --rules)"
+    return "logical names, through --rules " + ", ".join(f"{k}={v}" for k, v in rules)
+
+
+def model_json(result: ModelResult) -> dict[str, Any]:
+    ann = result.annotations
+    return jsonout.document(
+        f"model {result.action}",
+        result.session,
+        {
+            "model": {
+                "kind": "mlp",
+                "formula": "relu(x @ W1 + b1) @ W2",
+                "depth": result.depth,
+                "batch": result.batch,
+            },
+            "rules": None if ann.rules is None else dict(ann.rules),
+            "activation_sharding": spec_text(ann.resolved(ACTIVATION)),
+            "params": [
+                {
+                    "name": p.name,
+                    "shape": list(p.shape),
+                    "annotation": p.annotation,
+                    "resolved": p.expected,
+                    "sharding": p.actual,
+                    "ok": p.ok,
+                    "tiles": section_json(p.picture)["tiles"],
+                }
+                for p in result.params
+            ],
+            "state_arrays": result.state_arrays,
+            "compile_s": result.compile_s,
+            "steps": [{"step": s.step, "loss": s.loss, "seconds": s.seconds} for s in result.steps],
+            "final_loss": result.final_loss,
+            "output_sharding": result.output_spec,
+            "collectives": {
+                name: [{"op": h.op, "count": h.count, "result_bytes": h.result_bytes} for h in ops]
+                for name, ops in result.collectives.items()
+            },
+            "checkpoint": result.checkpoint,
+            "saved_mesh": result.saved_mesh,
+            "checks": [{"what": c.what, "ok": c.ok, "detail": c.detail} for c in result.checks],
+            "ok": not result.failed,
+        },
+    )
+
+
+def _params_table(result: ModelResult) -> Table:
+    table = Table(box=None, header_style="bold")
+    for name in ("parameter", "shape", "annotation", "resolves to", "sharding", ""):
+        table.add_column(name)
+    for p in result.params:
+        mark = Text("ok", style="green") if p.ok else Text("DIFFERS", style="bold red")
+        table.add_row(p.name, "x".join(map(str, p.shape)), p.annotation, p.expected, p.actual, mark)
+    return table
+
+
+def _rules_table(result: ModelResult) -> Table:
+    table = Table(box=None, header_style="bold")
+    table.add_column("logical axis")
+    table.add_column("mesh axis")
+    given = dict(result.annotations.rules or ())
+    for name in LOGICAL_AXES:
+        table.add_row(name, "None (replicated)" if given.get(name) is None else str(given[name]))
+    return table
+
+
+def _steps_table(result: ModelResult) -> Table:
+    table = Table(box=None, header_style="bold")
+    for name, justify in (("step", "right"), ("loss", "right"), ("time", "right")):
+        table.add_column(name, justify=justify)
+    for what, seconds in result.compile_s.items():
+        table.add_row(f"compile {what}", "", format_seconds(seconds), style="dim")
+    for s in result.steps:
+        table.add_row(str(s.step), f"{s.loss:.6g}", format_seconds(s.seconds))
+    if result.final_loss is not None:
+        table.add_row("after", f"{result.final_loss:.6g}", "")
+    return table
+
+
+def render_model(result: ModelResult, options: RunOptions) -> None:
+    if not prints_here(options, result.session.runtime):
+        return
+    if options.format == "json":
+        jsonout.write_json(model_json(result), options)
+        return
+    console = make_console(options)
+    ann = result.annotations
+    if not options.quiet:
+        extra = {
+            "model": f"relu(x @ W1 + b1) @ W2, depth {result.depth}, batch {result.batch} (Flax NNX, adam)",
+            "annotations": _annotations_text(result),
+        }
+        if result.saved_mesh is not None:
+            extra["saved on"] = result.saved_mesh
+        console.print(human.header(result.session, extra))
+        if ann.rules is not None:
+            human.section(console, "rules: logical axis -> mesh axis", _rules_table(result))
+        title = (
+            "parameters, initialised sharded" if result.action == "train" else "parameters, restored sharded"
+        )
+        human.section(
+            console, f"{title} ({result.state_arrays} arrays in the train state)", _params_table(result)
+        )
+        for p in result.params:
+            human.section(
+                console,
+                f"{p.name}: global {p.picture.layout.shape}, {p.picture.spec}",
+                human.sharding_picture(p.picture.layout),
+            )
+        human.section(
+            console,
+            "activations and output",
+            Text(
+                f"between the layers: constrained to {spec_text(ann.resolved(ACTIVATION))}\n"
+                f"output: {result.output_spec}, as the compiler chose it "
+                f"(expected {spec_text(ann.resolved(OUTPUT))}: batch rows, embed columns)"
+            ),
+        )
+        human.section(
+            console,
+            "collectives the compiler inserted",
+            Text("\n".join(f"{name}: {collectives_text(ops)}" for name, ops in result.collectives.items())),
+        )
+    if result.steps:
+        human.section(
+            console,
+            "training (each step blocked until its loss is read; compile apart)",
+            _steps_table(result),
+        )
+    if result.checkpoint is not None:
+        verb = "saved" if result.action == "train" else "restored from"
+        human.section(
+            console,
+            f"checkpoint {verb}",
+            Text("\n".join(f"{k}: {v}" for k, v in result.checkpoint.items())),
+        )
+    console.print()
+    human.print_checks(console, result.checks)
