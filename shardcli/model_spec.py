@@ -257,6 +257,7 @@ class SavedModel:
     batch: int
     seed: int
     steps: int
+    learning_rate: float
     mesh: MeshSpec
     rules: tuple[tuple[str, str | None], ...] | None
     digests: dict[str, str]  # array path -> digest of its values
@@ -269,6 +270,7 @@ class SavedModel:
             "batch": self.batch,
             "seed": self.seed,
             "steps": self.steps,
+            "learning_rate": self.learning_rate,
             "mesh": {"shape": list(self.mesh.shape), "axes": list(self.mesh.axes)},
             "rules": None if self.rules is None else {k: v for k, v in self.rules},
             "digests": self.digests,
@@ -306,6 +308,7 @@ def read_checkpoint(folder: str) -> SavedModel:
             batch=int(raw["batch"]),
             seed=int(raw["seed"]),
             steps=int(raw["steps"]),
+            learning_rate=float(raw["learning_rate"]),
             mesh=MeshSpec(tuple(int(n) for n in raw["mesh"]["shape"]), tuple(raw["mesh"]["axes"])),
             rules=None if rules is None else tuple((k, rules[k]) for k in LOGICAL_AXES),
             digests={str(k): str(v) for k, v in raw["digests"].items()},

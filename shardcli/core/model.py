@@ -417,6 +417,7 @@ def _save(
         batch=request.batch,
         seed=request.seed,
         steps=request.steps,
+        learning_rate=request.learning_rate,
         mesh=session.spec,
         rules=ann.rules,
         digests=_digests(state),
@@ -445,7 +446,7 @@ def run_restore(request: RestoreRequest) -> ModelResult:
     session = open_session(request.mesh, request.options)
     mesh = session.mesh
     _check_memory(session, ann, saved.depth, saved.batch)
-    graphdef, abstract, shardings = _abstract(saved.depth, ann, saved.seed, 1e-3, mesh)
+    graphdef, abstract, shardings = _abstract(saved.depth, ann, saved.seed, saved.learning_rate, mesh)
     target = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
     )
