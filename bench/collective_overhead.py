@@ -13,9 +13,13 @@ overhead, so both sides now start fresh. The two are interleaved round by round 
 drift hits both alike, and the ratio compares the medians of the per-round p50s.
 Target: ratio within [0.9, 1.1].
 
+Both sides use the same host allocator (`--malloc`, default reuse, shardcli's default): shardcli
+gets the flag, the hand loop applies `shardcli.allocator.tune_for_reuse` before JAX starts, so the
+ratio compares the instrument, not two allocators.
+
 Usage: python bench/collective_overhead.py [--rounds 5] [--warmup 5] [--iters 20]
                                           [--large-rounds 3] [--large-warmup 2] [--large-iters 5]
-                                          [--strict]
+                                          [--malloc reuse|system] [--strict]
 
 On CPU a 64 MB-per-device call takes 0.3-4 s (mostly the kernel faulting in fresh output pages), so
 the 64 MB runs use the smaller --large-warmup/--large-iters to keep the whole run to a few minutes.
@@ -52,7 +56,7 @@ LARGE_BYTES = 64 * 1024 * 1024
 LOW, HIGH = 0.9, 1.1
 
 
-def shardcli_p50(op: str, size: str, warmup: int, iters: int) -> float:
+def shardcli_p50(op: str, size: str, warmup: int, iters: int, malloc: str) -> float:
     """p50 seconds that `shardcli collective ... --format json` reports, run in a fresh process.
 
     Raises:
@@ -61,7 +65,7 @@ def shardcli_p50(op: str, size: str, warmup: int, iters: int) -> float:
     cmd = [
         sys.executable, "-m", "shardcli", "collective", op,
         "--mesh", str(N_DEVICES), "--size", size, "--format", "json", "--platform", "cpu",
-        "--warmup", str(warmup), "--iters", str(iters),
+        "--warmup", str(warmup), "--iters", str(iters), "--malloc", malloc,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -108,9 +112,9 @@ def hand_p50(op: str, nbytes: int, warmup: int, iters: int, mesh: jax.sharding.M
     return float(np.percentile(samples, 50))
 
 
-def hand_p50_fresh(op: str, nbytes: int, warmup: int, iters: int) -> float:
+def hand_p50_fresh(op: str, nbytes: int, warmup: int, iters: int, malloc: str) -> float:
     """`hand_p50` in a fresh process, so both sides start from the same allocator state."""
-    cmd = [sys.executable, __file__, "--hand-run", op, str(nbytes), str(warmup), str(iters)]
+    cmd = [sys.executable, __file__, "--hand-run", op, str(nbytes), str(warmup), str(iters), malloc]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"hand loop {op} {nbytes} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
@@ -134,20 +138,29 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per run")
     parser.add_argument("--large-warmup", type=int, default=2, help="--warmup for the 64M runs")
     parser.add_argument("--large-iters", type=int, default=5, help="--iters for the 64M runs")
+    parser.add_argument("--malloc", default="reuse", choices=("reuse", "system"), help="host allocator")
     parser.add_argument("--strict", action="store_true", help="exit 1 on any FAIL")
     parser.add_argument(
-        "--hand-run", nargs=4, metavar=("OP", "BYTES", "WARMUP", "ITERS"), help=argparse.SUPPRESS
+        "--hand-run", nargs=5, metavar=("OP", "BYTES", "WARMUP", "ITERS", "MALLOC"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.hand_run:
-        op, nbytes, warmup, iters = args.hand_run
+        op, nbytes, warmup, iters, malloc = args.hand_run
+        if malloc == "reuse":  # before the backend starts, as shardcli does
+            sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            from shardcli.allocator import tune_for_reuse
+
+            state = tune_for_reuse("reuse", backend_started=False)
+            if not state.applied:
+                raise SystemExit(state.note)
         print(hand_p50(op, int(nbytes), int(warmup), int(iters), make_mesh()))
         return 0
 
     print(machine_facts())
     print(
         f"rounds/warmup/iters {args.rounds}/{args.warmup}/{args.iters} (1M), "
-        f"{args.large_rounds}/{args.large_warmup}/{args.large_iters} (64M); both sides in fresh processes; "
+        f"{args.large_rounds}/{args.large_warmup}/{args.large_iters} (64M); both sides in fresh processes, "
+        f"--malloc {args.malloc}; "
         f"ratio = median(shardcli p50) / median(hand p50), target [{LOW}, {HIGH}]"
     )
     rows = []
@@ -166,9 +179,9 @@ def main() -> int:
                     order = ("cli", "hand") if r % 2 == 0 else ("hand", "cli")
                     for side in order:
                         if side == "cli":
-                            cli.append(shardcli_p50(op, size, warmup, iters))
+                            cli.append(shardcli_p50(op, size, warmup, iters, args.malloc))
                         else:
-                            hand.append(hand_p50_fresh(op, nbytes, warmup, iters))
+                            hand.append(hand_p50_fresh(op, nbytes, warmup, iters, args.malloc))
             except Exception as e:  # noqa: BLE001 - report it as a failed row
                 print(f"{op} {size}: ERROR {e}", file=sys.stderr)
                 rows.append((op, size, None, None, None, "ERROR", cli, hand))

@@ -8,9 +8,11 @@ that call the CLI in-process, or a library user), it uses the first N devices it
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
+from shardcli.allocator import AllocatorState, tune_for_reuse
 from shardcli.errors import ShardcliError
 from shardcli.specs import MAX_FAKE_DEVICES, DistributedSpec, RunOptions
 
@@ -33,6 +35,7 @@ class RuntimeInfo:
     distributed: DistributedSpec | None = None
     process_timing: str = "max"  # several processes: timings shown are the max or avg per iteration
     compile_cache: str | None = None  # the persistent compile cache's directory; None: off
+    allocator: AllocatorState | None = None  # the host malloc settings of this process
 
     def describe_devices(self) -> str:
         """`8 faked CPU devices` / `4 of 8 real GPU devices` / `... in 2 processes, 4 each`."""
@@ -223,6 +226,8 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
     Raises:
         ShardcliError: too few devices, or an accelerator that is not there.
     """
+    # Before JAX starts its threads: each would get its own malloc arena (see shardcli.allocator).
+    allocator = tune_for_reuse(options.malloc, backend_started="jax" in sys.modules and _backends_started())
     import jax
 
     from shardcli.core.cache import enable_compile_cache
@@ -287,7 +292,15 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
         if accel and enough:
             present = accel if requested is None else _first_of_each(accel, requested)
             return (
-                _info(accel[0].platform, present, needed, faked=False, note=None, options=options),
+                _info(
+                    accel[0].platform,
+                    present,
+                    needed,
+                    faked=False,
+                    note=None,
+                    options=options,
+                    allocator=allocator,
+                ),
                 pick_devices(accel, needed, processes),
             )
         if accel:
@@ -311,7 +324,9 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
         )
     elif started and len(local_cpu) != share and note is None:
         note = f"JAX was already started with {len(local_cpu)} CPU devices; the mesh uses the first {share}"
-    info = _info("cpu", cpu, needed, faked=len(local_cpu) > 1, note=note, options=options)
+    info = _info(
+        "cpu", cpu, needed, faked=len(local_cpu) > 1, note=note, options=options, allocator=allocator
+    )
     return info, pick_devices(cpu, needed, processes)
 
 
@@ -328,7 +343,14 @@ def _first_of_each(devices: list[Any], count: int) -> list[Any]:
 
 
 def _info(
-    platform: str, present: list, needed: int, *, faked: bool, note: str | None, options: RunOptions
+    platform: str,
+    present: list,
+    needed: int,
+    *,
+    faked: bool,
+    note: str | None,
+    options: RunOptions,
+    allocator: AllocatorState | None = None,
 ) -> RuntimeInfo:
     import jax
 
@@ -347,6 +369,7 @@ def _info(
         distributed=options.distributed,
         process_timing=options.process_timing,
         compile_cache=cache_state().directory,
+        allocator=allocator,
     )
 
 

@@ -146,6 +146,9 @@ class RunOptions:
     process_timing: str = "max"  # how per-process timings combine: max or avg per iteration
     compile_cache: bool = False  # JAX's persistent compile cache (the compiling commands turn it on)
     save: str | None = None  # --save: also write what is printed to this .svg, .html or .txt file
+    # CPU host allocator: "reuse" keeps freed buffers in glibc malloc (shardcli.allocator);
+    # "system" leaves malloc alone. Commands that time large buffers (collective) turn reuse on.
+    malloc: str = "system"
 
     @property
     def shows_progress(self) -> bool:

@@ -340,6 +340,8 @@ def test_json_contract():
         "groups",
         "busbw_factor",
         "expected_hlo_op",
+        "roofline",
+        "allocator",
     }
     size = doc["sizes"][0]
     assert set(size) == {
@@ -356,6 +358,8 @@ def test_json_contract():
         "tolerance",
         "wrong",
         "missing_hlo_op",
+        "min_bytes",
+        "roofline_time_s",
         "placements",
         "values",
     }
@@ -371,6 +375,7 @@ def test_json_contract():
         "max_abs_err",
         "aliased",
         "hlo_collectives",
+        "roofline_fraction",
     }
     assert set(out["timing"]) == {
         "compile_s",
@@ -409,7 +414,9 @@ def test_sweep_table_csv_and_health_check():
     )
     assert csv_out.exit_code == 0
     lines = csv_out.stdout.strip().splitlines()
-    assert lines[0] == "collective,size_bytes,count,dtype,placement,time_p50_us,algbw_gbps,busbw_gbps,wrong"
+    assert lines[0] == (
+        "collective,size_bytes,count,dtype,placement,time_p50_us,algbw_gbps,busbw_gbps,wrong,roofline_fraction"
+    )
     assert [line.split(",")[:5] for line in lines[1:]] == [
         ["psum", "1024", "256", "float32", "out"],
         ["psum", "1024", "256", "float32", "in"],

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from shardcli import options as opt
+from shardcli.allocator import ALLOCATORS
 from shardcli.collectives import COLLECTIVES, PARAM_FLAGS, CollectiveParams, get_collective
 from shardcli.errors import ExitCode, ShardcliError
 from shardcli.render.console import prints_here
@@ -124,6 +125,15 @@ def collective(
     ] = "out",
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations before timing.")] = 5,
     iters: Annotated[int, typer.Option("--iters", help="Timed iterations.")] = 20,
+    malloc: Annotated[
+        str,
+        typer.Option(
+            "--malloc",
+            help="CPU host memory: reuse (glibc malloc keeps freed buffers, so an iteration's output "
+            "does not fault in fresh pages) or system (malloc left as it is).",
+            envvar="SHARDCLI_MALLOC",
+        ),
+    ] = "reuse",
     show_values: Annotated[
         bool | None,
         typer.Option(
@@ -136,7 +146,7 @@ def collective(
         typer.Option(
             "--plot-file",
             help="With --sizes: also draw busbw and time against size to FILE.png or FILE.svg "
-            "(needs the plot extra: pip install 'shardcli[plot]').",
+            "(needs the plot extra: pip install 'shardcli\\[plot]').",
         ),
     ] = None,
     min_busbw: Annotated[
@@ -182,6 +192,9 @@ def collective(
         compile_cache=not no_compile_cache,
         process_timing=process_timing,
     )
+    if malloc not in ALLOCATORS:
+        raise ShardcliError(f"--malloc {malloc!r} is not valid; choose one of {', '.join(ALLOCATORS)}")
+    options = replace(options, malloc=malloc)
     mesh_spec = parse_mesh(mesh, axes)
     given = {"--shape": shape, "--size": size, "--sizes": sizes, "--values": values}
     chosen = [flag for flag, value in given.items() if value is not None]

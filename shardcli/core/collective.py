@@ -34,6 +34,7 @@ from shardcli.core.verify import compare_exact, compare_within, sum_error_bound
 from shardcli.errors import ShardcliError
 from shardcli.layout import block_index
 from shardcli.mesh import partition_spec
+from shardcli.roofline import MinBytes, min_bytes, min_bytes_rule
 from shardcli.runtime import check_fits_in_memory, format_bytes
 from shardcli.specs import (
     ArraySpec,
@@ -88,6 +89,21 @@ class DeviceBlocks:
 
 
 @dataclass(frozen=True)
+class Roofline:
+    """What a run's speed is held against.
+
+    On CPU with one process: the host's copy bandwidth, against the bytes the collective must at
+    least read and write (`shardcli.roofline`). On GPU/TPU: the device table's link bandwidth,
+    against busbw (nccl-tests' busbw is comparable to one link's bandwidth). Otherwise none.
+    """
+
+    basis: str | None  # "host memory", "link" or None (not available)
+    bandwidth_bytes_per_s: float | None
+    source: str  # how the bandwidth was found, or why there is none
+    rule: str | None = None  # host memory: the minimum-bytes rule in words
+
+
+@dataclass(frozen=True)
 class PlacementRun:
     """One placement (out of place or in place) of one size."""
 
@@ -101,6 +117,7 @@ class PlacementRun:
     aliased: bool | None  # in place: did XLA write the result into the donated buffer
     hlo: tuple[HloCollective, ...]
     not_run: str | None = None  # why this placement does not apply
+    roofline_fraction: float | None = None  # of the run's Roofline; None where it has none
 
 
 @dataclass(frozen=True)
@@ -123,6 +140,8 @@ class SizeRun:
     global_output: np.ndarray | None
     tolerance: str
     missing_op: str | None  # the expected HLO op when the compiler left it out
+    min_bytes: MinBytes | None = None  # read + written at least, all devices of this process
+    roofline_s: float | None = None  # min_bytes at the host copy bandwidth (host memory basis)
 
     @property
     def wrong(self) -> int:
@@ -141,6 +160,7 @@ class CollectiveResult:
     avg_over: str
     # per placement: t(S) = alpha + S / beta over the sweep's sizes (None with fewer than two)
     fits: dict[str, LatencyBandwidthFit | None] = field(default_factory=dict)
+    roofline: Roofline | None = None
 
     @property
     def wrong(self) -> int:
@@ -402,6 +422,7 @@ def run_size(
     collective: Collective,
     shape: tuple[int, ...],
     show_values: bool,
+    roofline: Roofline | None = None,
 ) -> SizeRun:
     """Run one input size in the requested placements."""
     import jax
@@ -427,6 +448,17 @@ def run_size(
     factor = busbw_factor(collective, n)
     algbw_bytes = collective.algbw_bytes(bytes_per_device, n) if collective.algbw_bytes else None
     sent = int(round(factor * algbw_bytes)) if factor is not None and algbw_bytes is not None else None
+    need = min_bytes(
+        collective.name,
+        bytes_per_device,
+        n,
+        groups=mesh.size // n,
+        senders=len(params.pairs(n)) if collective.name == "ppermute" else None,
+    )
+    roofline_s = None
+    if roofline is not None and roofline.basis == "host memory" and need is not None:
+        assert roofline.bandwidth_bytes_per_s is not None
+        roofline_s = need.total / roofline.bandwidth_bytes_per_s
 
     placements = ("out", "in") if request.placement == "both" else (request.placement,)
     runs: list[PlacementRun] = []
@@ -490,17 +522,19 @@ def run_size(
         )
         stats = timing.stats
         algbw = algbw_bytes / stats.p50 / 1e9 if algbw_bytes is not None else None
+        busbw = algbw * factor if algbw is not None and factor is not None else None
         runs.append(
             PlacementRun(
                 placement=placement,
                 timing=timing,
                 algbw=algbw,
-                busbw=algbw * factor if algbw is not None and factor is not None else None,
+                busbw=busbw,
                 wrong=wrong,
                 wrong_devices=wrong_devices,
                 max_abs_err=max_err,
                 aliased=aliased,
                 hlo=hlo,
+                roofline_fraction=_roofline_fraction(roofline, roofline_s, stats.p50, busbw),
             )
         )
         if first_outputs is None:
@@ -543,6 +577,48 @@ def run_size(
         global_output=global_output,
         tolerance=_tolerance_text(collective, host.dtype),
         missing_op=missing,
+        min_bytes=need,
+        roofline_s=roofline_s,
+    )
+
+
+def _roofline_fraction(
+    roofline: Roofline | None, roofline_s: float | None, p50: float, busbw: float | None
+) -> float | None:
+    if roofline is None or roofline.basis is None:
+        return None
+    if roofline.basis == "host memory":
+        return roofline_s / p50 if roofline_s is not None and p50 > 0 else None
+    assert roofline.bandwidth_bytes_per_s is not None
+    return busbw * 1e9 / roofline.bandwidth_bytes_per_s if busbw is not None else None
+
+
+def resolve_roofline(session: Session, collective: Collective) -> Roofline:
+    """The bandwidth this run is held against (see `Roofline`); measured once per process on CPU."""
+    rt = session.runtime
+    if rt.platform == "cpu":
+        if rt.process_count > 1:
+            return Roofline(
+                None,
+                None,
+                "not available: with several processes the data crosses gloo sockets, not one "
+                "process's memory",
+            )
+        from shardcli.roofline import host_copy_bandwidth
+
+        copy = host_copy_bandwidth()
+        return Roofline("host memory", copy.bytes_per_s, copy.describe(), min_bytes_rule(collective.name))
+    from shardcli.costmodel import lookup_peak
+
+    entry = lookup_peak(rt.device_kind)
+    if entry is None:
+        return Roofline(
+            None, None, f"not available: no link bandwidth in the device table for {rt.device_kind!r}"
+        )
+    return Roofline(
+        "link",
+        entry.link_gbps * 1e9,
+        f"{entry.link_gbps:g} GB/s link bandwidth (table: {entry.label}, {entry.link_note})",
     )
 
 
@@ -614,6 +690,7 @@ def run_collective(
         what=f"{collective.name} with {format_bytes(per_device_input)} per device",
     )
     n = group_size(request.params.axes, request.mesh.axis_sizes)
+    roofline = resolve_roofline(session, collective)
     runs = []
     for i, shape in enumerate(shapes):
         if progress is not None:
@@ -623,7 +700,7 @@ def run_collective(
                 math.prod(local_shape_of(shape, input_entries(request), request.mesh))
                 * request.dtype.itemsize,
             )
-        runs.append(run_size(session, request, collective, shape, show_values))
+        runs.append(run_size(session, request, collective, shape, show_values, roofline))
     if progress is not None:
         progress(len(shapes), len(shapes), 0)
     big = [r for r in runs if r.bytes_per_device >= AVERAGE_FROM_BYTES]
@@ -653,4 +730,5 @@ def run_collective(
             if collective.algbw_bytes is not None
             and any(p.placement == placement and p.timing is not None for r in runs for p in r.placements)
         },
+        roofline=roofline,
     )

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shardcli.core.collective import CollectiveResult, PlacementRun, SizeRun
+from shardcli.core.collective import CollectiveResult, PlacementRun, Roofline, SizeRun
 from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
 from shardcli.render.console import emit, make_console, prints_here
@@ -32,6 +32,22 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
 
 
+def _pct(fraction: float | None) -> str:
+    """A roofline fraction as a percentage; '-' where there is no roofline."""
+    if fraction is None:
+        return "-"
+    return f"{fraction:.0%}" if fraction >= 0.01 else f"{fraction:.2%}"
+
+
+def roofline_label(roofline: Roofline | None) -> str:
+    """Which bandwidth the roofline % column holds the run against."""
+    if roofline is None or roofline.basis is None:
+        return "roofline: n/a"
+    if roofline.basis == "host memory":
+        return "roofline % = (min bytes / host copy bandwidth) / p50"
+    return "roofline % = busbw / link bandwidth (device table)"
+
+
 # --- JSON -----------------------------------------------------------------------------------------
 
 
@@ -47,6 +63,21 @@ def _placement_json(run: PlacementRun) -> dict[str, Any]:
         "max_abs_err": run.max_abs_err,
         "aliased": run.aliased,
         "hlo_collectives": [{"op": h.op, "count": h.count, "result_bytes": h.result_bytes} for h in run.hlo],
+        "roofline_fraction": run.roofline_fraction,
+    }
+
+
+def roofline_json(roofline: Roofline | None) -> dict[str, Any] | None:
+    """The bandwidth a run is held against: host memory (CPU), link (device table) or none."""
+    if roofline is None:
+        return None
+    return {
+        "basis": roofline.basis,
+        "bandwidth_gbps": None
+        if roofline.bandwidth_bytes_per_s is None
+        else roofline.bandwidth_bytes_per_s / 1e9,
+        "source": roofline.source,
+        "min_bytes_rule": roofline.rule,
     }
 
 
@@ -66,6 +97,10 @@ def _size_json(run: SizeRun, result: CollectiveResult) -> dict[str, Any]:
         "tolerance": run.tolerance,
         "wrong": run.wrong,
         "missing_hlo_op": run.missing_op,
+        "min_bytes": None
+        if run.min_bytes is None
+        else {"read": run.min_bytes.read, "written": run.min_bytes.written},
+        "roofline_time_s": run.roofline_s,
         "placements": [_placement_json(p) for p in run.placements],
         "values": None
         if run.global_input is None
@@ -107,6 +142,8 @@ def collective_json(result: CollectiveResult) -> dict[str, Any]:
                 if result.collective.bus_factor
                 else None,
                 "expected_hlo_op": result.collective.hlo_op,
+                "roofline": roofline_json(result.roofline),
+                "allocator": _allocator_json(result),
             },
             "sizes": [_size_json(r, result) for r in result.runs],
             "summary": {
@@ -119,6 +156,13 @@ def collective_json(result: CollectiveResult) -> dict[str, Any]:
             },
         },
     )
+
+
+def _allocator_json(result: CollectiveResult) -> dict[str, Any] | None:
+    state = result.session.runtime.allocator
+    if state is None:
+        return None
+    return {"mode": state.mode, "applied": state.applied, "note": state.note}
 
 
 def fit_json(fit: LatencyBandwidthFit | None) -> dict[str, Any] | None:
@@ -159,6 +203,7 @@ CSV_COLUMNS = (
     "algbw_gbps",
     "busbw_gbps",
     "wrong",
+    "roofline_fraction",
 )
 
 
@@ -185,6 +230,7 @@ def _csv_rows(writer: Any, result: CollectiveResult) -> None:
                     "" if p.algbw is None else f"{p.algbw:.4f}",
                     "" if p.busbw is None else f"{p.busbw:.4f}",
                     p.wrong,
+                    "" if p.roofline_fraction is None else f"{p.roofline_fraction:.4f}",
                 ]
             )
 
@@ -195,7 +241,12 @@ def _csv_rows(writer: Any, result: CollectiveResult) -> None:
 def sweep_table(result: CollectiveResult) -> Table:
     """One row per size (nccl-tests style), one column group per placement."""
     placements = [p.placement for p in result.runs[0].placements]
-    table = Table(box=None, header_style="bold", title="time is the p50 of per-iteration times")
+    table = Table(
+        box=None,
+        header_style="bold",
+        title="time is the p50 of per-iteration times, each iteration blocked until ready; "
+        + roofline_label(result.roofline),
+    )
     for name in ("size", "count", "dtype"):
         table.add_column(name, justify="right")
     for placement in placements:
@@ -203,22 +254,33 @@ def sweep_table(result: CollectiveResult) -> Table:
         table.add_column(f"time p50 (us){tag}", justify="right")
         table.add_column(f"algbw (GB/s){tag}", justify="right")
         table.add_column(f"busbw (GB/s){tag}", justify="right")
+        table.add_column(f"roofline %{tag}", justify="right")
     table.add_column("#wrong", justify="right")
     for run in result.runs:
         row = [format_size(run.bytes_per_device), f"{run.count:,}", result.request.dtype.name]
         for p in run.placements:
             if p.timing is None:
-                row += ["n/a", "n/a", "n/a"]
+                row += ["n/a", "n/a", "n/a", "n/a"]
             else:
-                row += [f"{_us(p.timing.stats.p50):.1f}", _fmt(p.algbw), _fmt(p.busbw)]
+                row += [
+                    f"{_us(p.timing.stats.p50):.1f}",
+                    _fmt(p.algbw),
+                    _fmt(p.busbw),
+                    _pct(p.roofline_fraction),
+                ]
         wrong = Text(str(run.wrong), style="bold red" if run.wrong else "green")
         row.append(wrong)
         table.add_row(*row)
     return table
 
 
-def timing_table(run: SizeRun) -> Table:
-    table = Table(box=None, header_style="bold")
+def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
+    """One row per placement; every time is per iteration, each iteration blocked until ready."""
+    table = Table(
+        box=None,
+        header_style="bold",
+        title="per-iteration times, each iteration blocked until ready; " + roofline_label(roofline),
+    )
     for name in (
         "placement",
         "compile (ms)",
@@ -229,6 +291,7 @@ def timing_table(run: SizeRun) -> Table:
         "stdev (us)",
         "algbw (GB/s)",
         "busbw (GB/s)",
+        "roofline %",
         "#wrong",
     ):
         table.add_column(
@@ -236,7 +299,7 @@ def timing_table(run: SizeRun) -> Table:
         )
     for p in run.placements:
         if p.timing is None:
-            table.add_row(p.placement, *["n/a"] * 8, "-")
+            table.add_row(p.placement, *["n/a"] * 9, "-")
             continue
         s = p.timing.stats
         label = p.placement
@@ -252,6 +315,7 @@ def timing_table(run: SizeRun) -> Table:
             f"{_us(s.stdev):.1f}",
             _fmt(p.algbw),
             _fmt(p.busbw),
+            _pct(p.roofline_fraction),
             Text(str(p.wrong), style="bold red" if p.wrong else "green"),
         )
     return table
@@ -372,6 +436,12 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
                     "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed "
                     "iterations, each blocked until ready" + human.timing_across(result.session),
                     "verify": first.tolerance,
+                    "roofline": _roofline_header(result),
+                    **(
+                        {"allocator": result.session.runtime.allocator.note}
+                        if result.session.runtime.allocator is not None
+                        else {}
+                    ),
                 },
             )
         )
@@ -408,7 +478,7 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
             else ""
         )
         human.section(console, "timing", Text(fact, style="dim"))
-        console.print(timing_table(first))
+        console.print(timing_table(first, result.roofline))
         for p in first.placements:
             if p.not_run:
                 console.print(Text(f"in-place: n/a ({p.not_run})", style="yellow"))
@@ -428,6 +498,16 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
             console.print(fit_text(result))
     console.print()
     _verdict(console, result)
+
+
+def _roofline_header(result: CollectiveResult) -> str:
+    roofline = result.roofline
+    if roofline is None or roofline.basis is None:
+        return roofline.source if roofline is not None else "not available"
+    if roofline.basis == "host memory":
+        rule = roofline.rule or "none, it moves no data"
+        return f"host memory, min bytes = {rule}; {roofline.source}"
+    return f"link: {roofline.source}"
 
 
 def _series_name(result: CollectiveResult, placement: str, several: bool) -> str:

@@ -1,0 +1,151 @@
+"""The memory roofline of a collective whose devices share one process (faked CPU devices).
+
+When n faked devices live in one process, a collective is memory traffic: whatever algorithm XLA
+picks, every input byte the result depends on must be read at least once and every output byte
+written at least once. `min_bytes` counts those bytes per collective; divided by the host's copy
+bandwidth (read + written bytes per second, all cores) they give the shortest time the collective
+can take, and the fraction of it a run reaches.
+
+Pure arithmetic plus a NumPy copy measurement; NumPy is imported inside the function and JAX not at
+all, so `bench/roofline.py` and the CLI share these formulas.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+COPY_BYTES = 64 * 1024 * 1024  # per copy: far beyond the caches, like the collectives it bounds
+COPY_REPEATS = 10
+
+
+@dataclass(frozen=True)
+class MinBytes:
+    """Bytes a collective must at least read and write, over all the devices of the process."""
+
+    read: int
+    written: int
+
+    @property
+    def total(self) -> int:
+        return self.read + self.written
+
+
+# (bytes per device of the input b, group size n, devices that send for ppermute) -> (read, written)
+# for one group. Each formula is what the result needs, not what a given algorithm moves.
+_PER_GROUP: dict[str, tuple[Callable[[int, int, int], tuple[int, int]], str]] = {
+    # all-reduce: every device's block is read once; every device gets its own copy of the result
+    "psum": (lambda b, n, s: (n * b, n * b), "read n inputs, write n outputs"),
+    # all-gather: read n blocks, write n gathered copies of n blocks each
+    "all_gather": (lambda b, n, s: (n * b, n * n * b), "read n inputs, write n outputs of n blocks"),
+    # reduce-scatter: read n blocks, write n slices of 1/n each
+    "psum_scatter": (lambda b, n, s: (n * b, b), "read n inputs, write n outputs of 1/n block"),
+    # point-to-point: read what is sent, write every output (a device no one sends to gets zeros)
+    "ppermute": (lambda b, n, s: (s * b, n * b), "read the sent blocks, write n outputs"),
+    "all_to_all": (lambda b, n, s: (n * b, n * b), "read n inputs, write n outputs"),
+    # broadcast: only the root's block matters
+    "broadcast": (lambda b, n, s: (b, n * b), "read the root's block, write n outputs"),
+}
+_PER_GROUP["pmean"] = _PER_GROUP["pmax"] = _PER_GROUP["pmin"] = _PER_GROUP["psum"]
+
+
+def min_bytes(
+    collective: str, bytes_per_device: int, n: int, *, groups: int = 1, senders: int | None = None
+) -> MinBytes | None:
+    """The fewest bytes `collective` must read and write with all its devices in one process.
+
+    Args:
+        collective: a registry name (psum, all_gather, ...).
+        bytes_per_device: each device's input block, in bytes.
+        n: devices in one group (the size of the axes the collective runs over).
+        groups: independent groups running at once (the other mesh axes).
+        senders: ppermute only: how many devices of a group send (default: all n).
+
+    Returns:
+        Read and written bytes summed over every device, or None for a collective that moves no
+        data (axis_index).
+    """
+    entry = _PER_GROUP.get(collective)
+    if entry is None:
+        return None
+    read, written = entry[0](bytes_per_device, n, n if senders is None else senders)
+    return MinBytes(read=groups * read, written=groups * written)
+
+
+def min_bytes_rule(collective: str) -> str | None:
+    """The formula in words, for headers and the benchmark's table."""
+    entry = _PER_GROUP.get(collective)
+    return None if entry is None else entry[1]
+
+
+@dataclass(frozen=True)
+class CopyBandwidth:
+    """The host's copy bandwidth: (read + written) bytes per second with every core copying."""
+
+    bytes_per_s: float
+    threads: int
+    nbytes: int  # bytes each copy moves (read), all threads together
+    repeats: int
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes_per_s / 1e9
+
+    def describe(self) -> str:
+        return (
+            f"{self.gbps:.1f} GB/s copy bandwidth (NumPy, {self.threads} thread{'s' * (self.threads != 1)}, "
+            f"{self.nbytes >> 20} MiB, read + written bytes, best of {self.repeats})"
+        )
+
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def measure_copy_bandwidth(
+    nbytes: int = COPY_BYTES, threads: int | None = None, repeats: int = COPY_REPEATS
+) -> CopyBandwidth:
+    """Copy `nbytes` with `threads` threads, each its own slice, and keep the best of `repeats`.
+
+    NumPy's copy releases the GIL, so the threads copy in parallel. The destination is written
+    once before timing, so no copy pays for first-touch page faults. The best run, not the median,
+    is the roofline: a busy machine only ever makes a copy slower.
+    """
+    import numpy as np
+
+    threads = threads or usable_cores()
+    count = nbytes // 4
+    src = np.ones(count, dtype=np.float32)
+    dst = np.zeros_like(src)
+    bounds = [count * k // threads for k in range(threads + 1)]
+    pairs = [(dst[a:b], src[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    np.copyto(dst, src)
+    best = float("inf")
+    for _ in range(repeats):
+        workers = [threading.Thread(target=np.copyto, args=pair) for pair in pairs]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - start)
+    return CopyBandwidth(bytes_per_s=2 * count * 4 / best, threads=threads, nbytes=count * 4, repeats=repeats)
+
+
+@functools.lru_cache(maxsize=1)
+def host_copy_bandwidth() -> CopyBandwidth:
+    """`measure_copy_bandwidth` once per process."""
+    return measure_copy_bandwidth()
+
+
+def roofline_time(need: MinBytes, bandwidth_bytes_per_s: float) -> float:
+    """Seconds the collective takes at best: its bytes at the copy bandwidth."""
+    return need.total / bandwidth_bytes_per_s

@@ -1,0 +1,183 @@
+"""The memory roofline (min bytes per collective, host copy bandwidth), its column and JSON, and --malloc."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from shardcli.allocator import tune_for_reuse
+from shardcli.collectives import COLLECTIVES, get_collective
+from shardcli.core.collective import Roofline, _roofline_fraction, resolve_roofline
+from shardcli.roofline import MinBytes, measure_copy_bandwidth, min_bytes, min_bytes_rule
+
+B = 1024  # bytes per device in the formula cases
+
+
+@pytest.mark.parametrize(
+    ("name", "n", "kw", "read", "written"),
+    [
+        pytest.param("psum", 8, {}, 8 * B, 8 * B, id="psum-8"),
+        pytest.param("pmean", 4, {}, 4 * B, 4 * B, id="pmean-4"),
+        pytest.param("pmax", 2, {}, 2 * B, 2 * B, id="pmax-2"),
+        pytest.param("pmin", 1, {}, B, B, id="pmin-1"),
+        pytest.param("all_gather", 8, {}, 8 * B, 64 * B, id="all_gather-8"),
+        pytest.param("psum_scatter", 8, {}, 8 * B, B, id="psum_scatter-8"),
+        pytest.param("ppermute", 8, {}, 8 * B, 8 * B, id="ppermute-ring"),
+        pytest.param("ppermute", 8, {"senders": 3}, 3 * B, 8 * B, id="ppermute-3-senders"),
+        pytest.param("all_to_all", 4, {}, 4 * B, 4 * B, id="all_to_all-4"),
+        pytest.param("broadcast", 8, {}, B, 8 * B, id="broadcast-8"),
+        pytest.param("psum", 4, {"groups": 2}, 8 * B, 8 * B, id="psum-2-groups-of-4"),
+        pytest.param("all_gather", 2, {"groups": 4}, 8 * B, 16 * B, id="all_gather-4-groups-of-2"),
+    ],
+)
+def test_min_bytes(name, n, kw, read, written):
+    need = min_bytes(name, B, n, **kw)
+    assert need == MinBytes(read=read, written=written)
+    assert need.total == read + written
+
+
+def test_min_bytes_for_a_collective_that_moves_nothing():
+    assert min_bytes("axis_index", B, 8) is None
+    assert min_bytes_rule("axis_index") is None
+
+
+def test_every_collective_that_moves_data_has_a_rule():
+    movers = [c.name for c in COLLECTIVES.values() if c.bus_factor is not None]
+    assert movers
+    for name in movers:
+        assert min_bytes(name, B, 4) is not None, name
+        assert min_bytes_rule(name), name
+
+
+def test_copy_bandwidth_is_measured_with_the_threads_asked():
+    copy = measure_copy_bandwidth(nbytes=1 << 20, threads=2, repeats=2)
+    assert copy.threads == 2 and copy.repeats == 2 and copy.nbytes == 1 << 20
+    assert copy.bytes_per_s > 0
+    assert "GB/s" in copy.describe() and "2 threads" in copy.describe()
+
+
+@pytest.mark.parametrize(
+    ("roofline", "roofline_s", "p50", "busbw", "want"),
+    [
+        pytest.param(Roofline("host memory", 10e9, "x"), 0.25, 1.0, 3.0, 0.25, id="memory-time-ratio"),
+        pytest.param(Roofline("host memory", 10e9, "x"), None, 1.0, None, None, id="memory-no-bytes"),
+        pytest.param(Roofline("link", 90e9, "x"), None, 1.0, 45.0, 0.5, id="link-busbw-ratio"),
+        pytest.param(Roofline("link", 90e9, "x"), None, 1.0, None, None, id="link-no-busbw"),
+        pytest.param(Roofline(None, None, "n/a"), 0.25, 1.0, 3.0, None, id="none"),
+        pytest.param(None, 0.25, 1.0, 3.0, None, id="no-roofline"),
+    ],
+)
+def test_roofline_fraction(roofline, roofline_s, p50, busbw, want):
+    got = _roofline_fraction(roofline, roofline_s, p50, busbw)
+    assert got == pytest.approx(want) if want is not None else got is None
+
+
+def _session(platform: str, kind: str, processes: int = 1) -> SimpleNamespace:
+    runtime = SimpleNamespace(platform=platform, device_kind=kind, process_count=processes)
+    return SimpleNamespace(runtime=runtime)
+
+
+@pytest.mark.parametrize(
+    ("platform", "kind", "processes", "basis", "gbps", "text"),
+    [
+        pytest.param("gpu", "NVIDIA H100 80GB HBM3", 1, "link", 450.0, "table: H100 SXM", id="h100-link"),
+        pytest.param("tpu", "TPU v5 lite", 1, "link", 45.0, "table: TPU v5e", id="v5e-link"),
+        pytest.param(
+            "gpu", "Quadro 9000", 1, None, None, "no link bandwidth in the device table", id="unknown"
+        ),
+        pytest.param("cpu", "cpu", 2, None, None, "several processes", id="cpu-multiprocess"),
+    ],
+)
+def test_resolve_roofline_off_the_host(platform, kind, processes, basis, gbps, text):
+    roofline = resolve_roofline(_session(platform, kind, processes), get_collective("psum"))
+    assert roofline.basis == basis
+    assert text in roofline.source
+    if gbps is None:
+        assert roofline.bandwidth_bytes_per_s is None
+    else:
+        assert roofline.bandwidth_bytes_per_s == pytest.approx(gbps * 1e9)
+
+
+def test_table_shows_the_roofline_column_and_the_timing_mode(cli):
+    result = cli(["collective", "psum", "--mesh", "4", "--size", "64K", "--iters", "2", "--no-color"])
+    assert result.exit_code == 0, result.output
+    for needle in (
+        "roofline %",
+        "each iteration blocked until ready",
+        "host memory, min bytes = read n inputs",
+        "allocator",
+    ):
+        assert needle in result.stdout, needle
+
+
+def test_sweep_table_has_a_roofline_column_per_placement(cli):
+    result = cli(
+        ["collective", "psum", "--mesh", "4", "--sizes", "1K,4K", "--iters", "2", "--placement", "both"]
+        + ["--no-color", "-q"],
+        env={"COLUMNS": "250"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "roofline % out" in result.stdout and "roofline % in" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "n", "read", "written"),
+    [
+        pytest.param("psum", 4, 4 * 4096, 4 * 4096, id="psum"),
+        pytest.param("all_gather", 4, 4 * 4096, 16 * 4096, id="all_gather"),
+        pytest.param("psum_scatter", 4, 4 * 4096, 4096, id="psum_scatter"),
+    ],
+)
+def test_json_roofline_fields(cli, name, n, read, written):
+    result = cli(["collective", name, "--mesh", str(n), "--size", "4K", "--iters", "3", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    roofline = doc["config"]["roofline"]
+    assert roofline["basis"] == "host memory"
+    assert roofline["bandwidth_gbps"] > 0
+    assert roofline["min_bytes_rule"] == min_bytes_rule(name)
+    size = doc["sizes"][0]
+    assert size["min_bytes"] == {"read": read, "written": written}
+    assert size["roofline_time_s"] == pytest.approx((read + written) / (roofline["bandwidth_gbps"] * 1e9))
+    (placement,) = size["placements"]
+    p50 = placement["timing"]["stats_s"]["p50"]
+    assert placement["roofline_fraction"] == pytest.approx(size["roofline_time_s"] / p50)
+    # in-process tests share a JAX backend started by conftest: reuse cannot apply, and says so
+    assert doc["config"]["allocator"]["applied"] is False
+    assert "JAX had already started" in doc["config"]["allocator"]["note"]
+
+
+def test_axis_index_has_no_roofline(cli):
+    result = cli(["collective", "axis_index", "--mesh", "4", "--iters", "2", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    size = json.loads(result.stdout)["sizes"][0]
+    assert size["min_bytes"] is None and size["roofline_time_s"] is None
+    assert size["placements"][0]["roofline_fraction"] is None
+
+
+def test_malloc_system_and_bad_value(cli):
+    ok = cli(["collective", "psum", "--mesh", "2", "--iters", "2", "--format", "json", "--malloc", "system"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["config"]["allocator"] == {
+        "mode": "system",
+        "applied": False,
+        "note": "system malloc (--malloc system)",
+    }
+    bad = cli(["collective", "psum", "--mesh", "2", "--malloc", "tcmalloc"])
+    assert bad.exit_code == 2
+    assert "--malloc 'tcmalloc' is not valid; choose one of reuse, system" in bad.stderr
+
+
+def test_reuse_is_refused_once_the_backend_runs():
+    state = tune_for_reuse("reuse", backend_started=True)
+    assert not state.applied and "JAX had already started" in state.note
+
+
+def test_reuse_applies_in_a_fresh_process(shardcli_subprocess):
+    proc = shardcli_subprocess("collective", "psum", "--mesh", "2", "--iters", "2", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    allocator = json.loads(proc.stdout)["config"]["allocator"]
+    assert allocator["mode"] == "reuse" and allocator["applied"] is True
+    assert "M_MMAP_MAX=0" in allocator["note"]
