@@ -279,6 +279,7 @@ def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
     table = Table(
         box=None,
         header_style="bold",
+        collapse_padding=True,  # eleven columns: one space between them keeps 100 columns enough
         title="per-iteration times, each iteration blocked until ready; " + roofline_label(roofline),
     )
     for name in (
