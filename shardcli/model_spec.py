@@ -137,7 +137,9 @@ def make_annotations(mesh: MeshSpec, rules: str | None) -> Annotations:
     return Annotations(mesh)
 
 
-def check_layout(ann: Annotations, depth: int, batch: int) -> None:
+def check_layout(
+    ann: Annotations, depth: int, batch: int, sizes: tuple[str, str] = ("--depth", "--batch")
+) -> None:
     """Every array of the model can be laid out on the mesh as annotated.
 
     Raises:
@@ -151,16 +153,22 @@ def check_layout(ann: Annotations, depth: int, batch: int) -> None:
                 f"{name} {roles} would use mesh axis {axes[0]!r} for two of its dimensions; map "
                 "those logical axes to different mesh axes (or None) in --rules"
             )
-    for flag, value, role in (
-        ("--depth", depth, "hidden"),
-        ("--depth", depth, "embed"),
-        ("--batch", batch, "batch"),
+    depth_name, batch_name = sizes
+    for name, value, role in (
+        (depth_name, depth, "hidden"),
+        (depth_name, depth, "embed"),
+        (batch_name, batch, "batch"),
     ):
         ways = ann.split(role)
         if value % ways:
+            fix = (
+                f"give a multiple of {ways}"
+                if name.startswith("--")
+                else f"give a mesh whose {ann.mesh_axis(role)!r} axis divides {value}"
+            )
             raise ShardcliError(
-                f"{flag} {value} does not split over mesh axis {ann.mesh_axis(role)!r} ({ways} devices), "
-                f"which the {role} dimension uses; give a multiple of {ways}"
+                f"{name} {value} does not split over mesh axis {ann.mesh_axis(role)!r} ({ways} devices), "
+                f"which the {role} dimension uses; {fix}"
             )
 
 
@@ -190,8 +198,19 @@ class RestoreRequest:
     options: RunOptions = field(default_factory=RunOptions)
 
 
-def check_sizes(depth: int, batch: int, steps: int | None = None, learning_rate: float | None = None) -> None:
+MAX_SEED = 2**32 - 1
+
+
+def check_sizes(
+    depth: int,
+    batch: int,
+    steps: int | None = None,
+    learning_rate: float | None = None,
+    seed: int | None = None,
+) -> None:
     """Raises: ShardcliError for a size that cannot train."""
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise ShardcliError(f"--seed {seed} is not valid; give a number from 0 to {MAX_SEED}")
     for flag, value in (("--depth", depth), ("--batch", batch)):
         if value < 1:
             raise ShardcliError(f"{flag} {value} is not valid; give a positive number")
@@ -213,12 +232,12 @@ def memory_need(ann: Annotations, depth: int, batch: int) -> tuple[int, int]:
 
     Parameters, adam's two moments, the gradients and the step's temporaries: five copies of the
     parameters, each split over the model axis and replicated over the rest; plus activations,
-    and (in the total) the host's float64 copy of the parameters that NumPy checks with.
+    and (in the total) the host's float64 copies of the parameters that NumPy checks with.
     """
     params = train_state_bytes(depth)
     shard = params // max(ann.split("hidden") * ann.split("embed"), 1)
     per_device = 5 * shard + 4 * batch * depth * FLOAT_BYTES // ann.split("batch")
-    reference = 2 * params  # the float64 NumPy copy the output is checked against
+    reference = 4 * params  # float64 NumPy copies of the first and last parameters, to check against
     return per_device, per_device * ann.mesh.size + reference
 
 
@@ -232,9 +251,11 @@ def check_checkpoint_target(folder: str) -> str:
     from shardcli.specs import check_writable_folder
 
     path = os.path.abspath(folder)
-    if os.path.exists(path):
+    if os.path.lexists(path):
         if not os.path.isdir(path):
-            raise ShardcliError(f"--checkpoint {folder}: is a file; give a new or empty folder")
+            raise ShardcliError(
+                f"--checkpoint {folder}: is a file (or a broken link); give a new or empty folder"
+            )
         if os.listdir(path):
             raise ShardcliError(
                 f"--checkpoint {folder}: the folder is not empty and nothing is overwritten; give a new "
@@ -303,7 +324,7 @@ def read_checkpoint(folder: str) -> SavedModel:
         if raw.get("format") != METADATA_FORMAT:
             raise ValueError(f"format {raw.get('format')!r}, expected {METADATA_FORMAT!r}")
         rules = raw["rules"]
-        return SavedModel(
+        saved = SavedModel(
             depth=int(raw["depth"]),
             batch=int(raw["batch"]),
             seed=int(raw["seed"]),
@@ -314,8 +335,14 @@ def read_checkpoint(folder: str) -> SavedModel:
             digests={str(k): str(v) for k, v in raw["digests"].items()},
             final_loss=float(raw["final_loss"]),
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ShardcliError(f"{meta_path} cannot be read as shardcli model metadata ({error})") from error
+        check_sizes(saved.depth, saved.batch, saved.steps, saved.learning_rate, saved.seed)
+        shape, axes = saved.mesh.shape, saved.mesh.axes
+        if not shape or len(shape) != len(axes) or min(shape) < 1:
+            raise ValueError(f"mesh {list(shape)} with axes {list(axes)}")
+        return saved
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ShardcliError) as error:
+        reason = f"no {error.args[0]!r} entry" if isinstance(error, KeyError) else str(error)
+        raise ShardcliError(f"{meta_path} cannot be read as shardcli model metadata ({reason})") from error
 
 
 def check_restore_depth(saved: SavedModel, depth: int | None) -> None:
@@ -350,8 +377,14 @@ def require_model_extra() -> None:
 
 
 def default_axes(mesh: str) -> str | None:
-    """data,model for a 2-D mesh; otherwise the usual names."""
-    return ",".join(DEFAULT_AXES) if len(mesh.split("x")) == 2 else None
+    """data,model for a 2-D mesh; otherwise the usual names.
+
+    Raises:
+        ShardcliError: a mesh shape that does not parse.
+    """
+    from shardcli.specs import parse_mesh_shape
+
+    return ",".join(DEFAULT_AXES) if len(parse_mesh_shape(mesh)) == 2 else None
 
 
 def validate_train(request: TrainRequest) -> tuple[Annotations, str | None]:
@@ -361,7 +394,7 @@ def validate_train(request: TrainRequest) -> tuple[Annotations, str | None]:
         ShardcliError: bad sizes or rules, a layout the mesh cannot hold, a checkpoint folder
             that would be overwritten.
     """
-    check_sizes(request.depth, request.batch, request.steps, request.learning_rate)
+    check_sizes(request.depth, request.batch, request.steps, request.learning_rate, request.seed)
     ann = make_annotations(request.mesh, request.rules)
     check_layout(ann, request.depth, request.batch)
     target = check_checkpoint_target(request.checkpoint) if request.checkpoint is not None else None
@@ -378,5 +411,5 @@ def validate_restore(request: RestoreRequest) -> tuple[SavedModel, Annotations]:
     saved = read_checkpoint(request.folder)
     check_restore_depth(saved, request.depth)
     ann = make_annotations(request.mesh, request.rules)
-    check_layout(ann, saved.depth, saved.batch)
+    check_layout(ann, saved.depth, saved.batch, ("the checkpoint's depth", "the checkpoint's batch"))
     return saved, ann

@@ -96,7 +96,7 @@ def test_memory_need_splits_the_parameters_over_the_model_axis():
     per_device, total = memory_need(Annotations(MESH_2X4), 1024, 8)
     params = (2 * 1024 * 1024 + 1024) * 4
     assert per_device == 5 * params // 4 + 4 * 8 * 1024 * 4 // 2
-    assert total == 8 * per_device + 2 * params
+    assert total == 8 * per_device + 4 * params
 
 
 # --- train ----------------------------------------------------------------------------------------
@@ -132,6 +132,8 @@ def test_train_shards_parameters_as_annotated_and_the_loss_goes_down(cli):
         "the output is sharded as its annotation gives",
         "the output matches NumPy",
         "the loss matches NumPy",
+        "the first step's gradients match NumPy",
+        "the first step's loss matches NumPy",
     ):
         assert checks[what]["ok"], checks[what]
     assert doc["checkpoint"] is None
@@ -293,6 +295,29 @@ def test_refusals_leave_an_existing_checkpoint_alone(cli, checkpoint):
     assert _snapshot(folder) == before
 
 
+def _bad_meta(folder, tmp_path, **changes):
+    import shutil
+
+    copy = tmp_path / "meta"
+    shutil.copytree(folder, copy)
+    meta = json.loads((copy / "shardcli-model.json").read_text())
+    meta.update(changes)
+    (copy / "shardcli-model.json").write_text(json.dumps(meta))
+    return copy
+
+
+def _missing_data(folder, tmp_path):
+    """A checkpoint whose array data is gone but whose orbax metadata is there."""
+    import shutil
+
+    copy = tmp_path / "nodata"
+    shutil.copytree(folder, copy)
+    for name in os.listdir(copy / "state"):
+        if name == "d" or name.startswith("ocdbt.process"):
+            shutil.rmtree(copy / "state" / name)
+    return copy
+
+
 def _bad_state(folder, tmp_path):
     import shutil
 
@@ -308,15 +333,33 @@ def _bad_state(folder, tmp_path):
     [
         (lambda f, t: ["restore", str(t / "missing")], "does not exist"),
         (
+            lambda f, t: ["restore", str(f), "--mesh", "1x64"],
+            "the checkpoint's depth 32 does not split over mesh axis 'model' (64 devices), which the hidden "
+            "dimension uses; give a mesh whose 'model' axis divides 32",
+        ),
+        (
+            lambda f, t: ["restore", str(_bad_meta(f, t, batch=0))],
+            "cannot be read as shardcli model metadata",
+        ),
+        (
+            lambda f, t: ["restore", str(_bad_meta(f, t, depth=-4))],
+            "cannot be read as shardcli model metadata",
+        ),
+        (
+            lambda f, t: ["restore", str(_bad_meta(f, t, mesh={"shape": [0], "axes": []}))],
+            "cannot be read as shardcli model metadata",
+        ),
+        (
+            lambda f, t: ["restore", str(_bad_meta(f, t, depth=64, digests={}))],
+            "holds 0.dot1.bias with shape (32,), but the model needs (64,)",
+        ),
+        (lambda f, t: ["restore", str(_missing_data(f, t))], "orbax finds no arrays in the saved state"),
+        (
             lambda f, t: ["restore", str(t)],
             "is not a shardcli model checkpoint (it needs shardcli-model.json",
         ),
         (lambda f, t: ["restore", str(f), "--depth", "64"], "saved with --depth 32, not 64"),
-        (
-            lambda f, t: ["restore", str(f), "--mesh", "1x64"],
-            "--depth 32 does not split over mesh axis 'model'",
-        ),
-        (lambda f, t: ["restore", str(_bad_state(f, t))], "the saved state does not restore into this model"),
+        (lambda f, t: ["restore", str(_bad_state(f, t))], "orbax finds no arrays in the saved state"),
         (lambda f, t: ["restore", str(f / "shardcli-model.json")], "is a file, not a folder"),
     ],
 )
@@ -355,6 +398,8 @@ def test_unreadable_metadata_exits_2(cli, checkpoint, tmp_path):
         (["--depth", "400000"], "needs about"),
         (["--checkpoint", "/nonexistent-shardcli/ckpt"], "the folder /nonexistent-shardcli does not exist"),
         (["--mesh", "2x4", "--axes", "data"], "names 1 axes but the mesh has 2"),
+        (["--seed", "-2"], "--seed -2 is not valid; give a number from 0 to 4294967295"),
+        (["--seed", "4294967296"], "--seed 4294967296 is not valid"),
     ],
 )
 def test_bad_train_input_exits_2_with_one_line(cli, args, message):
@@ -362,11 +407,59 @@ def test_bad_train_input_exits_2_with_one_line(cli, args, message):
     assert message in line, line
 
 
+def test_a_broken_link_as_checkpoint_folder_exits_2_before_training(cli, tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    line = assert_one_line_error(cli(["model", "train", *SMALL, "--checkpoint", str(link)]))
+    assert "is a file (or a broken link)" in line
+
+
+def test_an_upper_case_mesh_still_gets_data_and_model(cli):
+    doc = run_json(cli, "train", "--mesh", "2X4", *SMALL)
+    assert doc["mesh"]["axes"] == ["data", "model"]
+    assert params_by_name(doc)["dot1.kernel"]["resolved"] == "(None, 'model')"
+
+
+def test_moments_sharded_unlike_their_parameters_fail_the_check(cli, monkeypatch):
+    """Initialise everything replicated: the parameters' and the moments' checks must both fail."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardcli.core import model as core
+
+    real = core._abstract
+
+    def replicated(*args):
+        graphdef, abstract, shardings = real(*args)
+        mesh = args[-1]
+        return graphdef, abstract, jax.tree.map(lambda _: NamedSharding(mesh, P()), shardings)
+
+    monkeypatch.setattr(core, "_abstract", replicated)
+    doc = run_json(cli, "train", *SMALL, code=1)
+    checks = checks_by_what(doc)
+    assert not checks["every parameter has the sharding its annotation gives"]["ok"]
+    moments = checks["adam's moments are sharded like their parameters"]
+    assert not moments["ok"] and "1.opt_state.0.mu.dot1.kernel" in moments["detail"]
+    assert checks["the first step's gradients match NumPy"]["ok"]  # the numbers do not depend on it
+
+
+def test_json_keys(cli, checkpoint):
+    keys = {
+        "schema", "command", "shardcli_version", "runtime", "mesh", "model", "rules", "activation_sharding",
+        "params", "state_arrays", "compile_s", "compile_cached", "steps", "final_loss", "output_sharding",
+        "collectives", "checkpoint", "saved_mesh", "checks", "ok",
+    }  # fmt: skip
+    folder, _ = checkpoint
+    assert set(run_json(cli, "train", *SMALL)) == keys
+    assert set(run_json(cli, "restore", str(folder))) == keys
+
+
 def test_a_file_as_checkpoint_folder_exits_2(cli, tmp_path):
     target = tmp_path / "file"
     target.write_text("x")
     line = assert_one_line_error(cli(["model", "train", *SMALL, "--checkpoint", str(target)]))
-    assert "is a file; give a new or empty folder" in line
+    assert "is a file (or a broken link); give a new or empty folder" in line
 
 
 def test_without_the_model_extra_exits_2_naming_it(cli, monkeypatch):
@@ -418,3 +511,15 @@ def test_digest_is_the_same_on_any_sharding_and_changes_with_the_values():
     swapped[[0, 1]] = swapped[[1, 0]]
     for other in (changed, swapped, host.T.copy().reshape(8, 16)):
         assert digest(jax.device_put(other, NamedSharding(mesh, P("a", "b")))) not in digests
+
+
+def test_a_damaged_checkpoint_is_one_line_in_a_real_process(shardcli_subprocess, checkpoint, tmp_path):
+    """Nothing from orbax's logging or tensorstore's late reads reaches stderr besides the error."""
+    folder, _ = checkpoint
+    proc = shardcli_subprocess("model", "restore", str(_missing_data(folder, tmp_path)))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"shardcli: error: {tmp_path / 'nodata'}: orbax finds no arrays in the saved state; the checkpoint "
+        "is damaged"
+    ]
+    assert proc.stdout == ""

@@ -33,11 +33,11 @@ from jax.sharding import PartitionSpec as P
 from shardcli.core.hlo import HloCollective, find_collectives
 from shardcli.core.lessons import EPS32
 from shardcli.core.pipeline import RTOL
-from shardcli.core.recipe import Check, Picture, close_check, spec_of
+from shardcli.core.recipe import Check, Picture, close_check, picture_of, spec_of
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import compile_timed
 from shardcli.errors import ShardcliError
-from shardcli.layout import group_tiles, normalize_index
+from shardcli.layout import normalize_index
 from shardcli.model_spec import (
     ACTIVATION,
     INPUT,
@@ -118,6 +118,7 @@ class ModelResult:
     params: tuple[ParamRow, ...]
     state_arrays: int  # arrays in the whole train state (parameters and adam's)
     compile_s: dict[str, float]  # what was compiled -> seconds
+    compile_cached: dict[str, bool | None]  # ... -> came from the persistent compile cache (None: off)
     steps: tuple[StepRow, ...]
     final_loss: float | None
     output_spec: str | None
@@ -159,14 +160,6 @@ def _param_state(state: Any) -> dict[str, Any]:
     return {path[2:]: value for path, value in _leaves(state) if path.startswith("0.")}
 
 
-def _picture(name: str, array: Any) -> Picture:
-    shape = tuple(array.shape)
-    index_map = {
-        d.id: normalize_index(idx, shape) for d, idx in array.sharding.devices_indices_map(shape).items()
-    }
-    return Picture(title=name, layout=group_tiles(shape, index_map), spec=spec_of(array))
-
-
 def _param_rows(state: Any, ann: Annotations, mesh: Any) -> tuple[ParamRow, ...]:
     params = _param_state(state)
     rows = []
@@ -181,24 +174,41 @@ def _param_rows(state: Any, ann: Annotations, mesh: Any) -> tuple[ParamRow, ...]
                 expected=spec_text(ann.resolved(roles)),
                 actual=spec_of(array),
                 ok=array.sharding.is_equivalent_to(expected, array.ndim),
-                picture=_picture(name, array),
+                picture=picture_of(name, array),
             )
         )
     return tuple(rows)
 
 
-def _sharding_checks(state: Any, shardings: Any, rows: tuple[ParamRow, ...]) -> list[Check]:
-    wrong = [r.name for r in rows if not r.ok]
+def _expected_sharding(path: str, ann: Annotations, mesh: Any) -> NamedSharding:
+    """What the annotations say an array of the train state should have, from its path alone.
+
+    A parameter (`0.w2`) and adam's moments of it (`1.opt_state.0.mu.w2`) follow the parameter's
+    annotation; the scalars (adam's count, the optimizer's step) are replicated.
+    """
+    roles = dict(PARAMS)
+    for name in roles:
+        if path == f"0.{name}" or path.endswith((f".mu.{name}", f".nu.{name}")):
+            return NamedSharding(mesh, P(*ann.resolved(roles[name])))
+    return NamedSharding(mesh, P())
+
+
+def _sharding_checks(state: Any, rows: tuple[ParamRow, ...], ann: Annotations, mesh: Any) -> list[Check]:
     checks = [
         Check(
             "every parameter has the sharding its annotation gives",
-            not wrong,
+            all(r.ok for r in rows),
             "; ".join(f"{r.name}: {r.actual}, annotated {r.expected}" for r in rows if not r.ok)
             or ", ".join(f"{r.name} {r.actual}" for r in rows),
         )
     ]
-    arrays, wanted = _leaves(state), [s for _, s in _leaves(shardings)]
-    off = [p for (p, a), s in zip(arrays, wanted, strict=True) if not a.sharding.is_equivalent_to(s, a.ndim)]
+    arrays = _leaves(state)
+    off = [
+        f"{path} {spec_of(a)}"
+        for path, a in arrays
+        if not path.startswith("0.")
+        and not a.sharding.is_equivalent_to(_expected_sharding(path, ann, mesh), a.ndim)
+    ]
     checks.append(
         Check(
             "adam's moments are sharded like their parameters",
@@ -252,17 +262,52 @@ def _batch(depth: int, batch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _reference(state: Any, x: np.ndarray) -> tuple[np.ndarray, float]:
+def _host_params(state: Any) -> dict[str, np.ndarray]:
+    """The parameters as float64 NumPy arrays (whole copies on the host: only to check against)."""
+    return {name: np.asarray(a, dtype=np.float64) for name, a in _param_state(state).items()}
+
+
+def _reference(params: dict[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, float]:
     """The model's output in float64 NumPy, and how far a float32 run may be from it.
 
     The bound is the pipeline command's: RTOL x the largest |output|. A worst-case float32 bound
     for two matmuls of depth D grows like D^2 eps and would let a wrong loss pass at large depth;
     a real sharding or communication mistake is off by the size of the values themselves.
     """
-    params = {name: np.asarray(a, dtype=np.float64) for name, a in _param_state(state).items()}
     w1, b1, w2 = params["dot1.kernel"], params["dot1.bias"], params["w2"]
     out = np.maximum(x.astype(np.float64) @ w1 + b1, 0.0) @ w2
     return out, RTOL * (float(np.max(np.abs(out))) or 1.0)
+
+
+def _gradient_check(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, grads: Any) -> Check:
+    """The first step's gradients (before any update) against NumPy's backward pass in float64.
+
+    Each array within RTOL x its largest |gradient|. Where a hidden unit's pre-activation is so
+    close to 0 that float32 may put it on either side of relu's kink, both answers are allowed.
+    """
+    w1, b1, w2 = params["dot1.kernel"], params["dot1.bias"], params["w2"]
+    x64 = x.astype(np.float64)
+    pre = x64 @ w1 + b1
+    hidden = np.maximum(pre, 0.0)
+    g = 2 * (hidden @ w2 - y.astype(np.float64)) / y.size
+    back = g @ w2.T
+    dh = back * (pre > 0)
+    want = {"dot1.kernel": x64.T @ dh, "dot1.bias": dh.sum(axis=0), "w2": hidden.T @ g}
+    kink = np.abs(back) * (np.abs(pre) <= RTOL * (float(np.max(np.abs(pre))) or 1.0))
+    slack = {"dot1.kernel": np.abs(x64).T @ kink, "dot1.bias": kink.sum(axis=0), "w2": 0.0}
+    got = {path: a for path, a in _leaves(grads)}
+    worst, off = 0.0, []
+    for name, ref in want.items():
+        err = np.abs(np.asarray(got[name], dtype=np.float64) - ref)
+        allowed = RTOL * (float(np.max(np.abs(ref))) or 1.0) + slack[name]
+        if not np.all(err <= allowed):
+            off.append(name)
+        worst = max(worst, float(np.max(err / (float(np.max(np.abs(ref))) or 1.0))))
+    return Check(
+        "the first step's gradients match NumPy",
+        not off,
+        f"max |err| {worst:.1e} x max|gradient| (<= {RTOL:g})" + (f"; off: {', '.join(off)}" if off else ""),
+    )
 
 
 def _loss_check(
@@ -280,7 +325,7 @@ def _output_checks(
     out: Any, mesh: Any, ann: Annotations, state: Any, x: np.ndarray, y: np.ndarray, loss: float
 ) -> list[Check]:
     expected = NamedSharding(mesh, P(*ann.resolved(OUTPUT)))
-    ref, bound = _reference(state, x)
+    ref, bound = _reference(_host_params(state), x)
     return [
         Check(
             "the output is sharded as its annotation gives",
@@ -349,11 +394,16 @@ def run_train(request: TrainRequest) -> ModelResult:
 
     with jax.set_mesh(mesh):
         x_host, y_host, x, y = _prepare(mesh, depth, batch, seed, ann)
-        init, init_s, _ = compile_timed(jax.jit(create, out_shardings=shardings))
+        init, init_s, init_cached = compile_timed(jax.jit(create, out_shardings=shardings))
         state = init()
         rows = _param_rows(state, ann, mesh)
-        checks = _sharding_checks(state, shardings, rows)
-        train, train_s, _ = compile_timed(
+        checks = _sharding_checks(state, rows, ann, mesh)
+        initial = _host_params(state)  # before the first step donates the state
+        gradients = jax.jit(
+            lambda s, x, y: nnx.grad(lambda m: jnp.mean((m(x) - y) ** 2))(nnx.merge(graphdef, s)[0])
+        )
+        checks.append(_gradient_check(initial, x_host, y_host, gradients(state, x, y)))
+        train, train_s, train_cached = compile_timed(
             jax.jit(step, donate_argnums=0, out_shardings=(shardings, None)), state, x, y
         )
         steps = []
@@ -368,6 +418,8 @@ def run_train(request: TrainRequest) -> ModelResult:
         forward_hlo = forward.lower(state, x).compile().as_text()
 
     first = steps[0].loss
+    ref, bound = _reference(initial, x_host)
+    checks.append(_loss_check("the first step's loss matches NumPy", first, ref, bound, y_host))
     checks.append(
         Check(
             "the loss goes down",
@@ -388,6 +440,7 @@ def run_train(request: TrainRequest) -> ModelResult:
         params=rows,
         state_arrays=len(_leaves(state)),
         compile_s={"init": init_s, "train step": train_s},
+        compile_cached={"init": init_cached, "train step": train_cached},
         steps=tuple(steps),
         final_loss=final,
         output_spec=spec_of(out),
@@ -406,12 +459,19 @@ def _save(
 ) -> dict[str, str]:
     import orbax.checkpoint as ocp
 
-    os.makedirs(target, exist_ok=True)
     state_path = os.path.join(target, STATE_DIR)
     checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(state_path, state)
-    checkpointer.wait_until_finished()
-    checkpointer.close()
+    try:
+        os.makedirs(target, exist_ok=True)
+        checkpointer.save(state_path, state)
+        checkpointer.wait_until_finished()
+    except (OSError, ValueError) as error:
+        raise ShardcliError(
+            f"--checkpoint {request.checkpoint}: saving failed after training ({error}); the folder may hold "
+            "a partial state"
+        ) from error
+    finally:
+        checkpointer.close()
     saved = SavedModel(
         depth=request.depth,
         batch=request.batch,
@@ -455,7 +515,7 @@ def run_restore(request: RestoreRequest) -> ModelResult:
     state = _orbax_restore(state_path, target, request.folder)
 
     rows = _param_rows(state, ann, mesh)
-    checks = _sharding_checks(state, shardings, rows)
+    checks = _sharding_checks(state, rows, ann, mesh)
     digests = _digests(state)
     differ = [p for p, d in digests.items() if saved.digests.get(p) != d]
     missing = sorted(set(saved.digests) - set(digests))
@@ -475,7 +535,7 @@ def run_restore(request: RestoreRequest) -> ModelResult:
         final = _loss_of(out, y)
         forward_hlo = forward.lower(state, x).compile().as_text()
     checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final))
-    ref, bound = _reference(state, x_host)
+    ref, bound = _reference(_host_params(state), x_host)
     checks.append(
         _loss_check(
             "the loss at save time is the restored model's",
@@ -495,6 +555,7 @@ def run_restore(request: RestoreRequest) -> ModelResult:
         params=rows,
         state_arrays=len(digests),
         compile_s={},
+        compile_cached={},
         steps=(),
         final_loss=final,
         output_spec=spec_of(out),
@@ -506,14 +567,23 @@ def run_restore(request: RestoreRequest) -> ModelResult:
 
 
 def _orbax_restore(state_path: str, target: Any, folder: str) -> Any:
-    """Raises: ShardcliError when orbax cannot read the state into `target`."""
+    """Read the state into `target`'s shardings, after checking it holds the arrays the model needs.
+
+    Raises:
+        ShardcliError: a state with other arrays or shapes than the model's, or one orbax cannot read.
+    """
+    import logging
+
     import orbax.checkpoint as ocp
 
+    _quiet_late_reads()
+    # orbax logs a warning through absl when it cannot read the metadata; the error says it once
+    logging.getLogger("absl").setLevel(logging.ERROR)
     checkpointer = ocp.StandardCheckpointer()
     try:
+        _check_saved_arrays(checkpointer.metadata(state_path), target, folder)
         return checkpointer.restore(state_path, target)
     except (ValueError, KeyError, TypeError, FileNotFoundError, OSError) as error:
-        _quiet_late_reads()
         text = str(error).strip()
         first = text.splitlines()[0].split(" [tensorstore_spec")[0] if text else type(error).__name__
         if len(first) > MAX_REASON:
@@ -525,19 +595,50 @@ def _orbax_restore(state_path: str, target: Any, folder: str) -> Any:
         checkpointer.close()
 
 
+def _check_saved_arrays(metadata: Any, target: Any, folder: str) -> None:
+    """Raises: ShardcliError when the saved arrays' names or shapes differ from the model's."""
+    tree = getattr(metadata, "item_metadata", metadata)
+    saved = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        keys = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+        saved[".".join(k for k in keys if k != "value")] = tuple(getattr(leaf, "shape", ()) or ())
+    if not saved:
+        raise ShardcliError(f"{folder}: orbax finds no arrays in the saved state; the checkpoint is damaged")
+    wanted = {path: tuple(a.shape) for path, a in _leaves(target)}
+    missing = sorted(set(wanted) - set(saved))
+    extra = sorted(set(saved) - set(wanted))
+    if missing or extra:
+        raise ShardcliError(
+            f"{folder}: the saved state does not hold this model's arrays (missing: "
+            f"{', '.join(missing) or 'none'}; not the model's: {', '.join(extra) or 'none'})"
+        )
+    for path, shape in wanted.items():
+        if saved[path] != shape:
+            raise ShardcliError(
+                f"{folder}: the saved state holds {path} with shape {saved[path]}, but the model needs "
+                f"{shape}; the state does not match its shardcli-model.json"
+            )
+
+
 def _quiet_late_reads() -> None:
-    """After a failed restore, tensorstore still finishes the reads it had started and hands each
+    """When a restore fails, tensorstore still finishes the reads it had started and hands each
     result to orbax's event loop, which is closed by then; each hand-off reports "Event loop is
-    closed" as an unraisable exception, with a traceback. They add nothing to the error already
-    reported, so those (and only those) are dropped."""
+    closed" with a traceback, as an unraisable exception or from its thread. They add nothing to
+    the error already reported, so those (and only those) are dropped."""
     import sys
+    import threading
 
-    previous = sys.unraisablehook
+    def closed_loop(value: BaseException | None) -> bool:
+        return isinstance(value, RuntimeError) and str(value) == "Event loop is closed"
 
-    def hook(unraisable: Any) -> None:
-        value = unraisable.exc_value
-        if isinstance(value, RuntimeError) and str(value) == "Event loop is closed":
-            return
-        previous(unraisable)
+    previous_unraisable, previous_thread = sys.unraisablehook, threading.excepthook
 
-    sys.unraisablehook = hook
+    def unraisable(info: Any) -> None:
+        if not closed_loop(info.exc_value):
+            previous_unraisable(info)
+
+    def thread(args: Any) -> None:
+        if not closed_loop(args.exc_value):
+            previous_thread(args)
+
+    sys.unraisablehook, threading.excepthook = unraisable, thread

@@ -100,11 +100,7 @@ class Lab:
 
     def picture(self, title: str, array: Any) -> Picture:
         """The sharding picture of a JAX array (what `jax.debug.visualize_array_sharding` draws)."""
-        shape = tuple(array.shape)
-        index_map = {
-            d.id: normalize_index(idx, shape) for d, idx in array.sharding.devices_indices_map(shape).items()
-        }
-        return Picture(title=title, layout=group_tiles(shape, index_map), spec=spec_of(array))
+        return picture_of(title, array)
 
     def device_rows(self, array: Any, *, label: str = "values") -> TableSection:
         """Each of this process's devices, its mesh coordinates and its block of `array`."""
@@ -123,6 +119,15 @@ class Lab:
     def collectives(self, jitted: Any, *args: Any) -> tuple[HloCollective, ...]:
         """The collectives the compiler put into `jitted(*args)`."""
         return find_collectives(jitted.lower(*args).compile().as_text())
+
+
+def picture_of(title: str, array: Any) -> Picture:
+    """The sharding picture of a JAX array: its tiles and the devices holding each."""
+    shape = tuple(array.shape)
+    index_map = {
+        d.id: normalize_index(idx, shape) for d, idx in array.sharding.devices_indices_map(shape).items()
+    }
+    return Picture(title=title, layout=group_tiles(shape, index_map), spec=spec_of(array))
 
 
 def spec_of(array: Any) -> str:

@@ -52,6 +52,7 @@ def model_json(result: ModelResult) -> dict[str, Any]:
             ],
             "state_arrays": result.state_arrays,
             "compile_s": result.compile_s,
+            "compile_cached": result.compile_cached,
             "steps": [{"step": s.step, "loss": s.loss, "seconds": s.seconds} for s in result.steps],
             "final_loss": result.final_loss,
             "output_sharding": result.output_spec,
@@ -92,7 +93,8 @@ def _steps_table(result: ModelResult) -> Table:
     for name, justify in (("step", "right"), ("loss", "right"), ("time", "right")):
         table.add_column(name, justify=justify)
     for what, seconds in result.compile_s.items():
-        table.add_row(f"compile {what}", "", format_seconds(seconds), style="dim")
+        cached = " (cache)" if result.compile_cached.get(what) else ""
+        table.add_row(f"compile {what}", "", format_seconds(seconds) + cached, style="dim")
     for s in result.steps:
         table.add_row(str(s.step), f"{s.loss:.6g}", format_seconds(s.seconds))
     if result.final_loss is not None:
