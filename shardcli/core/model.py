@@ -345,12 +345,19 @@ def _prepare(
     return x, y, jax.device_put(x, sharding), jax.device_put(y, sharding)
 
 
-def _forward(graphdef: Any) -> Any:
+def _evaluate(graphdef: Any, state: Any, x: Any, y: Any) -> tuple[Any, float, tuple[HloCollective, ...]]:
+    """The model's output on `x`, its loss against `y`, and the collectives of the forward pass.
+
+    The forward pass is compiled once; the same executable runs and is read for its collectives.
+    """
+
     def forward(state: Any, x: jax.Array) -> jax.Array:
         model, _ = nnx.merge(graphdef, state)
         return model(x)
 
-    return jax.jit(forward)
+    compiled = jax.jit(forward).lower(state, x).compile()
+    out = compiled(state, x)
+    return out, _loss_of(out, y), find_collectives(compiled.as_text())
 
 
 def _loss_of(out: Any, y: Any) -> float:
@@ -412,10 +419,7 @@ def run_train(request: TrainRequest) -> ModelResult:
             state, loss = train(state, x, y)
             value = float(loss)  # waits for the step
             steps.append(StepRow(k + 1, value, time.perf_counter() - start))
-        forward = _forward(graphdef)
-        out = forward(state, x)
-        final = _loss_of(out, y)
-        forward_hlo = forward.lower(state, x).compile().as_text()
+        out, final, forward_ops = _evaluate(graphdef, state, x, y)
 
     first = steps[0].loss
     ref, bound = _reference(initial, x_host)
@@ -446,7 +450,7 @@ def run_train(request: TrainRequest) -> ModelResult:
         output_spec=spec_of(out),
         collectives={
             "train step": find_collectives(train.as_text()),
-            "forward": find_collectives(forward_hlo),
+            "forward": forward_ops,
         },
         checkpoint=checkpoint,
         saved_mesh=None,
@@ -530,10 +534,7 @@ def run_restore(request: RestoreRequest) -> ModelResult:
     )
     with jax.set_mesh(mesh):
         x_host, y_host, x, y = _prepare(mesh, saved.depth, saved.batch, saved.seed, ann)
-        forward = _forward(graphdef)
-        out = forward(state, x)
-        final = _loss_of(out, y)
-        forward_hlo = forward.lower(state, x).compile().as_text()
+        out, final, forward_ops = _evaluate(graphdef, state, x, y)
     checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final))
     ref, bound = _reference(_host_params(state), x_host)
     checks.append(
@@ -559,7 +560,7 @@ def run_restore(request: RestoreRequest) -> ModelResult:
         steps=(),
         final_loss=final,
         output_spec=spec_of(out),
-        collectives={"forward": find_collectives(forward_hlo)},
+        collectives={"forward": forward_ops},
         checkpoint={"folder": folder, "state": state_path, "metadata": os.path.join(folder, METADATA_FILE)},
         saved_mesh=saved.mesh.describe(),
         checks=tuple(checks),
