@@ -13,16 +13,21 @@ overhead, so both sides now start fresh. The two are interleaved round by round 
 drift hits both alike, and the ratio compares the medians of the per-round p50s.
 Target: ratio within [0.9, 1.1].
 
-Both sides use the same host allocator (`--malloc`, default reuse, shardcli's default): shardcli
-gets the flag, the hand loop applies `shardcli.allocator.tune_for_reuse` before JAX starts, so the
-ratio compares the instrument, not two allocators.
+Both sides write their results the same way (`--out-buffer`, shardcli's default preallocated:
+the hand loop donates one output buffer to every call, `jit(f, donate_argnums=1,
+keep_unused=True)`, and feeds each result back as the next call's buffer; fresh: `f(x)`) and use
+the same host allocator (`--malloc`, default as shardcli's: reuse, or system with fresh buffers):
+shardcli gets the flags, the hand loop applies `shardcli.allocator.tune_for_reuse` before JAX
+starts. So the ratio compares the instrument, not two ways of running the op.
 
 Usage: python bench/collective_overhead.py [--rounds 5] [--warmup 5] [--iters 20]
                                           [--large-rounds 3] [--large-warmup 2] [--large-iters 5]
+                                          [--out-buffer preallocated|fresh]
                                           [--malloc reuse|system] [--strict]
 
-On CPU a 64 MB-per-device call takes 0.3-4 s (mostly the kernel faulting in fresh output pages), so
-the 64 MB runs use the smaller --large-warmup/--large-iters to keep the whole run to a few minutes.
+On CPU a 64 MB-per-device call takes 0.1-4 s (with fresh outputs mostly the kernel faulting in
+their pages), so the 64 MB runs use the smaller --large-warmup/--large-iters to keep the whole run
+to a few minutes.
 
 Run it with the interpreter of the environment shardcli is installed in. It always exits 0 and
 prints PASS or FAIL per row; with --strict it exits 1 when any row fails (or a run errors).
@@ -44,6 +49,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
@@ -56,7 +62,7 @@ LARGE_BYTES = 64 * 1024 * 1024
 LOW, HIGH = 0.9, 1.1
 
 
-def shardcli_p50(op: str, size: str, warmup: int, iters: int, malloc: str) -> float:
+def shardcli_p50(op: str, size: str, warmup: int, iters: int, malloc: str, out_buffer: str) -> float:
     """p50 seconds that `shardcli collective ... --format json` reports, run in a fresh process.
 
     Raises:
@@ -65,7 +71,7 @@ def shardcli_p50(op: str, size: str, warmup: int, iters: int, malloc: str) -> fl
     cmd = [
         sys.executable, "-m", "shardcli", "collective", op,
         "--mesh", str(N_DEVICES), "--size", size, "--format", "json", "--platform", "cpu",
-        "--warmup", str(warmup), "--iters", str(iters), "--malloc", malloc,
+        "--warmup", str(warmup), "--iters", str(iters), "--malloc", malloc, "--out-buffer", out_buffer,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -74,8 +80,10 @@ def shardcli_p50(op: str, size: str, warmup: int, iters: int, malloc: str) -> fl
     if data["summary"]["wrong"] != 0:
         raise RuntimeError(f"shardcli {op} {size}: {data['summary']['wrong']} wrong elements")
     placement = data["sizes"][0]["placements"][0]
-    if placement["placement"] != "out":
-        raise RuntimeError(f"shardcli {op} {size}: expected placement out, not {placement['placement']}")
+    if (placement["placement"], placement["out_buffer"]) != ("out", out_buffer):
+        raise RuntimeError(f"shardcli {op} {size}: expected placement out into {out_buffer} buffers")
+    if out_buffer == "preallocated" and not placement["aliased"]:
+        raise RuntimeError(f"shardcli {op} {size}: XLA did not write into the preallocated buffer")
     return float(placement["timing"]["stats_s"]["p50"])
 
 
@@ -83,38 +91,58 @@ def make_mesh() -> jax.sharding.Mesh:
     return jax.make_mesh((N_DEVICES,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:N_DEVICES])
 
 
-def hand_program(op: str, mesh: jax.sharding.Mesh):
+def hand_program(op: str, mesh: jax.sharding.Mesh, out_buffer: str):
     if op == "psum":
         body = lambda x: lax.psum(x, "x")  # noqa: E731
     elif op == "all_gather":
         body = lambda x: lax.all_gather(x, "x", axis=0, tiled=True, to="invarying")  # noqa: E731
     else:
         raise ValueError(op)
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P()))
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P())
+    if out_buffer == "fresh":
+        return jax.jit(mapped)
+    return jax.jit(lambda x, out: mapped(x), donate_argnums=1, keep_unused=True)
 
 
-def hand_p50(op: str, nbytes: int, warmup: int, iters: int, mesh: jax.sharding.Mesh) -> float:
-    """p50 seconds of the minimal loop: jit(shard_map(op)), warm up, then time f(x).block_until_ready()."""
+def hand_p50(
+    op: str, nbytes: int, warmup: int, iters: int, mesh: jax.sharding.Mesh, out_buffer: str
+) -> float:
+    """p50 seconds of the minimal loop: jit(shard_map(op)), warm up, then time each call blocked.
+
+    fresh: `f(x)`; preallocated: `out = f(x, out)`, the result written into the donated buffer.
+    """
     per_device = nbytes // 4
     host = np.arange(per_device * N_DEVICES, dtype=np.float32)
     x = jax.device_put(host, NamedSharding(mesh, P("x")))
     del host
-    f = hand_program(op, mesh)
-    f(x).block_until_ready()  # compile (untimed, like shardcli's separate compile step)
+    f = hand_program(op, mesh, out_buffer)
+    if out_buffer == "fresh":
+        call = lambda: f(x)  # noqa: E731
+    else:
+        shape = jax.eval_shape(f, x, x).shape  # f never reads its out argument: x stands in
+        out = jax.jit(lambda: jnp.zeros(shape, jnp.float32), out_shardings=NamedSharding(mesh, P()))()
+
+        def call():
+            nonlocal out
+            out = f(x, out)
+            return out
+
+    call().block_until_ready()  # compile (untimed, like shardcli's separate compile step)
     for _ in range(warmup):
-        f(x).block_until_ready()
+        call().block_until_ready()
     samples = []
     for _ in range(iters):
         start = time.perf_counter()
-        f(x).block_until_ready()
+        call().block_until_ready()
         samples.append(time.perf_counter() - start)
-    del x
     return float(np.percentile(samples, 50))
 
 
-def hand_p50_fresh(op: str, nbytes: int, warmup: int, iters: int, malloc: str) -> float:
+def hand_p50_fresh(op: str, nbytes: int, warmup: int, iters: int, malloc: str, out_buffer: str) -> float:
     """`hand_p50` in a fresh process, so both sides start from the same allocator state."""
-    cmd = [sys.executable, __file__, "--hand-run", op, str(nbytes), str(warmup), str(iters), malloc]
+    cmd = [
+        sys.executable, __file__, "--hand-run", op, str(nbytes), str(warmup), str(iters), malloc, out_buffer
+    ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"hand loop {op} {nbytes} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
@@ -138,29 +166,38 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per run")
     parser.add_argument("--large-warmup", type=int, default=2, help="--warmup for the 64M runs")
     parser.add_argument("--large-iters", type=int, default=5, help="--iters for the 64M runs")
-    parser.add_argument("--malloc", default="reuse", choices=("reuse", "system"), help="host allocator")
+    parser.add_argument(
+        "--out-buffer", default="preallocated", choices=("preallocated", "fresh"), help="where results go"
+    )
+    parser.add_argument("--malloc", choices=("reuse", "system"), help="host allocator [default: shardcli's]")
     parser.add_argument("--strict", action="store_true", help="exit 1 on any FAIL")
     parser.add_argument(
-        "--hand-run", nargs=5, metavar=("OP", "BYTES", "WARMUP", "ITERS", "MALLOC"), help=argparse.SUPPRESS
+        "--hand-run",
+        nargs=6,
+        metavar=("OP", "BYTES", "WARMUP", "ITERS", "MALLOC", "OUT_BUFFER"),
+        help=argparse.SUPPRESS,
     )
     args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if args.hand_run:
-        op, nbytes, warmup, iters, malloc = args.hand_run
+        op, nbytes, warmup, iters, malloc, out_buffer = args.hand_run
         if malloc == "reuse":  # before the backend starts, as shardcli does
-            sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
             from shardcli.allocator import tune_for_reuse
 
             state = tune_for_reuse("reuse", backend_started=False)
             if not state.applied:
                 raise SystemExit(state.note)
-        print(hand_p50(op, int(nbytes), int(warmup), int(iters), make_mesh()))
+        print(hand_p50(op, int(nbytes), int(warmup), int(iters), make_mesh(), out_buffer))
         return 0
 
+    from shardcli.commands.collective import default_malloc
+
+    args.malloc, _ = default_malloc(args.malloc, args.out_buffer)
     print(machine_facts())
     print(
         f"rounds/warmup/iters {args.rounds}/{args.warmup}/{args.iters} (1M), "
         f"{args.large_rounds}/{args.large_warmup}/{args.large_iters} (64M); both sides in fresh processes, "
-        f"--malloc {args.malloc}; "
+        f"--out-buffer {args.out_buffer}, --malloc {args.malloc}; "
         f"ratio = median(shardcli p50) / median(hand p50), target [{LOW}, {HIGH}]"
     )
     rows = []
@@ -179,9 +216,11 @@ def main() -> int:
                     order = ("cli", "hand") if r % 2 == 0 else ("hand", "cli")
                     for side in order:
                         if side == "cli":
-                            cli.append(shardcli_p50(op, size, warmup, iters, args.malloc))
+                            cli.append(shardcli_p50(op, size, warmup, iters, args.malloc, args.out_buffer))
                         else:
-                            hand.append(hand_p50_fresh(op, nbytes, warmup, iters, args.malloc))
+                            hand.append(
+                                hand_p50_fresh(op, nbytes, warmup, iters, args.malloc, args.out_buffer)
+                            )
             except Exception as e:  # noqa: BLE001 - report it as a failed row
                 print(f"{op} {size}: ERROR {e}", file=sys.stderr)
                 rows.append((op, size, None, None, None, "ERROR", cli, hand))

@@ -6,13 +6,20 @@
    one process (`shardcli.roofline.min_bytes`: psum reads n inputs and writes n outputs, ...), and
    the time and busbw that gives at the all-cores copy bandwidth.
 3. `shardcli collective OP --mesh 8 --size SIZE --format json` for psum, all_gather, psum_scatter,
-   ppermute and all_to_all at 1 MiB and 64 MiB per device, each in a fresh process, once with
-   `--malloc system` (malloc as it was: the "before") and once with the default `--malloc reuse`
-   (the "after"), interleaved so that drift hits both. The table shows busbw and the roofline %
-   = roofline time / p50 against the copy bandwidth measured here (one denominator for every row),
-   next to the fraction shardcli reported against its own measurement.
+   ppermute and all_to_all at 1 MiB and 64 MiB per device, each in a fresh process, in each of
+   the VARIANTS below, interleaved so that drift hits all alike:
+   - plain: `--out-buffer fresh --malloc system`, what a plain jit(shard_map) loop does (the
+     "before": a fresh output every call, malloc as it is);
+   - reuse: `--out-buffer fresh --malloc reuse` (glibc keeps freed buffers; not run by default:
+     with fresh 512 MiB outputs, all_gather 64M grew the heap to 24 GiB and was killed once);
+   - prealloc: `--out-buffer preallocated --malloc system` (one output buffer donated to every call);
+   - default: shardcli's defaults, `--out-buffer preallocated --malloc reuse` (the "after").
+   The table shows busbw and the roofline % = roofline time / p50 against the copy bandwidth
+   measured here (one denominator for every row), next to the fraction shardcli reported against
+   its own measurement.
 
 Usage: python bench/roofline.py [--rounds 1] [--ops psum,all_gather,...] [--sizes 1M,64M]
+                                [--variants plain,prealloc,default]
                                 [--warmup 5] [--iters 20] [--large-warmup 3] [--large-iters 5]
 
 Run it with the interpreter of shardcli's environment. It exits 1 if a run fails or a result is wrong.
@@ -44,7 +51,13 @@ BUS_FACTOR = {
     "all_to_all": lambda n: (n - 1) / n,
 }
 LARGE_BYTES = 64 << 20
-MALLOCS = ("system", "reuse")
+VARIANTS = {  # name: (--out-buffer, --malloc)
+    "plain": ("fresh", "system"),
+    "reuse": ("fresh", "reuse"),
+    "prealloc": ("preallocated", "system"),
+    "default": ("preallocated", "reuse"),
+}
+DEFAULT_VARIANTS = ("plain", "prealloc", "default")
 
 
 def parse_size(text: str) -> int:
@@ -58,11 +71,12 @@ def algbw_bytes(op: str, nbytes: int, n: int) -> int:
     return nbytes * n if op == "all_gather" else nbytes
 
 
-def shardcli_run(op: str, size: str, malloc: str, warmup: int, iters: int) -> dict:
+def shardcli_run(op: str, size: str, variant: str, warmup: int, iters: int) -> dict:
+    out_buffer, malloc = VARIANTS[variant]
     cmd = [
         sys.executable, "-m", "shardcli", "collective", op, "--mesh", str(N_DEVICES), "--size", size,
         "--format", "json", "--platform", "cpu", "--warmup", str(warmup), "--iters", str(iters),
-        "--malloc", malloc, "--no-compile-cache",
+        "--malloc", malloc, "--out-buffer", out_buffer, "--no-compile-cache",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -74,6 +88,8 @@ def shardcli_run(op: str, size: str, malloc: str, warmup: int, iters: int) -> di
     applied = doc["config"]["allocator"]["applied"]
     if applied != (malloc == "reuse"):
         raise RuntimeError(f"{op} {size}: --malloc {malloc} but allocator applied = {applied}")
+    if out_buffer == "preallocated" and not placement["aliased"]:
+        raise RuntimeError(f"{op} {size}: XLA did not write into the preallocated buffer")
     return {
         "p50_s": placement["timing"]["stats_s"]["p50"],
         "busbw_gbps": placement["busbw_gbps"],
@@ -82,11 +98,22 @@ def shardcli_run(op: str, size: str, malloc: str, warmup: int, iters: int) -> di
     }
 
 
+def table_cells(row: dict[str, tuple[float, float, float]], variants: list[str], t_roof: float) -> str:
+    """busbw and roofline % per variant, last / first speed-up, shardcli's own fraction (last)."""
+    first, last = variants[0], variants[-1]
+    busbw = [f"{row[v][0]:.3f}" if v in row else "-" for v in variants]
+    fraction = [f"{t_roof / row[v][1]:.0%}" if v in row else "-" for v in variants]
+    speedup = f"{row[first][1] / row[last][1]:.2f}x" if first in row and last in row else "-"
+    reported = f"{row[last][2]:.0%}" if last in row else "-"
+    return " | ".join([*busbw, *fraction, speedup, reported])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--sizes", default="1M,64M")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"of {', '.join(VARIANTS)}")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--large-warmup", type=int, default=3, help="--warmup for sizes >= 64M")
@@ -94,6 +121,10 @@ def main() -> int:
     args = parser.parse_args()
     ops = args.ops.split(",")
     sizes = args.sizes.split(",")
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
 
     cores = usable_cores()
     one = measure_copy_bandwidth(threads=1, repeats=10)
@@ -130,17 +161,17 @@ def main() -> int:
                 big = parse_size(size) >= LARGE_BYTES
                 warmup = args.large_warmup if big else args.warmup
                 iters = args.large_iters if big else args.iters
-                order = MALLOCS if r % 2 == 0 else tuple(reversed(MALLOCS))
-                for malloc in order:
+                order = variants if r % 2 == 0 else variants[::-1]
+                for variant in order:
                     try:
-                        res = shardcli_run(op, size, malloc, warmup, iters)
+                        res = shardcli_run(op, size, variant, warmup, iters)
                     except RuntimeError as error:
-                        print(f"round {r + 1} {op} {size} {malloc}: FAILED: {error}", flush=True)
+                        print(f"round {r + 1} {op} {size} {variant}: FAILED: {error}", flush=True)
                         failed = True
                         continue
-                    results.setdefault((op, size, malloc), []).append(res)
+                    results.setdefault((op, size, variant), []).append(res)
                     print(
-                        f"round {r + 1} {op:12s} {size:>4s} --malloc {malloc:6s} "
+                        f"round {r + 1} {op:12s} {size:>4s} {variant:8s} "
                         f"p50 {res['p50_s'] * 1e3:9.2f} ms  busbw {res['busbw_gbps']:.3f} GB/s  "
                         f"shardcli's roofline {res['reported_fraction']:.0%} "
                         f"of {res['reported_copy_gbps']:.1f} GB/s",
@@ -148,11 +179,15 @@ def main() -> int:
                     )
 
     print()
+    first, last = variants[0], variants[-1]
     print(
-        "| op | size per device | placement | busbw before (GB/s) | busbw after (GB/s) | roofline % before "
-        "| roofline % after | after / before | shardcli's roofline % (after) |"
+        "| op | size per device | "
+        + " | ".join(f"busbw {v} (GB/s)" for v in variants)
+        + " | "
+        + " | ".join(f"roofline % {v}" for v in variants)
+        + f" | {last} / {first} | shardcli's roofline % ({last}) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * (4 + 2 * len(variants)) + "|")
     for op in ops:
         for size in sizes:
             nbytes = parse_size(size)
@@ -160,24 +195,19 @@ def main() -> int:
             assert need is not None
             t_roof = need.total / copy.bytes_per_s
             row = {}
-            for malloc in MALLOCS:
-                runs = results.get((op, size, malloc))
+            for variant in variants:
+                runs = results.get((op, size, variant))
                 if runs:
-                    row[malloc] = (
+                    row[variant] = (
                         statistics.median(x["busbw_gbps"] for x in runs),
                         statistics.median(x["p50_s"] for x in runs),
                         statistics.median(x["reported_fraction"] for x in runs),
                     )
-            if len(row) < 2:
-                print(f"| {op} | {size} | out | (missing runs) |")
-                continue
-            (bb, pb, _), (ba, pa, fa) = row["system"], row["reuse"]
-            print(
-                f"| {op} | {size} | out, blocking | {bb:.3f} | {ba:.3f} | {t_roof / pb:.0%} | "
-                f"{t_roof / pa:.0%} | {pb / pa:.2f}x | {fa:.0%} |"
-            )
+            print(f"| {op} | {size} | {table_cells(row, variants, t_roof)} |")
     print(
-        f"\nbefore = --malloc system, after = --malloc reuse (default); median over {args.rounds} round(s); "
+        "\n"
+        + "; ".join(f"{v} = --out-buffer {VARIANTS[v][0]} --malloc {VARIANTS[v][1]}" for v in variants)
+        + f"\nout of place, each call blocked until ready; median over {args.rounds} round(s); "
         f"roofline % = (min bytes / {copy.gbps:.1f} GB/s) / p50; total {time.perf_counter() - t0:.0f} s"
     )
     return 1 if failed else 0

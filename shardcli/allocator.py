@@ -60,13 +60,14 @@ def _glibc() -> Any:
     return libc
 
 
-def tune_for_reuse(requested: str, *, backend_started: bool) -> AllocatorState:
+def tune_for_reuse(requested: str, *, backend_started: bool, why: str | None = None) -> AllocatorState:
     """Apply `--malloc reuse` once per process, or say why not.
 
     Args:
         requested: "reuse" or "system".
         backend_started: JAX's backend (and its threads, each with its own malloc arena) already
             runs in this process; tuning now would only half apply, so it is left alone.
+        why: what chose `requested` when it was not `--malloc` itself (shown in the note).
     """
     global _state
     if _state is not None:  # tuned by an earlier run in this process; mallopt cannot be undone
@@ -74,7 +75,7 @@ def tune_for_reuse(requested: str, *, backend_started: bool) -> AllocatorState:
             return _state
         return AllocatorState("reuse", True, f"{_state.note}; set earlier in this process, kept")
     if requested == "system":
-        return AllocatorState("system", False, "system malloc (--malloc system)")
+        return AllocatorState("system", False, f"system malloc ({why or '--malloc system'})")
     if backend_started:
         return AllocatorState(
             "system",

@@ -227,7 +227,11 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
         ShardcliError: too few devices, or an accelerator that is not there.
     """
     # Before JAX starts its threads: each would get its own malloc arena (see shardcli.allocator).
-    allocator = tune_for_reuse(options.malloc, backend_started="jax" in sys.modules and _backends_started())
+    allocator = tune_for_reuse(
+        options.malloc,
+        backend_started="jax" in sys.modules and _backends_started(),
+        why=options.malloc_why,
+    )
     import jax
 
     from shardcli.core.cache import enable_compile_cache

@@ -149,6 +149,7 @@ class RunOptions:
     # CPU host allocator: "reuse" keeps freed buffers in glibc malloc (shardcli.allocator);
     # "system" leaves malloc alone. Commands that time large buffers (collective) turn reuse on.
     malloc: str = "system"
+    malloc_why: str | None = None  # what chose `malloc` when not --malloc itself, for the header
 
     @property
     def shows_progress(self) -> bool:

@@ -158,6 +158,88 @@ def test_in_place_donates_and_aliases():
     assert gather.runs[0].placements[1].not_run is not None
 
 
+@pytest.mark.parametrize(
+    "name,dtype",
+    [("psum", "float32"), ("all_gather", "int32"), ("all_to_all", "bfloat16"), ("ppermute", "bool")],
+)
+def test_out_buffers_preallocated_and_fresh(name, dtype):
+    init = "arange" if dtype != "bool" else "random"
+    pre = run_collective(request(name, "4", dtype=dtype, init=init, sizes=(4096,), iters=3))
+    fresh = run_collective(
+        request(name, "4", dtype=dtype, init=init, sizes=(4096,), iters=3, out_buffer="fresh")
+    )
+    (p,), (f,) = pre.runs[0].placements, fresh.runs[0].placements
+    assert (p.out_buffer, p.aliased, p.wrong) == ("preallocated", True, 0)
+    assert (f.out_buffer, f.aliased, f.wrong) == ("fresh", None, 0)
+    assert len(p.timing.samples) == len(f.timing.samples) == 3
+
+
+def test_a_program_that_leaves_the_out_buffer_alone_is_caught(monkeypatch):
+    # The verifying call writes into a poisoned buffer: a program that does not write its result
+    # there leaves the poison, and every element counts as wrong.
+    import jax
+
+    from shardcli.core import collective as core
+
+    real = core._shard_map_program
+
+    def lazy(collective, session, request, in_entries, out_entries, n, donate):
+        if donate != "output":
+            return real(collective, session, request, in_entries, out_entries, n, donate)
+        return jax.jit(lambda x, out: out, donate_argnums=(1,), keep_unused=True)
+
+    monkeypatch.setattr(core, "_shard_map_program", lazy)
+    for dtype in ("float32", "int32"):
+        result = run_collective(request("psum", "4", dtype=dtype, sizes=(64,)))
+        assert result.wrong == 4 * 16, dtype  # 16 elements on each of 4 devices
+
+
+class _Result:
+    def __init__(self, value):
+        self.value = value
+
+    def block_until_ready(self):
+        return self
+
+
+@pytest.mark.parametrize(
+    "kw,calls",
+    [
+        (dict(), [(0,), (0,), (0,), (0,)]),  # fresh output: step(x)
+        (dict(chain=True), [(0,), (1,), (2,), (3,)]),  # in place: each result is the next input
+        (dict(out=100), [(0, 100), (0, 101), (0, 102), (0, 103)]),  # each result the next out buffer
+    ],
+)
+def test_time_iterations_feeds_inputs_and_out_buffers(kw, calls):
+    from shardcli.core.timing import time_iterations
+
+    seen = []
+
+    def step(*args):
+        seen.append(tuple(a.value if isinstance(a, _Result) else a for a in args))
+        return _Result(args[-1].value + 1 if isinstance(args[-1], _Result) else args[-1] + 1)
+
+    samples, last = time_iterations(step, 0, warmup=1, iters=3, **kw)
+    assert seen == calls and len(samples) == 3 and last.value == calls[-1][-1] + 1
+    with pytest.raises(ValueError, match="not both"):
+        time_iterations(step, 0, warmup=0, iters=1, chain=True, out=1)
+
+
+@pytest.mark.parametrize(
+    "malloc,out_buffer,chosen",
+    [
+        (None, "preallocated", ("reuse", None)),
+        (None, "fresh", ("system", "the default with --out-buffer fresh")),
+        ("reuse", "fresh", ("reuse", None)),
+        ("system", "preallocated", ("system", None)),
+    ],
+)
+def test_default_malloc_follows_the_out_buffer(malloc, out_buffer, chosen):
+    from shardcli.commands.collective import default_malloc
+
+    assert default_malloc(malloc, out_buffer) == chosen
+
+
 def test_bandwidth_follows_nccl_tests_conventions():
     result = run_collective(request("all_gather", "8", sizes=(65536,), iters=3))
     run = result.runs[0]
@@ -286,6 +368,16 @@ def invoke(*args: str):
         pytest.param(["psum", "--format", "xml"], "choose one of table, json, csv", id="format"),
         pytest.param(["psum", "--mesh", "16"], "the mesh needs 16 devices", id="too-many-devices"),
         pytest.param(["psum", "--dtype", "bool"], "needs a numeric --dtype", id="bool"),
+        pytest.param(
+            ["psum", "--out-buffer", "reused"],
+            "--out-buffer 'reused' is not valid; choose one of preallocated, fresh",
+            id="out-buffer",
+        ),
+        pytest.param(
+            ["psum", "--out-buffer", "fresh", "--placement", "in"],
+            "--out-buffer is for out-of-place runs",
+            id="out-buffer-in-place",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, message):
@@ -334,6 +426,7 @@ def test_json_contract():
         "dtype",
         "init",
         "placement",
+        "out_buffer",
         "warmup",
         "iters",
         "group_size",
@@ -373,10 +466,14 @@ def test_json_contract():
         "wrong",
         "wrong_devices",
         "max_abs_err",
+        "out_buffer",
         "aliased",
         "hlo_collectives",
         "roofline_fraction",
     }
+    assert doc["config"]["out_buffer"] == "preallocated"
+    assert (out["out_buffer"], out["aliased"]) == ("preallocated", True)
+    assert inplace["out_buffer"] is None
     assert set(out["timing"]) == {
         "compile_s",
         "warmup",
@@ -415,8 +512,10 @@ def test_sweep_table_csv_and_health_check():
     assert csv_out.exit_code == 0
     lines = csv_out.stdout.strip().splitlines()
     assert lines[0] == (
-        "collective,size_bytes,count,dtype,placement,time_p50_us,algbw_gbps,busbw_gbps,wrong,roofline_fraction"
+        "collective,size_bytes,count,dtype,placement,time_p50_us,algbw_gbps,busbw_gbps,wrong,roofline_fraction,"
+        "out_buffer"
     )
+    assert [line.split(",")[-1] for line in lines[1:]] == ["preallocated", "", "preallocated", ""]
     assert [line.split(",")[:5] for line in lines[1:]] == [
         ["psum", "1024", "256", "float32", "out"],
         ["psum", "1024", "256", "float32", "in"],

@@ -440,6 +440,22 @@ NOT_COMPARABLE = [
         "{base} ran psum with axes=x but {new} with axes=x, root=1; compare needs the same collective flags",
     ),
     bad(
+        "out-buffer-differs",
+        "psum",
+        None,
+        setitem("config", "out_buffer", value="fresh"),
+        "{base} timed out-of-place results into preallocated buffers but {new} into fresh ones; "
+        "compare needs the same --out-buffer",
+    ),
+    bad(
+        "out-buffer-missing-means-fresh",
+        "psum",
+        delitem("config", "out_buffer"),
+        None,
+        "{base} timed out-of-place results into fresh buffers but {new} into preallocated ones; "
+        "compare needs the same --out-buffer",
+    ),
+    bad(
         "size-missing-in-new",
         "psum",
         None,

@@ -47,6 +47,9 @@ from shardcli.specs import (
 )
 
 PLACEMENTS = ("out", "in", "both")
+# Out of place, where each call's result goes: one preallocated buffer donated to every call and
+# reused (nccl-tests' recvbuff), or a fresh allocation per call (what a plain jit loop times).
+OUT_BUFFERS = ("preallocated", "fresh")
 # Sizes at or above this are bandwidth-bound; the sweep's average busbw uses them.
 AVERAGE_FROM_BYTES = 1024 * 1024
 DEFAULT_LOCAL_ELEMENTS = 4
@@ -66,6 +69,7 @@ class CollectiveRequest:
     values: tuple[float, ...] | None = None
     sharding: ShardingSpec | None = None  # default: the collective's axes on dim 0
     placement: str = "out"
+    out_buffer: str = "preallocated"  # out of place: OUT_BUFFERS
     warmup: int = 5
     iters: int = 20
     show_values: bool | None = None
@@ -114,9 +118,12 @@ class PlacementRun:
     wrong: int
     wrong_devices: tuple[int, ...]
     max_abs_err: float
-    aliased: bool | None  # in place: did XLA write the result into the donated buffer
+    # Did XLA write the result into the donated buffer: the input (in place) or the preallocated
+    # output (out of place); None for fresh outputs.
+    aliased: bool | None
     hlo: tuple[HloCollective, ...]
     not_run: str | None = None  # why this placement does not apply
+    out_buffer: str | None = None  # out of place: OUT_BUFFERS; in place: None
     roofline_fraction: float | None = None  # of the run's Roofline; None where it has none
 
 
@@ -241,6 +248,10 @@ def validate_request(request: CollectiveRequest) -> tuple[Collective, list[tuple
     if request.placement not in PLACEMENTS:
         raise ShardcliError(
             f"--placement {request.placement!r} is not valid; choose one of {', '.join(PLACEMENTS)}"
+        )
+    if request.out_buffer not in OUT_BUFFERS:
+        raise ShardcliError(
+            f"--out-buffer {request.out_buffer!r} is not valid; choose one of {', '.join(OUT_BUFFERS)}"
         )
     if request.iters < 1:
         raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
@@ -376,8 +387,15 @@ def _shard_map_program(
     in_entries: Entries,
     out_entries: Entries,
     n: int,
-    donate: bool,
+    donate: str | None,
 ) -> Any:
+    """jit(shard_map(collective)).
+
+    Args:
+        donate: "input": the input is donated (in place). "output": the program also takes an
+            output buffer of the result's shape and sharding, unused but donated, so XLA writes
+            the result into it. None: nothing donated; every call allocates its output.
+    """
     import jax
 
     params = request.params
@@ -388,7 +406,28 @@ def _shard_map_program(
     mapped = jax.shard_map(
         body, mesh=session.mesh, in_specs=partition_spec(in_entries), out_specs=partition_spec(out_entries)
     )
-    return jax.jit(mapped, donate_argnums=(0,) if donate else ())
+    if donate == "output":
+        # keep_unused: jit would otherwise drop the unused buffer, and with it the donation.
+        return jax.jit(lambda x, out: mapped(x), donate_argnums=(1,), keep_unused=True)
+    return jax.jit(mapped, donate_argnums=(0,) if donate == "input" else ())
+
+
+def _poisoned(shape: tuple[int, ...], dtype: np.dtype, sharding: Any) -> Any:
+    """An output buffer filled with a value a result rarely holds: NaN, ints their max, bools True.
+
+    An element the program did not write keeps it, and the check against NumPy then counts it
+    wrong (unless the expected value happens to be that very value).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    if jnp.issubdtype(dtype, jnp.inexact):  # NumPy's own check misses bfloat16
+        fill: Any = np.nan
+    elif dtype == np.bool_:
+        fill = True
+    else:
+        fill = np.iinfo(dtype).max
+    return jax.jit(lambda: jnp.full(shape, fill, dtype), out_shardings=sharding)()
 
 
 def _check_outputs(
@@ -483,15 +522,31 @@ def run_size(
                 )
             )
             continue
+        preallocated = not donate and request.out_buffer == "preallocated"
         program = _shard_map_program(
-            collective, session, request, in_entries, in_entries if donate else out_entries, n, donate
+            collective,
+            session,
+            request,
+            in_entries,
+            in_entries if donate else out_entries,
+            n,
+            "input" if donate else "output" if preallocated else None,
         )
         x = place_array(host, in_sharding)
         if donate:
             # On CPU the placed blocks may borrow NumPy's memory, which XLA cannot write into;
             # donate a buffer the runtime owns, as an in-place user would.
             x = jax.device_put(x, in_sharding, may_alias=False)
-        compiled, compile_s, cached = compile_timed(program, x)
+        if preallocated:
+            out_sharding = NamedSharding(session.mesh, partition_spec(out_entries))
+            # The result's dtype is not always the input's (axis_index gives int32). The program
+            # never reads its out argument, so x stands in for it here.
+            out_dtype = jax.eval_shape(program, x, x).dtype
+            compiled, compile_s, cached = compile_timed(
+                program, x, _poisoned(out_global, out_dtype, out_sharding)
+            )
+        else:
+            compiled, compile_s, cached = compile_timed(program, x)
         hlo = find_collectives(compiled.as_text())
         if donate:
             # Verify the first in-place result, then keep feeding outputs back in.
@@ -501,9 +556,24 @@ def run_size(
             aliased = before is not None and before == after
             wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
             samples, _ = time_iterations(compiled, y, warmup=request.warmup, iters=request.iters, chain=True)
+        elif preallocated:
+            out = _poisoned(out_global, out_dtype, out_sharding)
+            samples, y = time_iterations(compiled, x, warmup=request.warmup, iters=request.iters, out=out)
+            # The timed calls all wrote into one buffer, so it would hold the first call's result
+            # even if later calls wrote nothing. Verify one more call of the same executable into
+            # a freshly poisoned buffer (NaN, or the dtype's largest value).
+            out = y = None
+            out = _poisoned(out_global, out_dtype, out_sharding)
+            before = _buffer_pointer(out)
+            y = compiled(x, out)
+            out = None
+            aliased = before is not None and before == _buffer_pointer(y)
+            wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
+            if show_values and y.is_fully_addressable:
+                global_output = np.asarray(jax.device_get(y))
         else:
             aliased = None
-            samples, y = time_iterations(compiled, x, warmup=request.warmup, iters=request.iters, chain=False)
+            samples, y = time_iterations(compiled, x, warmup=request.warmup, iters=request.iters)
             # Verify what the timed program returned.
             wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
             if show_values and y.is_fully_addressable:
@@ -534,6 +604,7 @@ def run_size(
                 max_abs_err=max_err,
                 aliased=aliased,
                 hlo=hlo,
+                out_buffer=None if donate else request.out_buffer,
                 roofline_fraction=_roofline_fraction(roofline, roofline_s, stats.p50, busbw),
             )
         )

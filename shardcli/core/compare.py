@@ -344,7 +344,24 @@ def _check_collectives(base: Doc, new: Doc, files: tuple[str, str]) -> str:
             f"{files[0]} ran {b_name} with {_params_text(b_params)} but {files[1]} with "
             f"{_params_text(n_params)}; compare needs the same collective flags"
         )
+    b_buffer, n_buffer = (_out_buffer(d, f) for d, f in zip((base, new), files, strict=True))
+    if b_buffer != n_buffer:
+        raise ShardcliError(
+            f"{files[0]} timed out-of-place results into {b_buffer} buffers but {files[1]} into "
+            f"{n_buffer} ones; compare needs the same --out-buffer"
+        )
     return f"{b_name} over {'+'.join(map(str, b_params.get('axes', [])))}"
+
+
+def _out_buffer(doc: Doc, file: str) -> str | None:
+    """config.out_buffer; documents from before --out-buffer existed timed fresh outputs."""
+    config = _field(doc, "config", dict, "", file)
+    if "out_buffer" not in config:
+        return None if config.get("placement") == "in" else "fresh"
+    value = config["out_buffer"]
+    if value is not None and not isinstance(value, str):
+        raise ShardcliError(f"{file} has 'config.out_buffer' that is not a string")
+    return value
 
 
 def _matmul_cases(doc: Doc, file: str) -> list[str]:

@@ -66,7 +66,13 @@ def compile_timed(jitted: Any, *args: Any) -> tuple[Any, float, bool | None]:
 
 
 def time_iterations(
-    step: Callable[[Any], Any], x: Any, *, warmup: int, iters: int, chain: bool
+    step: Callable[..., Any],
+    x: Any,
+    *,
+    warmup: int,
+    iters: int,
+    chain: bool = False,
+    out: Any = None,
 ) -> tuple[tuple[float, ...], Any]:
     """Run `step` warmup + iters times, blocking on each result; time the last `iters`.
 
@@ -74,26 +80,30 @@ def time_iterations(
         step: the compiled program.
         x: its input.
         chain: feed each output back as the next input (in-place runs, whose input is donated).
+        out: an output buffer. Each call is `step(x, out)` with `out` donated to it, and the
+            result becomes the next call's `out`: out of place into one preallocated buffer,
+            like nccl-tests' recvbuff. None: `step(x)` allocates a fresh output every call.
 
     Returns:
         The per-iteration seconds and the last output.
     """
+    if chain and out is not None:
+        raise ValueError("chain feeds outputs back as inputs, out as output buffers; not both")
+    samples: list[float] = []
     y = None
-    for _ in range(warmup):
-        y = step(x)
-        y.block_until_ready()
-        if chain:
-            x = y
-    samples = []
-    for _ in range(iters):
-        if not chain:
+    for i in range(warmup + iters):
+        if not chain and out is None:
             # Free the previous result first: holding it makes every call fault in fresh pages
             # (measured: all_gather 1 MiB x 8 took 13-14 ms instead of 6-7 ms).
             y = None
         start = time.perf_counter()
-        y = step(x)
+        y = step(x) if out is None else step(x, out)
         y.block_until_ready()
-        samples.append(time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        if i >= warmup:
+            samples.append(seconds)
         if chain:
             x = y
+        elif out is not None:
+            out = y
     return tuple(samples), y

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shardcli.core.collective import CollectiveResult, PlacementRun, Roofline, SizeRun
+from shardcli.core.collective import CollectiveRequest, CollectiveResult, PlacementRun, Roofline, SizeRun
 from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
 from shardcli.render.console import emit, make_console, prints_here
@@ -61,6 +61,7 @@ def _placement_json(run: PlacementRun) -> dict[str, Any]:
         "wrong": run.wrong,
         "wrong_devices": list(run.wrong_devices),
         "max_abs_err": run.max_abs_err,
+        "out_buffer": run.out_buffer,
         "aliased": run.aliased,
         "hlo_collectives": [{"op": h.op, "count": h.count, "result_bytes": h.result_bytes} for h in run.hlo],
         "roofline_fraction": run.roofline_fraction,
@@ -134,6 +135,7 @@ def collective_json(result: CollectiveResult) -> dict[str, Any]:
                 "dtype": req.dtype.name,
                 "init": req.init if req.values is None else "values",
                 "placement": req.placement,
+                "out_buffer": None if req.placement == "in" else req.out_buffer,
                 "warmup": req.warmup,
                 "iters": req.iters,
                 "group_size": result.group_size,
@@ -204,6 +206,7 @@ CSV_COLUMNS = (
     "busbw_gbps",
     "wrong",
     "roofline_fraction",
+    "out_buffer",  # out of place: preallocated or fresh; empty in place
 )
 
 
@@ -231,6 +234,7 @@ def _csv_rows(writer: Any, result: CollectiveResult) -> None:
                     "" if p.busbw is None else f"{p.busbw:.4f}",
                     p.wrong,
                     "" if p.roofline_fraction is None else f"{p.roofline_fraction:.4f}",
+                    p.out_buffer or "",
                 ]
             )
 
@@ -274,6 +278,27 @@ def sweep_table(result: CollectiveResult) -> Table:
     return table
 
 
+def placement_label(p: PlacementRun) -> str:
+    """`out (prealloc)`, `out (fresh)`, `in (aliased)`; `(not aliased)` where XLA did not reuse
+    the donated buffer, so that call allocated its result after all."""
+    if p.aliased is False:
+        return f"{p.placement} (not aliased)"
+    if p.placement == "in":
+        return "in (aliased)" if p.aliased else "in"
+    return {"preallocated": "out (prealloc)", "fresh": "out (fresh)"}.get(p.out_buffer or "", "out")
+
+
+def buffers_text(req: CollectiveRequest) -> str:
+    """The header's line on where results are written."""
+    out = {
+        "preallocated": "out of place into one preallocated output buffer, donated to every call and "
+        "reused (nccl-tests' recvbuff); checked by one more call into a poisoned buffer",
+        "fresh": "out of place into a fresh output every call (its allocation is timed)",
+    }[req.out_buffer]
+    inside = "in place: the input is donated and each result fed back as the next input"
+    return {"out": out, "in": inside, "both": f"{out}; {inside}"}[req.placement]
+
+
 def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
     """One row per placement; every time is per iteration, each iteration blocked until ready."""
     table = Table(
@@ -303,9 +328,7 @@ def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
             table.add_row(p.placement, *["n/a"] * 9, "-")
             continue
         s = p.timing.stats
-        label = p.placement
-        if p.aliased is not None:
-            label += " (aliased)" if p.aliased else " (not aliased)"
+        label = placement_label(p)
         table.add_row(
             label,
             human.compile_text(p.timing),
@@ -436,6 +459,7 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
                     + f", spec {human.spec_text(first.in_entries)}",
                     "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed "
                     "iterations, each blocked until ready" + human.timing_across(result.session),
+                    "buffers": buffers_text(req),
                     "verify": first.tolerance,
                     "roofline": _roofline_header(result),
                     **(
