@@ -5,9 +5,9 @@ process, gloo on loopback on both sides:
 
 - shardcli: `shardcli launch -n 2 -- collective psum --mesh 2 --sizes 1M,64M --format json`; its busbw
   is the one it reports (p50 of the per-iteration max over the two processes).
-- hand: the same psum as a minimal jit(shard_map) loop in two processes joined by
-  `jax.distributed.initialize` (this script's `--hand-run`), timed the same way: it tells shardcli's
-  own overhead apart from the speed of JAX's gloo path.
+- hand: the same psum as a plain jit(shard_map) loop (a fresh output every call, malloc as it is)
+  in two processes joined by `jax.distributed.initialize` (this script's `--hand-run`), timed the
+  same way: it tells what shardcli adds or saves apart from the speed of JAX's gloo path.
 - torch: `bench/torch_allreduce.py` in its own environment (torch is never a shardcli dependency):
   `dist.all_reduce` with the gloo backend, per-iteration max over the two ranks, p50.
 

@@ -17,6 +17,13 @@ Levers:
 - reuse+async: reuse, all calls dispatched, one block at the end (time per call = total / calls)
 - reuse+1thread: reuse, XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1
 - reuse+nogc: reuse, Python's garbage collector off while timing
+- prealloc: out of place into one preallocated output buffer, donated to every call and replaced
+  by its result (`shardcli collective --out-buffer preallocated`, the default)
+- prealloc+reuse: shardcli's defaults
+- prealloc+reuse+nt: and GLIBC_TUNABLES=glibc.cpu.x86_non_temporal_threshold=0x100000, so memcpy
+  streams copies of 1 MiB and more past the cache (glibc's default threshold here is 41 MiB, and
+  XLA's all-reduce copies 8 MiB chunks); needs the variable at process start
+- prealloc+reuse+thp
 
 Usage: python bench/psum_levers.py [--rounds 2] [--size 64M] [--levers baseline,reuse,...]
 """
@@ -50,6 +57,18 @@ LEVERS = {
         "env": {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"},
     },
     "reuse+nogc": {"reuse": True, "nogc": True},
+    "prealloc": {"prealloc": True},
+    "prealloc+reuse": {"prealloc": True, "reuse": True},
+    "prealloc+reuse+nt": {
+        "prealloc": True,
+        "reuse": True,
+        "env": {"GLIBC_TUNABLES": "glibc.cpu.x86_non_temporal_threshold=0x100000"},
+    },
+    "prealloc+reuse+thp": {
+        "prealloc": True,
+        "reuse": True,
+        "env": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    },
 }
 
 
@@ -79,21 +98,32 @@ def child(lever: str, nbytes: int, warmup: int, iters: int) -> dict:
     host = (np.arange(N * count, dtype=np.int64) % 3).astype(np.float32)  # sums stay exact
     x = jax.device_put(host, sharding, may_alias=False)
     donate = cfg.get("donate", False)
-    step = jax.jit(
-        jax.shard_map(
-            lambda a: lax.psum(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P("x") if donate else P()
-        ),
-        donate_argnums=(0,) if donate else (),
+    prealloc = cfg.get("prealloc", False)
+    mapped = jax.shard_map(
+        lambda a: lax.psum(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P("x") if donate else P()
     )
-    compiled = step.lower(x).compile()
+    out = None
+    if prealloc:
+        out = jax.jit(
+            lambda: jax.numpy.full((count,), np.nan, np.float32), out_shardings=NamedSharding(mesh, P())
+        )()
+        compiled = (
+            jax.jit(lambda a, o: mapped(a), donate_argnums=(1,), keep_unused=True).lower(x, out).compile()
+        )
+        call = lambda: compiled(x, out)  # noqa: E731
+    else:
+        compiled = jax.jit(mapped, donate_argnums=(0,) if donate else ()).lower(x).compile()
+        call = lambda: compiled(x)  # noqa: E731
     y = None
     for _ in range(warmup):
-        if not donate:
+        if not donate and not prealloc:
             y = None
-        y = compiled(x)
+        y = call()
         y.block_until_ready()
         if donate:
             x = y
+        if prealloc:
+            out = y
     if cfg.get("nogc"):
         gc.disable()
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -101,19 +131,23 @@ def child(lever: str, nbytes: int, warmup: int, iters: int) -> dict:
     if cfg.get("async"):
         start = time.perf_counter()
         for _ in range(iters):
-            y = compiled(x)
+            y = call()
+            if prealloc:
+                out = y
         y.block_until_ready()
         samples = [(time.perf_counter() - start) / iters]
     else:
         for _ in range(iters):
-            if not donate:
+            if not donate and not prealloc:
                 y = None
             start = time.perf_counter()
-            y = compiled(x)
+            y = call()
             y.block_until_ready()
             samples.append(time.perf_counter() - start)
             if donate:
                 x = y
+            if prealloc:
+                out = y
     after = resource.getrusage(resource.RUSAGE_SELF)
     gc.enable()
     # Verify after timing: one block of the last result against NumPy.

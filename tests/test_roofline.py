@@ -55,7 +55,15 @@ def test_copy_bandwidth_is_measured_with_the_threads_asked():
     copy = measure_copy_bandwidth(nbytes=1 << 20, threads=2, repeats=2)
     assert copy.threads == 2 and copy.repeats == 2 and copy.nbytes == 1 << 20
     assert copy.bytes_per_s > 0
-    assert "GB/s" in copy.describe() and "2 threads" in copy.describe()
+    assert "GB/s" in copy.describe() and "2 threads" in copy.describe() and "1 MiB each" in copy.describe()
+
+
+def test_many_threads_copy_less_each(monkeypatch):
+    from shardcli import roofline
+
+    monkeypatch.setattr(roofline, "COPY_TOTAL_MAX", 4 << 20)
+    copy = roofline.measure_copy_bandwidth(nbytes=8 << 20, threads=4, repeats=1)
+    assert copy.nbytes == 1 << 20  # 4 threads x 1 MiB = the 4 MiB cap, not 4 x 8 MiB
 
 
 @pytest.mark.parametrize(
@@ -181,3 +189,17 @@ def test_reuse_applies_in_a_fresh_process(shardcli_subprocess):
     allocator = json.loads(proc.stdout)["config"]["allocator"]
     assert allocator["mode"] == "reuse" and allocator["applied"] is True
     assert "M_MMAP_MAX=0" in allocator["note"]
+
+
+def test_fresh_outputs_default_to_system_malloc_in_a_fresh_process(shardcli_subprocess):
+    proc = shardcli_subprocess(
+        "collective", "psum", "--mesh", "2", "--iters", "2", "--format", "json", "--out-buffer", "fresh"
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["config"]["allocator"] == {
+        "mode": "system",
+        "applied": False,
+        "note": "system malloc (the default with --out-buffer fresh)",
+    }
+    assert doc["sizes"][0]["placements"][0]["out_buffer"] == "fresh"

@@ -279,13 +279,13 @@ def sweep_table(result: CollectiveResult) -> Table:
 
 
 def placement_label(p: PlacementRun) -> str:
-    """`out (prealloc)`, `out (fresh)`, `in (aliased)`; `(not aliased)` where XLA did not reuse
-    the donated buffer, so that call allocated its result after all."""
+    """`out` (into the preallocated buffer, as the header says), `out (fresh)`, `in (aliased)`;
+    `(not aliased)` where XLA did not write into the donated buffer and allocated after all."""
     if p.aliased is False:
         return f"{p.placement} (not aliased)"
     if p.placement == "in":
         return "in (aliased)" if p.aliased else "in"
-    return {"preallocated": "out (prealloc)", "fresh": "out (fresh)"}.get(p.out_buffer or "", "out")
+    return "out (fresh)" if p.out_buffer == "fresh" else "out"
 
 
 def buffers_text(req: CollectiveRequest) -> str:
