@@ -412,8 +412,9 @@ def _shard_map_program(
     return jax.jit(mapped, donate_argnums=(0,) if donate == "input" else ())
 
 
-def _poisoned(shape: tuple[int, ...], dtype: np.dtype, sharding: Any) -> Any:
-    """An output buffer filled with a value a result rarely holds: NaN, ints their max, bools True.
+def _poison_filler(out_type: Any) -> Callable[[], Any]:
+    """A function that makes an output buffer of `out_type` (shape, dtype, sharding) filled with
+    a value a result rarely holds: NaN, ints their largest value, bools True.
 
     An element the program did not write keeps it, and the check against NumPy then counts it
     wrong (unless the expected value happens to be that very value).
@@ -421,13 +422,14 @@ def _poisoned(shape: tuple[int, ...], dtype: np.dtype, sharding: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
+    dtype = out_type.dtype
     if jnp.issubdtype(dtype, jnp.inexact):  # NumPy's own check misses bfloat16
         fill: Any = np.nan
     elif dtype == np.bool_:
         fill = True
     else:
         fill = np.iinfo(dtype).max
-    return jax.jit(lambda: jnp.full(shape, fill, dtype), out_shardings=sharding)()
+    return jax.jit(lambda: jnp.full(out_type.shape, fill, dtype), out_shardings=out_type.sharding)
 
 
 def _check_outputs(
@@ -541,10 +543,11 @@ def run_size(
             out_sharding = NamedSharding(session.mesh, partition_spec(out_entries))
             # The result's dtype is not always the input's (axis_index gives int32). The program
             # never reads its out argument, so x stands in for it here.
-            out_dtype = jax.eval_shape(program, x, x).dtype
-            compiled, compile_s, cached = compile_timed(
-                program, x, _poisoned(out_global, out_dtype, out_sharding)
+            out_type = jax.ShapeDtypeStruct(
+                out_global, jax.eval_shape(program, x, x).dtype, sharding=out_sharding
             )
+            poisoned = _poison_filler(out_type)
+            compiled, compile_s, cached = compile_timed(program, x, out_type)
         else:
             compiled, compile_s, cached = compile_timed(program, x)
         hlo = find_collectives(compiled.as_text())
@@ -557,13 +560,13 @@ def run_size(
             wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
             samples, _ = time_iterations(compiled, y, warmup=request.warmup, iters=request.iters, chain=True)
         elif preallocated:
-            out = _poisoned(out_global, out_dtype, out_sharding)
+            out = poisoned()
             samples, y = time_iterations(compiled, x, warmup=request.warmup, iters=request.iters, out=out)
             # The timed calls all wrote into one buffer, so it would hold the first call's result
             # even if later calls wrote nothing. Verify one more call of the same executable into
             # a freshly poisoned buffer (NaN, or the dtype's largest value).
             out = y = None
-            out = _poisoned(out_global, out_dtype, out_sharding)
+            out = poisoned()
             before = _buffer_pointer(out)
             y = compiled(x, out)
             out = None
