@@ -23,6 +23,7 @@ starts. So the ratio compares the instrument, not two ways of running the op.
 Usage: python bench/collective_overhead.py [--rounds 5] [--warmup 5] [--iters 20]
                                           [--large-rounds 3] [--large-warmup 2] [--large-iters 5]
                                           [--out-buffer preallocated|fresh]
+                                          [--ops psum,all_gather] [--sizes 1M,64M]
                                           [--malloc reuse|system] [--strict]
 
 On CPU a 64 MB-per-device call takes 0.1-4 s (with fresh outputs mostly the kernel faulting in
@@ -170,6 +171,8 @@ def main() -> int:
         "--out-buffer", default="preallocated", choices=("preallocated", "fresh"), help="where results go"
     )
     parser.add_argument("--malloc", choices=("reuse", "system"), help="host allocator [default: shardcli's]")
+    parser.add_argument("--ops", default=",".join(OPS), help=f"some of {','.join(OPS)}")
+    parser.add_argument("--sizes", default=",".join(SIZES), help=f"some of {','.join(SIZES)}")
     parser.add_argument("--strict", action="store_true", help="exit 1 on any FAIL")
     parser.add_argument(
         "--hand-run",
@@ -203,8 +206,12 @@ def main() -> int:
     rows = []
     failed = False
     t0 = time.perf_counter()
-    for op in OPS:
-        for size, nbytes in SIZES.items():
+    ops, sizes = args.ops.split(","), args.sizes.split(",")
+    if not set(ops) <= set(OPS) or not set(sizes) <= set(SIZES):
+        parser.error(f"--ops takes {','.join(OPS)} and --sizes {','.join(SIZES)}")
+    for op in ops:
+        for size in sizes:
+            nbytes = SIZES[size]
             cli, hand = [], []
             big = nbytes >= LARGE_BYTES
             warmup = args.large_warmup if big else args.warmup
