@@ -571,13 +571,12 @@ def run_size(
             y = compiled(x, out)
             out = None
             aliased = before is not None and before == _buffer_pointer(y)
-            wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
-            if show_values and y.is_fully_addressable:
-                global_output = np.asarray(jax.device_get(y))
         else:
             aliased = None
             samples, y = time_iterations(compiled, x, warmup=request.warmup, iters=request.iters)
-            # Verify what the timed program returned.
+        if not donate:
+            # Verify what the program returned: the last timed call's result, or with the
+            # preallocated buffer the extra call's.
             wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
             if show_values and y.is_fully_addressable:
                 global_output = np.asarray(jax.device_get(y))
