@@ -560,16 +560,16 @@ def run_size(
             wrong, wrong_devices, max_err, outputs = _check_outputs(y, expected, collective)
             samples, _ = time_iterations(compiled, y, warmup=request.warmup, iters=request.iters, chain=True)
         elif preallocated:
-            out = poisoned()
-            samples, y = time_iterations(compiled, x, warmup=request.warmup, iters=request.iters, out=out)
+            samples, y = time_iterations(
+                compiled, x, warmup=request.warmup, iters=request.iters, out=poisoned()
+            )
             # The timed calls all wrote into one buffer, so it would hold the first call's result
             # even if later calls wrote nothing. Verify one more call of the same executable into
             # a freshly poisoned buffer (NaN, or the dtype's largest value).
-            out = y = None
+            y = None  # free the timed result before making that buffer
             out = poisoned()
             before = _buffer_pointer(out)
             y = compiled(x, out)
-            out = None
             aliased = before is not None and before == _buffer_pointer(y)
         else:
             aliased = None
