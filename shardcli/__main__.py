@@ -1,6 +1,6 @@
-"""`python -m shardcli` runs the same app as the `shardcli` console script."""
+"""`python -m shardcli` runs the same entry point as the `shardcli` console script."""
 
-from shardcli.cli import app
+from shardcli.cli import main
 
 if __name__ == "__main__":
-    app(prog_name="shardcli")
+    main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import traceback
@@ -167,5 +168,12 @@ app.command("launch", context_settings={"allow_interspersed_args": False})(launc
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point (and `python -m shardcli`)."""
+    try:
+        app(prog_name="shardcli")
+    finally:
+        # The process ends here. Python's last garbage collection would walk every object JAX made
+        # (0.25-0.3 s of a 2.4 s run on the development machine) to free memory the OS takes back
+        # anyway; frozen objects are skipped. atexit handlers (JAX's distributed shutdown) still
+        # run, and nothing of shardcli's is left unflushed for a collection to close.
+        gc.freeze()

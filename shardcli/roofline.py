@@ -12,12 +12,20 @@ all, so `bench/roofline.py` and the CLI share these formulas.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import datetime
 import functools
+import json
 import os
+import platform
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 # Bytes each thread copies at once: far beyond the caches, like the 64 MiB device buffers the
 # roofline bounds, and past glibc's non-temporal threshold (x86: 3/4 of a thread's share of the
@@ -97,16 +105,21 @@ class CopyBandwidth:
     threads: int
     nbytes: int  # bytes each thread copies (read) at once
     repeats: int
+    measured_at: str | None = None  # UTC, ISO 8601, to the second
+    cached: bool = False  # read from the shardcli cache instead of measured by this process
 
     @property
     def gbps(self) -> float:
         return self.bytes_per_s / 1e9
 
     def describe(self) -> str:
-        return (
+        how = (
             f"{self.gbps:.1f} GB/s copy bandwidth (NumPy, {self.threads} thread{'s' * (self.threads != 1)}, "
             f"{self.nbytes >> 20} MiB each, read + written bytes, best of {self.repeats})"
         )
+        if self.cached:
+            how += f", measured {self.measured_at} and read from the cache"
+        return how
 
 
 def usable_cores() -> int:
@@ -151,10 +164,111 @@ def measure_copy_bandwidth(
     )
 
 
-@functools.lru_cache(maxsize=1)
-def host_copy_bandwidth() -> CopyBandwidth:
-    """`measure_copy_bandwidth` once per process."""
-    return measure_copy_bandwidth()
+# The measurement is a property of the machine, so repeat runs (CI calls shardcli many times) read it
+# from the cache directory the compiled programs live in instead of spending 0.2-0.3 s on it again.
+COPY_CACHE_FILE = "shardcli-copy-bandwidth.json"
+COPY_CACHE_VERSION = 1
+
+
+def host_fingerprint(threads: int) -> str:
+    """What a cached copy bandwidth must have been measured on: this host, CPU, cores and memory.
+
+    A cache directory can travel (a shared home, a CI cache restored on another runner), so a
+    figure from any other machine, or from a different measurement, is never used.
+    """
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    return (
+        f"{platform.node()}|{cpu}|{threads} threads|{memory} bytes|"
+        f"{COPY_BYTES} bytes x {COPY_REPEATS} repeats, at most {COPY_TOTAL_MAX} bytes in all"
+    )
+
+
+def _read_cached(path: Path, key: str) -> CopyBandwidth | None:
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        entry = entries["hosts"][key] if entries.get("version") == COPY_CACHE_VERSION else None
+        if entry is None:
+            return None
+        copy = CopyBandwidth(
+            bytes_per_s=float(entry["bytes_per_s"]),
+            threads=int(entry["threads"]),
+            nbytes=int(entry["nbytes"]),
+            repeats=int(entry["repeats"]),
+            measured_at=str(entry["measured_at"]),
+            cached=True,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # missing, unreadable or from another version: measure again
+    return copy if copy.bytes_per_s > 0 else None
+
+
+def _write_cached(path: Path, key: str, copy: CopyBandwidth) -> str | None:
+    """Add this host's entry to the file (others' entries stay); None, or why it could not."""
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        if entries.get("version") != COPY_CACHE_VERSION or not isinstance(entries.get("hosts"), dict):
+            raise ValueError
+    except (OSError, ValueError, AttributeError):
+        entries = {"version": COPY_CACHE_VERSION, "hosts": {}}
+    entries["hosts"][key] = {
+        "bytes_per_s": copy.bytes_per_s,
+        "threads": copy.threads,
+        "nbytes": copy.nbytes,
+        "repeats": copy.repeats,
+        "measured_at": copy.measured_at,
+    }
+    tmp_name = None
+    try:  # write whole, then rename: runs in parallel never read half a file
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".copy-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(entries, out, indent=1)
+        os.replace(tmp_name, path)
+    except OSError as error:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+        return error.strerror or type(error).__name__
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def host_copy_bandwidth(cache_dir: str | None = None) -> CopyBandwidth:
+    """This host's copy bandwidth: once per process, and once per machine with a cache directory.
+
+    With `cache_dir` (the compile cache's directory) a figure measured earlier on this machine is
+    read from it, and a new measurement is stored there; without one it is measured every time.
+    A cache file that cannot be written never fails a run: one warning on stderr.
+    """
+    if cache_dir is None:
+        return _measured_now()
+    path = Path(cache_dir) / COPY_CACHE_FILE
+    key = host_fingerprint(usable_cores())
+    cached = _read_cached(path, key)
+    if cached is not None:
+        return cached
+    copy = _measured_now()
+    problem = _write_cached(path, key, copy)
+    if problem is not None:
+        sys.stderr.write(
+            f"shardcli: warning: could not store the copy bandwidth in {path} ({problem}); "
+            f"the next run measures it again\n"
+        )
+    return copy
+
+
+def _measured_now() -> CopyBandwidth:
+    copy = measure_copy_bandwidth()
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dataclasses.replace(copy, measured_at=when)
 
 
 def roofline_time(need: MinBytes, bandwidth_bytes_per_s: float) -> float:

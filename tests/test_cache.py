@@ -25,6 +25,11 @@ def test_a_second_run_reads_the_compiled_program_from_the_cache(tmp_path):
     assert [d["runtime"]["compile_cache"] for d in docs] == [str(tmp_path / "cache")] * 2
     assert [compile_cached(d) for d in docs] == [False, True]
     assert any((tmp_path / "cache").iterdir())
+    # the host's copy bandwidth (the roofline) is measured by the first run and read by the second
+    rooflines = [d["config"]["roofline"] for d in docs]
+    assert [r["cached"] for r in rooflines] == [False, True]
+    assert rooflines[0]["bandwidth_gbps"] == rooflines[1]["bandwidth_gbps"]
+    assert rooflines[0]["measured_at"] == rooflines[1]["measured_at"]
 
 
 def test_no_compile_cache_turns_it_off(tmp_path):
@@ -32,6 +37,7 @@ def test_no_compile_cache_turns_it_off(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["runtime"]["compile_cache"] is None and compile_cached(doc) is None
+    assert doc["config"]["roofline"]["cached"] is False  # measured by this run, stored nowhere
     assert not (tmp_path / "cache").exists()
 
 

@@ -66,6 +66,96 @@ def test_many_threads_copy_less_each(monkeypatch):
     assert copy.nbytes == 1 << 20  # 4 threads x 1 MiB = the 4 MiB cap, not 4 x 8 MiB
 
 
+@pytest.fixture
+def counted_measure(monkeypatch):
+    """`measure_copy_bandwidth` replaced by a fast fake that counts its calls; a fresh process cache."""
+    from shardcli import roofline
+
+    calls = []
+
+    def fake(nbytes=roofline.COPY_BYTES, threads=None, repeats=roofline.COPY_REPEATS):
+        calls.append(1)
+        return roofline.CopyBandwidth(bytes_per_s=20e9 + len(calls), threads=2, nbytes=64 << 20, repeats=10)
+
+    monkeypatch.setattr(roofline, "measure_copy_bandwidth", fake)
+    roofline.host_copy_bandwidth.cache_clear()
+    yield calls
+    roofline.host_copy_bandwidth.cache_clear()
+
+
+def _fresh_process():
+    from shardcli import roofline
+
+    roofline.host_copy_bandwidth.cache_clear()
+    return roofline.host_copy_bandwidth
+
+
+def test_copy_bandwidth_is_measured_once_per_machine_with_a_cache_directory(counted_measure, tmp_path):
+    first = _fresh_process()(str(tmp_path))
+    second = _fresh_process()(str(tmp_path))
+    assert len(counted_measure) == 1
+    assert (first.cached, second.cached) == (False, True)
+    assert second.bytes_per_s == first.bytes_per_s and second.measured_at == first.measured_at
+    assert first.measured_at.endswith("Z") and "read from the cache" in second.describe()
+    assert "cache" not in first.describe()
+
+
+def test_copy_bandwidth_without_a_cache_directory_is_measured_every_run(counted_measure, tmp_path):
+    _fresh_process()(None)
+    _fresh_process()(None)
+    assert len(counted_measure) == 2
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda path: path.write_text("{not json"), id="corrupt"),
+        pytest.param(lambda path: path.write_text('{"version": 99, "hosts": {}}'), id="other-version"),
+        pytest.param(lambda path: path.write_text('{"version": 1, "hosts": []}'), id="wrong-shape"),
+        pytest.param(
+            lambda path: path.write_text(path.read_text().replace('"bytes_per_s"', '"bytes"')),
+            id="missing-key",
+        ),
+    ],
+)
+def test_a_damaged_copy_bandwidth_file_is_measured_again_and_rewritten(counted_measure, tmp_path, damage):
+    from shardcli.roofline import COPY_CACHE_FILE
+
+    _fresh_process()(str(tmp_path))
+    damage(tmp_path / COPY_CACHE_FILE)
+    again = _fresh_process()(str(tmp_path))
+    assert len(counted_measure) == 2 and again.cached is False
+    assert _fresh_process()(str(tmp_path)).cached is True  # the file was repaired
+
+
+def test_a_figure_from_another_machine_is_not_used(counted_measure, tmp_path, monkeypatch):
+    from shardcli import roofline
+
+    _fresh_process()(str(tmp_path))
+    monkeypatch.setattr(roofline, "host_fingerprint", lambda threads: f"another host|{threads}")
+    other = _fresh_process()(str(tmp_path))
+    assert len(counted_measure) == 2 and other.cached is False
+    hosts = json.loads((tmp_path / roofline.COPY_CACHE_FILE).read_text())["hosts"]
+    assert len(hosts) == 2  # both machines' entries are kept
+
+
+def test_a_copy_bandwidth_file_that_cannot_be_written_warns_and_the_run_goes_on(
+    counted_measure, tmp_path, capsys
+):
+    missing = tmp_path / "gone"  # mkstemp fails: no such directory
+    copy = _fresh_process()(str(missing))
+    assert copy.bytes_per_s > 0 and copy.cached is False
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith("shardcli: warning: could not store the copy bandwidth in ")
+
+
+def test_the_fingerprint_names_the_threads_and_the_measurement():
+    from shardcli.roofline import COPY_BYTES, host_fingerprint
+
+    assert host_fingerprint(2) != host_fingerprint(4)
+    assert str(COPY_BYTES) in host_fingerprint(2)
+
+
 @pytest.mark.parametrize(
     ("roofline", "roofline_s", "p50", "busbw", "want"),
     [

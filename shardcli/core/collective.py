@@ -105,6 +105,8 @@ class Roofline:
     bandwidth_bytes_per_s: float | None
     source: str  # how the bandwidth was found, or why there is none
     rule: str | None = None  # host memory: the minimum-bytes rule in words
+    measured_at: str | None = None  # host memory: when the copy bandwidth was measured (UTC)
+    cached: bool | None = None  # host memory: read from the cache directory, not measured now
 
 
 @dataclass(frozen=True)
@@ -677,10 +679,18 @@ def resolve_roofline(session: Session, collective: Collective) -> Roofline:
                 "not available: with several processes the data crosses gloo sockets, not one "
                 "process's memory",
             )
+        from shardcli.core.cache import cache_state
         from shardcli.roofline import host_copy_bandwidth
 
-        copy = host_copy_bandwidth()
-        return Roofline("host memory", copy.bytes_per_s, copy.describe(), min_bytes_rule(collective.name))
+        copy = host_copy_bandwidth(cache_state().directory)
+        return Roofline(
+            "host memory",
+            copy.bytes_per_s,
+            copy.describe(),
+            min_bytes_rule(collective.name),
+            measured_at=copy.measured_at,
+            cached=copy.cached,
+        )
     from shardcli.costmodel import lookup_peak
 
     entry = lookup_peak(rt.device_kind)

@@ -79,6 +79,8 @@ def roofline_json(roofline: Roofline | None) -> dict[str, Any] | None:
         else roofline.bandwidth_bytes_per_s / 1e9,
         "source": roofline.source,
         "min_bytes_rule": roofline.rule,
+        "measured_at": roofline.measured_at,
+        "cached": roofline.cached,
     }
 
 
