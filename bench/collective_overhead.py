@@ -13,6 +13,11 @@ overhead, so both sides now start fresh. The two are interleaved round by round 
 drift hits both alike, and the ratio compares the medians of the per-round p50s.
 Target: ratio within [0.9, 1.1].
 
+The 1 MB rows run 21 rounds of 50 timed calls by default. On the shared 2-core development machine
+a 1 MB psum measured 1.2-1.4 ms in quiet rounds and 2.5-5 ms in noisy ones, on both sides, and with
+5-11 rounds the side that happened to get more noisy rounds decided the median (psum 1 MB ratios
+0.87-1.24 over five such runs; 0.96-1.04 over three runs of 21 rounds).
+
 Both sides write their results the same way (`--out-buffer`, shardcli's default preallocated:
 the hand loop donates one output buffer to every call, `jit(f, donate_argnums=1,
 keep_unused=True)`, and feeds each result back as the next call's buffer; fresh: `f(x)`) and use
@@ -20,8 +25,8 @@ the same host allocator (`--malloc`, default as shardcli's: reuse, or system wit
 shardcli gets the flags, the hand loop applies `shardcli.allocator.tune_for_reuse` before JAX
 starts. So the ratio compares the instrument, not two ways of running the op.
 
-Usage: python bench/collective_overhead.py [--rounds 5] [--warmup 5] [--iters 20]
-                                          [--large-rounds 3] [--large-warmup 2] [--large-iters 5]
+Usage: python bench/collective_overhead.py [--rounds 21] [--warmup 5] [--iters 50]
+                                          [--large-rounds 5] [--large-warmup 3] [--large-iters 5]
                                           [--out-buffer preallocated|fresh]
                                           [--ops psum,all_gather] [--sizes 1M,64M]
                                           [--malloc reuse|system] [--strict]
@@ -161,11 +166,11 @@ def machine_facts() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per (op, 1M)")
-    parser.add_argument("--large-rounds", type=int, default=3, help="--rounds for the 64M runs")
+    parser.add_argument("--rounds", type=int, default=21, help="interleaved rounds per (op, 1M)")
+    parser.add_argument("--large-rounds", type=int, default=5, help="--rounds for the 64M runs")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations per run")
-    parser.add_argument("--iters", type=int, default=20, help="timed iterations per run")
-    parser.add_argument("--large-warmup", type=int, default=2, help="--warmup for the 64M runs")
+    parser.add_argument("--iters", type=int, default=50, help="timed iterations per run")
+    parser.add_argument("--large-warmup", type=int, default=3, help="--warmup for the 64M runs")
     parser.add_argument("--large-iters", type=int, default=5, help="--iters for the 64M runs")
     parser.add_argument(
         "--out-buffer", default="preallocated", choices=("preallocated", "fresh"), help="where results go"
