@@ -17,15 +17,17 @@ import dataclasses
 import datetime
 import functools
 import json
+import math
 import os
 import platform
+import secrets
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Bytes each thread copies at once: far beyond the caches, like the 64 MiB device buffers the
 # roofline bounds, and past glibc's non-temporal threshold (x86: 3/4 of a thread's share of the
@@ -192,71 +194,112 @@ def host_fingerprint(threads: int) -> str:
     )
 
 
-def _read_cached(path: Path, key: str) -> CopyBandwidth | None:
+COPY_CACHE_HOSTS = 16  # entries kept in the file, newest first: CI runners get new host names
+
+
+def _load_entries(path: Path) -> dict[str, Any] | None:
+    """The file's host entries, or None when it is missing, unreadable or not this version's."""
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-        entry = entries["hosts"][key] if entries.get("version") == COPY_CACHE_VERSION else None
-        if entry is None:
-            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("version") != COPY_CACHE_VERSION:
+        return None
+    hosts = doc.get("hosts")
+    return hosts if isinstance(hosts, dict) else None
+
+
+def _from_entry(entry: Any) -> CopyBandwidth | None:
+    """A cached figure, or None for an entry that is not one (measure again)."""
+    try:
         copy = CopyBandwidth(
             bytes_per_s=float(entry["bytes_per_s"]),
             threads=int(entry["threads"]),
             nbytes=int(entry["nbytes"]),
             repeats=int(entry["repeats"]),
-            measured_at=str(entry["measured_at"]),
+            measured_at=entry["measured_at"],
             cached=True,
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None  # missing, unreadable or from another version: measure again
-    return copy if copy.bytes_per_s > 0 else None
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return None
+    usable = math.isfinite(copy.bytes_per_s) and copy.bytes_per_s > 0 and isinstance(copy.measured_at, str)
+    return copy if usable else None
 
 
-def _write_cached(path: Path, key: str, copy: CopyBandwidth) -> str | None:
-    """Add this host's entry to the file (others' entries stay); None, or why it could not."""
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-        if entries.get("version") != COPY_CACHE_VERSION or not isinstance(entries.get("hosts"), dict):
-            raise ValueError
-    except (OSError, ValueError, AttributeError):
-        entries = {"version": COPY_CACHE_VERSION, "hosts": {}}
-    entries["hosts"][key] = {
-        "bytes_per_s": copy.bytes_per_s,
-        "threads": copy.threads,
-        "nbytes": copy.nbytes,
-        "repeats": copy.repeats,
-        "measured_at": copy.measured_at,
-    }
-    tmp_name = None
-    try:  # write whole, then rename: runs in parallel never read half a file
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".copy-", suffix=".json")
+def _write_entries(path: Path, hosts: dict[str, Any]) -> str | None:
+    """Write the file whole, then rename it into place; None, or why it could not be written."""
+    keep = sorted(hosts.items(), key=lambda kv: str(kv[1].get("measured_at", "")), reverse=True)
+    doc = {"version": COPY_CACHE_VERSION, "hosts": dict(keep[:COPY_CACHE_HOSTS])}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:  # a reader never sees half a file; 0o666 less the umask, like any file the user makes
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(entries, out, indent=1)
-        os.replace(tmp_name, path)
+            json.dump(doc, out, indent=1)
+        os.replace(tmp, path)
     except OSError as error:
-        if tmp_name is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         return error.strerror or type(error).__name__
     return None
 
 
-@functools.lru_cache(maxsize=4)
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` + `.lock` where the platform has one (else no lock).
+
+    Runs started together on an empty cache would otherwise all measure at once, each seeing a
+    share of the memory bandwidth, and store that share as the machine's figure.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: runs may measure at once
+        yield
+        return
+    try:
+        fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield  # an unwritable directory: the write below says so
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def host_copy_bandwidth(cache_dir: str | None = None) -> CopyBandwidth:
     """This host's copy bandwidth: once per process, and once per machine with a cache directory.
 
     With `cache_dir` (the compile cache's directory) a figure measured earlier on this machine is
-    read from it, and a new measurement is stored there; without one it is measured every time.
-    A cache file that cannot be written never fails a run: one warning on stderr.
+    read from it, and a new measurement is stored there; without one it is measured once per
+    process. A cache file that cannot be written never fails a run: one warning on stderr.
     """
+    return _host_copy_bandwidth(cache_dir)
+
+
+@functools.lru_cache(maxsize=4)
+def _host_copy_bandwidth(cache_dir: str | None) -> CopyBandwidth:
     if cache_dir is None:
         return _measured_now()
     path = Path(cache_dir) / COPY_CACHE_FILE
     key = host_fingerprint(usable_cores())
-    cached = _read_cached(path, key)
+    cached = _from_entry((_load_entries(path) or {}).get(key))
     if cached is not None:
         return cached
-    copy = _measured_now()
-    problem = _write_cached(path, key, copy)
+    with _locked(path):
+        hosts = _load_entries(path) or {}
+        cached = _from_entry(hosts.get(key))  # another run may have measured while we waited
+        if cached is not None:
+            return cached
+        copy = _measured_now()
+        hosts[key] = {
+            "bytes_per_s": copy.bytes_per_s,
+            "threads": copy.threads,
+            "nbytes": copy.nbytes,
+            "repeats": copy.repeats,
+            "measured_at": copy.measured_at,
+        }
+        problem = _write_entries(path, hosts)
     if problem is not None:
         sys.stderr.write(
             f"shardcli: warning: could not store the copy bandwidth in {path} ({problem}); "

@@ -78,15 +78,15 @@ def counted_measure(monkeypatch):
         return roofline.CopyBandwidth(bytes_per_s=20e9 + len(calls), threads=2, nbytes=64 << 20, repeats=10)
 
     monkeypatch.setattr(roofline, "measure_copy_bandwidth", fake)
-    roofline.host_copy_bandwidth.cache_clear()
+    roofline._host_copy_bandwidth.cache_clear()
     yield calls
-    roofline.host_copy_bandwidth.cache_clear()
+    roofline._host_copy_bandwidth.cache_clear()
 
 
 def _fresh_process():
     from shardcli import roofline
 
-    roofline.host_copy_bandwidth.cache_clear()
+    roofline._host_copy_bandwidth.cache_clear()
     return roofline.host_copy_bandwidth
 
 
@@ -106,6 +106,13 @@ def test_copy_bandwidth_without_a_cache_directory_is_measured_every_run(counted_
     assert len(counted_measure) == 2
 
 
+def _edit_entry(path, **fields):
+    doc = json.loads(path.read_text())
+    for entry in doc["hosts"].values():
+        entry.update(fields)
+    path.write_text(json.dumps(doc))
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -116,6 +123,10 @@ def test_copy_bandwidth_without_a_cache_directory_is_measured_every_run(counted_
             lambda path: path.write_text(path.read_text().replace('"bytes_per_s"', '"bytes"')),
             id="missing-key",
         ),
+        pytest.param(lambda path: _edit_entry(path, measured_at=None), id="null-date"),
+        pytest.param(lambda path: _edit_entry(path, bytes_per_s="Infinity"), id="infinite"),
+        pytest.param(lambda path: _edit_entry(path, bytes_per_s=0), id="zero"),
+        pytest.param(lambda path: path.write_text("[" * 100_000 + "]" * 100_000), id="deeply-nested"),
     ],
 )
 def test_a_damaged_copy_bandwidth_file_is_measured_again_and_rewritten(counted_measure, tmp_path, damage):
@@ -147,6 +158,67 @@ def test_a_copy_bandwidth_file_that_cannot_be_written_warns_and_the_run_goes_on(
     assert copy.bytes_per_s > 0 and copy.cached is False
     (warning,) = capsys.readouterr().err.splitlines()
     assert warning.startswith("shardcli: warning: could not store the copy bandwidth in ")
+
+
+def test_runs_started_together_measure_the_copy_bandwidth_once(monkeypatch, tmp_path):
+    """The lock: a second run waits for the first's figure instead of measuring beside it."""
+    import threading
+    import time
+
+    from shardcli import roofline
+
+    calls = []
+
+    def slow_measure():
+        calls.append(1)
+        time.sleep(0.3)  # long enough for the other run to reach the lock
+        return roofline.CopyBandwidth(20e9 + len(calls), 2, 64 << 20, 10, measured_at="2026-01-01T00:00:00Z")
+
+    monkeypatch.setattr(roofline, "_measured_now", slow_measure)
+    measure = roofline._host_copy_bandwidth.__wrapped__  # each thread is a fresh run
+    got = []
+    runs = [threading.Thread(target=lambda: got.append(measure(str(tmp_path)))) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    assert len(calls) == 1
+    assert sorted(c.cached for c in got) == [False, True]
+    assert got[0].bytes_per_s == got[1].bytes_per_s
+
+
+def test_the_copy_bandwidth_file_is_readable_by_others_and_keeps_the_newest_hosts(
+    counted_measure, tmp_path, monkeypatch
+):
+    import os
+    import stat
+
+    from shardcli import roofline
+
+    old = {
+        f"host {k}": {
+            "bytes_per_s": 1e9,
+            "threads": 1,
+            "nbytes": 1,
+            "repeats": 1,
+            "measured_at": f"2020-01-{k + 1:02d}T00:00:00Z",
+        }
+        for k in range(20)
+    }
+    path = tmp_path / roofline.COPY_CACHE_FILE
+    path.write_text(json.dumps({"version": 1, "hosts": old}))
+    mask = os.umask(0o022)
+    try:
+        _fresh_process()(str(tmp_path))
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    hosts = json.loads(path.read_text())["hosts"]
+    assert len(hosts) == roofline.COPY_CACHE_HOSTS
+    assert roofline.host_fingerprint(roofline.usable_cores()) in hosts  # this run's, the newest
+    assert "host 19" in hosts and "host 0" not in hosts  # the oldest went
+    # no temporary file is left behind; the lock file stays for the next run
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".{path.name}.lock", path.name]
 
 
 def test_the_fingerprint_names_the_threads_and_the_measurement():
