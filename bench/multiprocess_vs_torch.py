@@ -8,10 +8,18 @@ process, gloo on loopback on both sides:
 - hand: the same psum as a plain jit(shard_map) loop (a fresh output every call, malloc as it is)
   in two processes joined by `jax.distributed.initialize` (this script's `--hand-run`), timed the
   same way: it tells what shardcli adds or saves apart from the speed of JAX's gloo path.
+- hand-prealloc: the same loop with one output buffer donated to every call, as shardcli runs it
+  (`jit(f, donate_argnums=1, keep_unused=True)`).
 - torch: `bench/torch_allreduce.py` in its own environment (torch is never a shardcli dependency):
   `dist.all_reduce` with the gloo backend, per-iteration max over the two ranks, p50.
 
-busbw = S / p50 * 2(n-1)/n with n = 2, so busbw = algbw (nccl-tests' convention). The three run
+The hand-prealloc loop and torch also record the CPU time of each call (`time.process_time`, every
+thread of the process; the busier process per call, p50), printed in a second table: what the
+JAX path does beyond torch's work per call. (On the development machine the difference was glibc
+memcpy inside XLA's gloo all-reduce, which hands gloo a separate input and output buffer; see
+bench/README.md for the `perf` profile.)
+
+busbw = S / p50 * 2(n-1)/n with n = 2, so busbw = algbw (nccl-tests' convention). The four run
 interleaved round by round, so machine drift hits all alike; the table shows the median over rounds
 of each side's busbw and the ratio shardcli / torch. Target: ratio >= 0.9.
 
@@ -58,6 +66,12 @@ def run_json(argv: list[str], env: dict[str, str] | None = None, timeout: float 
     return json.loads(proc.stdout)
 
 
+def _label(nbytes: int) -> str:
+    return (
+        f"{nbytes >> 20}M" if nbytes >= 1 << 20 else f"{nbytes >> 10}K" if nbytes >= 1 << 10 else str(nbytes)
+    )
+
+
 def shardcli_round(sizes: str, warmup: int, iters: int) -> dict[int, float]:
     doc = run_json(
         [
@@ -75,15 +89,15 @@ def shardcli_round(sizes: str, warmup: int, iters: int) -> dict[int, float]:
     return out
 
 
-def torch_round(python: str, sizes: str, warmup: int, iters: int) -> dict[int, float]:
+def torch_round(python: str, sizes: str, warmup: int, iters: int) -> dict[int, tuple[float, float]]:
     doc = run_json(
         [python, str(HERE / "torch_allreduce.py"), "--sizes", sizes, "--warmup", str(warmup),
          "--iters", str(iters), "--format", "json"]
     )  # fmt: skip
-    return {run["bytes"]: run["busbw_gbps"] for run in doc["runs"]}
+    return {run["bytes"]: (run["busbw_gbps"], run["cpu_p50_s"]) for run in doc["runs"]}
 
 
-def hand_round(sizes: str, warmup: int, iters: int) -> dict[int, float]:
+def hand_round(sizes: str, warmup: int, iters: int, out_buffer: str) -> dict[int, tuple[float, float]]:
     """Two `--hand-run` processes joined over jax.distributed; process 0 prints the figures."""
     import socket
 
@@ -91,7 +105,7 @@ def hand_round(sizes: str, warmup: int, iters: int) -> dict[int, float]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = [sys.executable, __file__, "--hand-run", str(port), "--sizes", sizes, "--warmup", str(warmup),
-            "--iters", str(iters)]  # fmt: skip
+            "--iters", str(iters), "--hand-out-buffer", out_buffer]  # fmt: skip
     procs = [
         subprocess.Popen(
             [*argv, "--hand-process", str(k)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -103,11 +117,16 @@ def hand_round(sizes: str, warmup: int, iters: int) -> dict[int, float]:
         raise RuntimeError(f"hand loop exited {[p.returncode for p in procs]}")
     # gloo writes its own lines to stdout too; the figures are the line that is JSON
     line = next(line for line in reversed(outs[0].splitlines()) if line.startswith("{"))
-    return {int(k): v for k, v in json.loads(line).items()}
+    return {int(k): tuple(v) for k, v in json.loads(line).items()}
 
 
-def hand_run(port: int, process_id: int, sizes: list[int], warmup: int, iters: int) -> None:
-    """One process of the minimal loop: psum over a 2-device mesh, one device per process."""
+def hand_run(port: int, process_id: int, sizes: list[int], warmup: int, iters: int, out_buffer: str) -> None:
+    """One process of the minimal loop: psum over a 2-device mesh, one device per process.
+
+    out_buffer "fresh": `f(x)`, a new output every call. "preallocated": one output buffer donated
+    to every call and each result fed back as the next call's buffer, as shardcli does by default.
+    Besides busbw it records the process's CPU time per call (`time.process_time`, all threads).
+    """
     import jax
     import numpy as np
 
@@ -121,30 +140,37 @@ def hand_run(port: int, process_id: int, sizes: list[int], warmup: int, iters: i
 
     mesh = jax.make_mesh((PROCESSES,), ("x",), devices=jax.devices())
     sharding = NamedSharding(mesh, P("x"))
-    step = jax.jit(
-        jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
-    )
+    mapped = jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    prealloc = out_buffer == "preallocated"
+    if prealloc:
+        step = jax.jit(lambda a, out: mapped(a), donate_argnums=1, keep_unused=True)
+    else:
+        step = jax.jit(mapped)
     result = {}
     for nbytes in sizes:
         count = nbytes // 4
         block = np.arange(count, dtype=np.float32)
         x = jax.make_array_from_callback((PROCESSES * count,), sharding, lambda index, b=block: b)
-        y = None
-        for _ in range(warmup):
-            y = step(x)
+        y = jax.make_array_from_callback(
+            (PROCESSES * count,), sharding, lambda index, c=count: np.zeros(c, np.float32)
+        )
+        samples, cpu = [], []
+        for i in range(warmup + iters):
+            if not prealloc:
+                y = None  # as shardcli does: do not hold the last output while timing the next
+            start, start_cpu = time.perf_counter(), time.process_time()
+            y = step(x, y) if prealloc else step(x)
             y.block_until_ready()
-        samples = []
-        for _ in range(iters):
-            y = None  # as shardcli does: do not hold the last output while timing the next
-            start = time.perf_counter()
-            y = step(x)
-            y.block_until_ready()
-            samples.append(time.perf_counter() - start)
+            if i >= warmup:
+                samples.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - start_cpu)
         got = np.asarray(y.addressable_shards[0].data)
         if not np.array_equal(got, PROCESSES * block):
             raise SystemExit(1)
-        worst = np.asarray(multihost_utils.process_allgather(np.array(samples))).max(axis=0)
-        result[nbytes] = nbytes / float(np.percentile(worst, 50)) / 1e9  # busbw = algbw for n = 2
+        rows = np.asarray(multihost_utils.process_allgather(np.array([samples, cpu])))
+        worst, busiest = rows[:, 0].max(axis=0), rows[:, 1].max(axis=0)
+        busbw = nbytes / float(np.percentile(worst, 50)) / 1e9  # busbw = algbw for n = 2
+        result[nbytes] = (busbw, float(np.percentile(busiest, 50)))
     if process_id == 0:
         sys.stdout.write(json.dumps(result) + "\n")
     jax.distributed.shutdown()
@@ -160,10 +186,11 @@ def main() -> int:
     parser.add_argument("--strict", action="store_true")
     parser.add_argument("--hand-run", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--hand-process", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--hand-out-buffer", default="fresh", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     if args.hand_run is not None:
-        hand_run(args.hand_run, args.hand_process, sizes, args.warmup, args.iters)
+        hand_run(args.hand_run, args.hand_process, sizes, args.warmup, args.iters, args.hand_out_buffer)
         return 0
     if not Path(args.torch_python).exists():
         sys.stderr.write(
@@ -176,12 +203,15 @@ def main() -> int:
     print(
         f"{PROCESSES} processes x 1 CPU device, float32 all-reduce, {args.warmup} warm-up, {args.iters} timed"
     )
-    rows: dict[str, dict[int, list[float]]] = {"shardcli": {}, "hand": {}, "torch": {}}
+    sides = ("shardcli", "hand", "hand-prealloc", "torch")
+    rows: dict[str, dict[int, list[float]]] = {side: {} for side in sides}
+    cpu: dict[str, dict[int, list[float]]] = {"hand-prealloc": {}, "torch": {}}
     failed = False
     for r in range(args.rounds):
         for side, run in (
             ("shardcli", lambda: shardcli_round(args.sizes, args.warmup, args.iters)),
-            ("hand", lambda: hand_round(args.sizes, args.warmup, args.iters)),
+            ("hand", lambda: hand_round(args.sizes, args.warmup, args.iters, "fresh")),
+            ("hand-prealloc", lambda: hand_round(args.sizes, args.warmup, args.iters, "preallocated")),
             ("torch", lambda: torch_round(args.torch_python, args.sizes, args.warmup, args.iters)),
         ):
             try:
@@ -190,13 +220,18 @@ def main() -> int:
                 print(f"round {r + 1} {side}: FAILED: {error}")
                 failed = True
                 continue
-            for nbytes, busbw in figures.items():
+            for nbytes, figure in figures.items():
+                busbw, cpu_s = figure if isinstance(figure, tuple) else (figure, None)
                 rows[side].setdefault(nbytes, []).append(busbw)
-            shown = ", ".join(f"{n >> 20 or n}{'M' if n >> 20 else ''} {v:.3f}" for n, v in figures.items())
-            print(f"round {r + 1} {side:8s} busbw GB/s: {shown}", flush=True)
+                if side in cpu:
+                    cpu[side].setdefault(nbytes, []).append(cpu_s)
+            shown = ", ".join(
+                f"{_label(n)} {f[0] if isinstance(f, tuple) else f:.3f}" for n, f in figures.items()
+            )
+            print(f"round {r + 1} {side:13s} busbw GB/s: {shown}", flush=True)
 
     print()
-    print(f"{'size':>6} {'shardcli':>10} {'hand':>10} {'torch':>10} {'shardcli/torch':>15} "
+    print(f"{'size':>6} {'shardcli':>10} {'hand':>10} {'prealloc':>10} {'torch':>10} {'shardcli/torch':>15} "
           f"{'hand/torch':>11} {'shardcli/hand':>14}  target >= {TARGET}")  # fmt: skip
     missed = False
     for nbytes in sizes:
@@ -208,12 +243,22 @@ def main() -> int:
         ratio = med["shardcli"] / med["torch"]
         verdict = "PASS" if ratio >= TARGET else "FAIL"
         missed |= verdict == "FAIL"
-        label = f"{nbytes >> 20}M" if nbytes >= 1 << 20 else f"{nbytes >> 10}K"
         print(
-            f"{label:>6} {med['shardcli']:>10.3f} {med['hand']:>10.3f} {med['torch']:>10.3f} {ratio:>15.2f} "
+            f"{_label(nbytes):>6} {med['shardcli']:>10.3f} {med['hand']:>10.3f} "
+            f"{med['hand-prealloc']:>10.3f} {med['torch']:>10.3f} {ratio:>15.2f} "
             f"{med['hand'] / med['torch']:>11.2f} {med['shardcli'] / med['hand']:>14.2f}  {verdict}"
         )
-    print("\nbusbw in GB/s (1e9 B/s), median over rounds; per round: p50 of the per-iteration max")
+    print("\nbusbw in GB/s (1e9 B/s), median over rounds; per round: p50 of the per-iteration max.")
+    print("hand: plain JAX loop, a fresh output every call; prealloc: the same with one donated output")
+    print("buffer, as shardcli runs it.")
+    print("\nCPU time per call (all threads of the busier process, p50; median over rounds):")
+    print(f"{'size':>6} {'JAX prealloc':>13} {'torch':>10} {'JAX - torch':>12}")
+    for nbytes in sizes:
+        med_cpu = {side: statistics.median(v[nbytes]) if v.get(nbytes) else None for side, v in cpu.items()}
+        if None in med_cpu.values():
+            continue
+        jax_ms, torch_ms = med_cpu["hand-prealloc"] * 1e3, med_cpu["torch"] * 1e3
+        print(f"{_label(nbytes):>6} {jax_ms:>10.1f} ms {torch_ms:>7.1f} ms {jax_ms - torch_ms:>9.1f} ms")
     return 1 if args.strict and (missed or failed) else 0
 
 

@@ -6,7 +6,8 @@ all_reduce first (rank r fills its tensor with r+1; every element must then be n
 --warmup untimed calls and --iters timed calls. Each timed call is time.perf_counter() around
 dist.all_reduce(t), after an untimed dist.barrier(); an iteration's time is the max over the ranks.
 Rank 0 reports p50 and min of those times, algbw = bytes / p50 / 1e9 and busbw = algbw * 2(n-1)/n
-(the nccl-tests convention; with n = 2, busbw = algbw).
+(the nccl-tests convention; with n = 2, busbw = algbw), and cpu_p50_s: the CPU time of a call
+(time.process_time, every thread of the rank), the busier rank's per call, p50.
 
 Usage: bench/.torch-venv/bin/python bench/torch_allreduce.py [--sizes 1M,64M] [--warmup 5] [--iters 20]
                                                             [--threads 1] [--format table|json]
@@ -105,12 +106,15 @@ def bench_size(nbytes: int, warmup: int, iters: int) -> dict:
     for _ in range(warmup):
         dist.all_reduce(t)
     times = torch.empty(iters, dtype=torch.float64)
+    cpu = torch.empty(iters, dtype=torch.float64)
     for i in range(iters):
         dist.barrier()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         dist.all_reduce(t)
         times[i] = time.perf_counter() - start
+        cpu[i] = time.process_time() - start_cpu  # every thread of this rank
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # an iteration lasts as long as its slowest rank
+    dist.all_reduce(cpu, op=dist.ReduceOp.MAX)
 
     p50 = statistics.median(times.tolist())
     algbw = nbytes / p50 / 1e9
@@ -118,6 +122,7 @@ def bench_size(nbytes: int, warmup: int, iters: int) -> dict:
         "bytes": nbytes,
         "p50_s": p50,
         "min_s": float(times.min()),
+        "cpu_p50_s": statistics.median(cpu.tolist()),  # CPU seconds per call, the busier rank
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * 2 * (n - 1) / n,
         "wrong": int(wrong.item()),
@@ -147,11 +152,11 @@ def print_table(report: dict, args: argparse.Namespace) -> None:
         f"torch {report['torch_version']}  gloo  world_size {report['world_size']}  "
         f"threads {args.threads}  warmup {args.warmup}  iters {args.iters}"
     )
-    header = ("bytes", "p50_s", "min_s", "algbw_GB/s", "busbw_GB/s")
+    header = ("bytes", "p50_s", "min_s", "cpu_p50_s", "algbw_GB/s", "busbw_GB/s")
     print("  ".join(f"{h:>10}" for h in header) + f"  {'wrong':>5}")
     for r in report["runs"]:
         print(
-            f"{r['bytes']:>10}  {r['p50_s']:>10.6f}  {r['min_s']:>10.6f}  "
+            f"{r['bytes']:>10}  {r['p50_s']:>10.6f}  {r['min_s']:>10.6f}  {r['cpu_p50_s']:>10.6f}  "
             f"{r['algbw_gbps']:>10.3f}  {r['busbw_gbps']:>10.3f}  {r['wrong']:>5}"
         )
 
