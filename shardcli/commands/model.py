@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -16,7 +16,10 @@ from shardcli.model_spec import (
     validate_restore,
     validate_train,
 )
-from shardcli.specs import RunOptions, parse_mesh
+from shardcli.specs import MeshSpec, RunOptions, parse_mesh
+
+if TYPE_CHECKING:
+    from shardcli.core.model import ModelResult
 
 app = typer.Typer(
     name="model",
@@ -54,6 +57,19 @@ def _options(
     )
 
 
+def _mesh(mesh: str, axes: str | None) -> MeshSpec:
+    """--mesh with --axes, or the model's default axis names for that many dims."""
+    return parse_mesh(mesh, axes if axes is not None else default_axes(mesh))
+
+
+def _report(result: ModelResult, options: RunOptions) -> NoReturn:
+    """Print the result and exit: 1 when a check failed, else 0."""
+    from shardcli.render.model import render_model
+
+    render_model(result, options)
+    raise typer.Exit(ExitCode.WRONG_RESULT if result.failed else ExitCode.OK)
+
+
 @app.command("train", short_help="Initialise sharded, train with adam, verify; --checkpoint saves it.")
 def train(
     depth: Annotated[
@@ -86,7 +102,7 @@ def train(
     require_model_extra()
     options = _options(platform, devices, format, no_color, quiet, save, no_compile_cache)
     request = TrainRequest(
-        mesh=parse_mesh(mesh, axes if axes is not None else default_axes(mesh)),
+        mesh=_mesh(mesh, axes),
         depth=depth,
         batch=batch,
         steps=steps,
@@ -98,11 +114,8 @@ def train(
     )
     validate_train(request)  # bad input answers before JAX and Flax load
     from shardcli.core.model import run_train
-    from shardcli.render.model import render_model
 
-    result = run_train(request)
-    render_model(result, options)
-    raise typer.Exit(ExitCode.WRONG_RESULT if result.failed else ExitCode.OK)
+    _report(run_train(request), options)
 
 
 @app.command("restore", short_help="Restore a checkpoint into the annotated shardings, on any mesh; verify.")
@@ -132,15 +145,12 @@ def restore(
     options = _options(platform, devices, format, no_color, quiet, save, no_compile_cache)
     request = RestoreRequest(
         folder=folder,
-        mesh=parse_mesh(mesh, axes if axes is not None else default_axes(mesh)),
+        mesh=_mesh(mesh, axes),
         depth=depth,
         rules=rules,
         options=options,
     )
     validate_restore(request)  # bad input answers before JAX and Flax load
     from shardcli.core.model import run_restore
-    from shardcli.render.model import render_model
 
-    result = run_restore(request)
-    render_model(result, options)
-    raise typer.Exit(ExitCode.WRONG_RESULT if result.failed else ExitCode.OK)
+    _report(run_restore(request), options)
