@@ -6,8 +6,9 @@ written at least once. `min_bytes` counts those bytes per collective; divided by
 bandwidth (read + written bytes per second, all cores) they give the shortest time the collective
 can take, and the fraction of it a run reaches.
 
-Pure arithmetic plus a NumPy copy measurement; NumPy is imported inside the function and JAX not at
-all, so `bench/roofline.py` and the CLI share these formulas.
+Pure arithmetic plus a NumPy copy measurement, kept per machine in a small JSON file beside the
+compile cache; NumPy is imported inside the function and JAX not at all, so `bench/roofline.py`
+and the CLI share these formulas.
 """
 
 from __future__ import annotations
@@ -206,7 +207,9 @@ def _load_entries(path: Path) -> dict[str, Any] | None:
     if not isinstance(doc, dict) or doc.get("version") != COPY_CACHE_VERSION:
         return None
     hosts = doc.get("hosts")
-    return hosts if isinstance(hosts, dict) else None
+    if not isinstance(hosts, dict):
+        return None
+    return {key: entry for key, entry in hosts.items() if isinstance(entry, dict)}  # drop odd ones
 
 
 def _from_entry(entry: Any) -> CopyBandwidth | None:
@@ -245,7 +248,7 @@ def _write_entries(path: Path, hosts: dict[str, Any]) -> str | None:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` + `.lock` where the platform has one (else no lock).
+    """Hold an exclusive lock on a hidden `.NAME.lock` beside `path` where the platform has one.
 
     Runs started together on an empty cache would otherwise all measure at once, each seeing a
     share of the memory bandwidth, and store that share as the machine's figure.

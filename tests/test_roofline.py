@@ -127,6 +127,10 @@ def _edit_entry(path, **fields):
         pytest.param(lambda path: _edit_entry(path, bytes_per_s="Infinity"), id="infinite"),
         pytest.param(lambda path: _edit_entry(path, bytes_per_s=0), id="zero"),
         pytest.param(lambda path: path.write_text("[" * 100_000 + "]" * 100_000), id="deeply-nested"),
+        pytest.param(
+            lambda path: path.write_text('{"version": 1, "hosts": {"other": [1], "mine": 2}}'),
+            id="odd-entries",
+        ),
     ],
 )
 def test_a_damaged_copy_bandwidth_file_is_measured_again_and_rewritten(counted_measure, tmp_path, damage):
