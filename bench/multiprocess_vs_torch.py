@@ -72,7 +72,8 @@ def _label(nbytes: int) -> str:
     )
 
 
-def shardcli_round(sizes: str, warmup: int, iters: int) -> dict[int, float]:
+def shardcli_round(sizes: str, warmup: int, iters: int) -> dict[int, tuple[float, None]]:
+    """busbw per size as shardcli reports it (no CPU time: shardcli does not measure it)."""
     doc = run_json(
         [
             sys.executable, "-m", "shardcli", "launch", "-n", str(PROCESSES), "--",
@@ -85,7 +86,7 @@ def shardcli_round(sizes: str, warmup: int, iters: int) -> dict[int, float]:
         (placement,) = size["placements"]
         if size["wrong"]:
             raise RuntimeError(f"shardcli reported {size['wrong']} wrong elements")
-        out[size["bytes_per_device"]] = placement["busbw_gbps"]
+        out[size["bytes_per_device"]] = (placement["busbw_gbps"], None)
     return out
 
 
@@ -221,13 +222,11 @@ def main() -> int:
                 failed = True
                 continue
             for nbytes, figure in figures.items():
-                busbw, cpu_s = figure if isinstance(figure, tuple) else (figure, None)
+                busbw, cpu_s = figure
                 rows[side].setdefault(nbytes, []).append(busbw)
                 if side in cpu:
                     cpu[side].setdefault(nbytes, []).append(cpu_s)
-            shown = ", ".join(
-                f"{_label(n)} {f[0] if isinstance(f, tuple) else f:.3f}" for n, f in figures.items()
-            )
+            shown = ", ".join(f"{_label(n)} {busbw:.3f}" for n, (busbw, _) in figures.items())
             print(f"round {r + 1} {side:13s} busbw GB/s: {shown}", flush=True)
 
     print()
