@@ -170,6 +170,25 @@ def test_tolerance_is_dtype_aware():
     assert gpu == pytest.approx(513 * 2**-24 + 2 * 2**-11 + 2 * 2**-24) and "TF32" in gpu_text
 
 
+@pytest.mark.parametrize(
+    "cost, expected",
+    [
+        pytest.param({"flops": 2048.0, "bytes accessed": 96.0}, (2048.0, 96.0), id="cpu"),
+        pytest.param([{"flops": 2048.0}], (2048.0, None), id="list-without-bytes"),
+        pytest.param({"flops": -1.0, "bytes accessed": -1.0}, (None, None), id="gpu-cublas-dot"),
+        pytest.param({"flops": float("nan")}, (None, None), id="nan"),
+        pytest.param(None, (None, None), id="none"),
+    ],
+)
+def test_xla_cost_figures_the_backend_does_not_know_are_none(cost, expected):
+    """XLA on an H100 gave flops -1 and bytes -1 for a dot it hands to cuBLAS; the table shows '-'."""
+    from types import SimpleNamespace
+
+    from shardcli.core.matmul import _cost
+
+    assert _cost(SimpleNamespace(cost_analysis=lambda: cost)) == expected
+
+
 # --- the cost model -------------------------------------------------------------------------------
 
 AXES_2X4 = Axes(x="x", nx=2, y="y", ny=4)

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from numerics import tf32
 from test_cli_foundation import assert_one_line_error
 
 from shardcli import model_spec
@@ -523,3 +524,68 @@ def test_a_damaged_checkpoint_is_one_line_in_a_real_process(shardcli_subprocess,
         "is damaged"
     ]
     assert proc.stdout == ""
+
+
+# --- verification on a GPU's default precision ----------------------------------------------------
+
+
+def _tf32_run(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+    """The model's output and first gradients in float32 with every dot's inputs rounded to TF32,
+    as XLA runs them on a recent GPU at the default precision (emulated in NumPy)."""
+    w1, b1, w2 = (params[k].astype(np.float32) for k in ("dot1.kernel", "dot1.bias", "w2"))
+    pre = tf32(x) @ tf32(w1) + b1
+    hidden = np.maximum(pre, 0)
+    out = tf32(hidden) @ tf32(w2)
+    g = (2 * (out - y) / y.size).astype(np.float32)
+    dh = (tf32(g) @ tf32(w2).T) * (pre > 0)
+    grads = {"dot1.kernel": tf32(x).T @ tf32(dh), "dot1.bias": dh.sum(axis=0), "w2": tf32(hidden).T @ tf32(g)}
+    return out, grads
+
+
+def _random_model(depth: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    params = {
+        "dot1.kernel": rng.standard_normal((depth, depth)) / np.sqrt(depth),
+        "dot1.bias": rng.standard_normal(depth) * 0.1,
+        "w2": rng.standard_normal((depth, depth)) / np.sqrt(depth),
+    }
+    params = {k: v.astype(np.float32).astype(np.float64) for k, v in params.items()}
+    x, y = (rng.standard_normal((8, depth)).astype(np.float32) for _ in range(2))
+    return params, x, y
+
+
+@pytest.mark.parametrize("depth", [64, 1024])
+def test_tf32_results_pass_on_a_gpu_and_would_fail_the_cpu_bound(depth):
+    """On a GPU the model's float32 dots round their inputs to TF32 (seen on an H100: the first
+    gradients 6.6e-4 x max off, the CPU bound 1e-4); the bound there allows for it."""
+    from shardcli.core.model import _gradient_check, _reference
+
+    params, x, y = _random_model(depth)
+    out, grads = _tf32_run(params, x, y)
+    for platform, ok in (("gpu", True), ("cpu", False)):
+        ref = _reference(params, x, platform)
+        assert bool(np.all(np.abs(out - ref.out) <= ref.bound)) is ok, platform
+        check = _gradient_check(ref, params, x, y, grads)
+        assert check.ok is ok, (platform, check.detail)
+    assert (
+        "10 sigma of TF32 inputs" in _gradient_check(_reference(params, x, "gpu"), params, x, y, grads).detail
+    )
+
+
+def test_the_gpu_bound_still_catches_a_value_off_by_one_percent():
+    from shardcli.core.model import _gradient_check, _loss_check, _reference
+
+    params, x, y = _random_model(1024)
+    out, grads = _tf32_run(params, x, y)
+    ref = _reference(params, x, "gpu")
+    assert np.median(ref.bound) < 0.005 * np.max(np.abs(ref.out))
+    bad_out = out.copy()
+    bad_out[3, 100] += 0.01 * np.max(np.abs(ref.out))
+    assert int(np.count_nonzero(np.abs(bad_out - ref.out) > ref.bound)) == 1
+    bad = dict(grads, w2=grads["w2"].copy())
+    bad["w2"][100, 7] += 0.01 * np.max(np.abs(grads["w2"]))
+    check = _gradient_check(ref, params, x, y, bad)
+    assert not check.ok and check.detail.endswith("off: w2")
+    loss = float(np.mean((out.astype(np.float64) - y) ** 2))
+    assert _loss_check("the loss", loss, ref, y).ok
+    assert not _loss_check("the loss", loss * 1.01, ref, y).ok

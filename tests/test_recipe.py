@@ -208,3 +208,25 @@ def test_a_failed_check_exits_1_and_says_so(cli, monkeypatch):
 )
 def test_bad_input_exits_2_with_one_line(cli, args, message):
     assert message in assert_one_line_error(cli(["recipe", *args]))
+
+
+@pytest.mark.parametrize("d", [8, 16, 64])
+def test_matmul_bound_allows_tf32_inputs_on_a_gpu_only(d):
+    """A float32 x @ W + b as a GPU runs it (inputs rounded to TF32) is within the GPU's bound and
+    outside the CPU's; a value off by 1% of the largest is outside both."""
+    from types import SimpleNamespace
+
+    from numerics import tf32
+
+    rng = np.random.default_rng(d)
+    x, w, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((8, d), (d, 4), (4,)))
+    got = tf32(x) @ tf32(w) + b
+    exact = x.astype(np.float64) @ w.astype(np.float64) + b
+    for platform, ok in (("gpu", True), ("cpu", False)):
+        lab = SimpleNamespace(session=SimpleNamespace(runtime=SimpleNamespace(platform=platform)))
+        bound, how = lessons._matmul_bound(lab, x, w, b)
+        assert bool(np.all(np.abs(got - exact) <= bound)) is ok, platform
+        assert ("TF32" in how) is ok
+        off = got.copy()
+        off[2, 1] += 0.01 * np.max(np.abs(exact))
+        assert not np.all(np.abs(off - exact) <= bound)

@@ -22,6 +22,7 @@ from shardcli.core.recipe import (
     collectives_text,
     spec_of,
 )
+from shardcli.core.verify import dot_input_roundoff
 
 EPS32 = float(np.finfo(np.float32).eps)
 SEED = 0
@@ -49,12 +50,23 @@ def _replicated(lab: Lab, array: Any) -> np.ndarray:
     return np.asarray(whole.addressable_shards[0].data)
 
 
-def _matmul_bound(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """|x @ W + b - exact| <= (D + 2) eps (|x| @ |W| + |b|): any summation order, float32."""
+def _matmul_bound(
+    lab: Lab, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
+) -> tuple[np.ndarray, str]:
+    """|x @ W + b - exact| <= ((D + 2) eps + 2 u_in) (|x| @ |W| + |b|): any summation order, float32.
+
+    u_in is the roundoff of the values the dot multiplies at JAX's default precision on this
+    platform: 0 on CPU, TF32's on a GPU, bf16's on a TPU. Returns the bound and how it reads.
+    """
+    u_in, in_text = dot_input_roundoff(lab.session.runtime.platform, "float32")
     scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64))
     if b is not None:
         scale = scale + np.abs(b.astype(np.float64))
-    return (x.shape[-1] + 2) * EPS32 * scale + EPS32
+    terms = "|x|@|W|+|b|" if b is not None else "|x|@|W|"
+    if u_in == 0:
+        return (x.shape[-1] + 2) * EPS32 * scale + EPS32, f"(D+2) eps ({terms})"
+    how = f"((D+2) eps + 2 u_in) ({terms}), u_in = {u_in:.2g}: {in_text}"
+    return ((x.shape[-1] + 2) * EPS32 + 2 * u_in) * scale + EPS32, how
 
 
 def _same_sharding_check(what: str, a: Any, b: Any) -> Check:
@@ -182,8 +194,9 @@ def three_ways(lab: Lab) -> LessonOutput:
 
     pre = x_host.astype(np.float64) @ w_host.astype(np.float64) + b_host
     expected = 1 / (1 + np.exp(-pre))
-    bound = _matmul_bound(x_host, w_host, b_host) / 4 + 2 * EPS32  # sigmoid' <= 1/4
-    how = "|err| <= (D+2) eps (|x|@|W|+|b|) / 4 + 2 eps"
+    pre_bound, pre_how = _matmul_bound(lab, x_host, w_host, b_host)
+    bound = pre_bound / 4 + 2 * EPS32  # sigmoid' <= 1/4
+    how = f"|err| <= {pre_how} / 4 + 2 eps"
     rows = tuple(
         (name, spec_of(y), collectives_text(ops))
         for name, y, ops in (
@@ -427,8 +440,8 @@ def sharded_mac(lab: Lab) -> LessonOutput:
     )
     y_manual = manual(x, w, b)
     expected = x_host.astype(np.float64) @ w_host.astype(np.float64) + b_host
-    bound = _matmul_bound(x_host, w_host, b_host)
-    how = "|err| <= (D+2) eps (|x|@|W|+|b|)"
+    bound, how = _matmul_bound(lab, x_host, w_host, b_host)
+    how = f"|err| <= {how}"
     ops_plain, ops_manual = lab.collectives(plain, x, w, b), lab.collectives(manual, x, w, b)
     return LessonOutput(
         sections=(

@@ -21,7 +21,7 @@ from shardcli.core.hlo import HloCollective, find_collectives
 from shardcli.core.processes import combine_check, combine_timing
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
-from shardcli.core.verify import float_eps
+from shardcli.core.verify import dot_input_roundoff, float_eps
 from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
 from shardcli.errors import ShardcliError
 from shardcli.matmuls import (
@@ -217,15 +217,6 @@ def validate_request(request: MatmulRequest) -> Plan:
 # --- numerics -------------------------------------------------------------------------------------
 
 
-def dot_input_roundoff(platform: str, dtype_name: str) -> tuple[float, str]:
-    """Unit roundoff of the values the dot really multiplies at JAX's default precision."""
-    if dtype_name == "float32" and platform == "gpu":
-        return 2.0**-11, "TF32 inputs (XLA's default float32 dot precision on recent GPUs)"
-    if dtype_name == "float32" and platform == "tpu":
-        return 2.0**-8, "bf16 inputs (DEFAULT float32 dot precision on TPU)"
-    return 0.0, "exact products"
-
-
 def tolerance_for(
     case: MatmulCase, dims: tuple[int, int, int], axes: Axes, dtype: DType, platform: str
 ) -> tuple[float, str]:
@@ -341,9 +332,15 @@ def _cost(compiled: Any) -> tuple[float | None, float | None]:
         cost = cost[0] if cost else {}
     if not isinstance(cost, dict):
         return None, None
-    flops = cost.get("flops")
-    accessed = cost.get("bytes accessed")
-    return (float(flops) if flops is not None else None, float(accessed) if accessed is not None else None)
+    return _known(cost.get("flops")), _known(cost.get("bytes accessed"))
+
+
+def _known(figure: Any) -> float | None:
+    """A cost-analysis figure, or None where the backend has none: missing, or negative (XLA on a
+    GPU gives -1 for a dot it hands to cuBLAS)."""
+    if figure is None or not float(figure) >= 0:
+        return None
+    return float(figure)
 
 
 def _entries_of(sharding: Any, rank: int) -> Entries | None:

@@ -36,6 +36,7 @@ from shardcli.core.pipeline import RTOL
 from shardcli.core.recipe import Check, Picture, close_check, picture_of, spec_of
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import compile_timed
+from shardcli.core.verify import dot_input_roundoff
 from shardcli.errors import ShardcliError
 from shardcli.layout import normalize_index
 from shardcli.model_spec import (
@@ -267,73 +268,142 @@ def _host_params(state: Any) -> dict[str, np.ndarray]:
     return {name: np.asarray(a, dtype=np.float64) for name, a in _param_state(state).items()}
 
 
-def _reference(params: dict[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, float]:
-    """The model's output in float64 NumPy, and how far a float32 run may be from it.
+SIGMAS = 10  # how many standard deviations of the input rounding a run may be off by
 
-    The bound is the pipeline command's: RTOL x the largest |output|. A worst-case float32 bound
-    for two matmuls of depth D grows like D^2 eps and would let a wrong loss pass at large depth;
-    a real sharding or communication mistake is off by the size of the values themselves.
+
+@dataclass(frozen=True)
+class Reference:
+    """The model's forward pass in float64 NumPy, and how far a run on this platform may be from it.
+
+    `bound` (per output element) is RTOL x the largest |output| (the pipeline command's bound): a
+    worst-case float32 bound for two matmuls of depth D grows like D^2 eps and would let a wrong
+    loss pass at large depth, while a real sharding or communication mistake is off by the size of
+    the values themselves. Where the platform's dots round their float32 inputs (TF32 on a GPU,
+    bf16 on a TPU), SIGMAS standard deviations of that rounding are added: each rounded input is
+    off by a uniform relative error of at most u_in, independent of the others, and the variances
+    are carried through both layers. (Adding the worst cases instead gives D^2 u_in, of the size
+    of the values at depth 1024 with TF32.)
     """
-    w1, b1, w2 = params["dot1.kernel"], params["dot1.bias"], params["w2"]
-    out = np.maximum(x.astype(np.float64) @ w1 + b1, 0.0) @ w2
-    return out, RTOL * (float(np.max(np.abs(out))) or 1.0)
+
+    pre: np.ndarray  # x @ W1 + b1
+    hidden: np.ndarray  # relu(pre)
+    out: np.ndarray  # hidden @ W2
+    pre_var: np.ndarray  # variance of a run's pre from the input rounding
+    out_var: np.ndarray
+    rtol_bound: float  # RTOL x max|out|
+    bound: np.ndarray  # |out - run's out| allowed per element: rtol_bound + SIGMAS sigma
+    u_in: float  # unit roundoff of the dots' inputs (0: exact products)
+    rounding: str  # what rounds them, in words ("" for exact products)
+
+    @property
+    def product_var(self) -> float:
+        """Variance of the relative error of one product of two rounded inputs: 2 u_in^2 / 3."""
+        return 2 * self.u_in**2 / 3
+
+    def how(self, what: str) -> str:
+        """The bound on |err| in words, relative to the largest |what|."""
+        text = f"{RTOL:g} x max|{what}|"
+        if self.u_in:
+            text += f" + {SIGMAS} sigma of {self.rounding} (u_in = {self.u_in:.2g})"
+        return text
 
 
-def _gradient_check(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, grads: Any) -> Check:
-    """The first step's gradients (before any update) against NumPy's backward pass in float64.
-
-    Each array within RTOL x its largest |gradient|. Where a hidden unit's pre-activation is so
-    close to 0 that float32 may put it on either side of relu's kink, both answers are allowed.
-    """
+def _reference(params: dict[str, np.ndarray], x: np.ndarray, platform: str) -> Reference:
+    u_in, in_text = dot_input_roundoff(platform, "float32")
     w1, b1, w2 = params["dot1.kernel"], params["dot1.bias"], params["w2"]
     x64 = x.astype(np.float64)
     pre = x64 @ w1 + b1
     hidden = np.maximum(pre, 0.0)
-    g = 2 * (hidden @ w2 - y.astype(np.float64)) / y.size
-    back = g @ w2.T
-    dh = back * (pre > 0)
-    want = {"dot1.kernel": x64.T @ dh, "dot1.bias": dh.sum(axis=0), "w2": hidden.T @ g}
-    kink = np.abs(back) * (np.abs(pre) <= RTOL * (float(np.max(np.abs(pre))) or 1.0))
+    out = hidden @ w2
+    c = 2 * u_in**2 / 3
+    pre_var = c * (x64**2 @ w1**2)
+    # relu passes a live unit's error on (and a dead one's, near the kink, as an upper bound)
+    out_var = pre_var @ w2**2 + c * (hidden**2 @ w2**2)
+    rtol_bound = RTOL * (float(np.max(np.abs(out))) or 1.0)
+    bound = rtol_bound + SIGMAS * np.sqrt(out_var)
+    return Reference(pre, hidden, out, pre_var, out_var, rtol_bound, bound, u_in, in_text if u_in else "")
+
+
+def _gradient_check(
+    ref: Reference, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, got: dict[str, Any]
+) -> Check:
+    """The first step's gradients (before any update) against NumPy's backward pass in float64.
+
+    Each array within RTOL x its largest |gradient|, plus SIGMAS standard deviations of the
+    platform's input rounding carried through the backward pass (none on CPU). Where a hidden
+    unit's pre-activation is so close to 0 that the run may put it on either side of relu's kink,
+    both answers are allowed. `ref` is the forward pass on these parameters; `got` the run's
+    gradients by parameter path (dot1.kernel, dot1.bias, w2).
+    """
+    c, w2sq = ref.product_var, params["w2"] ** 2
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    g = 2 * (ref.out - y64) / y.size
+    g_var = (2 / y.size) ** 2 * ref.out_var
+    back = g @ params["w2"].T
+    back_var = g_var @ w2sq.T + c * (g**2 @ w2sq.T)
+    dh = back * (ref.pre > 0)
+    want = {"dot1.kernel": x64.T @ dh, "dot1.bias": dh.sum(axis=0), "w2": ref.hidden.T @ g}
+    variance = {
+        "dot1.kernel": (x64**2).T @ back_var + c * ((x64**2).T @ dh**2),
+        "dot1.bias": back_var.sum(axis=0),
+        "w2": ref.pre_var.T @ g**2 + (ref.hidden**2).T @ g_var + c * ((ref.hidden**2).T @ g**2),
+    }
+    near = np.abs(ref.pre) <= RTOL * (float(np.max(np.abs(ref.pre))) or 1.0) + SIGMAS * np.sqrt(ref.pre_var)
+    kink = np.abs(back) * near
     slack = {"dot1.kernel": np.abs(x64).T @ kink, "dot1.bias": kink.sum(axis=0), "w2": 0.0}
-    got = {path: a for path, a in _leaves(grads)}
     worst, off = 0.0, []
-    for name, ref in want.items():
-        err = np.abs(np.asarray(got[name], dtype=np.float64) - ref)
-        allowed = RTOL * (float(np.max(np.abs(ref))) or 1.0) + slack[name]
+    for name, wanted in want.items():
+        err = np.abs(np.asarray(got[name], dtype=np.float64) - wanted)
+        scale = float(np.max(np.abs(wanted))) or 1.0
+        allowed = RTOL * scale + slack[name] + SIGMAS * np.sqrt(variance[name])
         if not np.all(err <= allowed):
             off.append(name)
-        worst = max(worst, float(np.max(err / (float(np.max(np.abs(ref))) or 1.0))))
+        worst = max(worst, float(np.max(err / scale)))
     return Check(
         "the first step's gradients match NumPy",
         not off,
-        f"max |err| {worst:.1e} x max|gradient| (<= {RTOL:g})" + (f"; off: {', '.join(off)}" if off else ""),
+        f"max |err| {worst:.1e} x max|gradient| (<= {ref.how('gradient')})"
+        + (f"; off: {', '.join(off)}" if off else ""),
     )
 
 
-def _loss_check(
-    what: str, got: float, out_ref: np.ndarray, bound: float, y: np.ndarray, label: str = "NumPy"
-) -> Check:
-    """A loss against NumPy's from the reference output, within what the output's bound allows."""
-    diff = out_ref - y.astype(np.float64)
+def _loss_check(what: str, got: float, ref: Reference, y: np.ndarray, label: str = "NumPy") -> Check:
+    """A loss against NumPy's from the reference output, within what the output's bound allows.
+
+    The RTOL part of the output's bound may line up in every element; the input rounding's errors
+    are independent, so the loss gets SIGMAS standard deviations of their weighted sum.
+    """
+    diff = ref.out - y.astype(np.float64)
     want = float(np.mean(diff**2))
+    flat = ref.rtol_bound
+    rounding = SIGMAS * float(np.sqrt(np.sum((2 * diff / diff.size) ** 2 * ref.out_var)))
     # float32 sums of the squares in any order add at most (elements) eps of the mean
-    allowed = float(np.mean(2 * np.abs(diff) * bound + bound**2)) + (diff.size + 2) * EPS32 * abs(want)
+    allowed = (
+        float(np.mean(2 * np.abs(diff) * flat + flat**2)) + rounding + (diff.size + 2) * EPS32 * abs(want)
+    )
     return Check(what, abs(got - want) <= allowed, f"{got:.6g}; {label} {want:.6g}; |err| <= {allowed:.1e}")
 
 
 def _output_checks(
-    out: Any, mesh: Any, ann: Annotations, state: Any, x: np.ndarray, y: np.ndarray, loss: float
+    out: Any,
+    mesh: Any,
+    ann: Annotations,
+    state: Any,
+    x: np.ndarray,
+    y: np.ndarray,
+    loss: float,
+    platform: str,
 ) -> list[Check]:
     expected = NamedSharding(mesh, P(*ann.resolved(OUTPUT)))
-    ref, bound = _reference(_host_params(state), x)
+    ref = _reference(_host_params(state), x, platform)
     return [
         Check(
             "the output is sharded as its annotation gives",
             out.sharding.is_equivalent_to(expected, out.ndim),
             f"{spec_of(out)}, expected {spec_text(ann.resolved(OUTPUT))}",
         ),
-        close_check("the output matches NumPy", out, ref, bound, f"|err| <= {RTOL:g} x max|output|"),
-        _loss_check("the loss matches NumPy", loss, ref, bound, y),
+        close_check("the output matches NumPy", out, ref.out, ref.bound, "|err| <= " + ref.how("output")),
+        _loss_check("the loss matches NumPy", loss, ref, y),
     ]
 
 
@@ -384,7 +454,7 @@ def run_train(request: TrainRequest) -> ModelResult:
     ann, target = validate_train(request)
 
     session = open_session(request.mesh, request.options)
-    mesh = session.mesh
+    mesh, platform = session.mesh, session.runtime.platform
     _check_memory(session, ann, request.depth, request.batch)
     depth, batch, seed = request.depth, request.batch, request.seed
 
@@ -406,10 +476,12 @@ def run_train(request: TrainRequest) -> ModelResult:
         rows = _param_rows(state, ann, mesh)
         checks = _sharding_checks(state, rows, ann, mesh)
         initial = _host_params(state)  # before the first step donates the state
+        first_ref = _reference(initial, x_host, platform)
         gradients = jax.jit(
             lambda s, x, y: nnx.grad(lambda m: jnp.mean((m(x) - y) ** 2))(nnx.merge(graphdef, s)[0])
         )
-        checks.append(_gradient_check(initial, x_host, y_host, gradients(state, x, y)))
+        grads = dict(_leaves(gradients(state, x, y)))
+        checks.append(_gradient_check(first_ref, initial, x_host, y_host, grads))
         train, train_s, train_cached = compile_timed(
             jax.jit(step, donate_argnums=0, out_shardings=(shardings, None)), state, x, y
         )
@@ -422,8 +494,7 @@ def run_train(request: TrainRequest) -> ModelResult:
         out, final, forward_ops = _evaluate(graphdef, state, x, y)
 
     first = steps[0].loss
-    ref, bound = _reference(initial, x_host)
-    checks.append(_loss_check("the first step's loss matches NumPy", first, ref, bound, y_host))
+    checks.append(_loss_check("the first step's loss matches NumPy", first, first_ref, y_host))
     checks.append(
         Check(
             "the loss goes down",
@@ -431,7 +502,7 @@ def run_train(request: TrainRequest) -> ModelResult:
             f"{first:.6g} at step 1, {final:.6g} after step {request.steps}",
         )
     )
-    checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final))
+    checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final, platform))
     checkpoint = None
     if target is not None:
         checkpoint = _save(target, state, request, session, ann, final)
@@ -508,7 +579,7 @@ def run_restore(request: RestoreRequest) -> ModelResult:
     saved, ann = validate_restore(request)
 
     session = open_session(request.mesh, request.options)
-    mesh = session.mesh
+    mesh, platform = session.mesh, session.runtime.platform
     _check_memory(session, ann, saved.depth, saved.batch)
     graphdef, abstract, shardings = _abstract(saved.depth, ann, saved.seed, saved.learning_rate, mesh)
     target = jax.tree.map(
@@ -535,14 +606,13 @@ def run_restore(request: RestoreRequest) -> ModelResult:
     with jax.set_mesh(mesh):
         x_host, y_host, x, y = _prepare(mesh, saved.depth, saved.batch, saved.seed, ann)
         out, final, forward_ops = _evaluate(graphdef, state, x, y)
-    checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final))
-    ref, bound = _reference(_host_params(state), x_host)
+    checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final, platform))
+    ref = _reference(_host_params(state), x_host, platform)
     checks.append(
         _loss_check(
             "the loss at save time is the restored model's",
             saved.final_loss,
             ref,
-            bound,
             y_host,
             label="NumPy on the restored values",
         )

@@ -24,6 +24,19 @@ def float_eps(dtype: np.dtype) -> float:
     return float(np.finfo(dtype).eps)
 
 
+def dot_input_roundoff(platform: str, dtype_name: str) -> tuple[float, str]:
+    """Unit roundoff of the values a dot really multiplies at JAX's default precision.
+
+    0 where the inputs are used as they are; a float32 dot on a GPU rounds them to TF32 (10-bit
+    mantissa), on a TPU to bf16. Verification adds 2 u_in |a| . |b| for that.
+    """
+    if dtype_name == "float32" and platform == "gpu":
+        return 2.0**-11, "TF32 inputs (XLA's default float32 dot precision on recent GPUs)"
+    if dtype_name == "float32" and platform == "tpu":
+        return 2.0**-8, "bf16 inputs (DEFAULT float32 dot precision on TPU)"
+    return 0.0, "exact products"
+
+
 def compare_exact(actual: np.ndarray, expected: np.ndarray) -> Comparison:
     """Bit-for-bit equality (data movement, max/min, integer arithmetic)."""
     actual = np.asarray(actual)
