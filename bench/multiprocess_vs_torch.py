@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -193,12 +194,14 @@ def main() -> int:
     if args.hand_run is not None:
         hand_run(args.hand_run, args.hand_process, sizes, args.warmup, args.iters, args.hand_out_buffer)
         return 0
-    if not Path(args.torch_python).exists():
+    torch_python = shutil.which(args.torch_python)  # a path, or a command on PATH such as python3
+    if torch_python is None:
         sys.stderr.write(
             f"multiprocess_vs_torch.py: error: no torch interpreter at {args.torch_python}; make the venv "
             f"(see this script's docstring) or give --torch-python\n"
         )
         return 2
+    args.torch_python = torch_python
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
     print(
