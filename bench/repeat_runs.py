@@ -8,7 +8,11 @@ Target: <= 0.75 for the issue's workload, `shardcli collective psum --mesh 8 --s
 workload, every matmul case in every implementation (33 programs), shows a compile-heavy run. The
 last column runs the same command with --no-compile-cache, for scale.
 
-Usage: python bench/repeat_runs.py [--pairs 7] [--workload psum|matmul-all|both] [--strict]
+Usage: python bench/repeat_runs.py [--pairs 7] [--workload psum|matmul-all|both] [--platform cpu]
+                                  [--strict]
+
+--platform is passed on to every run (on a machine with a GPU, `auto` starts the GPU backend first
+and then fakes the CPU devices; `cpu` measures what a CPU-only machine does).
 
 Run it with the interpreter of the environment shardcli is installed in. It exits 0 and prints PASS
 or FAIL; with --strict it exits 1 on FAIL or when a run fails.
@@ -57,9 +61,9 @@ def timed_run(command: list[str], cache_dir: str, *extra: str) -> tuple[float, b
     return wall, _cached(json.loads(proc.stdout))
 
 
-def run_pairs(name: str, pairs: int) -> tuple[float, bool]:
+def run_pairs(name: str, pairs: int, platform: str | None = None) -> tuple[float, bool]:
     """Median second/first ratio of one workload, and whether the cache was used as expected."""
-    command = WORKLOADS[name]
+    command = WORKLOADS[name] + (["--platform", platform] if platform else [])
     print(f"\n{name}: shardcli {' '.join(command)}")
     print(f"{'pair':>4} {'first (s)':>10} {'second (s)':>11} {'ratio':>7} {'no cache (s)':>13}  cache read")
     ratios, firsts, seconds, uncached, as_expected = [], [], [], [], True
@@ -87,13 +91,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--workload", choices=(*WORKLOADS, "both"), default="both")
+    parser.add_argument("--platform", choices=("auto", "cpu"), help="passed on to shardcli")
     parser.add_argument("--strict", action="store_true")
     args = parser.parse_args()
     print(f"{args.pairs} pairs per workload; {os.cpu_count()} cores")
     names = list(WORKLOADS) if args.workload == "both" else [args.workload]
     verdicts = []
     for name in names:
-        ratio, as_expected = run_pairs(name, args.pairs)
+        ratio, as_expected = run_pairs(name, args.pairs, args.platform)
         verdict = "PASS" if ratio <= TARGET and as_expected else "FAIL"
         verdicts.append(verdict)
         print(f"{name}: ratio {ratio:.2f} (target <= {TARGET}): {verdict}")
