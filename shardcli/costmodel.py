@@ -16,32 +16,41 @@ class DevicePeak:
     label: str
     match: tuple[str, ...]  # lower-case substrings of jax's device_kind
     bf16_tflops: float
-    f32_tflops: float
+    f32_tflops: float  # at JAX's default float32 dot precision
     f32_note: str
     link_gbps: float  # one direction, what one device can send to its ring neighbours
     link_note: str
+    f64_tflops: float | None = None
+    f64_note: str = "no float64 figure"
 
 
 # Sources: NVIDIA H100/H200 datasheets (SXM, dense); How To Scale Your Model, "How to think about
 # TPUs" (bf16 FLOP/s and ICI bandwidth per link, one way). Overridable with --peak-tflops/--link-gbps.
+# float32 is what a dot at JAX's default precision runs on: TF32 tensor cores on Hopper (an 8192^3
+# float32 matmul measured 373 TFLOP/s on an H100, above the 67 of its CUDA cores), one bf16 pass
+# on a TPU.
 DEVICE_PEAKS: tuple[DevicePeak, ...] = (
     DevicePeak(
         "H200 SXM",
         ("h200",),
         989.0,
-        67.0,
-        "CUDA cores; TF32 tensor cores reach 495",
+        495.0,
+        "TF32 tensor cores, XLA's default float32 dot precision; 67 on CUDA cores at HIGHEST",
         450.0,
         "NVLink 4, per direction",
+        67.0,
+        "FP64 tensor cores",
     ),
     DevicePeak(
         "H100 SXM",
         ("h100",),
         989.0,
-        67.0,
-        "CUDA cores; TF32 tensor cores reach 495",
+        495.0,
+        "TF32 tensor cores, XLA's default float32 dot precision; 67 on CUDA cores at HIGHEST",
         450.0,
         "NVLink 4, per direction",
+        67.0,
+        "FP64 tensor cores",
     ),
     DevicePeak(
         "TPU v6e",
@@ -104,6 +113,8 @@ def table_hardware(device_kind: str, dtype_name: str) -> Hardware | None:
         tflops, note = entry.bf16_tflops, "dense bf16/fp16"
     elif dtype_name == "float32":
         tflops, note = entry.f32_tflops, entry.f32_note
+    elif dtype_name == "float64":
+        tflops, note = entry.f64_tflops, entry.f64_note if entry.f64_tflops is not None else None
     else:
         tflops, note = None, None
     return Hardware(
@@ -111,7 +122,7 @@ def table_hardware(device_kind: str, dtype_name: str) -> Hardware | None:
         link_bytes_per_s=entry.link_gbps * 1e9,
         peak_source=f"table: {entry.label}, {note}"
         if note
-        else f"table: {entry.label} has no {dtype_name} figure",
+        else f"table: {entry.label} has no {dtype_name} figure; give --peak-tflops",
         link_source=f"table: {entry.label}, {entry.link_note}",
     )
 

@@ -255,7 +255,12 @@ def test_device_table_lookup(kind, label):
 def test_device_table_picks_the_dtype_peak():
     hw = table_hardware("NVIDIA H100 80GB HBM3", "bfloat16")
     assert hw.peak_flops == pytest.approx(989e12) and hw.link_bytes_per_s == pytest.approx(450e9)
-    assert table_hardware("NVIDIA H100 80GB HBM3", "float32").peak_flops == pytest.approx(67e12)
+    f32 = table_hardware("NVIDIA H100 80GB HBM3", "float32")
+    assert f32.peak_flops == pytest.approx(495e12) and "TF32" in f32.peak_source  # JAX's default precision
+    assert table_hardware("NVIDIA H200", "float64").peak_flops == pytest.approx(67e12)
+    tpu = table_hardware("TPU v5p", "float64")
+    assert tpu.peak_flops is None
+    assert tpu.peak_source == "table: TPU v5p has no float64 figure; give --peak-tflops"
 
 
 def test_cpu_calibration_is_measured_and_labelled():

@@ -539,6 +539,8 @@ def resolve_hardware(session: Session, request: MatmulRequest) -> Hardware:
         if link is None:
             link, link_src = copy, copy_src
     unknown = f"unknown for device kind {rt.device_kind!r}; give --peak-tflops / --link-gbps"
+    if table is not None and not peak_src:  # the device is in the table, the dtype is not
+        peak_src = table.peak_source
     return Hardware(
         peak_flops=peak,
         link_bytes_per_s=link,
