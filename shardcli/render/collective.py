@@ -13,7 +13,7 @@ from rich.text import Text
 from shardcli.core.collective import CollectiveRequest, CollectiveResult, PlacementRun, Roofline, SizeRun
 from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
-from shardcli.render.console import emit, make_console, prints_here
+from shardcli.render.console import DataTable, emit, make_console, prints_here
 from shardcli.render.plot import Series, text_chart
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions, format_size
@@ -247,7 +247,7 @@ def _csv_rows(writer: Any, result: CollectiveResult) -> None:
 def sweep_table(result: CollectiveResult) -> Table:
     """One row per size (nccl-tests style), one column group per placement."""
     placements = [p.placement for p in result.runs[0].placements]
-    table = Table(
+    table = DataTable(
         box=None,
         header_style="bold",
         title="time is the p50 of per-iteration times, each iteration blocked until ready; "
@@ -303,7 +303,7 @@ def buffers_text(req: CollectiveRequest) -> str:
 
 def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
     """One row per placement; every time is per iteration, each iteration blocked until ready."""
-    table = Table(
+    table = DataTable(
         box=None,
         header_style="bold",
         collapse_padding=True,  # eleven columns: one space between them keeps 100 columns enough
@@ -349,7 +349,7 @@ def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
 
 def blocks_table(run: SizeRun, result: CollectiveResult) -> Table:
     axes = result.session.layout.axes
-    table = Table(box=None, header_style="bold")
+    table = DataTable(box=None, header_style="bold")
     for name in (
         "device",
         "mesh coords",

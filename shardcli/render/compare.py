@@ -11,7 +11,7 @@ from rich.text import Text
 
 from shardcli import __version__
 from shardcli.core.compare import KNOWN_SCHEMA, CompareResult, CompareRow, DocFacts, Metric
-from shardcli.render.console import emit, make_console
+from shardcli.render.console import DataTable, emit, make_console
 from shardcli.specs import RunOptions
 
 FORMATS = ("table", "json")
@@ -136,7 +136,7 @@ def header(result: CompareResult) -> Table:
 def rows_table(result: CompareResult) -> Table:
     metric = result.metric
     unit = _SHOWN_UNIT[metric.name]
-    table = Table(box=None, header_style="bold")
+    table = DataTable(box=None, header_style="bold")
     for f in result.key_fields:
         table.add_column(f.title, justify="right" if f.name == "bytes_per_device" else "left")
     table.add_column(f"base {metric.title} ({unit})", justify="right")

@@ -14,7 +14,7 @@ from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
-from shardcli.render.console import emit, make_console, prints_here
+from shardcli.render.console import DataTable, emit, make_console, prints_here
 from shardcli.render.plot import Series, text_chart
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
@@ -252,7 +252,7 @@ def matmul_csv(result: MatmulResult) -> str:
 
 
 def _table(columns: tuple[str, ...], left: tuple[str, ...], title: str | None = None) -> Table:
-    table = Table(box=None, header_style="bold", padding=(0, 1), title=title)
+    table = DataTable(box=None, header_style="bold", padding=(0, 1), title=title)
     for name in columns:
         table.add_column(
             name,

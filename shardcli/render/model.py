@@ -11,7 +11,7 @@ from shardcli.core.model import ModelResult
 from shardcli.core.recipe import collectives_text
 from shardcli.model_spec import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console, prints_here
+from shardcli.render.console import DataTable, make_console, prints_here
 from shardcli.render.matmul import format_seconds
 from shardcli.render.recipe import section_json
 from shardcli.specs import RunOptions
@@ -69,7 +69,7 @@ def model_json(result: ModelResult) -> dict[str, Any]:
 
 
 def _params_table(result: ModelResult) -> Table:
-    table = Table(box=None, header_style="bold")
+    table = DataTable(box=None, header_style="bold")
     for name in ("parameter", "shape", "annotation", "resolves to", "sharding", ""):
         table.add_column(name)
     for p in result.params:
@@ -79,7 +79,7 @@ def _params_table(result: ModelResult) -> Table:
 
 
 def _rules_table(result: ModelResult) -> Table:
-    table = Table(box=None, header_style="bold")
+    table = DataTable(box=None, header_style="bold")
     table.add_column("logical axis")
     table.add_column("mesh axis")
     given = dict(result.annotations.rules or ())
@@ -89,7 +89,7 @@ def _rules_table(result: ModelResult) -> Table:
 
 
 def _steps_table(result: ModelResult) -> Table:
-    table = Table(box=None, header_style="bold")
+    table = DataTable(box=None, header_style="bold")
     for name, justify in (("step", "right"), ("loss", "right"), ("time", "right")):
         table.add_column(name, justify=justify)
     for what, seconds in result.compile_s.items():

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from shardcli.core.pipeline import Event, PipelineResult, bubble_text
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console
+from shardcli.render.console import DataTable, make_console
 from shardcli.specs import RunOptions
 
 TIMELINE_WIDTH = 96
@@ -78,7 +78,7 @@ def schedule_text(result: PipelineResult) -> str:
 
 
 def stage_table(result: PipelineResult) -> Table:
-    table = Table(box=None, header_style="bold")
+    table = DataTable(box=None, header_style="bold")
     for name in ("stage", "devices", "sub-mesh", "layers", "compute (ms)", "transfer (ms)", "busy"):
         table.add_column(name, justify="right" if name not in ("devices", "sub-mesh", "layers") else "left")
     run = result.mpmd

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rich.table import Table
 from rich.text import Text
 
 from shardcli.core.recipe import Picture, RecipeResult, Section, TableSection, TextSection
 from shardcli.recipes import RECIPES
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console, prints_here
+from shardcli.render.console import DataTable, make_console, prints_here
 from shardcli.specs import RunOptions
 
 
@@ -69,7 +68,7 @@ def _section_body(section: Section) -> Any:
     if isinstance(section, Picture):
         return human.sharding_picture(section.layout)
     if isinstance(section, TableSection):
-        table = Table(box=None, header_style="bold")
+        table = DataTable(box=None, header_style="bold")
         for name in section.columns:
             table.add_column(name)
         for row in section.rows:
@@ -114,7 +113,7 @@ def render_recipe_list(options: RunOptions) -> None:
     if options.format == "json":
         jsonout.write_json(recipe_list_json(), options)
         return
-    table = Table(box=None, header_style="bold")
+    table = DataTable(box=None, header_style="bold")
     for name in ("recipe", "default mesh", "what it shows"):
         table.add_column(name)
     for r in RECIPES.values():

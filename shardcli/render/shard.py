@@ -8,7 +8,7 @@ from rich.text import Text
 from shardcli.core.shard import ShardResult
 from shardcli.layout import format_index
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console, prints_here
+from shardcli.render.console import DataTable, make_console, prints_here
 from shardcli.specs import RunOptions
 
 
@@ -52,7 +52,7 @@ def shard_json(result: ShardResult) -> dict:
 def shard_table(result: ShardResult) -> Table:
     axes = result.session.layout.axes
     show_values = any(s.values is not None for s in result.shards)
-    table = Table(box=None, header_style="bold")
+    table = DataTable(box=None, header_style="bold")
     for name in ("device", "mesh coords", "proc", "index", "local shape", "bytes"):
         table.add_column(name, justify="right" if name in ("bytes", "proc") else "left")
     if show_values:
