@@ -10,7 +10,13 @@ import pytest
 from shardcli.allocator import tune_for_reuse
 from shardcli.collectives import COLLECTIVES, get_collective
 from shardcli.core.collective import Roofline, _roofline_fraction, resolve_roofline
-from shardcli.roofline import MinBytes, measure_copy_bandwidth, min_bytes, min_bytes_rule
+from shardcli.roofline import (
+    MinBytes,
+    measure_copy_bandwidth,
+    min_bytes,
+    min_bytes_rule,
+    streams_with_tunable,
+)
 
 B = 1024  # bytes per device in the formula cases
 
@@ -66,6 +72,69 @@ def test_many_threads_copy_less_each(monkeypatch):
     assert copy.nbytes == 1 << 20  # 4 threads x 1 MiB = the 4 MiB cap, not 4 x 8 MiB
 
 
+needs_tunable = pytest.mark.skipif(
+    not streams_with_tunable(),
+    reason="glibc's memcpy tunables: Linux on x86 only",
+)
+
+
+@needs_tunable
+def test_the_streaming_figure_is_measured_in_a_child_with_the_tunable_added(monkeypatch):
+    import subprocess
+
+    from shardcli import roofline
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+    seen = []
+    real_run = subprocess.run
+
+    def run(argv, **kwargs):
+        seen.append(kwargs["env"]["GLIBC_TUNABLES"])
+        return real_run(argv, **kwargs)
+
+    monkeypatch.setattr(roofline.subprocess, "run", run)
+    copy = roofline.measure_streaming_copy_bandwidth(nbytes=1 << 20, threads=1, repeats=1)
+    assert seen == [f"glibc.malloc.hugetlb=0:{roofline.STREAMING_TUNABLE}"]  # the user's kept
+    assert copy.streaming and copy.bytes_per_s > 0 and copy.threads == 1 and copy.nbytes == 1 << 20
+    assert copy.describe().endswith("best of 1, streaming stores)")
+
+
+@needs_tunable
+def test_a_failing_child_leaves_the_in_process_figure(monkeypatch):
+    import shutil
+
+    from shardcli import roofline
+
+    monkeypatch.setattr(roofline.sys, "executable", shutil.which("false"))
+    assert roofline.measure_streaming_copy_bandwidth(nbytes=1 << 20, threads=1, repeats=1) is None
+    copy = roofline.measure_best_copy_bandwidth(threads=1, repeats=1)
+    assert not copy.streaming and copy.bytes_per_s > 0
+
+
+@pytest.mark.parametrize(
+    "here, streaming, expected",
+    [
+        pytest.param(86e9, 129e9, 129e9, id="streaming-faster"),  # the 16-core host
+        pytest.param(30e9, 29e9, 30e9, id="in-process-faster"),
+        pytest.param(30e9, None, 30e9, id="no-tunable"),
+    ],
+)
+def test_the_roofline_is_the_better_of_the_two_figures(monkeypatch, here, streaming, expected):
+    from shardcli import roofline
+
+    def fake(bytes_per_s, **flags):
+        return roofline.CopyBandwidth(bytes_per_s, threads=16, nbytes=32 << 20, repeats=10, **flags)
+
+    monkeypatch.setattr(roofline, "measure_copy_bandwidth", lambda **kw: fake(here))
+    monkeypatch.setattr(
+        roofline,
+        "measure_streaming_copy_bandwidth",
+        lambda **kw: None if streaming is None else fake(streaming, streaming=True),
+    )
+    best = roofline.measure_best_copy_bandwidth()
+    assert best.bytes_per_s == expected and best.streaming == (expected == streaming)
+
+
 @pytest.fixture
 def counted_measure(monkeypatch):
     """`measure_copy_bandwidth` replaced by a fast fake that counts its calls; a fresh process cache."""
@@ -78,6 +147,7 @@ def counted_measure(monkeypatch):
         return roofline.CopyBandwidth(bytes_per_s=20e9 + len(calls), threads=2, nbytes=64 << 20, repeats=10)
 
     monkeypatch.setattr(roofline, "measure_copy_bandwidth", fake)
+    monkeypatch.setattr(roofline, "measure_streaming_copy_bandwidth", lambda **kw: None)
     roofline._host_copy_bandwidth.cache_clear()
     yield calls
     roofline._host_copy_bandwidth.cache_clear()
