@@ -226,18 +226,26 @@ def test_time_iterations_feeds_inputs_and_out_buffers(kw, calls):
 
 
 @pytest.mark.parametrize(
-    "malloc,out_buffer,chosen",
+    "malloc,out_buffer,platform,chosen",
     [
-        (None, "preallocated", ("reuse", None)),
-        (None, "fresh", ("system", "the default with --out-buffer fresh")),
-        ("reuse", "fresh", ("reuse", None)),
-        ("system", "preallocated", ("system", None)),
+        (None, "preallocated", "auto", ("reuse", None)),
+        (None, "preallocated", "cpu", ("reuse", None)),
+        (None, "fresh", "auto", ("system", "the default with --out-buffer fresh")),
+        ("reuse", "fresh", "auto", ("reuse", None)),
+        ("system", "preallocated", "auto", ("system", None)),
+        (
+            None,
+            "preallocated",
+            "gpu",
+            ("system", "the default with --platform gpu: device buffers do not come from malloc"),
+        ),
+        ("reuse", "preallocated", "tpu", ("reuse", None)),
     ],
 )
-def test_default_malloc_follows_the_out_buffer(malloc, out_buffer, chosen):
+def test_default_malloc_follows_the_out_buffer_and_platform(malloc, out_buffer, platform, chosen):
     from shardcli.commands.collective import default_malloc
 
-    assert default_malloc(malloc, out_buffer) == chosen
+    assert default_malloc(malloc, out_buffer, platform) == chosen
 
 
 def test_bandwidth_follows_nccl_tests_conventions():

@@ -42,15 +42,19 @@ def parse_collective_axes(text: str | None, mesh: MeshSpec) -> tuple[str, ...]:
     return names
 
 
-def default_malloc(malloc: str | None, out_buffer: str) -> tuple[str, str | None]:
-    """--malloc, or its default for the out buffer, and what chose it when --malloc did not.
+def default_malloc(malloc: str | None, out_buffer: str, platform: str = "auto") -> tuple[str, str | None]:
+    """--malloc, or its default for the out buffer and platform, and what chose it when --malloc did not.
 
     A fresh 64 MiB output every call fragments a heap that never gives memory back (measured:
     all_gather of 64 MiB on 8 devices grew to 24 GiB and was killed), and fresh outputs are there
-    to show what allocating costs; so reuse is the default only with the preallocated buffer.
+    to show what allocating costs; so reuse is the default only with the preallocated buffer. On a
+    GPU or TPU asked for by name the collective's buffers are device memory, not malloc's, so the
+    host allocator is left alone (`auto` is decided only once JAX has started, too late for it).
     """
     if malloc is not None:
         return malloc, None
+    if platform in ("gpu", "tpu"):
+        return "system", f"the default with --platform {platform}: device buffers do not come from malloc"
     if out_buffer == "fresh":
         return "system", "the default with --out-buffer fresh"
     return "reuse", None
@@ -155,7 +159,7 @@ def collective(
             "--malloc",
             help="CPU host memory: reuse (glibc malloc keeps freed buffers, so temporaries and "
             "outputs do not fault in fresh pages every call) or system (malloc left as it is). "
-            "\\[default: reuse; system with --out-buffer fresh]",
+            "\\[default: reuse; system with --out-buffer fresh or --platform gpu/tpu]",
             envvar="SHARDCLI_MALLOC",
         ),
     ] = None,
@@ -223,7 +227,7 @@ def collective(
             "input; use --placement out or both"
         )
     out_buffer = out_buffer or "preallocated"
-    malloc, malloc_why = default_malloc(malloc, out_buffer)
+    malloc, malloc_why = default_malloc(malloc, out_buffer, options.platform)
     if malloc not in ALLOCATORS:
         raise ShardcliError(f"--malloc {malloc!r} is not valid; choose one of {', '.join(ALLOCATORS)}")
     options = replace(options, malloc=malloc, malloc_why=malloc_why)
