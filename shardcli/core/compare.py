@@ -22,6 +22,26 @@ from shardcli.specs import format_size
 KNOWN_SCHEMA = 1
 
 Doc = dict[str, Any]
+Files = tuple[str, str]
+
+
+def _same(
+    docs: tuple[Doc, Doc],
+    files: Files,
+    read: Callable[[Doc, str], Any],
+    differ: str,
+    show: Callable[[Any], str] = str,
+) -> Any:
+    """What `read` finds in the base document, once it found the same in the new one.
+
+    `differ` is the one-line error when it does not, with {base} and {new} for the two files and
+    {b} and {n} for what each holds, as `show` writes it.
+    """
+    b, n = (read(d, f) for d, f in zip(docs, files, strict=True))
+    if b != n:
+        raise ShardcliError(differ.format(base=files[0], new=files[1], b=show(b), n=show(n)))
+    return b
+
 
 # --- metrics --------------------------------------------------------------------------------------
 
@@ -330,27 +350,29 @@ def _collective_config(doc: Doc, file: str) -> tuple[str, Doc]:
     return _field(config, "collective", str, "config", file), _field(config, "params", dict, "config", file)
 
 
-def _check_collectives(base: Doc, new: Doc, files: tuple[str, str]) -> str:
-    (b_name, b_params), (n_name, n_params) = (
-        _collective_config(d, f) for d, f in zip((base, new), files, strict=True)
+def _check_collectives(base: Doc, new: Doc, files: Files) -> str:
+    docs = (base, new)
+    name = _same(
+        docs,
+        files,
+        lambda d, f: _collective_config(d, f)[0],
+        "{base} ran collective {b} but {new} ran {n}; compare needs results of the same collective",
     )
-    if b_name != n_name:
-        raise ShardcliError(
-            f"{files[0]} ran collective {b_name} but {files[1]} ran {n_name}; "
-            "compare needs results of the same collective"
-        )
-    if b_params != n_params:
-        raise ShardcliError(
-            f"{files[0]} ran {b_name} with {_params_text(b_params)} but {files[1]} with "
-            f"{_params_text(n_params)}; compare needs the same collective flags"
-        )
-    b_buffer, n_buffer = (_out_buffer(d, f) for d, f in zip((base, new), files, strict=True))
-    if b_buffer != n_buffer:
-        raise ShardcliError(
-            f"{files[0]} timed out-of-place results into {b_buffer} buffers but {files[1]} into "
-            f"{n_buffer} ones; compare needs the same --out-buffer"
-        )
-    return f"{b_name} over {'+'.join(map(str, b_params.get('axes', [])))}"
+    params = _same(
+        docs,
+        files,
+        lambda d, f: _collective_config(d, f)[1],
+        "{base} ran " + name + " with {b} but {new} with {n}; compare needs the same collective flags",
+        show=_params_text,
+    )
+    _same(
+        docs,
+        files,
+        _out_buffer,
+        "{base} timed out-of-place results into {b} buffers but {new} into {n} ones; "
+        "compare needs the same --out-buffer",
+    )
+    return f"{name} over {'+'.join(map(str, params.get('axes', [])))}"
 
 
 def _out_buffer(doc: Doc, file: str) -> str | None:
@@ -372,14 +394,15 @@ def _matmul_cases(doc: Doc, file: str) -> list[str]:
     return cases
 
 
-def _check_matmuls(base: Doc, new: Doc, files: tuple[str, str]) -> str:
-    b_cases, n_cases = (_matmul_cases(d, f) for d, f in zip((base, new), files, strict=True))
-    if set(b_cases) != set(n_cases):
-        raise ShardcliError(
-            f"{files[0]} has matmul cases {', '.join(b_cases)} but {files[1]} has {', '.join(n_cases)}; "
-            "compare needs the same --case in both"
-        )
-    return f"cases {', '.join(b_cases)}"
+def _check_matmuls(base: Doc, new: Doc, files: Files) -> str:
+    cases = _same(
+        (base, new),
+        files,
+        lambda d, f: set(_matmul_cases(d, f)),
+        "{base} has matmul cases {b} but {new} has {n}; compare needs the same --case in both",
+        show=lambda c: ", ".join(sorted(c)),
+    )
+    return f"cases {', '.join(c for c in _matmul_cases(base, files[0]) if c in cases)}"
 
 
 def _dims_json(dims: tuple[int, int, int]) -> dict[str, int]:
@@ -394,7 +417,7 @@ class ResultKind:
     metrics: tuple[str, ...]  # the first is the default
     key_fields: tuple[KeyField, ...]
     row_flags: str  # the flags that choose the rows, for "compare needs the same ..."
-    check_config: Callable[[Doc, Doc, tuple[str, str]], str]  # raises when not comparable; -> what
+    check_config: Callable[[Doc, Doc, Files], str]  # raises when not comparable; -> what
     read_rows: Callable[[Doc, Metric, str], list[Row]]
 
 
@@ -508,25 +531,26 @@ def compare_documents(base: Doc, new: Doc, request: CompareRequest) -> CompareRe
     Raises:
         ShardcliError: the documents are malformed or not comparable (the message says why).
     """
-    files = (request.base, request.new)
-    b_schema, n_schema = (_field(d, "schema", int, "", f) for d, f in zip((base, new), files, strict=True))
-    if b_schema != n_schema:
+    files, docs = (request.base, request.new), (base, new)
+    schema = _same(
+        docs,
+        files,
+        lambda d, f: _field(d, "schema", int, "", f),
+        "{base} has schema version {b} but {new} has {n}; compare needs files written by the same "
+        "shardcli version",
+    )
+    if schema != KNOWN_SCHEMA:
         raise ShardcliError(
-            f"{files[0]} has schema version {b_schema} but {files[1]} has {n_schema}; "
-            "compare needs files written by the same shardcli version"
-        )
-    if b_schema != KNOWN_SCHEMA:
-        raise ShardcliError(
-            f"{files[0]} and {files[1]} have schema version {b_schema}, but this shardcli reads "
+            f"{files[0]} and {files[1]} have schema version {schema}, but this shardcli reads "
             f"schema {KNOWN_SCHEMA}; compare them with the shardcli that wrote them"
         )
-    b_command, n_command = (_command(d, f) for d, f in zip((base, new), files, strict=True))
-    if b_command != n_command:
-        raise ShardcliError(
-            f"{files[0]} is a {b_command} result but {files[1]} is a {n_command} result; "
-            "compare needs two results of the same command"
-        )
-    kind = KINDS[b_command]
+    command = _same(
+        docs,
+        files,
+        _command,
+        "{base} is a {b} result but {new} is a {n} result; compare needs two results of the same command",
+    )
+    kind = KINDS[command]
     metric_name = request.metric or kind.metrics[0]
     if metric_name not in kind.metrics:
         raise ShardcliError(
@@ -536,12 +560,13 @@ def compare_documents(base: Doc, new: Doc, request: CompareRequest) -> CompareRe
     if not 0 <= request.tolerance < math.inf:
         raise ShardcliError(f"--tolerance {request.tolerance!r} is not valid; give 0 or more")
     metric = METRICS[metric_name]
-    b_mesh, n_mesh = (_mesh(d, f) for d, f in zip((base, new), files, strict=True))
-    if b_mesh != n_mesh:
-        raise ShardcliError(
-            f"{files[0]} ran on mesh {_mesh_text(b_mesh)} but {files[1]} on mesh {_mesh_text(n_mesh)}; "
-            "compare needs the same --mesh and --axes"
-        )
+    mesh = _same(
+        docs,
+        files,
+        _mesh,
+        "{base} ran on mesh {b} but {new} on mesh {n}; compare needs the same --mesh and --axes",
+        show=_mesh_text,
+    )
     what = kind.check_config(base, new, files)
     b_rows, n_rows = (
         _keyed(kind.read_rows(d, metric, f), kind, f) for d, f in zip((base, new), files, strict=True)
@@ -570,7 +595,7 @@ def compare_documents(base: Doc, new: Doc, request: CompareRequest) -> CompareRe
         request=request,
         command=kind.command,
         what=what,
-        mesh=_mesh_text(b_mesh),
+        mesh=_mesh_text(mesh),
         key_fields=kind.key_fields,
         metric=metric,
         tolerance=request.tolerance,
