@@ -317,7 +317,7 @@ def test_matmul_plot_file_needs_a_sweep(cli):
 # --- narrow terminals -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("columns", ["60", "80", "100"])
+@pytest.mark.parametrize("columns", ["60", "69", "80", "92", "100"])
 @pytest.mark.parametrize(
     "args",
     [
@@ -332,8 +332,31 @@ def test_matmul_plot_file_needs_a_sweep(cli):
 )
 def test_a_narrow_terminal_never_cuts_a_figure(cli, columns, args):
     """An 80-column terminal used to get "4.78e…" for an algbw of 4.78e-05 and "#wro…" for #wrong:
-    a table that cannot fit even with its headers wrapped is printed whole, one line per row."""
+    a table wider than the terminal is printed whole, one line per row (86-98 columns cut figures
+    too while headers were still wrapped to fit)."""
     result = cli([*args, "--no-color"], env={"COLUMNS": columns})
     assert result.exit_code == 0, result.output
     assert [line for line in result.stdout.splitlines() if "…" in line] == []
     assert "#wrong" in result.stdout
+
+
+def test_save_svg_keeps_a_table_wider_than_the_terminal(cli, tmp_path):
+    """rich draws the SVG at the console's width and crops longer lines; the recording is widened
+    to its widest line, so the timing table's last column survives a 60-column terminal."""
+    path = tmp_path / "psum.svg"
+    args = [
+        "collective",
+        "psum",
+        "--mesh",
+        "2x4",
+        "--axes",
+        "data,model",
+        "--axis",
+        "model",
+        "--save",
+        str(path),
+    ]
+    result = cli([*args, "--no-color"], env={"COLUMNS": "60"})
+    assert result.exit_code == 0, result.output
+    svg = path.read_text().replace("&#160;", " ").replace("\xa0", " ")
+    assert "#wrong" in result.stdout and "#wrong" in svg and "roofline %" in svg

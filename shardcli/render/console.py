@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
@@ -21,30 +22,20 @@ WIDEST_TABLE = 1000  # columns a table may take when it does not fit the termina
 class DataTable(Table):
     """A rich Table that never cuts a cell: figures are printed whole or not at all.
 
-    Where the terminal is narrower than the table even with every header wrapped at its spaces,
-    rich would shrink the columns further and end what no longer fits with '…' ("4.78e…" for
-    4.78e-05, in an 80-column terminal and the collective's eleven timing columns). Such a table
-    is laid out at its natural width instead, one line per row, and the terminal wraps the lines;
-    the consoles of `make_console` do not crop them.
+    Where the console is narrower than the table, rich shrinks columns and ends what no longer
+    fits with '…' ("4.78e…" for 4.78e-05, in an 80-column terminal and the collective's eleven
+    timing columns), or cuts a column that may not wrap without a mark. Such a table is laid out
+    at its natural width instead, one line per row, and the terminal wraps the lines; the
+    consoles of `make_console` do not crop them. Only for tables printed on their own: inside
+    another layout (Columns, a grid) the parent would crop the wider table.
     """
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         if self.width is None:
-            wide = options.update_width(WIDEST_TABLE)
-            natural = Measurement.get(console, wide, self).maximum
-            if natural > options.max_width and self._least_width(console, wide, natural) > options.max_width:
+            natural = Measurement.get(console, options.update_width(WIDEST_TABLE), self).maximum
+            if natural > options.max_width:
                 options = options.update_width(natural)
         yield from super().__rich_console__(console, options)
-
-    def _least_width(self, console: Console, options: ConsoleOptions, natural: int) -> int:
-        """The narrowest this table can be with no cell cut: a column that may wrap needs its
-        longest word, one that may not its longest line; edges and padding as at natural width."""
-        least, widest = 0, 0
-        for column in self.columns:
-            sizes = [Measurement.get(console, options, r) for r in (column.header, *column.cells)]
-            widest += max(m.maximum for m in sizes)
-            least += max(m.maximum if column.no_wrap else m.minimum for m in sizes)
-        return natural - widest + least
 
 
 class _Console(Console):
@@ -103,6 +94,10 @@ def save_recording() -> str | None:
     _recording.update(console=None, path=None)
     suffix = Path(path).suffix.lower()
     if suffix == ".svg":
+        # rich draws the SVG terminal at the console's width and crops longer lines: widen it to
+        # the widest line printed (a table wider than the terminal, see DataTable).
+        widest = max((cell_len(line) for line in console.export_text(clear=False).splitlines()), default=0)
+        console.width = max(console.width, widest)
         console.save_svg(path, title="shardcli")
     elif suffix == ".html":
         console.save_html(path)

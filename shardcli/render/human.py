@@ -19,7 +19,6 @@ from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.layout import GridView, ShardingLayout, format_index, grid_views, spec_layout
 from shardcli.mesh import MeshLayout
-from shardcli.render.console import DataTable
 from shardcli.specs import ShardingSpec
 
 
@@ -56,7 +55,7 @@ def mesh_grids(layout: MeshLayout) -> RenderableType:
     grids = []
     for lead in np.ndindex(*lead_shape) if lead_shape else [()]:
         title = coords_text(axes[: len(lead)], lead) if lead else None
-        table = DataTable(show_header=len(shape) > 1, box=box.SQUARE, show_lines=True, title=title)
+        table = Table(show_header=len(shape) > 1, box=box.SQUARE, show_lines=True, title=title)
         if len(shape) > 1:
             table.add_column(f"{axes[-2]} \\ {axes[-1]}", style="bold", justify="center")
             for c in range(cols):
@@ -93,7 +92,7 @@ def sharding_picture(layout: ShardingLayout, view_dims: tuple[int, int] | None =
     views = grid_views(layout, view_dims)
     tables = []
     for view in views:
-        table = DataTable(show_header=False, box=box.SQUARE, show_lines=True, title=_grid_title(view))
+        table = Table(show_header=False, box=box.SQUARE, show_lines=True, title=_grid_title(view))
         for _ in view.col_ranges:
             table.add_column(justify="center")
         for row in view.cells:
