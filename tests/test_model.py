@@ -529,20 +529,24 @@ def test_a_damaged_checkpoint_is_one_line_in_a_real_process(shardcli_subprocess,
 # --- verification on a GPU's default precision ----------------------------------------------------
 
 
-def _tf32_run(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+def _tf32_run(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, mode: str = "nearest"):
     """The model's output and first gradients in float32 with every dot's inputs rounded to TF32,
     as XLA runs them on a recent GPU at the default precision (emulated in NumPy)."""
+
+    def t(a):
+        return tf32(a, mode)
+
     w1, b1, w2 = (params[k].astype(np.float32) for k in ("dot1.kernel", "dot1.bias", "w2"))
-    pre = tf32(x) @ tf32(w1) + b1
+    pre = t(x) @ t(w1) + b1
     hidden = np.maximum(pre, 0)
-    out = tf32(hidden) @ tf32(w2)
+    out = t(hidden) @ t(w2)
     g = (2 * (out - y) / y.size).astype(np.float32)
-    dh = (tf32(g) @ tf32(w2).T) * (pre > 0)
-    grads = {"dot1.kernel": tf32(x).T @ tf32(dh), "dot1.bias": dh.sum(axis=0), "w2": tf32(hidden).T @ tf32(g)}
+    dh = (t(g) @ t(w2).T) * (pre > 0)
+    grads = {"dot1.kernel": t(x).T @ t(dh), "dot1.bias": dh.sum(axis=0), "w2": t(hidden).T @ t(g)}
     return out, grads
 
 
-def _random_model(depth: int, seed: int = 0):
+def _random_model(depth: int, seed: int = 0, batch: int = 8):
     rng = np.random.default_rng(seed)
     params = {
         "dot1.kernel": rng.standard_normal((depth, depth)) / np.sqrt(depth),
@@ -550,25 +554,29 @@ def _random_model(depth: int, seed: int = 0):
         "w2": rng.standard_normal((depth, depth)) / np.sqrt(depth),
     }
     params = {k: v.astype(np.float32).astype(np.float64) for k, v in params.items()}
-    x, y = (rng.standard_normal((8, depth)).astype(np.float32) for _ in range(2))
+    x, y = (rng.standard_normal((batch, depth)).astype(np.float32) for _ in range(2))
     return params, x, y
 
 
-@pytest.mark.parametrize("depth", [64, 1024])
-def test_tf32_results_pass_on_a_gpu_and_would_fail_the_cpu_bound(depth):
+@pytest.mark.parametrize("mode", ["nearest", "truncate"])
+@pytest.mark.parametrize("depth, batch, seed", [(64, 8, 0), (1024, 8, 1), (512, 64, 2)])
+def test_tf32_results_pass_on_a_gpu_and_would_fail_the_cpu_bound(depth, batch, seed, mode):
     """On a GPU the model's float32 dots round their inputs to TF32 (seen on an H100: the first
-    gradients 6.6e-4 x max off, the CPU bound 1e-4); the bound there allows for it."""
-    from shardcli.core.model import _gradient_check, _reference
+    gradients 6.6e-4 x max off, the CPU bound 1e-4); the bound there allows for it, whether the
+    tensor cores round to nearest or truncate."""
+    from shardcli.core.model import _gradient_check, _loss_check, _reference
 
-    params, x, y = _random_model(depth)
-    out, grads = _tf32_run(params, x, y)
+    params, x, y = _random_model(depth, seed, batch)
+    out, grads = _tf32_run(params, x, y, mode)
     for platform, ok in (("gpu", True), ("cpu", False)):
         ref = _reference(params, x, platform)
         assert bool(np.all(np.abs(out - ref.out) <= ref.bound)) is ok, platform
         check = _gradient_check(ref, params, x, y, grads)
         assert check.ok is ok, (platform, check.detail)
+    ref = _reference(params, x, "gpu")
+    assert _loss_check("the loss", float(np.mean((out.astype(np.float64) - y) ** 2)), ref, y).ok
     assert (
-        "10 sigma of TF32 inputs" in _gradient_check(_reference(params, x, "gpu"), params, x, y, grads).detail
+        "10 sigma and the truncation bias of TF32 inputs" in _gradient_check(ref, params, x, y, grads).detail
     )
 
 

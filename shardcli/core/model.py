@@ -279,32 +279,51 @@ class Reference:
     worst-case float32 bound for two matmuls of depth D grows like D^2 eps and would let a wrong
     loss pass at large depth, while a real sharding or communication mistake is off by the size of
     the values themselves. Where the platform's dots round their float32 inputs (TF32 on a GPU,
-    bf16 on a TPU), SIGMAS standard deviations of that rounding are added: each rounded input is
-    off by a uniform relative error of at most u_in, independent of the others, and the variances
-    are carried through both layers. (Adding the worst cases instead gives D^2 u_in, of the size
-    of the values at depth 1024 with TF32.)
+    bf16 on a TPU), two allowances are added:
+
+    - SIGMAS standard deviations of that rounding: each rounded input is off by a relative error
+      spread evenly over a width of 2 u_in (to nearest or towards zero alike), independently of
+      the others, and the variances are carried through both layers. (Adding the worst cases
+      instead gives D^2 u_in, of the size of the values at depth 1024 with TF32.)
+    - the bias of truncation (Hopper's tensor cores may drop TF32's low bits rather than round
+      them): on average each product is then (1 - u_in)^2 of the exact one, so the pass is also
+      run with every dot scaled by that and the difference allowed.
     """
 
     pre: np.ndarray  # x @ W1 + b1
     hidden: np.ndarray  # relu(pre)
     out: np.ndarray  # hidden @ W2
-    pre_var: np.ndarray  # variance of a run's pre from the input rounding
-    out_var: np.ndarray
-    rtol_bound: float  # RTOL x max|out|
-    bound: np.ndarray  # |out - run's out| allowed per element: rtol_bound + SIGMAS sigma
-    u_in: float  # unit roundoff of the dots' inputs (0: exact products)
+    u_in: float  # unit roundoff of the dots' inputs (0: exact products, and every allowance 0)
     rounding: str  # what rounds them, in words ("" for exact products)
+    rtol_bound: float  # RTOL x max|out|
+    pre_var: np.ndarray | float = 0.0  # variance of a run's pre from the input rounding
+    out_var: np.ndarray | float = 0.0
+    scaled_pre: np.ndarray | None = None  # the pass with every dot scaled by (1 - u_in)^2
+    scaled_out: np.ndarray | None = None
 
     @property
     def product_var(self) -> float:
         """Variance of the relative error of one product of two rounded inputs: 2 u_in^2 / 3."""
         return 2 * self.u_in**2 / 3
 
+    @property
+    def scale(self) -> float:
+        return (1 - self.u_in) ** 2
+
+    @property
+    def out_bias(self) -> np.ndarray | float:
+        return 0.0 if self.scaled_out is None else np.abs(self.out - self.scaled_out)
+
+    @property
+    def bound(self) -> np.ndarray | float:
+        """|out - run's out| allowed per element."""
+        return self.rtol_bound + self.out_bias + SIGMAS * np.sqrt(self.out_var)
+
     def how(self, what: str) -> str:
         """The bound on |err| in words, relative to the largest |what|."""
         text = f"{RTOL:g} x max|{what}|"
         if self.u_in:
-            text += f" + {SIGMAS} sigma of {self.rounding} (u_in = {self.u_in:.2g})"
+            text += f" + {SIGMAS} sigma and the truncation bias of {self.rounding} (u_in = {self.u_in:.2g})"
         return text
 
 
@@ -315,13 +334,38 @@ def _reference(params: dict[str, np.ndarray], x: np.ndarray, platform: str) -> R
     pre = x64 @ w1 + b1
     hidden = np.maximum(pre, 0.0)
     out = hidden @ w2
-    c = 2 * u_in**2 / 3
+    rtol_bound = RTOL * (float(np.max(np.abs(out))) or 1.0)
+    if not u_in:  # exact products: nothing more to allow, and nothing more to compute
+        return Reference(pre, hidden, out, 0.0, "", rtol_bound)
+    c, scale = 2 * u_in**2 / 3, (1 - u_in) ** 2
     pre_var = c * (x64**2 @ w1**2)
     # relu passes a live unit's error on (and a dead one's, near the kink, as an upper bound)
     out_var = pre_var @ w2**2 + c * (hidden**2 @ w2**2)
-    rtol_bound = RTOL * (float(np.max(np.abs(out))) or 1.0)
-    bound = rtol_bound + SIGMAS * np.sqrt(out_var)
-    return Reference(pre, hidden, out, pre_var, out_var, rtol_bound, bound, u_in, in_text if u_in else "")
+    scaled_pre = scale * (x64 @ w1) + b1
+    scaled_out = scale * (np.maximum(scaled_pre, 0.0) @ w2)
+    return Reference(pre, hidden, out, u_in, in_text, rtol_bound, pre_var, out_var, scaled_pre, scaled_out)
+
+
+def _gradients(
+    params: dict[str, np.ndarray],
+    x: np.ndarray,
+    y: np.ndarray,
+    pre: np.ndarray,
+    out: np.ndarray,
+    scale: float,
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """The first gradients from a forward pass (pre, out), each dot scaled by `scale`; also the
+    loss gradient g and relu's input gradient before the mask."""
+    x64 = x.astype(np.float64)
+    g = 2 * (out - y.astype(np.float64)) / y.size
+    back = scale * (g @ params["w2"].T)
+    dh = back * (pre > 0)
+    grads = {
+        "dot1.kernel": scale * (x64.T @ dh),
+        "dot1.bias": dh.sum(axis=0),
+        "w2": scale * (np.maximum(pre, 0.0).T @ g),
+    }
+    return grads, g, back
 
 
 def _gradient_check(
@@ -329,34 +373,37 @@ def _gradient_check(
 ) -> Check:
     """The first step's gradients (before any update) against NumPy's backward pass in float64.
 
-    Each array within RTOL x its largest |gradient|, plus SIGMAS standard deviations of the
-    platform's input rounding carried through the backward pass (none on CPU). Where a hidden
-    unit's pre-activation is so close to 0 that the run may put it on either side of relu's kink,
-    both answers are allowed. `ref` is the forward pass on these parameters; `got` the run's
-    gradients by parameter path (dot1.kernel, dot1.bias, w2).
+    Each array within RTOL x its largest |gradient|, plus (where the platform's dots round their
+    inputs) SIGMAS standard deviations of that rounding carried through the backward pass and the
+    truncation bias (see `Reference`). Where a hidden unit's pre-activation is so close to 0 that
+    the run may put it on either side of relu's kink, both answers are allowed. `ref` is the
+    forward pass on these parameters; `got` the run's gradients by parameter path (dot1.kernel,
+    dot1.bias, w2).
     """
-    c, w2sq = ref.product_var, params["w2"] ** 2
-    x64, y64 = x.astype(np.float64), y.astype(np.float64)
-    g = 2 * (ref.out - y64) / y.size
-    g_var = (2 / y.size) ** 2 * ref.out_var
-    back = g @ params["w2"].T
-    back_var = g_var @ w2sq.T + c * (g**2 @ w2sq.T)
-    dh = back * (ref.pre > 0)
-    want = {"dot1.kernel": x64.T @ dh, "dot1.bias": dh.sum(axis=0), "w2": ref.hidden.T @ g}
-    variance = {
-        "dot1.kernel": (x64**2).T @ back_var + c * ((x64**2).T @ dh**2),
-        "dot1.bias": back_var.sum(axis=0),
-        "w2": ref.pre_var.T @ g**2 + (ref.hidden**2).T @ g_var + c * ((ref.hidden**2).T @ g**2),
-    }
-    near = np.abs(ref.pre) <= RTOL * (float(np.max(np.abs(ref.pre))) or 1.0) + SIGMAS * np.sqrt(ref.pre_var)
+    x64 = x.astype(np.float64)
+    want, g, back = _gradients(params, x, y, ref.pre, ref.out, 1.0)
+    near = np.abs(ref.pre) <= RTOL * (float(np.max(np.abs(ref.pre))) or 1.0)
+    allowance: dict[str, Any] = {name: 0.0 for name in want}
+    if ref.u_in:
+        c, w2sq = ref.product_var, params["w2"] ** 2
+        g_var = (2 / y.size) ** 2 * ref.out_var
+        back_var = g_var @ w2sq.T + c * (g**2 @ w2sq.T)
+        dh = back * (ref.pre > 0)
+        variance = {
+            "dot1.kernel": (x64**2).T @ back_var + c * ((x64**2).T @ dh**2),
+            "dot1.bias": back_var.sum(axis=0),
+            "w2": ref.pre_var.T @ g**2 + (ref.hidden**2).T @ g_var + c * ((ref.hidden**2).T @ g**2),
+        }
+        scaled, _, _ = _gradients(params, x, y, ref.scaled_pre, ref.scaled_out, ref.scale)
+        allowance = {n: SIGMAS * np.sqrt(variance[n]) + np.abs(want[n] - scaled[n]) for n in want}
+        near |= np.abs(ref.pre) <= SIGMAS * np.sqrt(ref.pre_var) + np.abs(ref.pre - ref.scaled_pre)
     kink = np.abs(back) * near
     slack = {"dot1.kernel": np.abs(x64).T @ kink, "dot1.bias": kink.sum(axis=0), "w2": 0.0}
     worst, off = 0.0, []
     for name, wanted in want.items():
         err = np.abs(np.asarray(got[name], dtype=np.float64) - wanted)
         scale = float(np.max(np.abs(wanted))) or 1.0
-        allowed = RTOL * scale + slack[name] + SIGMAS * np.sqrt(variance[name])
-        if not np.all(err <= allowed):
+        if not np.all(err <= RTOL * scale + slack[name] + allowance[name]):
             off.append(name)
         worst = max(worst, float(np.max(err / scale)))
     return Check(
@@ -371,31 +418,25 @@ def _loss_check(what: str, got: float, ref: Reference, y: np.ndarray, label: str
     """A loss against NumPy's from the reference output, within what the output's bound allows.
 
     The RTOL part of the output's bound may line up in every element; the input rounding's errors
-    are independent, so the loss gets SIGMAS standard deviations of their weighted sum.
+    are independent, so the loss gets SIGMAS standard deviations of their weighted sum, and the
+    truncated pass's loss may differ by its own bias.
     """
     diff = ref.out - y.astype(np.float64)
     want = float(np.mean(diff**2))
     flat = ref.rtol_bound
-    rounding = SIGMAS * float(np.sqrt(np.sum((2 * diff / diff.size) ** 2 * ref.out_var)))
     # float32 sums of the squares in any order add at most (elements) eps of the mean
-    allowed = (
-        float(np.mean(2 * np.abs(diff) * flat + flat**2)) + rounding + (diff.size + 2) * EPS32 * abs(want)
-    )
+    allowed = float(np.mean(2 * np.abs(diff) * flat + flat**2)) + (diff.size + 2) * EPS32 * abs(want)
+    if ref.u_in:
+        allowed += SIGMAS * float(np.sqrt(np.sum((2 * diff / diff.size) ** 2 * ref.out_var)))
+        allowed += abs(float(np.mean((ref.scaled_out - y.astype(np.float64)) ** 2)) - want)
     return Check(what, abs(got - want) <= allowed, f"{got:.6g}; {label} {want:.6g}; |err| <= {allowed:.1e}")
 
 
 def _output_checks(
-    out: Any,
-    mesh: Any,
-    ann: Annotations,
-    state: Any,
-    x: np.ndarray,
-    y: np.ndarray,
-    loss: float,
-    platform: str,
+    out: Any, mesh: Any, ann: Annotations, ref: Reference, y: np.ndarray, loss: float
 ) -> list[Check]:
+    """The output's sharding and values, and the loss, against `ref` (the pass on the same state)."""
     expected = NamedSharding(mesh, P(*ann.resolved(OUTPUT)))
-    ref = _reference(_host_params(state), x, platform)
     return [
         Check(
             "the output is sharded as its annotation gives",
@@ -502,7 +543,9 @@ def run_train(request: TrainRequest) -> ModelResult:
             f"{first:.6g} at step 1, {final:.6g} after step {request.steps}",
         )
     )
-    checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final, platform))
+    checks.extend(
+        _output_checks(out, mesh, ann, _reference(_host_params(state), x_host, platform), y_host, final)
+    )
     checkpoint = None
     if target is not None:
         checkpoint = _save(target, state, request, session, ann, final)
@@ -606,8 +649,8 @@ def run_restore(request: RestoreRequest) -> ModelResult:
     with jax.set_mesh(mesh):
         x_host, y_host, x, y = _prepare(mesh, saved.depth, saved.batch, saved.seed, ann)
         out, final, forward_ops = _evaluate(graphdef, state, x, y)
-    checks.extend(_output_checks(out, mesh, ann, state, x_host, y_host, final, platform))
     ref = _reference(_host_params(state), x_host, platform)
+    checks.extend(_output_checks(out, mesh, ann, ref, y_host, final))
     checks.append(
         _loss_check(
             "the loss at save time is the restored model's",
