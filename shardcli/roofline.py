@@ -118,6 +118,7 @@ class CopyBandwidth:
     measured_at: str | None = None  # UTC, ISO 8601, to the second
     cached: bool = False  # read from the shardcli cache instead of measured by this process
     streaming: bool = False  # measured with glibc's memcpy streaming its stores (STREAMING_TUNABLE)
+    note: str | None = None  # why there is no streaming figure, where its measurement failed
 
     @property
     def gbps(self) -> float:
@@ -128,6 +129,7 @@ class CopyBandwidth:
             f"{self.gbps:.1f} GB/s copy bandwidth (NumPy, {self.threads} thread{'s' * (self.threads != 1)}, "
             f"{self.nbytes >> 20} MiB each, read + written bytes, best of {self.repeats}"
             + (", streaming stores)" if self.streaming else ")")
+            + (f"; {self.note}" if self.note else "")
         )
         if self.cached:
             how += f", measured {self.measured_at} and read from the cache"
@@ -185,44 +187,70 @@ def streams_with_tunable() -> bool:
     )
 
 
+class StreamingMeasureError(RuntimeError):
+    """The child process that measures with streaming stores failed; the message says how."""
+
+
 def measure_streaming_copy_bandwidth(
     nbytes: int = COPY_BYTES, threads: int | None = None, repeats: int = COPY_REPEATS
 ) -> CopyBandwidth | None:
     """`measure_copy_bandwidth` in a child process whose memcpy streams every copy of 1 MiB or more.
 
-    glibc reads GLIBC_TUNABLES once, at process start, so it takes a process of its own. None where
-    the tunable does not apply, or when the child fails (the in-process figure then stands).
+    glibc reads GLIBC_TUNABLES once, at process start, so it takes a process of its own. The child
+    imports this very module (its folder first on PYTHONPATH, `-P` so the working directory cannot
+    shadow it). None where the tunable does not apply.
+
+    Raises:
+        StreamingMeasureError: the child failed, timed out or printed no figure.
     """
     if not streams_with_tunable():
         return None
     tunables = os.environ.get("GLIBC_TUNABLES")
     tunables = f"{tunables}:{STREAMING_TUNABLE}" if tunables else STREAMING_TUNABLE
-    env = dict(os.environ, GLIBC_TUNABLES=tunables)
+    here = str(Path(__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, GLIBC_TUNABLES=tunables, PYTHONPATH=f"{here}{os.pathsep}{path}" if path else here)
     code = (
         "import dataclasses, json; from shardcli.roofline import measure_copy_bandwidth as m; "
         f"print(json.dumps(dataclasses.asdict(m({int(nbytes)}, {threads!r}, {int(repeats)}))))"
     )
+    if not sys.executable:
+        raise StreamingMeasureError("no Python interpreter to start (sys.executable is empty)")
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code],
+            [sys.executable, "-P", "-c", code],
             env=env,
             capture_output=True,
             text=True,
             timeout=STREAMING_TIMEOUT_S,
-            check=True,
+            check=False,
         )
+    except subprocess.TimeoutExpired:
+        raise StreamingMeasureError(f"the child took over {STREAMING_TIMEOUT_S} s") from None
+    except OSError as error:
+        raise StreamingMeasureError(f"could not start {sys.executable}: {error.strerror or error}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+        raise StreamingMeasureError(f"the child exited {proc.returncode}" + (f": {last}" if last else ""))
+    try:
         copy = CopyBandwidth(**json.loads(proc.stdout))
-    except (OSError, subprocess.SubprocessError, ValueError, TypeError):
-        return None
+    except (ValueError, TypeError) as error:
+        raise StreamingMeasureError(f"the child printed no figure ({error})") from None
     if not (math.isfinite(copy.bytes_per_s) and copy.bytes_per_s > 0):
-        return None
+        raise StreamingMeasureError(f"the child measured {copy.bytes_per_s} B/s")
     return dataclasses.replace(copy, streaming=True)
 
 
 def measure_best_copy_bandwidth(threads: int | None = None, repeats: int = COPY_REPEATS) -> CopyBandwidth:
-    """The better of the in-process copy bandwidth and the streaming one: the host's roofline."""
+    """The better of the in-process copy bandwidth and the streaming one: the host's roofline.
+
+    Where the streaming measurement failed the in-process figure stands, and its `note` says why.
+    """
     here = measure_copy_bandwidth(threads=threads, repeats=repeats)
-    streaming = measure_streaming_copy_bandwidth(threads=threads, repeats=repeats)
+    try:
+        streaming = measure_streaming_copy_bandwidth(threads=threads, repeats=repeats)
+    except StreamingMeasureError as error:
+        return dataclasses.replace(here, note=f"no streaming-store figure: {error}")
     return streaming if streaming is not None and streaming.bytes_per_s > here.bytes_per_s else here
 
 
@@ -282,7 +310,8 @@ def _from_entry(entry: Any) -> CopyBandwidth | None:
             repeats=int(entry["repeats"]),
             measured_at=entry["measured_at"],
             cached=True,
-            streaming=bool(entry.get("streaming", False)),
+            streaming=entry.get("streaming") is True,
+            note=entry.get("note") if isinstance(entry.get("note"), str) else None,
         )
     except (ValueError, KeyError, TypeError, OverflowError):
         return None
@@ -363,6 +392,7 @@ def _host_copy_bandwidth(cache_dir: str | None) -> CopyBandwidth:
             "repeats": copy.repeats,
             "measured_at": copy.measured_at,
             "streaming": copy.streaming,
+            "note": copy.note,
         }
         problem = _write_entries(path, hosts)
     if problem is not None:

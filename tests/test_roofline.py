@@ -100,15 +100,31 @@ def test_the_streaming_figure_is_measured_in_a_child_with_the_tunable_added(monk
 
 
 @needs_tunable
-def test_a_failing_child_leaves_the_in_process_figure(monkeypatch):
+def test_a_failing_child_leaves_the_in_process_figure_and_says_why(monkeypatch):
     import shutil
 
     from shardcli import roofline
 
     monkeypatch.setattr(roofline.sys, "executable", shutil.which("false"))
-    assert roofline.measure_streaming_copy_bandwidth(nbytes=1 << 20, threads=1, repeats=1) is None
+    with pytest.raises(roofline.StreamingMeasureError, match="the child exited 1"):
+        roofline.measure_streaming_copy_bandwidth(nbytes=1 << 20, threads=1, repeats=1)
     copy = roofline.measure_best_copy_bandwidth(threads=1, repeats=1)
     assert not copy.streaming and copy.bytes_per_s > 0
+    assert copy.describe().endswith("; no streaming-store figure: the child exited 1")
+
+
+@needs_tunable
+def test_the_child_imports_this_shardcli_from_any_folder(monkeypatch, tmp_path):
+    """A `shardcli/` folder in the working directory (an old checkout) must not shadow the module."""
+    from shardcli import roofline
+
+    fake = tmp_path / "shardcli"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the wrong shardcli')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    copy = roofline.measure_streaming_copy_bandwidth(nbytes=1 << 20, threads=1, repeats=1)
+    assert copy is not None and copy.streaming
 
 
 @pytest.mark.parametrize(

@@ -31,15 +31,18 @@ def _same(
     read: Callable[[Doc, str], Any],
     differ: str,
     show: Callable[[Any], str] = str,
+    same: Callable[[Any, Any], bool] = lambda b, n: b == n,
+    **fields: str,
 ) -> Any:
     """What `read` finds in the base document, once it found the same in the new one.
 
-    `differ` is the one-line error when it does not, with {base} and {new} for the two files and
-    {b} and {n} for what each holds, as `show` writes it.
+    `differ` is the one-line error when it does not, with {base} and {new} for the two files,
+    {b} and {n} for what each holds as `show` writes it, and any other `fields` by name (values
+    are substituted, never parsed, so braces in them are safe).
     """
     b, n = (read(d, f) for d, f in zip(docs, files, strict=True))
-    if b != n:
-        raise ShardcliError(differ.format(base=files[0], new=files[1], b=show(b), n=show(n)))
+    if not same(b, n):
+        raise ShardcliError(differ.format(base=files[0], new=files[1], b=show(b), n=show(n), **fields))
     return b
 
 
@@ -362,8 +365,9 @@ def _check_collectives(base: Doc, new: Doc, files: Files) -> str:
         docs,
         files,
         lambda d, f: _collective_config(d, f)[1],
-        "{base} ran " + name + " with {b} but {new} with {n}; compare needs the same collective flags",
+        "{base} ran {name} with {b} but {new} with {n}; compare needs the same collective flags",
         show=_params_text,
+        name=name,
     )
     _same(
         docs,
@@ -398,11 +402,12 @@ def _check_matmuls(base: Doc, new: Doc, files: Files) -> str:
     cases = _same(
         (base, new),
         files,
-        lambda d, f: set(_matmul_cases(d, f)),
+        _matmul_cases,
         "{base} has matmul cases {b} but {new} has {n}; compare needs the same --case in both",
-        show=lambda c: ", ".join(sorted(c)),
+        show=", ".join,
+        same=lambda b, n: set(b) == set(n),
     )
-    return f"cases {', '.join(c for c in _matmul_cases(base, files[0]) if c in cases)}"
+    return f"cases {', '.join(cases)}"
 
 
 def _dims_json(dims: tuple[int, int, int]) -> dict[str, int]:
