@@ -22,6 +22,7 @@ class DevicePeak:
     link_note: str
     f64_tflops: float | None = None
     f64_note: str = "no float64 figure"
+    unlike: tuple[str, ...] = ()  # lower-case substrings of a device_kind this entry does not describe
 
 
 # Sources: NVIDIA H100/H200 datasheets (SXM, dense); How To Scale Your Model, "How to think about
@@ -40,6 +41,7 @@ DEVICE_PEAKS: tuple[DevicePeak, ...] = (
         "NVLink 4, per direction",
         67.0,
         "FP64 tensor cores",
+        ("pcie", "nvl"),  # other clocks, power and links: unknown here rather than wrong
     ),
     DevicePeak(
         "H100 SXM",
@@ -51,6 +53,7 @@ DEVICE_PEAKS: tuple[DevicePeak, ...] = (
         "NVLink 4, per direction",
         67.0,
         "FP64 tensor cores",
+        ("pcie", "nvl"),  # other clocks, power and links: unknown here rather than wrong
     ),
     DevicePeak(
         "TPU v6e",
@@ -99,7 +102,7 @@ def lookup_peak(device_kind: str) -> DevicePeak | None:
     """The table entry whose pattern occurs in `device_kind` (case-insensitive), if any."""
     kind = device_kind.lower()
     for entry in DEVICE_PEAKS:
-        if any(m in kind for m in entry.match):
+        if any(m in kind for m in entry.match) and not any(u in kind for u in entry.unlike):
             return entry
     return None
 

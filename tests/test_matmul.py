@@ -239,6 +239,8 @@ def test_roofline_bound_and_dominant():
     "kind,label",
     [
         ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", None),  # lower clocks and no NVLink switch: not the SXM figures
+        ("NVIDIA H100 NVL", None),
         ("NVIDIA H200", "H200 SXM"),
         ("TPU v4", "TPU v4"),
         ("TPU v5 lite", "TPU v5e"),
