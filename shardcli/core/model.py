@@ -303,12 +303,11 @@ class Reference:
 
     @property
     def product_var(self) -> float:
-        """Variance of the relative error of one product of two rounded inputs: 2 u_in^2 / 3."""
-        return 2 * self.u_in**2 / 3
+        return _product_var(self.u_in)
 
     @property
     def scale(self) -> float:
-        return (1 - self.u_in) ** 2
+        return _truncation_scale(self.u_in)
 
     @property
     def out_bias(self) -> np.ndarray | float:
@@ -327,22 +326,35 @@ class Reference:
         return text
 
 
+def _product_var(u_in: float) -> float:
+    """Variance of the relative error of one product of two rounded inputs: 2 u_in^2 / 3."""
+    return 2 * u_in**2 / 3
+
+
+def _truncation_scale(u_in: float) -> float:
+    """What a product of two truncated inputs is, on average, of the exact one."""
+    return (1 - u_in) ** 2
+
+
+def _forward(params: dict[str, np.ndarray], x64: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """(pre, out) of the model in float64, each dot's result scaled by `scale`."""
+    pre = scale * (x64 @ params["dot1.kernel"]) + params["dot1.bias"]
+    return pre, scale * (np.maximum(pre, 0.0) @ params["w2"])
+
+
 def _reference(params: dict[str, np.ndarray], x: np.ndarray, platform: str) -> Reference:
     u_in, in_text = dot_input_roundoff(platform, "float32")
-    w1, b1, w2 = params["dot1.kernel"], params["dot1.bias"], params["w2"]
     x64 = x.astype(np.float64)
-    pre = x64 @ w1 + b1
+    pre, out = _forward(params, x64, 1.0)
     hidden = np.maximum(pre, 0.0)
-    out = hidden @ w2
     rtol_bound = RTOL * (float(np.max(np.abs(out))) or 1.0)
     if not u_in:  # exact products: nothing more to allow, and nothing more to compute
         return Reference(pre, hidden, out, 0.0, "", rtol_bound)
-    c, scale = 2 * u_in**2 / 3, (1 - u_in) ** 2
-    pre_var = c * (x64**2 @ w1**2)
+    c, w2sq = _product_var(u_in), params["w2"] ** 2
+    pre_var = c * (x64**2 @ params["dot1.kernel"] ** 2)
     # relu passes a live unit's error on (and a dead one's, near the kink, as an upper bound)
-    out_var = pre_var @ w2**2 + c * (hidden**2 @ w2**2)
-    scaled_pre = scale * (x64 @ w1) + b1
-    scaled_out = scale * (np.maximum(scaled_pre, 0.0) @ w2)
+    out_var = pre_var @ w2sq + c * (hidden**2 @ w2sq)
+    scaled_pre, scaled_out = _forward(params, x64, _truncation_scale(u_in))
     return Reference(pre, hidden, out, u_in, in_text, rtol_bound, pre_var, out_var, scaled_pre, scaled_out)
 
 
