@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 import sys
 import traceback
@@ -155,16 +156,30 @@ def _root(
     matmuls, verified against NumPy."""
 
 
-app.command("mesh")(mesh_cmd.mesh)
-app.command("shard")(shard_cmd.shard)
-app.command("collective")(collective_cmd.collective)
-app.command("matmul")(matmul_cmd.matmul)
-app.command("recipe")(recipe_cmd.recipe)
-app.command("pipeline")(pipeline_cmd.pipeline)
-app.command("compare")(compare_cmd.compare)
+def _summary(command: Any) -> str:
+    """The first paragraph of a command's docstring on one line, for `shardcli --help`'s list.
+
+    typer's list keeps a docstring's line breaks (a summary wrapped at 100 columns in the source
+    came out as ragged lines); the command's own --help already joins them.
+    """
+    return " ".join(inspect.cleandoc(command.__doc__ or "").split("\n\n")[0].split())
+
+
+for _name, _command in [
+    ("mesh", mesh_cmd.mesh),
+    ("shard", shard_cmd.shard),
+    ("collective", collective_cmd.collective),
+    ("matmul", matmul_cmd.matmul),
+    ("recipe", recipe_cmd.recipe),
+    ("pipeline", pipeline_cmd.pipeline),
+    ("compare", compare_cmd.compare),
+]:
+    app.command(_name, short_help=_summary(_command))(_command)
 app.add_typer(model_cmd.app, name="model")
 # Everything from the command's first word on belongs to the command each process runs.
-app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmd.launch)
+app.command(
+    "launch", short_help=_summary(launch_cmd.launch), context_settings={"allow_interspersed_args": False}
+)(launch_cmd.launch)
 
 
 def main() -> None:

@@ -611,6 +611,19 @@ def test_help(cli, args, expected):
         assert text in result.stdout
 
 
+def test_root_help_lists_each_command_on_one_line_when_it_fits(cli):
+    """Summaries wrapped in the source used to keep their line breaks in the command list."""
+    result = cli(["--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if re.match(r"│ [a-z]+ ", line)]
+    assert [row.split()[1] for row in rows] == [
+        "mesh", "shard", "collective", "matmul", "recipe", "pipeline", "compare", "launch", "model"
+    ]  # fmt: skip
+    pipeline = next(row for row in rows if row.startswith("│ pipeline"))
+    assert "activations and gradients moved between stages" in pipeline
+    assert "verified against the same model run unpipelined on one device." in pipeline
+
+
 # The check can fail ---------------------------------------------------------------------------
 
 

@@ -229,6 +229,19 @@ def launch(
     return run_shardcli("launch", *args, timeout=timeout, env=env)
 
 
+def with_site(tmp_path: Path, code: str) -> dict[str, str]:
+    """Plant CODE as the children's sitecustomize: TMP_PATH goes first on PYTHONPATH, the rest is kept.
+
+    sitecustomize runs before `-m` puts the working directory on sys.path, so replacing PYTHONPATH
+    would hide a checkout that is not installed (run with PYTHONPATH=.): the plant's import of
+    shardcli would fail, Python would only print "Error in sitecustomize", and the run would go on
+    unplanted.
+    """
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(code))
+    rest = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), *([rest] if rest else [])])}
+
+
 def json_doc(proc: subprocess.CompletedProcess[str]) -> dict:
     assert proc.stdout.strip(), proc.stderr
     return json.loads(proc.stdout)
@@ -363,7 +376,7 @@ PLANT = """
 
 def test_a_wrong_shard_on_process_1_fails_every_process(tmp_path):
     """process 1's psum adds 1 after the collective; process 0 must still exit 1 and name its devices."""
-    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(PLANT))
+    env = with_site(tmp_path, PLANT)
     proc = launch(
         "--log-dir",
         str(tmp_path / "logs"),
@@ -375,7 +388,7 @@ def test_a_wrong_shard_on_process_1_fails_every_process(tmp_path):
         "--format",
         "json",
         *FAST,
-        env={"PYTHONPATH": str(tmp_path)},
+        env=env,
     )
     assert proc.returncode == 1, proc.stderr
     doc = json_doc(proc)
@@ -505,12 +518,10 @@ LATE_FAILURE = """
 
 def test_one_process_failing_after_the_join_ends_the_run_promptly(tmp_path):
     """Process 1 fails between two collectives; it must exit (not wait at JAX's shutdown barrier)."""
-    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(LATE_FAILURE))
+    env = with_site(tmp_path, LATE_FAILURE)
     started = time.monotonic()
-    proc = launch(
-        "--timeout", "150", "--", "collective", "psum", "--mesh", "4", "--sizes", "16,64", *FAST, "-q",
-        env={"PYTHONPATH": str(tmp_path)},
-    )  # fmt: skip
+    args = ("--timeout", "150", "--", "collective", "psum", "--mesh", "4", "--sizes", "16,64", *FAST, "-q")
+    proc = launch(*args, env=env)
     assert time.monotonic() - started < 60
     assert proc.returncode == 2, proc.stderr
     assert "process 1 exited with code 2 (the first to fail)" in proc.stderr
@@ -538,10 +549,9 @@ print(n, last.endswith(b"END-OF-PROCESS-0\\n"))
 
 
 def test_all_output_reaches_a_slow_reader_and_a_closed_pipe_is_no_error(tmp_path):
-    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(BIG_OUTPUT))
+    env = clean_env(with_site(tmp_path, BIG_OUTPUT))
     (tmp_path / "slow.py").write_text(SLOW_READER)
     launch_cmd = f"{sys.executable} -m shardcli launch -- mesh --mesh 2 -q"
-    env = clean_env({"PYTHONPATH": str(tmp_path)})
     slow = subprocess.run(
         ["bash", "-c", f"{launch_cmd} | {sys.executable} {tmp_path / 'slow.py'}; exit ${{PIPESTATUS[0]}}"],
         capture_output=True, text=True, env=env, timeout=120, check=False,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -360,3 +361,66 @@ def test_save_svg_keeps_a_table_wider_than_the_terminal(cli, tmp_path):
     assert result.exit_code == 0, result.output
     svg = path.read_text().replace("&#160;", " ").replace("\xa0", " ")
     assert "#wrong" in result.stdout and "#wrong" in svg and "roofline %" in svg
+
+
+# --- pictures wider than the terminal -------------------------------------------------------------
+
+# name: (arguments, the blocks' label, the width of the picture's widest grid drawn whole)
+TILES = ("shard", "--no-show-values", "--mesh")
+PICTURES = {
+    "mesh 8": (["mesh", "--mesh", "8"], "x =", 73),
+    "mesh 2x4": (["mesh", "--mesh", "2x4", "--axes", "data,model"], "model =", 84),
+    "mesh 2x2x2": (["mesh", "--mesh", "2x2x2"], "z =", 37),
+    "tiles 8": ([*TILES, "8", "--shape", "4x64", "--spec", "None,x"], "tile columns", 118),
+    "tiles 3-D": (
+        [*TILES, "2x4", "--axes", "a,b", "--shape", "2x4x512", "--spec", "a,None,b"],
+        "tile columns",
+        87,
+    ),
+}
+
+
+def block_notes(out: str, what: str) -> list[tuple[int, int, int]]:
+    """(first, last, of) for every `WHAT 0..2 of 8` or `WHAT 3 of 8` a split picture printed."""
+    # A label longer than a narrow terminal wraps (never cut): "... tile columns 0\n  of 4".
+    found = re.findall(rf"{re.escape(what)}\s+(\d+)(?:\.\.(\d+))?\s+of\s+(\d+)", out)
+    return [(int(a), int(b or a), int(n)) for a, b, n in found]
+
+
+@pytest.mark.parametrize("columns", [40, 60, 80, 120])
+@pytest.mark.parametrize("name", PICTURES)
+def test_a_picture_wider_than_the_terminal_is_split_into_whole_blocks(cli, name, columns):
+    """A 16-device mesh in 80 columns used to read "d…" in every cell: now every cell is whole,
+    every line fits, and the blocks' labels cover each column exactly once, in order."""
+    args, what, widest = PICTURES[name]
+    result = cli([*args, "--no-color"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if "…" in line] == []
+    # Every picture line fits (the data tables below them are printed whole, see DataTable).
+    assert max(len(line) for line in lines if set(line) & set("┌│└")) <= columns
+    for device in range(8):
+        assert re.search(rf"\bdev {device}\b", result.stdout)
+    notes = block_notes(result.stdout, what)
+    if widest <= columns:
+        assert notes == []
+        return
+    assert notes, result.stdout
+    # Pictures of several grids repeat the run of blocks once per grid.
+    runs: list[list[tuple[int, int, int]]] = []
+    for note in notes:
+        if note[0] == 0:
+            runs.append([])
+        runs[-1].append(note)
+    for run in runs:
+        count = run[0][2]
+        covered = [c for first, last, _ in run for c in range(first, last + 1)]
+        assert covered == list(range(count)) and len(run) > 1
+
+
+def test_a_single_column_wider_than_the_terminal_is_drawn_whole(cli):
+    result = cli(["mesh", "--mesh", "2x4", "--axes", "data,model", "--no-color"], env={"COLUMNS": "20"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    assert [n for n in block_notes(result.stdout, "model =")] == [(c, c, 4) for c in range(4)]
+    assert "data=1 model=3" in result.stdout

@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.cells import cell_len
+from rich.columns import Columns
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
@@ -36,6 +38,90 @@ class DataTable(Table):
             if natural > options.max_width:
                 options = options.update_width(natural)
         yield from super().__rich_console__(console, options)
+
+
+class ColumnBlocks:
+    """A picture of many columns (a mesh, an array's tiles) split into blocks that fit the console.
+
+    rich would shrink every column of a grid wider than the terminal and end each label with '…'
+    ("d…" for "dev 3" on a 16-device mesh in 80 columns), so nobody could read which device sits
+    where. Here the columns are cut into runs of consecutive columns instead, each drawn whole as
+    its own grid under a line saying which columns it holds, left to right, one under the other.
+    A single column wider than the console is drawn at its natural width (see DataTable).
+
+    `build(columns, note)` draws the grid of the given columns; `note` is None when all of them
+    fit at once, else the block's label (`{what} 0..7 of 16`).
+    """
+
+    def __init__(self, build: Callable[[range, str | None], Table], count: int, what: str) -> None:
+        self.build, self.count, self.what = build, count, what
+
+    def _table(self, columns: range, note: str | None, width: int) -> Table:
+        table = self.build(columns, note)
+        if isinstance(table.title, str):
+            # A block of one or two columns would otherwise wrap its title over several lines.
+            table.min_width = min(cell_len(table.title), width)
+        return table
+
+    def _width(self, console: Console, options: ConsoleOptions, columns: range, note: str | None) -> int:
+        table = self._table(columns, note, options.max_width)
+        return Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
+
+    def blocks(self, console: Console, options: ConsoleOptions) -> list[range]:
+        """Runs of consecutive columns, each as many as fit the console's width (at least one)."""
+        everything = range(self.count)
+        if self._width(console, options, everything, None) <= options.max_width:
+            return [everything]
+        blocks: list[range] = []
+        start = 0
+        while start < self.count:
+            end = start + 1
+            # The note's numbers only grow with `end`, so the widest label is measured each time.
+            while end < self.count and (
+                self._width(console, options, range(start, end + 1), self._note(range(start, end + 1)))
+                <= options.max_width
+            ):
+                end += 1
+            blocks.append(range(start, end))
+            start = end
+        return blocks
+
+    def _note(self, columns: range) -> str:
+        first, last = columns.start, columns.stop - 1
+        return f"{self.what} {first}{'' if first == last else f'..{last}'} of {self.count}"
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        blocks = self.blocks(console, options)
+        for columns in blocks:
+            note = None if len(blocks) == 1 else self._note(columns)
+            width = self._width(console, options, columns, note)
+            table = self._table(columns, note, options.max_width)
+            yield from console.render(table, options.update_width(width))
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        # Columns (several grids side by side) gives each grid what it needs, down to one column.
+        widest = self._width(console, options, range(self.count), None)
+        narrowest = max(self._width(console, options, range(i, i + 1), self._note(range(i, i + 1)))
+                        for i in range(self.count))  # fmt: skip
+        return Measurement(min(narrowest, widest), widest)
+
+
+class SideBySide:
+    """Pictures side by side where they fit (rich's Columns), else one under the other.
+
+    Columns crops a renderable wider than the console; a picture that cannot fit even one column
+    to a line is then printed below the others at its natural width instead.
+    """
+
+    def __init__(self, renderables: list[Any]) -> None:
+        self.renderables = renderables
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        narrowest = [Measurement.get(console, options, r).minimum for r in self.renderables]
+        if max(narrowest, default=0) <= options.max_width:
+            yield Columns(self.renderables)
+        else:
+            yield from self.renderables
 
 
 class _Console(Console):

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 from rich import box
-from rich.columns import Columns
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -19,6 +18,7 @@ from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.layout import GridView, ShardingLayout, format_index, grid_views, spec_layout
 from shardcli.mesh import MeshLayout
+from shardcli.render.console import ColumnBlocks, SideBySide
 from shardcli.specs import ShardingSpec
 
 
@@ -30,18 +30,26 @@ def coords_text(axes: tuple[str, ...], coords: tuple[int, ...]) -> str:
 def header(session: Session, extra: dict[str, str] | None = None) -> RenderableType:
     """The facts every human run starts with."""
     rt = session.runtime
+    rows = [
+        ("shardcli", f"{__version__} (jax {rt.jax_version})"),
+        ("platform", f"{rt.platform}, {rt.describe_devices()}, kind {rt.device_kind}"),
+        ("mesh", f"{session.spec.describe()}, {session.mode} axes"),
+        ("processes", f"{rt.process_count} (this is process {rt.process_index})"),
+        *([("note", rt.note)] if rt.note else []),
+        *(extra or {}).items(),
+    ]
     table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("shardcli", f"{__version__} (jax {rt.jax_version})")
-    table.add_row("platform", f"{rt.platform}, {rt.describe_devices()}, kind {rt.device_kind}")
-    table.add_row("mesh", f"{session.spec.describe()}, {session.mode} axes")
-    table.add_row("processes", f"{rt.process_count} (this is process {rt.process_index})")
-    if rt.note:
-        table.add_row("note", rt.note)
-    for key, value in (extra or {}).items():
+    # In a narrow terminal the values wrap; a key is never cut ("process…").
+    table.add_column(style="bold", no_wrap=True, min_width=max(len(key) for key, _ in rows))
+    table.add_column(overflow="fold")
+    for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def _titled(*parts: str | None) -> str | None:
+    """Non-empty parts joined by '; ', or None."""
+    return "; ".join(p for p in parts if p) or None
 
 
 def mesh_grids(layout: MeshLayout) -> RenderableType:
@@ -52,31 +60,36 @@ def mesh_grids(layout: MeshLayout) -> RenderableType:
         rows, cols = 1, shape[0]
     else:
         lead_shape, (rows, cols) = shape[:-2], shape[-2:]
-    grids = []
-    for lead in np.ndindex(*lead_shape) if lead_shape else [()]:
-        title = coords_text(axes[: len(lead)], lead) if lead else None
-        table = Table(show_header=len(shape) > 1, box=box.SQUARE, show_lines=True, title=title)
-        if len(shape) > 1:
-            table.add_column(f"{axes[-2]} \\ {axes[-1]}", style="bold", justify="center")
-            for c in range(cols):
-                table.add_column(f"{axes[-1]}={c}", justify="center")
-        else:
-            for _ in range(cols):
-                table.add_column(justify="center")
-        for r in range(rows):
-            row_cells: list[RenderableType] = []
+
+    def grid(lead: tuple[int, ...]) -> RenderableType:
+        def build(columns: range, note: str | None) -> Table:
+            title = _titled(coords_text(axes[: len(lead)], lead) if lead else None, note)
+            table = Table(show_header=len(shape) > 1, box=box.SQUARE, show_lines=True, title=title)
             if len(shape) > 1:
-                row_cells.append(f"{axes[-2]}={r}")
-            for c in range(cols):
-                coords = (*lead, r, c) if len(shape) > 1 else (c,)
-                cell = layout.cell_at(coords)
-                text = Text(f"dev {cell.device_id}", style="bold cyan")
-                text.append(f"\n{coords_text(axes, cell.coords)}", style="")
-                text.append(f"\nproc {cell.process_index}", style="dim")
-                row_cells.append(text)
-            table.add_row(*row_cells)
-        grids.append(table)
-    return Columns(grids) if len(grids) > 1 else grids[0]
+                table.add_column(f"{axes[-2]} \\ {axes[-1]}", style="bold", justify="center")
+                for c in columns:
+                    table.add_column(f"{axes[-1]}={c}", justify="center")
+            else:
+                for _ in columns:
+                    table.add_column(justify="center")
+            for r in range(rows):
+                row_cells: list[RenderableType] = []
+                if len(shape) > 1:
+                    row_cells.append(f"{axes[-2]}={r}")
+                for c in columns:
+                    coords = (*lead, r, c) if len(shape) > 1 else (c,)
+                    cell = layout.cell_at(coords)
+                    text = Text(f"dev {cell.device_id}", style="bold cyan")
+                    text.append(f"\n{coords_text(axes, cell.coords)}", style="")
+                    text.append(f"\nproc {cell.process_index}", style="dim")
+                    row_cells.append(text)
+                table.add_row(*row_cells)
+            return table
+
+        return ColumnBlocks(build, cols, f"{axes[-1]} =")
+
+    grids = [grid(lead) for lead in (np.ndindex(*lead_shape) if lead_shape else [()])]
+    return SideBySide(grids) if len(grids) > 1 else grids[0]
 
 
 def _grid_title(view: GridView) -> str:
@@ -89,28 +102,34 @@ def _grid_title(view: GridView) -> str:
 
 def sharding_picture(layout: ShardingLayout, view_dims: tuple[int, int] | None = None) -> RenderableType:
     """Our picture: each tile labelled with the devices holding it and its index ranges."""
-    views = grid_views(layout, view_dims)
-    tables = []
-    for view in views:
-        table = Table(show_header=False, box=box.SQUARE, show_lines=True, title=_grid_title(view))
-        for _ in view.col_ranges:
-            table.add_column(justify="center")
-        for row in view.cells:
-            cells = []
-            for tile in row:
-                ids = ",".join(map(str, tile.device_ids))
-                text = Text(f"dev {ids}", style="bold cyan")
-                text.append(f"\n{format_index(tile.index)}")
-                cells.append(text)
-            table.add_row(*cells)
-        tables.append(table)
+
+    def grid(view: GridView) -> RenderableType:
+        def build(columns: range, note: str | None) -> Table:
+            table = Table(
+                show_header=False, box=box.SQUARE, show_lines=True, title=_titled(_grid_title(view), note)
+            )
+            for _ in columns:
+                table.add_column(justify="center")
+            for row in view.cells:
+                cells = []
+                for tile in (row[c] for c in columns):
+                    ids = ",".join(map(str, tile.device_ids))
+                    text = Text(f"dev {ids}", style="bold cyan")
+                    text.append(f"\n{format_index(tile.index)}")
+                    cells.append(text)
+                table.add_row(*cells)
+            return table
+
+        return ColumnBlocks(build, len(view.col_ranges), "tile columns")
+
+    tables = [grid(view) for view in grid_views(layout, view_dims)]
     rep = layout.replication
     caption = Text(
         f"{len(layout.tiles)} distinct tile(s) of shape {layout.local_shape}; "
         + ("each held by one device" if rep == 1 else f"each replicated on {rep} devices"),
         style="dim",
     )
-    body = Columns(tables) if len(tables) > 1 else tables[0]
+    body = SideBySide(tables) if len(tables) > 1 else tables[0]
     return Group(body, caption)
 
 
@@ -130,20 +149,43 @@ def spec_tiles(shape: tuple[int, ...], entries: tuple, session: Session) -> Shar
     return spec_layout(shape, entries, session.spec.axis_sizes, coords)
 
 
+class _JaxPicture:
+    """`jax.debug.visualize_sharding`'s own picture, drawn when printed, at most as wide as the console.
+
+    JAX draws at most 80 columns (its `max_width`) whatever the terminal; in a narrower one the
+    captured lines would wrap into a tangle of box characters, so there it is asked to draw within
+    the console's width instead. Its output is captured rather than printed around ours.
+    """
+
+    def __init__(self, shape: tuple[int, ...], sharding: Any) -> None:
+        self.shape, self.sharding = shape, sharding
+
+    def _text(self, width: int) -> Text:
+        import jax
+
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            jax.debug.visualize_sharding(
+                self.shape, self.sharding, use_color=False, max_width=max(min(JAX_PICTURE_WIDTH, width), 9)
+            )
+        # JAX's console may emit escape codes (FORCE_COLOR); parse them so ours decides what is shown.
+        return Text.from_ansi(buffer.getvalue().rstrip("\n"), no_wrap=True, overflow="ignore")
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        yield self._text(options.max_width)
+
+
+JAX_PICTURE_WIDTH = 80  # jax.debug.visualize_sharding's own max_width
+
+
 def jax_picture(shape: tuple[int, ...], sharding: Any) -> RenderableType | None:
-    """`jax.debug.visualize_sharding`'s own picture, captured instead of printed around our output.
+    """`jax.debug.visualize_sharding`'s own picture (see _JaxPicture).
 
     Returns None for arrays of rank 3 or more, which JAX does not draw.
     """
     if len(shape) > 2:
         return None
-    import jax
-
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        jax.debug.visualize_sharding(shape, sharding, use_color=False)
-    # JAX's console may emit escape codes (FORCE_COLOR); parse them so ours decides what is shown.
-    return Text.from_ansi(buffer.getvalue().rstrip("\n"))
+    return _JaxPicture(shape, sharding)
 
 
 def format_values(values: np.ndarray) -> str:
