@@ -14,7 +14,10 @@
    - reuse: `--out-buffer fresh --malloc reuse` (glibc keeps freed buffers; not run by default:
      with fresh 512 MiB outputs, all_gather 64M grew the heap to 24 GiB and was killed once);
    - prealloc: `--out-buffer preallocated --malloc system` (one output buffer donated to every call);
-   - default: shardcli's defaults, `--out-buffer preallocated --malloc reuse` (the "after").
+   - default: shardcli's defaults, `--out-buffer preallocated --malloc reuse` (the "after");
+   - default+nt1M, default+nt4M: the defaults with GLIBC_TUNABLES making glibc's memcpy use
+     streaming (non-temporal) stores from 1 MiB / 4 MiB up (the default threshold is about 3/4 of
+     the L3 per thread; glibc reads it at process start). Not run by default.
    The table shows busbw and the roofline % = roofline time / p50 against the copy bandwidth
    measured here (one denominator for every row), next to the fraction shardcli reported against
    its own measurement.
@@ -57,13 +60,22 @@ BUS_FACTOR = {
     "all_to_all": lambda n: (n - 1) / n,
 }
 LARGE_BYTES = 64 << 20
-VARIANTS = {  # name: (--out-buffer, --malloc)
-    "plain": ("fresh", "system"),
-    "reuse": ("fresh", "reuse"),
-    "prealloc": ("preallocated", "system"),
-    "default": ("preallocated", "reuse"),
+NT = "glibc.cpu.x86_non_temporal_threshold"
+VARIANTS = {  # name: (--out-buffer, --malloc, environment)
+    "plain": ("fresh", "system", {}),
+    "reuse": ("fresh", "reuse", {}),
+    "prealloc": ("preallocated", "system", {}),
+    "default": ("preallocated", "reuse", {}),
+    # glibc's memcpy streams (non-temporal stores) copies from 1 MiB / 4 MiB up; read at start-up only.
+    "default+nt1M": ("preallocated", "reuse", {"GLIBC_TUNABLES": f"{NT}=0x100000"}),
+    "default+nt4M": ("preallocated", "reuse", {"GLIBC_TUNABLES": f"{NT}=0x400000"}),
 }
 DEFAULT_VARIANTS = ("plain", "prealloc", "default")
+
+
+def describe_variant(variant: str) -> str:
+    out_buffer, malloc, env = VARIANTS[variant]
+    return " ".join([f"--out-buffer {out_buffer} --malloc {malloc}", *(f"{k}={v}" for k, v in env.items())])
 
 
 def parse_size(text: str) -> int:
@@ -78,13 +90,13 @@ def algbw_bytes(op: str, nbytes: int, n: int) -> int:
 
 
 def shardcli_run(op: str, size: str, variant: str, warmup: int, iters: int) -> dict:
-    out_buffer, malloc = VARIANTS[variant]
+    out_buffer, malloc, env = VARIANTS[variant]
     cmd = [
         sys.executable, "-m", "shardcli", "collective", op, "--mesh", str(N_DEVICES), "--size", size,
         "--format", "json", "--platform", "cpu", "--warmup", str(warmup), "--iters", str(iters),
         "--malloc", malloc, "--out-buffer", out_buffer, "--no-compile-cache",
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **env})
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[3:])} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
     doc = json.loads(proc.stdout)
@@ -212,7 +224,7 @@ def main() -> int:
             print(f"| {op} | {size} | {table_cells(row, variants, t_roof)} |")
     print(
         "\n"
-        + "; ".join(f"{v} = --out-buffer {VARIANTS[v][0]} --malloc {VARIANTS[v][1]}" for v in variants)
+        + "; ".join(f"{v} = {describe_variant(v)}" for v in variants)
         + f"\nout of place, each call blocked until ready; median over {args.rounds} round(s); "
         f"roofline % = (min bytes / {copy.gbps:.1f} GB/s) / p50; total {time.perf_counter() - t0:.0f} s"
     )
