@@ -365,19 +365,41 @@ def test_save_svg_keeps_a_table_wider_than_the_terminal(cli, tmp_path):
 
 # --- pictures wider than the terminal -------------------------------------------------------------
 
-# name: (arguments, the blocks' label, the width of the picture's widest grid drawn whole)
+# name: (arguments, the blocks' label)
 TILES = ("shard", "--no-show-values", "--mesh")
 PICTURES = {
-    "mesh 8": (["mesh", "--mesh", "8"], "x =", 73),
-    "mesh 2x4": (["mesh", "--mesh", "2x4", "--axes", "data,model"], "model =", 84),
-    "mesh 2x2x2": (["mesh", "--mesh", "2x2x2"], "z =", 37),
-    "tiles 8": ([*TILES, "8", "--shape", "4x64", "--spec", "None,x"], "tile columns", 118),
+    "mesh 8": (["mesh", "--mesh", "8"], "x ="),
+    "mesh 2x4": (["mesh", "--mesh", "2x4", "--axes", "data,model"], "model ="),
+    "mesh 2x2x2": (["mesh", "--mesh", "2x2x2"], "z ="),
+    "tiles 8": ([*TILES, "8", "--shape", "4x64", "--spec", "None,x"], "tile columns"),
     "tiles 3-D": (
         [*TILES, "2x4", "--axes", "a,b", "--shape", "2x4x512", "--spec", "a,None,b"],
         "tile columns",
-        87,
+    ),
+    # Tiles held by four devices each ("dev 0,1,2,3"), two grids side by side where they fit.
+    "replicated 3-D": (
+        [*TILES, "2x4", "--axes", "a,b", "--shape", "2x4x8", "--spec", "a,None,None"],
+        "tile columns",
     ),
 }
+LEFT, RIGHT = "┌│├└", "┐│┤┘"
+
+
+def box_lines(out: str) -> list[str]:
+    """The lines of the output that start a box (a grid's border or a row of its cells)."""
+    return [line.rstrip() for line in out.splitlines() if line.strip() and line.strip()[0] in LEFT]
+
+
+def ours(out: str) -> str:
+    """The output from shardcli's own picture on (`shard` draws JAX's first, which JAX lays out)."""
+    at = out.find("tiles (device ids")
+    return out if at < 0 else out[at:]
+
+
+def widest_grid(out: str) -> int:
+    """The width of the widest single grid drawn (grids side by side are told apart)."""
+    tops = [line.strip() for line in ours(out).splitlines() if line.strip().startswith("┌")]
+    return max(len(box) + 1 for top in tops for box in top.split("┐") if box.strip())
 
 
 def block_notes(out: str, what: str) -> list[tuple[int, int, int]]:
@@ -387,40 +409,64 @@ def block_notes(out: str, what: str) -> list[tuple[int, int, int]]:
     return [(int(a), int(b or a), int(n)) for a, b, n in found]
 
 
-@pytest.mark.parametrize("columns", [40, 60, 80, 120])
-@pytest.mark.parametrize("name", PICTURES)
-def test_a_picture_wider_than_the_terminal_is_split_into_whole_blocks(cli, name, columns):
-    """A 16-device mesh in 80 columns used to read "d…" in every cell: now every cell is whole,
-    every line fits, and the blocks' labels cover each column exactly once, in order."""
-    args, what, widest = PICTURES[name]
-    result = cli([*args, "--no-color"], env={"COLUMNS": str(columns)})
-    assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
+def assert_whole_pictures(out: str, columns: int | None) -> None:
+    """No label ends in '…', every box is closed on its line (nothing cropped without a mark), and
+    with `columns` every line of our pictures fits in it."""
+    lines = out.splitlines()
     assert [line for line in lines if "…" in line] == []
-    # Every picture line fits (the data tables below them are printed whole, see DataTable).
-    assert max(len(line) for line in lines if set(line) & set("┌│└")) <= columns
-    for device in range(8):
-        assert re.search(rf"\bdev {device}\b", result.stdout)
-    notes = block_notes(result.stdout, what)
-    if widest <= columns:
-        assert notes == []
-        return
-    assert notes, result.stdout
-    # Pictures of several grids repeat the run of blocks once per grid.
+    assert [line for line in box_lines(out) if line[-1] not in RIGHT] == []
+    if columns is not None:
+        assert max(len(line) for line in box_lines(ours(out))) <= columns
+
+
+def runs_of_blocks(notes: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """The blocks' labels grouped per grid: pictures of several grids repeat the run once per grid."""
     runs: list[list[tuple[int, int, int]]] = []
     for note in notes:
         if note[0] == 0:
             runs.append([])
         runs[-1].append(note)
+    return runs
+
+
+@pytest.mark.parametrize("columns", [40, 60, 80, 120])
+@pytest.mark.parametrize("name", PICTURES)
+def test_a_picture_wider_than_the_terminal_is_split_into_whole_blocks(cli, name, columns):
+    """A 16-device mesh in 80 columns used to read "d…" in every cell: now every cell is whole,
+    every line fits, and the blocks' labels cover each column exactly once, in order."""
+    args, what = PICTURES[name]
+    result = cli([*args, "--no-color"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    assert_whole_pictures(result.stdout, columns)
+    for device in range(8):
+        assert re.search(rf"\bdev ([0-9,]*,)?{device}\b", result.stdout)
+    wide = cli([*args, "--no-color"], env={"COLUMNS": "1000"})
+    assert block_notes(wide.stdout, what) == []
+    notes = block_notes(result.stdout, what)
+    if widest_grid(wide.stdout) <= columns:
+        assert notes == []
+        return
+    runs = runs_of_blocks(notes)
+    assert runs, result.stdout
     for run in runs:
         count = run[0][2]
         covered = [c for first, last, _ in run for c in range(first, last + 1)]
         assert covered == list(range(count)) and len(run) > 1
 
 
-def test_a_single_column_wider_than_the_terminal_is_drawn_whole(cli):
-    result = cli(["mesh", "--mesh", "2x4", "--axes", "data,model", "--no-color"], env={"COLUMNS": "20"})
+@pytest.mark.parametrize(
+    ("args", "what", "whole"),
+    [
+        pytest.param(["mesh", "--mesh", "2x4", "--axes", "d,m"], "m =", "d=1 m=3", id="one grid"),
+        # Grids side by side: rich's Columns would crop a grid wider than the terminal unmarked.
+        pytest.param(["mesh", "--mesh", "2x2x2"], "z =", "x=1 y=1 z=1", id="side by side"),
+        pytest.param(PICTURES["replicated 3-D"][0], "tile columns", "[1:2, 0:4, 0:8]", id="tiles"),
+    ],
+)  # fmt: skip
+def test_a_single_column_wider_than_the_terminal_is_drawn_whole(cli, args, what, whole):
+    result = cli([*args, "--no-color"], env={"COLUMNS": "16"})
     assert result.exit_code == 0, result.output
-    assert "…" not in result.stdout
-    assert [n for n in block_notes(result.stdout, "model =")] == [(c, c, 4) for c in range(4)]
-    assert "data=1 model=3" in result.stdout
+    assert_whole_pictures(result.stdout, None)
+    assert whole in result.stdout
+    for run in runs_of_blocks(block_notes(result.stdout, what)):
+        assert run == [(c, c, run[0][2]) for c in range(run[0][2])]

@@ -14,11 +14,14 @@ from rich.columns import Columns
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from shardcli.runtime import RuntimeInfo
 from shardcli.specs import RunOptions
 
-WIDEST_TABLE = 1000  # columns a table may take when it does not fit the terminal
+# The width natural widths are measured at: wide enough never to bound one (rich caps a measurement
+# at the width it is given, and a terminal may be wider than any small figure chosen here).
+WIDEST_TABLE = 1 << 16
 
 
 class DataTable(Table):
@@ -55,6 +58,9 @@ class ColumnBlocks:
 
     def __init__(self, build: Callable[[range, str | None], Table], count: int, what: str) -> None:
         self.build, self.count, self.what = build, count, what
+        # Natural widths by (first, stop, note, console width): rich measures a renderable several
+        # times (Columns, then the render), and a grid of 512 devices is not cheap to measure.
+        self._widths: dict[tuple[int, int, str | None, int], int] = {}
 
     def _table(self, columns: range, note: str | None, width: int) -> Table:
         table = self.build(columns, note)
@@ -64,31 +70,65 @@ class ColumnBlocks:
         return table
 
     def _width(self, console: Console, options: ConsoleOptions, columns: range, note: str | None) -> int:
-        table = self._table(columns, note, options.max_width)
-        return Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
-
-    def blocks(self, console: Console, options: ConsoleOptions) -> list[range]:
-        """Runs of consecutive columns, each as many as fit the console's width (at least one)."""
-        everything = range(self.count)
-        if self._width(console, options, everything, None) <= options.max_width:
-            return [everything]
-        blocks: list[range] = []
-        start = 0
-        while start < self.count:
-            end = start + 1
-            # The note's numbers only grow with `end`, so the widest label is measured each time.
-            while end < self.count and (
-                self._width(console, options, range(start, end + 1), self._note(range(start, end + 1)))
-                <= options.max_width
-            ):
-                end += 1
-            blocks.append(range(start, end))
-            start = end
-        return blocks
+        key = (columns.start, columns.stop, note, options.max_width)
+        if key not in self._widths:
+            table = self._table(columns, note, options.max_width)
+            self._widths[key] = Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
+        return self._widths[key]
 
     def _note(self, columns: range) -> str:
         first, last = columns.start, columns.stop - 1
         return f"{self.what} {first}{'' if first == last else f'..{last}'} of {self.count}"
+
+    def _fits(self, console: Console, options: ConsoleOptions, start: int, count: int) -> bool:
+        columns = range(start, start + count)
+        return self._width(console, options, columns, self._note(columns)) <= options.max_width
+
+    def _longest(self, console: Console, options: ConsoleOptions, start: int, guess: int) -> int:
+        """How many columns from `start` fit in one labelled block (at least one).
+
+        A block only widens as it takes more columns, so the count is found by stepping up from
+        `guess` in doubling steps while it fits (or down from it when it does not), then halving
+        the gap: with a good guess (the previous block's count) two or three measurements.
+        """
+        left = self.count - start
+        guess = max(1, min(guess, left))
+        if guess == 1 or self._fits(console, options, start, guess):
+            fit, step = guess, 1  # `fit` columns fit
+            while fit + step <= left and self._fits(console, options, start, fit + step):
+                fit, step = fit + step, step * 2
+            over = min(fit + step, left + 1)  # `over` columns do not (or there are not that many)
+        else:
+            fit, over = 1, guess
+        while over - fit > 1:
+            middle = (fit + over) // 2
+            if self._fits(console, options, start, middle):
+                fit = middle
+            else:
+                over = middle
+        return fit
+
+    def blocks(self, console: Console, options: ConsoleOptions) -> list[range]:
+        """Runs of consecutive columns, each as many as fit the console's width (at least one)."""
+        # Whether the whole grid fits, from doubling prefixes: a 512-device mesh in 80 columns is
+        # known not to after measuring 16 columns, not 512.
+        prefix = 1
+        while True:
+            columns = range(min(prefix, self.count))
+            width = self._width(console, options, columns, None)
+            if width > options.max_width:
+                break
+            if len(columns) == self.count:
+                return [columns]
+            prefix *= 2
+        blocks: list[range] = []
+        # First guess: the columns that fit if each is as wide as the prefix's average.
+        start, guess = 0, max(1, len(columns) * options.max_width // width)
+        while start < self.count:
+            guess = self._longest(console, options, start, guess)
+            blocks.append(range(start, start + guess))
+            start += guess
+        return blocks
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         blocks = self.blocks(console, options)
@@ -101,24 +141,43 @@ class ColumnBlocks:
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         # Columns (several grids side by side) gives each grid what it needs, down to one column.
         widest = self._width(console, options, range(self.count), None)
-        narrowest = max(self._width(console, options, range(i, i + 1), self._note(range(i, i + 1)))
-                        for i in range(self.count))  # fmt: skip
+        singles = (range(i, i + 1) for i in range(self.count))
+        narrowest = max(self._width(console, options, one, self._note(one)) for one in singles)
         return Measurement(min(narrowest, widest), widest)
+
+
+class WholeLines:
+    """Text printed line for line, never wrapped or cut by rich, however narrow the console.
+
+    For a picture someone else drew (JAX's): rich would fold each long line at the console's width
+    even with no_wrap, breaking the box into pieces; printed whole, the terminal wraps it as it
+    would the original print.
+    """
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widest = max((cell_len(line) for line in self.text.plain.splitlines()), default=0)
+        width = max(widest, options.max_width)
+        yield from console.render(self.text, options.update(width=width, no_wrap=True))
 
 
 class SideBySide:
     """Pictures side by side where they fit (rich's Columns), else one under the other.
 
-    Columns crops a renderable wider than the console; a picture that cannot fit even one column
-    to a line is then printed below the others at its natural width instead.
+    Columns crops a renderable wider than its cell without a mark; a picture that cannot fit even
+    one column to a line is therefore printed one under the other, each at its natural width.
     """
 
     def __init__(self, renderables: list[Any]) -> None:
         self.renderables = renderables
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        narrowest = [Measurement.get(console, options, r).minimum for r in self.renderables]
-        if max(narrowest, default=0) <= options.max_width:
+        # Measurement.get caps what it returns at the width it is given: measure unbounded.
+        unbounded = options.update_width(WIDEST_TABLE)
+        narrowest = max(Measurement.get(console, unbounded, r).minimum for r in self.renderables)
+        if narrowest <= options.max_width:
             yield Columns(self.renderables)
         else:
             yield from self.renderables

@@ -18,7 +18,7 @@ from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.layout import GridView, ShardingLayout, format_index, grid_views, spec_layout
 from shardcli.mesh import MeshLayout
-from shardcli.render.console import ColumnBlocks, SideBySide
+from shardcli.render.console import ColumnBlocks, SideBySide, WholeLines
 from shardcli.specs import ShardingSpec
 
 
@@ -149,43 +149,24 @@ def spec_tiles(shape: tuple[int, ...], entries: tuple, session: Session) -> Shar
     return spec_layout(shape, entries, session.spec.axis_sizes, coords)
 
 
-class _JaxPicture:
-    """`jax.debug.visualize_sharding`'s own picture, drawn when printed, at most as wide as the console.
-
-    JAX draws at most 80 columns (its `max_width`) whatever the terminal; in a narrower one the
-    captured lines would wrap into a tangle of box characters, so there it is asked to draw within
-    the console's width instead. Its output is captured rather than printed around ours.
-    """
-
-    def __init__(self, shape: tuple[int, ...], sharding: Any) -> None:
-        self.shape, self.sharding = shape, sharding
-
-    def _text(self, width: int) -> Text:
-        import jax
-
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            jax.debug.visualize_sharding(
-                self.shape, self.sharding, use_color=False, max_width=max(min(JAX_PICTURE_WIDTH, width), 9)
-            )
-        # JAX's console may emit escape codes (FORCE_COLOR); parse them so ours decides what is shown.
-        return Text.from_ansi(buffer.getvalue().rstrip("\n"), no_wrap=True, overflow="ignore")
-
-    def __rich_console__(self, console: Console, options: Any) -> Any:
-        yield self._text(options.max_width)
-
-
-JAX_PICTURE_WIDTH = 80  # jax.debug.visualize_sharding's own max_width
-
-
 def jax_picture(shape: tuple[int, ...], sharding: Any) -> RenderableType | None:
-    """`jax.debug.visualize_sharding`'s own picture (see _JaxPicture).
+    """`jax.debug.visualize_sharding`'s own picture, captured instead of printed around our output.
+
+    Drawn as JAX draws it (its own width, at most 80 columns) and printed whole: in a narrower
+    terminal the terminal wraps its lines, as it would JAX's own print. Asking JAX for a narrower
+    picture would make its table cut the device labels.
 
     Returns None for arrays of rank 3 or more, which JAX does not draw.
     """
     if len(shape) > 2:
         return None
-    return _JaxPicture(shape, sharding)
+    import jax
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        jax.debug.visualize_sharding(shape, sharding, use_color=False)
+    # JAX's console may emit escape codes (FORCE_COLOR); parse them so ours decides what is shown.
+    return WholeLines(Text.from_ansi(buffer.getvalue().rstrip("\n")))
 
 
 def format_values(values: np.ndarray) -> str:
