@@ -165,21 +165,19 @@ def _summary(command: Any) -> str:
     return " ".join(inspect.cleandoc(command.__doc__ or "").split("\n\n")[0].split())
 
 
-for _name, _command in [
-    ("mesh", mesh_cmd.mesh),
-    ("shard", shard_cmd.shard),
-    ("collective", collective_cmd.collective),
-    ("matmul", matmul_cmd.matmul),
-    ("recipe", recipe_cmd.recipe),
-    ("pipeline", pipeline_cmd.pipeline),
-    ("compare", compare_cmd.compare),
+for _name, _command, _settings in [
+    ("mesh", mesh_cmd.mesh, None),
+    ("shard", shard_cmd.shard, None),
+    ("collective", collective_cmd.collective, None),
+    ("matmul", matmul_cmd.matmul, None),
+    ("recipe", recipe_cmd.recipe, None),
+    ("pipeline", pipeline_cmd.pipeline, None),
+    ("compare", compare_cmd.compare, None),
+    # Everything from the command's first word on belongs to the command each process runs.
+    ("launch", launch_cmd.launch, {"allow_interspersed_args": False}),
 ]:
-    app.command(_name, short_help=_summary(_command))(_command)
+    app.command(_name, short_help=_summary(_command), context_settings=_settings)(_command)
 app.add_typer(model_cmd.app, name="model")
-# Everything from the command's first word on belongs to the command each process runs.
-app.command(
-    "launch", short_help=_summary(launch_cmd.launch), context_settings={"allow_interspersed_args": False}
-)(launch_cmd.launch)
 
 
 def main() -> None:

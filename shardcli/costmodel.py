@@ -21,7 +21,7 @@ class DevicePeak:
     link_gbps: float  # one direction, what one device can send to its ring neighbours
     link_note: str
     f64_tflops: float | None = None
-    f64_note: str = "no float64 figure"
+    f64_note: str = ""  # what f64_tflops is; unused without it
     unlike: tuple[str, ...] = ()  # lower-case substrings of a device_kind this entry does not describe
 
 

@@ -385,15 +385,7 @@ def _host_copy_bandwidth(cache_dir: str | None) -> CopyBandwidth:
         if cached is not None:
             return cached
         copy = _measured_now()
-        hosts[key] = {
-            "bytes_per_s": copy.bytes_per_s,
-            "threads": copy.threads,
-            "nbytes": copy.nbytes,
-            "repeats": copy.repeats,
-            "measured_at": copy.measured_at,
-            "streaming": copy.streaming,
-            "note": copy.note,
-        }
+        hosts[key] = {k: v for k, v in dataclasses.asdict(copy).items() if k != "cached"}
         problem = _write_entries(path, hosts)
     if problem is not None:
         sys.stderr.write(
