@@ -3,7 +3,7 @@
 # keep what each printed. Usage: bash bench/gpu_check.sh OUTDIR [PYTHON]
 # Needs shardcli importable by PYTHON (installed, or PYTHONPATH=the checkout) and a JAX with a GPU
 # plugin. Every run's exit code is listed in OUTDIR/summary.txt; the script exits 1 if any run's
-# exit code differs from the expected one.
+# exit code differs from the expected one, or if any run printed a Python traceback.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_check.sh OUTDIR [PYTHON]}
 py=${2:-python3}
@@ -25,7 +25,8 @@ expect() {
     "$py" -m shardcli "$@" >"$file" 2>&1
     code=$?
     local verdict=ok
-    if [ "$code" != "$want" ]; then verdict=UNEXPECTED; failures=$((failures + 1)); fi
+    if [ "$code" != "$want" ]; then verdict=UNEXPECTED; failures=$((failures + 1))
+    elif grep -q Traceback "$file"; then verdict=TRACEBACK; failures=$((failures + 1)); fi
     printf '%-10s rc=%s (want %s) %4ss  shardcli %s\n' "$verdict" "$code" "$want" \
         "$((SECONDS - start))" "$*" | tee -a "$summary"
 }
@@ -42,6 +43,9 @@ expect 0 mesh-gpu mesh --mesh 1 --platform gpu --no-color
 expect 0 mesh-auto mesh --mesh 1 --no-color
 expect 2 mesh-gpu-too-many mesh --mesh 2 --platform gpu --no-color
 expect 0 mesh-auto-fallback mesh --mesh 2x4 --axes data,model --no-color
+# The GPU hidden: JAX's CUDA plugin fails to start; shardcli says so in its note or its error.
+CUDA_VISIBLE_DEVICES= expect 0 mesh-gpu-hidden-auto mesh --mesh 2 --no-color
+CUDA_VISIBLE_DEVICES= expect 2 mesh-gpu-hidden-gpu mesh --mesh 1 --platform gpu --no-color
 expect 0 shard-gpu shard --mesh 1 --shape 8x8 --spec x --platform gpu --no-color
 for op in psum all_gather psum_scatter ppermute all_to_all; do
     expect 0 "coll-$op" collective "$op" --mesh 1 --platform gpu --size 1M --no-color

@@ -115,13 +115,17 @@ class ShardcliGroup(TyperGroup):
                 ExitCode.INTERNAL,
             )
         code = _save_output(prog, code)
-        if code != ExitCode.OK and _joined_a_cluster():
-            # JAX's exit handler waits at a shutdown barrier for every process; one that failed
-            # alone would wait there for ever, and the launcher (or JAX's heartbeat) would never
-            # learn that it failed. Leave at once with the code.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(int(code))
+        if _joined_a_cluster():
+            from shardcli.runtime import leave_cluster
+
+            leave_cluster(int(code))  # process 0, failing, waits for the others to say theirs
+            if code != ExitCode.OK:
+                # JAX's exit handler waits at a shutdown barrier for every process; one that
+                # failed alone would wait there for ever, and the launcher (or JAX's heartbeat)
+                # would never learn that it failed. Leave at once with the code.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(int(code))
         if standalone_mode:
             sys.exit(int(code))
         return int(code)

@@ -7,8 +7,11 @@ that call the CLI in-process, or a library user), it uses the first N devices it
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +134,43 @@ def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
     return count, index
 
 
+# Process 0 hosts JAX's coordination service. When it exits, JAX aborts every process still
+# connected (a C++ check failure, SIGABRT), even one a moment from reporting the same error. So
+# every process records its exit code in the service's key-value store as it leaves, and a failing
+# process 0 waits (at most EXIT_GRACE_S) for the others' before it goes.
+EXIT_KEY = "shardcli/exit/{}"
+EXIT_GRACE_S = 5.0
+
+
+def leave_cluster(code: int) -> None:
+    """Record this process's exit code for the others; a failing process 0 waits for theirs.
+
+    Process 0 waits at most EXIT_GRACE_S: a process still busy (waiting in a collective for this
+    one) records nothing, and JAX stops it when process 0 is gone. A no-op outside a cluster.
+    """
+    import time
+
+    from jax._src import distributed as jax_distributed
+
+    state = jax_distributed.global_state
+    client = state.client
+    if client is None:
+        return
+    try:
+        client.key_value_set(EXIT_KEY.format(state.process_id), str(code))
+        if code == 0 or state.process_id != 0:
+            return
+        deadline = time.monotonic() + EXIT_GRACE_S
+        for index in range(1, int(state.num_processes)):
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                return
+            client.blocking_key_value_get(EXIT_KEY.format(index), left_ms)
+        time.sleep(0.2)  # each records its code just before it exits
+    except Exception:  # noqa: BLE001 - a timeout, or the service already gone: leave all the same
+        return
+
+
 def _wait_for_coordinator(spec: DistributedSpec) -> None:
     """Wait until process 0's coordinator accepts connections, or fail with one line.
 
@@ -215,6 +255,10 @@ def pick_devices(present: list[Any], needed: int, processes: int) -> list[Any]:
 def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tuple[RuntimeInfo, list]:
     """Start JAX with at least `needed` devices of the requested platform.
 
+    What JAX complains about while its backends start (a plugin that failed, a GPU it could not
+    use) goes into the run's note, or the error when the platform asked for did not start, not
+    onto stderr as a traceback.
+
     Args:
         needed: devices the mesh needs (in all processes together).
         options: the shared run options (platform, devices, the multi-process run to join).
@@ -226,6 +270,13 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
     Raises:
         ShardcliError: too few devices, or an accelerator that is not there.
     """
+    with jax_start_complaints() as complaints:
+        return _start_runtime(needed, options, x64=x64, complaints=complaints)
+
+
+def _start_runtime(
+    needed: int, options: RunOptions, *, x64: bool, complaints: list[str]
+) -> tuple[RuntimeInfo, list]:
     # Before JAX starts its threads: each would get its own malloc arena (see shardcli.allocator).
     allocator = tune_for_reuse(
         options.malloc,
@@ -282,9 +333,10 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
         else:
             accel = _accelerator_devices(accel_platform)
         if accel_platform is not None and not accel:
+            why = f" (JAX at start-up: {'; '.join(complaints)})" if complaints else ""
             raise ShardcliError(
                 f"--platform {platform} was asked for but this machine has no {platform.upper()} "
-                f"devices JAX can use; use --platform cpu to fake devices on the CPU"
+                f"devices JAX can use{why}; use --platform cpu to fake devices on the CPU"
             )
         local = [d for d in accel if d.process_index == jax.process_index()]
         enough = len(local) >= (requested or share)
@@ -301,7 +353,7 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
                     present,
                     needed,
                     faked=False,
-                    note=None,
+                    note=_with_complaints(None, complaints),
                     options=options,
                     allocator=allocator,
                 ),
@@ -328,10 +380,69 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
         )
     elif started and len(local_cpu) != share and note is None:
         note = f"JAX was already started with {len(local_cpu)} CPU devices; the mesh uses the first {share}"
+    if note is None and platform == "auto" and complaints:
+        note = "auto: no GPU or TPU backend started, so the CPU runs the mesh"
     info = _info(
-        "cpu", cpu, needed, faked=len(local_cpu) > 1, note=note, options=options, allocator=allocator
+        "cpu",
+        cpu,
+        needed,
+        faked=len(local_cpu) > 1,
+        note=_with_complaints(note, complaints),
+        options=options,
+        allocator=allocator,
     )
     return info, pick_devices(cpu, needed, processes)
+
+
+# What JAX logs, through this logger, when a backend cannot start: a plugin whose initialize()
+# raised (with its traceback), a GPU or TPU it found but could not use. Other messages pass.
+_JAX_START_LOGGER = "jax._src.xla_bridge"
+_START_COMPLAINTS = (
+    "Jax plugin configuration error",
+    "CUDA backend failed to initialize",
+    "An NVIDIA GPU may be present",
+    "A Google TPU may be present",
+)
+
+
+class _KeepStartComplaints(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.levelno < logging.WARNING or not text.startswith(_START_COMPLAINTS):
+            return True
+        text = " ".join(text.split()).rstrip(".")
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            detail = str(error).strip().splitlines()
+            text += f": {detail[0].rstrip('.') if detail else type(error).__name__}"
+        self.lines.append(text)
+        return False
+
+
+@contextmanager
+def jax_start_complaints() -> Iterator[list[str]]:
+    """Keep JAX's start-up complaints (one line each) instead of letting them print.
+
+    Yields the list they are added to while the block runs.
+    """
+    logger = logging.getLogger(_JAX_START_LOGGER)
+    keep = _KeepStartComplaints()
+    logger.addFilter(keep)
+    try:
+        yield keep.lines
+    finally:
+        logger.removeFilter(keep)
+
+
+def _with_complaints(note: str | None, complaints: list[str]) -> str | None:
+    if not complaints:
+        return note
+    said = "JAX at start-up: " + "; ".join(complaints)
+    return f"{note}; {said}" if note else said
 
 
 def _first_of_each(devices: list[Any], count: int) -> list[Any]:

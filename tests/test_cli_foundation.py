@@ -670,7 +670,8 @@ def test_shard_check_names_every_replica(cli, monkeypatch):
 
 
 def test_subprocess_fakes_exactly_the_mesh(shardcli_subprocess):
-    proc = shardcli_subprocess("mesh", "--mesh", "2x2", "--format", "json")
+    # --platform cpu: under the default (auto) a GPU host would run a 1-GPU fallback and say so.
+    proc = shardcli_subprocess("mesh", "--mesh", "2x2", "--platform", "cpu", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     runtime = json.loads(proc.stdout)["runtime"]
@@ -709,6 +710,87 @@ def test_subprocess_mesh_larger_than_the_in_process_backend(shardcli_subprocess)
     assert doc["runtime"]["devices_present"] == 16
     check_shard_doc(doc, (8, 8), np.arange(64, dtype=np.float32).reshape(8, 8))
     assert len(doc["shards"]) == 16
+
+
+# A JAX plugin that fails to start (JAX's CUDA plugin on a host whose GPU is hidden or missing)
+# makes JAX log a traceback while its backends start. shardcli keeps it for the note, or for the
+# error when the platform asked for did not start. The plant is a real plugin JAX discovers.
+PLANTED_FAILURE = "operation cuInit(0) failed: CUDA_ERROR_NO_DEVICE (planted by a test)"
+
+
+@pytest.fixture
+def broken_plugin(tmp_path) -> dict[str, str]:
+    import os
+
+    where = tmp_path / "jax_plugins" / "shardcli_planted"
+    where.mkdir(parents=True)
+    (where / "__init__.py").write_text(f"def initialize():\n    raise RuntimeError({PLANTED_FAILURE!r})\n")
+    path = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(path), "CUDA_VISIBLE_DEVICES": ""}
+
+
+@pytest.mark.parametrize(
+    "platform, note_starts",
+    [
+        ("auto", "auto: no GPU or TPU backend started, so the CPU runs the mesh; JAX at start-up: "),
+        ("cpu", "JAX at start-up: "),
+    ],
+)
+def test_a_failing_jax_plugin_is_a_note_not_a_traceback(
+    shardcli_subprocess, broken_plugin, platform, note_starts
+):
+    proc = shardcli_subprocess(
+        "mesh", "--mesh", "2", "--platform", platform, "--format", "json", env=broken_plugin
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    runtime = json.loads(proc.stdout)["runtime"]
+    assert runtime["platform"] == "cpu"
+    assert runtime["note"].startswith(note_starts), runtime["note"]
+    assert f"jax_plugins.shardcli_planted.initialize(): {PLANTED_FAILURE}" in runtime["note"]
+    human = shardcli_subprocess("mesh", "--mesh", "2", "--platform", platform, env=broken_plugin)
+    assert human.returncode == 0 and human.stderr == ""
+    assert "note" in human.stdout and "CUDA_ERROR_NO_DEVICE" in human.stdout
+
+
+def test_a_failing_jax_plugin_is_named_when_its_platform_was_asked_for(shardcli_subprocess, broken_plugin):
+    proc = shardcli_subprocess("mesh", "--mesh", "2", "--platform", "gpu", env=broken_plugin)
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(
+        "shardcli: error: --platform gpu was asked for but this machine has no GPU devices JAX can use "
+        "(JAX at start-up: "
+    ), line
+    assert f"jax_plugins.shardcli_planted.initialize(): {PLANTED_FAILURE}" in line
+    assert line.endswith("); use --platform cpu to fake devices on the CPU")
+    assert proc.stdout == ""
+
+
+def test_only_jax_start_up_complaints_are_kept(caplog):
+    import logging
+
+    from shardcli.runtime import jax_start_complaints
+
+    logger = logging.getLogger("jax._src.xla_bridge")
+    with caplog.at_level(logging.DEBUG, logger="jax._src.xla_bridge"), jax_start_complaints() as kept:
+        try:
+            raise RuntimeError("cuInit failed\nsecond line")
+        except RuntimeError:
+            logger.exception("Jax plugin configuration error: Exception when calling x.initialize()")
+        logger.warning(
+            "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed."
+        )
+        logger.warning(
+            "Platform 'x' is experimental and not all JAX functionality may be correctly supported!"
+        )
+        logger.info("Jax plugin configuration error: at INFO it is not a complaint")
+    assert kept == [
+        "Jax plugin configuration error: Exception when calling x.initialize(): cuInit failed",
+        "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed",
+    ]
+    assert [r.getMessage()[:20] for r in caplog.records] == ["Platform 'x' is expe", "Jax plugin configura"]
+    logger.warning("An NVIDIA GPU may be present (after the block: printed as JAX prints it)")
+    assert len(caplog.records) == 3
 
 
 def test_subprocess_refuses_to_fake_too_many(shardcli_subprocess):

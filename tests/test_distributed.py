@@ -567,7 +567,23 @@ def test_all_output_reaches_a_slow_reader_and_a_closed_pipe_is_no_error(tmp_path
     assert "Traceback" not in closed.stderr and "BrokenPipe" not in closed.stderr
 
 
-def test_unequal_devices_per_process_is_one_line_everywhere():
+LATE_AT_THE_CHECK = """
+    import os
+    if os.environ.get("SHARDCLI_PROCESS_ID") == os.environ["PLANT_LATE_PROCESS"]:
+        import time
+        import shardcli.runtime as runtime
+        pick = runtime.pick_devices
+        def late(*args, **kwargs):
+            time.sleep(2)
+            return pick(*args, **kwargs)
+        runtime.pick_devices = late
+"""
+
+
+@pytest.mark.parametrize("late", [0, 1])
+def test_unequal_devices_per_process_is_one_line_everywhere(tmp_path, late):
+    """Both processes find the fault; one finds it 2 s later. Process 1 late: process 0 (the
+    coordination service's host) must wait for it, or JAX aborts process 1 before it says a word."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -582,19 +598,36 @@ def test_unequal_devices_per_process_is_one_line_everywhere():
                     "SHARDCLI_COORDINATOR": f"127.0.0.1:{port}",
                     "SHARDCLI_NUM_PROCESSES": "2",
                     "SHARDCLI_PROCESS_ID": str(k),
+                    "PLANT_LATE_PROCESS": str(late),
+                    **with_site(tmp_path, LATE_AT_THE_CHECK),
                 }
             ),
         )
         for k in range(2)
     ]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
+    errs = reap(procs, timeout=120)  # both, before any assert: a failure leaves no process behind
+    for p, err in zip(procs, errs, strict=True):
         assert p.returncode == 2, err
         lines = [line for line in err.splitlines() if not line.startswith("[Gloo]")]
         assert lines == [
             "shardcli: error: every process must start with the same number of devices, but process 0 "
             "has 3, process 1 has 2; give every process the same --devices"
         ]
+
+
+def reap(procs: list[subprocess.Popen[str]], timeout: float) -> list[str]:
+    """Every process's stderr once it ended; any still running at the deadline is killed first."""
+    deadline = time.monotonic() + timeout
+    errs = []
+    try:
+        for p in procs:
+            errs.append(p.communicate(timeout=max(deadline - time.monotonic(), 0.1))[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()  # reaps it and closes its pipes
+    return errs
 
 
 def test_a_taken_coordinator_port_is_replaced(tmp_path, monkeypatch):
