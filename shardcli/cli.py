@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import os
@@ -22,9 +23,7 @@ from shardcli.commands import model as model_cmd
 from shardcli.commands import pipeline as pipeline_cmd
 from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import shard as shard_cmd
-from shardcli.errors import ExitCode, ShardcliError
-
-TRACEBACK_ENV = "SHARDCLI_TRACEBACK"
+from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
 
 
 def _save_output(prog: str, code: int) -> int:
@@ -76,6 +75,31 @@ def _fail(prog: str, message: str, code: int) -> int:
     return code
 
 
+def _leave_cluster(prog: str, code: int) -> int:
+    """End a multi-process run's process; returns only when JAX's own exit may follow.
+
+    A failing process leaves at once with its code (os._exit): JAX's exit handler would wait at
+    a shutdown barrier for every process, and the launcher (or JAX's heartbeat) would never learn
+    that this one failed. A process that succeeded leaves at once too when process 0 failed (JAX
+    would abort it at that barrier once process 0 is gone). Ctrl-C cuts the waiting short.
+    """
+    from shardcli.runtime import leave_cluster
+
+    try:
+        leave_now = leave_cluster(int(code))
+    except KeyboardInterrupt:
+        if code == ExitCode.OK:
+            code = _fail(prog, "interrupted", ExitCode.INTERRUPTED)
+        leave_now = True
+    if code != ExitCode.OK or leave_now:
+        for stream in (sys.stdout, sys.stderr):
+            # a closed pipe, or a second Ctrl-C: the code stands
+            with contextlib.suppress(OSError, ValueError, KeyboardInterrupt):
+                stream.flush()
+        os._exit(int(code))
+    return code
+
+
 class ShardcliGroup(TyperGroup):
     """Runs the app and turns every failure into one line on stderr with a named exit code."""
 
@@ -116,16 +140,7 @@ class ShardcliGroup(TyperGroup):
             )
         code = _save_output(prog, code)
         if _joined_a_cluster():
-            from shardcli.runtime import leave_cluster
-
-            leave_cluster(int(code))  # process 0, failing, waits for the others to say theirs
-            if code != ExitCode.OK:
-                # JAX's exit handler waits at a shutdown barrier for every process; one that
-                # failed alone would wait there for ever, and the launcher (or JAX's heartbeat)
-                # would never learn that it failed. Leave at once with the code.
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(int(code))
+            code = _leave_cluster(prog, code)
         if standalone_mode:
             sys.exit(int(code))
         return int(code)

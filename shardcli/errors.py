@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 
+# Set (to anything) to see the Python traceback behind an internal error, and what JAX logged,
+# with its traceback, while its backends started (otherwise kept as one line in the note).
+TRACEBACK_ENV = "SHARDCLI_TRACEBACK"
+
 
 class ExitCode(enum.IntEnum):
     """Process exit codes shared by every command."""

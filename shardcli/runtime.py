@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardcli.allocator import AllocatorState, tune_for_reuse
-from shardcli.errors import ShardcliError
+from shardcli.errors import TRACEBACK_ENV, ShardcliError
 from shardcli.specs import MAX_FAKE_DEVICES, DistributedSpec, RunOptions
 
 ACCELERATORS = ("gpu", "tpu")
@@ -135,18 +135,32 @@ def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
 
 
 # Process 0 hosts JAX's coordination service. When it exits, JAX aborts every process still
-# connected (a C++ check failure, SIGABRT), even one a moment from reporting the same error. So
-# every process records its exit code in the service's key-value store as it leaves, and a failing
-# process 0 waits (at most EXIT_GRACE_S) for the others' before it goes.
+# connected (a C++ check failure, SIGABRT): one a moment from reporting the same error, and one
+# that succeeded and waits at JAX's shutdown barrier. So every process records its exit code in
+# the service's key-value store as it leaves; a failing process 0 waits (at most EXIT_GRACE_S)
+# for the others' codes, and a process that succeeded waits for process 0's code and leaves at
+# once if it is a failure.
 EXIT_KEY = "shardcli/exit/{}"
 EXIT_GRACE_S = 5.0
+# How long a process that succeeded waits for process 0's code: JAX's shutdown barrier would wait
+# for process 0 as long (it may still be printing), so this adds no wait of its own.
+EXIT_WAIT_FOR_PROCESS_0_S = 300.0
+_POLL_MS = 200  # waits are cut into slices so that Ctrl-C is seen between them
 
 
-def leave_cluster(code: int) -> None:
-    """Record this process's exit code for the others; a failing process 0 waits for theirs.
+def leave_cluster(code: int) -> bool:
+    """Record this process's exit code for the others, and wait for theirs where it matters.
 
-    Process 0 waits at most EXIT_GRACE_S: a process still busy (waiting in a collective for this
-    one) records nothing, and JAX stops it when process 0 is gone. A no-op outside a cluster.
+    A failing process 0 (not one interrupted) waits at most EXIT_GRACE_S for the others' codes: a
+    process still busy in a collective records nothing, and JAX stops it once process 0 is gone.
+    A process other than 0 that succeeded waits for process 0's code.
+
+    Returns:
+        Whether this process must leave at once (os._exit) rather than through JAX's shutdown
+        barrier: it failed, or process 0 did. False outside a cluster.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C while waiting.
     """
     import time
 
@@ -155,20 +169,36 @@ def leave_cluster(code: int) -> None:
     state = jax_distributed.global_state
     client = state.client
     if client is None:
-        return
+        return False
+    index, count = int(state.process_id), int(state.num_processes)
     try:
-        client.key_value_set(EXIT_KEY.format(state.process_id), str(code))
-        if code == 0 or state.process_id != 0:
-            return
-        deadline = time.monotonic() + EXIT_GRACE_S
-        for index in range(1, int(state.num_processes)):
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0:
-                return
-            client.blocking_key_value_get(EXIT_KEY.format(index), left_ms)
-        time.sleep(0.2)  # each records its code just before it exits
-    except Exception:  # noqa: BLE001 - a timeout, or the service already gone: leave all the same
-        return
+        client.key_value_set(EXIT_KEY.format(index), str(code))
+    except Exception:  # noqa: BLE001 - the service is gone (process 0 left): nothing to wait for
+        return code != 0
+    if code == 0 and index != 0:
+        said = _wait_for_key(client, EXIT_KEY.format(0), time.monotonic() + EXIT_WAIT_FOR_PROCESS_0_S)
+        return said is not None and said != "0"
+    if code == 0 or index != 0 or code == 130:
+        return code != 0
+    deadline = time.monotonic() + EXIT_GRACE_S
+    for other in range(1, count):
+        if _wait_for_key(client, EXIT_KEY.format(other), deadline) is None:
+            return True
+    time.sleep(0.2)  # each records its code just before it leaves
+    return True
+
+
+def _wait_for_key(client: Any, key: str, deadline: float) -> str | None:
+    """The key's value once set, or None at the deadline or when the service cannot answer."""
+    import time
+
+    while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
+        try:
+            return client.blocking_key_value_get(key, min(left_ms, _POLL_MS))
+        except Exception as error:  # noqa: BLE001 - JAX raises its own runtime error type
+            if "DEADLINE_EXCEEDED" not in str(error):
+                return None  # the service is gone or refuses: stop waiting
+    return None
 
 
 def _wait_for_coordinator(spec: DistributedSpec) -> None:
@@ -323,6 +353,10 @@ def _start_runtime(
             jax.config.update("jax_num_cpu_devices", fake_count)
     if x64:
         jax.config.update("jax_enable_x64", True)
+    try:
+        jax.devices()  # starts every backend JAX is set up for, here where a failure can be named
+    except Exception as error:  # noqa: BLE001 - a broken set-up raises RuntimeError, or worse
+        raise ShardcliError(_backends_failed(error, complaints)) from error
 
     note = None
     if platform in ACCELERATORS or platform == "auto":
@@ -333,7 +367,7 @@ def _start_runtime(
         else:
             accel = _accelerator_devices(accel_platform)
         if accel_platform is not None and not accel:
-            why = f" (JAX at start-up: {'; '.join(complaints)})" if complaints else ""
+            why = f" ({_said(complaints)})" if complaints else ""
             raise ShardcliError(
                 f"--platform {platform} was asked for but this machine has no {platform.upper()} "
                 f"devices JAX can use{why}; use --platform cpu to fake devices on the CPU"
@@ -406,31 +440,46 @@ _START_COMPLAINTS = (
 
 
 class _KeepStartComplaints(logging.Filter):
-    def __init__(self) -> None:
+    def __init__(self, *, also_print: bool) -> None:
         super().__init__()
         self.lines: list[str] = []
+        self.also_print = also_print
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
         if record.levelno < logging.WARNING or not text.startswith(_START_COMPLAINTS):
             return True
-        text = " ".join(text.split()).rstrip(".")
+        text = " ".join(text.replace(" %s", "").split()).rstrip(".")  # JAX logs one with no args
         error = record.exc_info[1] if record.exc_info else None
         if error is not None:
-            detail = str(error).strip().splitlines()
-            text += f": {detail[0].rstrip('.') if detail else type(error).__name__}"
+            text += f": {_error_line(error)}"
         self.lines.append(text)
-        return False
+        return self.also_print
+
+
+def _error_line(error: BaseException) -> str:
+    """The exception's first line, and its cause's (a missing library behind a plugin's error)."""
+    line = _first_line(error)
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    if cause is None or _first_line(cause) in line:  # JAX often repeats its cause's words
+        return line
+    return f"{line} ({_first_line(cause)})"
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0].rstrip(".") if lines else type(error).__name__
 
 
 @contextmanager
 def jax_start_complaints() -> Iterator[list[str]]:
     """Keep JAX's start-up complaints (one line each) instead of letting them print.
 
-    Yields the list they are added to while the block runs.
+    Yields the list they are added to while the block runs. With SHARDCLI_TRACEBACK set they are
+    printed as JAX prints them as well.
     """
     logger = logging.getLogger(_JAX_START_LOGGER)
-    keep = _KeepStartComplaints()
+    keep = _KeepStartComplaints(also_print=bool(os.environ.get(TRACEBACK_ENV)))
     logger.addFilter(keep)
     try:
         yield keep.lines
@@ -438,11 +487,39 @@ def jax_start_complaints() -> Iterator[list[str]]:
         logger.removeFilter(keep)
 
 
+_PLUGIN_FAILED = "Jax plugin configuration error"
+_GUESSES = ("An NVIDIA GPU may be present", "A Google TPU may be present")
+
+
+def _said(complaints: list[str]) -> str:
+    """What JAX said, for a note or an error.
+
+    JAX's guess that a GPU or TPU "may be present, but ... jaxlib is not installed" is left out
+    when a plugin's own failure says what happened, and its "Falling back to cpu" always is:
+    shardcli says itself what it does next.
+    """
+    plugin_failed = any(c.startswith(_PLUGIN_FAILED) for c in complaints)
+    kept = []
+    for complaint in complaints:
+        if complaint.startswith(_GUESSES):
+            if plugin_failed:
+                continue
+            complaint = complaint.split(". Falling back to")[0]
+        kept.append(complaint)
+    return "JAX at start-up: " + "; ".join(kept)
+
+
 def _with_complaints(note: str | None, complaints: list[str]) -> str | None:
     if not complaints:
         return note
-    said = "JAX at start-up: " + "; ".join(complaints)
-    return f"{note}; {said}" if note else said
+    return f"{note}; {_said(complaints)}" if note else _said(complaints)
+
+
+def _backends_failed(error: BaseException, complaints: list[str]) -> str:
+    why = f"; {_said(complaints)}" if complaints else ""
+    pinned = os.environ.get("JAX_PLATFORMS")
+    fix = f"unset JAX_PLATFORMS (it is {pinned!r}) or use" if pinned else "use"
+    return f"JAX could not start its backends ({_error_line(error)}{why}); {fix} --platform cpu"
 
 
 def _first_of_each(devices: list[Any], count: int) -> list[Any]:

@@ -766,6 +766,21 @@ def test_a_failing_jax_plugin_is_named_when_its_platform_was_asked_for(shardcli_
     assert proc.stdout == ""
 
 
+def test_a_backend_jax_cannot_start_is_one_line_with_what_jax_said(shardcli_subprocess, broken_plugin):
+    """JAX_PLATFORMS names a backend that cannot start: JAX raises (RuntimeError or, with no CUDA
+    plugin at all, a bare AssertionError); the error keeps what the failing plugin said."""
+    proc = shardcli_subprocess("mesh", "--mesh", "2", env={**broken_plugin, "JAX_PLATFORMS": "cuda"})
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("shardcli: error: JAX could not start its backends ("), line
+    assert PLANTED_FAILURE in line
+    assert line.endswith("; unset JAX_PLATFORMS (it is 'cuda') or use --platform cpu")
+    pinned = shardcli_subprocess(
+        "mesh", "--mesh", "2", "--platform", "cpu", "--format", "json", env={"JAX_PLATFORMS": "cuda"}
+    )
+    assert pinned.returncode == 0 and pinned.stderr == ""
+
+
 def test_only_jax_start_up_complaints_are_kept(caplog):
     import logging
 
@@ -774,9 +789,25 @@ def test_only_jax_start_up_complaints_are_kept(caplog):
     logger = logging.getLogger("jax._src.xla_bridge")
     with caplog.at_level(logging.DEBUG, logger="jax._src.xla_bridge"), jax_start_complaints() as kept:
         try:
-            raise RuntimeError("cuInit failed\nsecond line")
+            try:
+                raise OSError("libcusparse.so.12: cannot open shared object file\nmore")
+            except OSError as error:
+                raise RuntimeError("Unable to load cuSPARSE. Is it installed?\nsecond line") from error
         except RuntimeError:
             logger.exception("Jax plugin configuration error: Exception when calling x.initialize()")
+        try:
+            try:
+                raise RuntimeError("Backend 'cuda' is not in the list of known backends")
+            except RuntimeError as error:
+                raise RuntimeError(
+                    "Unable to initialize backend 'cuda': Backend 'cuda' is not in the list of known backends"
+                ) from error
+        except RuntimeError:
+            logger.exception("Jax plugin configuration error: Exception when calling z.initialize()")
+        try:
+            raise ImportError("No module named 'jax_plugins.y'")
+        except ImportError:
+            logger.exception("Jax plugin configuration error: Plugin module %s could not be loaded")
         logger.warning(
             "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed."
         )
@@ -785,12 +816,39 @@ def test_only_jax_start_up_complaints_are_kept(caplog):
         )
         logger.info("Jax plugin configuration error: at INFO it is not a complaint")
     assert kept == [
-        "Jax plugin configuration error: Exception when calling x.initialize(): cuInit failed",
+        "Jax plugin configuration error: Exception when calling x.initialize(): Unable to load cuSPARSE. "
+        "Is it installed? (libcusparse.so.12: cannot open shared object file)",
+        "Jax plugin configuration error: Exception when calling z.initialize(): Unable to initialize "
+        "backend 'cuda': Backend 'cuda' is not in the list of known backends",  # the cause not repeated
+        "Jax plugin configuration error: Plugin module could not be loaded: No module named 'jax_plugins.y'",
         "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed",
     ]
     assert [r.getMessage()[:20] for r in caplog.records] == ["Platform 'x' is expe", "Jax plugin configura"]
     logger.warning("An NVIDIA GPU may be present (after the block: printed as JAX prints it)")
     assert len(caplog.records) == 3
+
+
+PLUGIN = "Jax plugin configuration error: Exception when calling jax_plugins.xla_cuda13.initialize(): boom"
+GUESS = "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed"
+
+
+@pytest.mark.parametrize(
+    "complaints, said",
+    [
+        # the plugin's own failure says what happened; JAX's guess beside it is wrong
+        ([PLUGIN, f"{GUESS}. Falling back to cpu"], f"JAX at start-up: {PLUGIN}"),
+        # alone, the guess is kept, without the fallback shardcli may not make
+        ([f"{GUESS}. Falling back to cpu"], f"JAX at start-up: {GUESS}"),
+        (
+            ["CUDA backend failed to initialize: INTERNAL: no memory", f"{GUESS}. Falling back to cpu"],
+            f"JAX at start-up: CUDA backend failed to initialize: INTERNAL: no memory; {GUESS}",
+        ),
+    ],
+)
+def test_what_jax_said_leaves_out_its_wrong_guesses(complaints, said):
+    from shardcli.runtime import _said
+
+    assert _said(complaints) == said
 
 
 def test_subprocess_refuses_to_fake_too_many(shardcli_subprocess):

@@ -584,35 +584,100 @@ LATE_AT_THE_CHECK = """
 def test_unequal_devices_per_process_is_one_line_everywhere(tmp_path, late):
     """Both processes find the fault; one finds it 2 s later. Process 1 late: process 0 (the
     coordination service's host) must wait for it, or JAX aborts process 1 before it says a word."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "shardcli", "collective", "psum", "--mesh", "4", "--devices", str(3 - k)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(
-                {
-                    "SHARDCLI_COORDINATOR": f"127.0.0.1:{port}",
-                    "SHARDCLI_NUM_PROCESSES": "2",
-                    "SHARDCLI_PROCESS_ID": str(k),
-                    "PLANT_LATE_PROCESS": str(late),
-                    **with_site(tmp_path, LATE_AT_THE_CHECK),
-                }
-            ),
-        )
-        for k in range(2)
-    ]
+    procs = by_hand(
+        lambda k: ("collective", "psum", "--mesh", "4", "--devices", str(3 - k)),
+        {"PLANT_LATE_PROCESS": str(late), **with_site(tmp_path, LATE_AT_THE_CHECK)},
+    )
     errs = reap(procs, timeout=120)  # both, before any assert: a failure leaves no process behind
     for p, err in zip(procs, errs, strict=True):
         assert p.returncode == 2, err
-        lines = [line for line in err.splitlines() if not line.startswith("[Gloo]")]
-        assert lines == [
+        assert error_lines(err) == [
             "shardcli: error: every process must start with the same number of devices, but process 0 "
             "has 3, process 1 has 2; give every process the same --devices"
         ]
+
+
+PROCESS_0_FAILS_LAST = """
+    import os
+    if os.environ.get("SHARDCLI_PROCESS_ID") == "0":
+        import time
+        import shardcli.cli as cli
+        def fail_at_the_end(prog, code):
+            time.sleep(2)  # process 1 has finished by now and waits at its exit
+            return cli._fail(prog, "planted: process 0 fails at the end", 2)
+        cli._save_output = fail_at_the_end
+"""
+
+
+def test_a_process_that_succeeded_is_not_aborted_when_process_0_fails(tmp_path):
+    """Process 1 waits at its exit for process 0's code and leaves with its own 0 when it is a
+    failure; at JAX's shutdown barrier JAX would abort it once process 0 is gone."""
+    procs = by_hand(lambda k: ("mesh", "--mesh", "2"), with_site(tmp_path, PROCESS_0_FAILS_LAST))
+    errs = reap(procs, timeout=120)
+    assert procs[0].returncode == 2, errs[0]
+    assert error_lines(errs[0]) == ["shardcli: error: planted: process 0 fails at the end"]
+    assert procs[1].returncode == 0, errs[1]
+    assert error_lines(errs[1]) == []
+
+
+PROCESS_0_FAILS_IN_THE_COMBINE = """
+    import os
+    if os.environ.get("SHARDCLI_PROCESS_ID") == "0":
+        import shardcli.core.processes as processes
+        from shardcli.errors import ShardcliError
+        def refuse(*args, **kwargs):
+            raise ShardcliError("planted: process 0 refuses to combine the timings")
+        processes.combine_timing = refuse
+"""
+
+
+def test_ctrl_c_cuts_process_0_s_wait_for_the_others_short(tmp_path):
+    """Process 0 fails while process 1 waits for it in a collective, so process 1 never records
+    a code and process 0 would wait the whole EXIT_GRACE_S; Ctrl-C ends the wait at once."""
+    from shardcli.runtime import EXIT_GRACE_S
+
+    args = ("collective", "psum", "--mesh", "2", "--size", "1K", "--iters", "3", "--warmup", "1", "-q")
+    procs = by_hand(lambda k: args, with_site(tmp_path, PROCESS_0_FAILS_IN_THE_COMBINE))
+    try:
+        said = ""
+        deadline = time.monotonic() + 90
+        while "planted" not in said and time.monotonic() < deadline and procs[0].poll() is None:
+            said += procs[0].stderr.readline()
+        assert "planted" in said, said
+        time.sleep(1)  # inside the wait by now
+        interrupted = time.monotonic()
+        procs[0].send_signal(signal.SIGINT)
+        procs[0].wait(timeout=60)
+        assert time.monotonic() - interrupted < EXIT_GRACE_S - 2
+    finally:
+        errs = reap(procs, timeout=30)
+    err = said + errs[0]
+    assert procs[0].returncode == 2, err
+    assert error_lines(err) == ["shardcli: error: planted: process 0 refuses to combine the timings"]
+
+
+def by_hand(args_for, env: dict[str, str], processes: int = 2) -> list[subprocess.Popen[str]]:
+    """Start `shardcli ARGS_FOR(K) --platform cpu` as process K of a run joined through SHARDCLI_*
+    variables (on CPU, as `launch` does: on a GPU host, auto would put every process on GPU 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    joined = {"SHARDCLI_COORDINATOR": f"127.0.0.1:{port}", "SHARDCLI_NUM_PROCESSES": str(processes)}
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "shardcli", *args_for(k), "--platform", "cpu"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env({**joined, "SHARDCLI_PROCESS_ID": str(k), **env}),
+        )
+        for k in range(processes)
+    ]
+
+
+def error_lines(err: str) -> list[str]:
+    """stderr without gloo's connection messages."""
+    return [line for line in err.splitlines() if not line.startswith("[Gloo]")]
 
 
 def reap(procs: list[subprocess.Popen[str]], timeout: float) -> list[str]:
