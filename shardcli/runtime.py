@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardcli.allocator import AllocatorState, tune_for_reuse
-from shardcli.errors import TRACEBACK_ENV, ShardcliError
+from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
 from shardcli.specs import MAX_FAKE_DEVICES, DistributedSpec, RunOptions
 
 ACCELERATORS = ("gpu", "tpu")
@@ -114,9 +114,7 @@ def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
                     initialization_timeout=spec.join_timeout_s,
                 )
         except (RuntimeError, ValueError) as error:
-            first = (
-                str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
-            )
+            first = _first_line(error)
             if spec.auto:
                 raise ShardcliError(
                     f"--distributed auto found no cluster JAX can detect ({first}); run it under SLURM, "
@@ -178,7 +176,7 @@ def leave_cluster(code: int) -> bool:
     if code == 0 and index != 0:
         said = _wait_for_key(client, EXIT_KEY.format(0), time.monotonic() + EXIT_WAIT_FOR_PROCESS_0_S)
         return said is not None and said != "0"
-    if code == 0 or index != 0 or code == 130:
+    if code == 0 or index != 0 or code == ExitCode.INTERRUPTED:
         return code != 0
     deadline = time.monotonic() + EXIT_GRACE_S
     for other in range(1, count):
@@ -431,12 +429,9 @@ def _start_runtime(
 # What JAX logs, through this logger, when a backend cannot start: a plugin whose initialize()
 # raised (with its traceback), a GPU or TPU it found but could not use. Other messages pass.
 _JAX_START_LOGGER = "jax._src.xla_bridge"
-_START_COMPLAINTS = (
-    "Jax plugin configuration error",
-    "CUDA backend failed to initialize",
-    "An NVIDIA GPU may be present",
-    "A Google TPU may be present",
-)
+_PLUGIN_FAILED = "Jax plugin configuration error"
+_GUESSES = ("An NVIDIA GPU may be present", "A Google TPU may be present")
+_START_COMPLAINTS = (_PLUGIN_FAILED, "CUDA backend failed to initialize", *_GUESSES)
 
 
 class _KeepStartComplaints(logging.Filter):
@@ -485,10 +480,6 @@ def jax_start_complaints() -> Iterator[list[str]]:
         yield keep.lines
     finally:
         logger.removeFilter(keep)
-
-
-_PLUGIN_FAILED = "Jax plugin configuration error"
-_GUESSES = ("An NVIDIA GPU may be present", "A Google TPU may be present")
 
 
 def _said(complaints: list[str]) -> str:
