@@ -76,6 +76,15 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def pythonpath_first(folder: os.PathLike[str] | str) -> dict[str, str]:
+    """PYTHONPATH with FOLDER first and the rest of this process's PYTHONPATH kept.
+
+    Replacing it would hide a checkout that is not installed (run with PYTHONPATH=.).
+    """
+    rest = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join([str(folder), *([rest] if rest else [])])}
+
+
 def run_python(
     *args: str, timeout: float = 60, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

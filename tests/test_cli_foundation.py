@@ -8,7 +8,7 @@ import re
 import jax
 import numpy as np
 import pytest
-from conftest import IN_PROCESS_DEVICES
+from conftest import IN_PROCESS_DEVICES, pythonpath_first
 
 import shardcli
 
@@ -720,13 +720,10 @@ PLANTED_FAILURE = "operation cuInit(0) failed: CUDA_ERROR_NO_DEVICE (planted by 
 
 @pytest.fixture
 def broken_plugin(tmp_path) -> dict[str, str]:
-    import os
-
     where = tmp_path / "jax_plugins" / "shardcli_planted"
     where.mkdir(parents=True)
     (where / "__init__.py").write_text(f"def initialize():\n    raise RuntimeError({PLANTED_FAILURE!r})\n")
-    path = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {"PYTHONPATH": os.pathsep.join(path), "CUDA_VISIBLE_DEVICES": ""}
+    return {**pythonpath_first(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
 
 
 @pytest.mark.parametrize(

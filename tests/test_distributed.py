@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import clean_env, run_shardcli
+from conftest import clean_env, pythonpath_first, run_shardcli
 from test_cli_foundation import assert_one_line_error
 
 from shardcli import launcher
@@ -238,8 +238,7 @@ def with_site(tmp_path: Path, code: str) -> dict[str, str]:
     unplanted.
     """
     (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(code))
-    rest = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), *([rest] if rest else [])])}
+    return pythonpath_first(tmp_path)
 
 
 def json_doc(proc: subprocess.CompletedProcess[str]) -> dict:
@@ -659,10 +658,10 @@ def test_ctrl_c_cuts_process_0_s_wait_for_the_others_short(tmp_path):
 def by_hand(args_for, env: dict[str, str], processes: int = 2) -> list[subprocess.Popen[str]]:
     """Start `shardcli ARGS_FOR(K) --platform cpu` as process K of a run joined through SHARDCLI_*
     variables (on CPU, as `launch` does: on a GPU host, auto would put every process on GPU 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    joined = {"SHARDCLI_COORDINATOR": f"127.0.0.1:{port}", "SHARDCLI_NUM_PROCESSES": str(processes)}
+    joined = {
+        "SHARDCLI_COORDINATOR": f"127.0.0.1:{launcher.free_port()}",
+        "SHARDCLI_NUM_PROCESSES": str(processes),
+    }
     return [
         subprocess.Popen(
             [sys.executable, "-m", "shardcli", *args_for(k), "--platform", "cpu"],
