@@ -425,31 +425,60 @@ def alive(pid: int) -> bool:
         return False
 
 
-def start_launcher(*args: str, log: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
-    """Start `shardcli launch ARGS` in the background; return it and its children's pids."""
+IN_THE_LOOP = """
+    import os, pathlib
+    import shardcli.core.collective as collective
+    real_loop = collective.time_iterations
+    def marked(*args, **kwargs):
+        name = "in-the-loop-" + os.environ.get("SHARDCLI_PROCESS_ID", "0")
+        pathlib.Path(os.environ["PLANT_DIR"], name).touch()
+        return real_loop(*args, **kwargs)
+    collective.time_iterations = marked
+"""
+
+
+def start_launcher(*args: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int], Path]:
+    """Start `shardcli launch ARGS` in the background; return it, its children's pids and its log.
+
+    The children are planted to say (a file each in TMP_PATH) when they enter the timing loop:
+    `wait_in_the_loop` waits for that instead of guessing how long start-up takes.
+    """
+    log = tmp_path / "launch.err"
+    env = clean_env({"PLANT_DIR": str(tmp_path), **with_site(tmp_path, IN_THE_LOOP)})
     with open(log, "wb") as stderr:  # the launcher keeps its own copy of the descriptor
         proc = subprocess.Popen(
             [sys.executable, "-m", "shardcli", "launch", *args],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            env=clean_env(),
+            env=env,
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         text = log.read_text(errors="replace")
         if "(pids " in text:
-            return proc, pids_of(text)
+            return proc, pids_of(text), log
         time.sleep(0.1)
     proc.kill()
     raise AssertionError(f"the launcher never said which processes it started: {log.read_text()}")
+
+
+def wait_in_the_loop(proc: subprocess.Popen[bytes], tmp_path: Path, processes: int = 2) -> None:
+    """Until every process has entered its timing loop (generous: start-up on a loaded machine)."""
+    markers = [tmp_path / f"in-the-loop-{k}" for k in range(processes)]
+    deadline = time.monotonic() + 120
+    while not all(m.exists() for m in markers):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            log = (tmp_path / "launch.err").read_text()
+            raise AssertionError(f"not every process reached its timing loop: {log}")
+        time.sleep(0.05)
 
 
 LONG_RUN = ("--", "collective", "psum", "--mesh", "2", "--iters", "1000000", "-q")
 
 
 def test_killing_one_process_stops_the_run_and_leaves_nothing_behind(tmp_path):
-    proc, pids = start_launcher("--timeout", "120", *LONG_RUN, log=tmp_path / "launch.err")
-    time.sleep(8)  # both processes are in the timing loop by now
+    proc, pids, _ = start_launcher("--timeout", "120", *LONG_RUN, tmp_path=tmp_path)
+    wait_in_the_loop(proc, tmp_path)
     os.kill(pids[1], signal.SIGKILL)
     started = time.monotonic()
     code = proc.wait(timeout=60)
@@ -461,7 +490,7 @@ def test_killing_one_process_stops_the_run_and_leaves_nothing_behind(tmp_path):
 
 
 def test_timeout_stops_every_process_with_124(tmp_path):
-    proc, pids = start_launcher("--timeout", "10", *LONG_RUN, log=tmp_path / "launch.err")
+    proc, pids, _ = start_launcher("--timeout", "10", *LONG_RUN, tmp_path=tmp_path)
     code = proc.wait(timeout=60)
     assert code == 124
     assert "timed out after --timeout 10 s" in (tmp_path / "launch.err").read_text()
@@ -477,8 +506,8 @@ def test_timeout_stops_every_process_with_124(tmp_path):
     ],
 )
 def test_stop_signals_stop_every_process_with_130(tmp_path, signals):
-    proc, pids = start_launcher("--timeout", "120", *LONG_RUN, log=tmp_path / "launch.err")
-    time.sleep(4)
+    proc, pids, _ = start_launcher("--timeout", "120", *LONG_RUN, tmp_path=tmp_path)
+    wait_in_the_loop(proc, tmp_path)
     for sig in signals:  # a second signal while stopping must not leave children running
         proc.send_signal(sig)
         time.sleep(0.3)
@@ -488,8 +517,8 @@ def test_stop_signals_stop_every_process_with_130(tmp_path, signals):
 
 
 def test_children_die_with_a_killed_launcher(tmp_path):
-    proc, pids = start_launcher("--timeout", "120", *LONG_RUN, log=tmp_path / "launch.err")
-    time.sleep(4)
+    proc, pids, _ = start_launcher("--timeout", "120", *LONG_RUN, tmp_path=tmp_path)
+    wait_in_the_loop(proc, tmp_path)
     proc.kill()
     proc.wait(timeout=30)
     deadline = time.monotonic() + 15
@@ -597,12 +626,21 @@ def test_unequal_devices_per_process_is_one_line_everywhere(tmp_path, late):
 
 
 PROCESS_0_FAILS_LAST = """
-    import os
+    import os, pathlib, time
+    leaving = pathlib.Path(os.environ["PLANT_DIR"], "process-1-leaving")
+    if os.environ.get("SHARDCLI_PROCESS_ID") == "1":
+        import shardcli.runtime as runtime
+        real_leave = runtime.leave_cluster
+        def say_leaving(code):
+            leaving.touch()
+            return real_leave(code)
+        runtime.leave_cluster = say_leaving
     if os.environ.get("SHARDCLI_PROCESS_ID") == "0":
-        import time
         import shardcli.cli as cli
         def fail_at_the_end(prog, code):
-            time.sleep(2)  # process 1 has finished by now and waits at its exit
+            deadline = time.monotonic() + 60
+            while not leaving.exists() and time.monotonic() < deadline:  # process 1 waits at its exit
+                time.sleep(0.05)
             return cli._fail(prog, "planted: process 0 fails at the end", 2)
         cli._save_output = fail_at_the_end
 """
@@ -611,7 +649,8 @@ PROCESS_0_FAILS_LAST = """
 def test_a_process_that_succeeded_is_not_aborted_when_process_0_fails(tmp_path):
     """Process 1 waits at its exit for process 0's code and leaves with its own 0 when it is a
     failure; at JAX's shutdown barrier JAX would abort it once process 0 is gone."""
-    procs = by_hand(lambda k: ("mesh", "--mesh", "2"), with_site(tmp_path, PROCESS_0_FAILS_LAST))
+    env = {"PLANT_DIR": str(tmp_path), **with_site(tmp_path, PROCESS_0_FAILS_LAST)}
+    procs = by_hand(lambda k: ("mesh", "--mesh", "2"), env)
     errs = reap(procs, timeout=120)
     assert procs[0].returncode == 2, errs[0]
     assert error_lines(errs[0]) == ["shardcli: error: planted: process 0 fails at the end"]
@@ -627,6 +666,13 @@ PROCESS_0_FAILS_IN_THE_COMBINE = """
         def refuse(*args, **kwargs):
             raise ShardcliError("planted: process 0 refuses to combine the timings")
         processes.combine_timing = refuse
+        import pathlib
+        import shardcli.runtime as runtime
+        real_wait = runtime._wait_for_key
+        def say_waiting(*args, **kwargs):
+            pathlib.Path(os.environ["PLANT_DIR"], "process-0-waiting").touch()
+            return real_wait(*args, **kwargs)
+        runtime._wait_for_key = say_waiting
 """
 
 
@@ -636,14 +682,18 @@ def test_ctrl_c_cuts_process_0_s_wait_for_the_others_short(tmp_path):
     from shardcli.runtime import EXIT_GRACE_S
 
     args = ("collective", "psum", "--mesh", "2", "--size", "1K", "--iters", "3", "--warmup", "1", "-q")
-    procs = by_hand(lambda k: args, with_site(tmp_path, PROCESS_0_FAILS_IN_THE_COMBINE))
+    env = {"PLANT_DIR": str(tmp_path), **with_site(tmp_path, PROCESS_0_FAILS_IN_THE_COMBINE)}
+    procs = by_hand(lambda k: args, env)
     try:
         said = ""
         deadline = time.monotonic() + 90
         while "planted" not in said and time.monotonic() < deadline and procs[0].poll() is None:
             said += procs[0].stderr.readline()
         assert "planted" in said, said
-        time.sleep(1)  # inside the wait by now
+        waiting = tmp_path / "process-0-waiting"
+        while not waiting.exists() and time.monotonic() < deadline and procs[0].poll() is None:
+            time.sleep(0.05)
+        assert waiting.exists(), "process 0 never reached its wait for the others"
         interrupted = time.monotonic()
         procs[0].send_signal(signal.SIGINT)
         procs[0].wait(timeout=60)

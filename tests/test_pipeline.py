@@ -172,24 +172,51 @@ def test_a_wrong_gradient_fails_and_the_detail_names_the_worst_layer():
     assert check.detail.startswith("wrong in layers [1]; 3 layers; worst layer 1 W: max |err| 1.00e-02")
 
 
-def test_ctrl_c_during_the_threaded_run_exits_130_with_one_line():
+# Planted in the child: the stage threads' hand-off (`_take`) says it was reached with a file and
+# takes 0.2 s more each time, so the run is in its threads when the test interrupts it and cannot
+# finish first, however idle or busy the machine.
+IN_THE_THREADS = """
+    import os, pathlib, time
+    import shardcli.core.pipeline as pipeline
+    real_take = pipeline._take
+    def slow_take(q, stop):
+        pathlib.Path(os.environ["PLANT_MARKER"]).touch()
+        time.sleep(0.2)
+        return real_take(q, stop)
+    pipeline._take = slow_take
+"""
+
+
+def test_ctrl_c_during_the_threaded_run_exits_130_with_one_line(tmp_path):
     import signal
     import subprocess
     import sys
+    import textwrap
     import time
 
-    from conftest import clean_env
+    from conftest import clean_env, pythonpath_first
 
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(IN_THE_THREADS))
+    marker = tmp_path / "in-the-threads"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardcli", "pipeline", "-M", "128", "--batch", "512", "--width", "512", "-q"],
+        [sys.executable, "-m", "shardcli", "pipeline", "-M", "16", "--batch", "64", "--width", "64", "-q"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=clean_env(),
+        env=clean_env({"PLANT_MARKER": str(marker), **pythonpath_first(tmp_path)}),
     )
-    time.sleep(6)  # past start-up, in compiling or the timed passes
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the run never reached its stage threads"
+        # each stage thread takes 16 forwards (and as many gradients) at >= 0.2 s each: seconds left
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "shardcli: error: interrupted"
     assert "terminate called" not in err and "Fatal Python error" not in err
