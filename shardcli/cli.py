@@ -24,6 +24,7 @@ from shardcli.commands import pipeline as pipeline_cmd
 from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
+from shardcli.stdout import quiet_when_reader_leaves
 
 
 def _save_output(prog: str, code: int) -> int:
@@ -201,6 +202,7 @@ app.add_typer(model_cmd.app, name="model")
 
 def main() -> None:
     """Console-script entry point (and `python -m shardcli`)."""
+    sys.stdout = quiet_when_reader_leaves(sys.stdout)
     try:
         app(prog_name="shardcli")
     finally:

@@ -101,6 +101,16 @@ Distributed = Annotated[
         rich_help_panel=_CLUSTER,
     ),
 ]
+CoordinatorBind = Annotated[
+    str | None,
+    typer.Option(
+        "--coordinator-bind",
+        help="HOST:PORT where process 0's coordination service listens. \\[default: the "
+        "--coordinator address when it is a loopback one, else every interface (JAX's default)]",
+        envvar="SHARDCLI_COORDINATOR_BIND",
+        rich_help_panel=_CLUSTER,
+    ),
+]
 JoinTimeout = Annotated[
     int,
     typer.Option(
@@ -142,6 +152,7 @@ def run_options(
     process_id: int | None = None,
     distributed: str = "off",
     join_timeout: int = 300,
+    coordinator_bind: str | None = None,
     all_processes: bool = False,
     process_timing: str = "max",
     compile_cache: bool = False,
@@ -155,7 +166,9 @@ def run_options(
         format=parse_choice(format, "--format", formats),
         color=not no_color,
         quiet=quiet,
-        distributed=parse_distributed(coordinator, num_processes, process_id, distributed, join_timeout),
+        distributed=parse_distributed(
+            coordinator, num_processes, process_id, distributed, join_timeout, coordinator_bind
+        ),
         all_processes=all_processes,
         process_timing=parse_choice(process_timing, "--process-timing", PROCESS_TIMINGS),
         compile_cache=compile_cache,

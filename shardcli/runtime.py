@@ -76,6 +76,64 @@ def _check_fake_count(count: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class CoordinatorBind:
+    """Where process 0's coordination service listens, and why."""
+
+    address: str | None  # what shardcli passes as coordinator_bind_address; None: JAX chooses
+    listens_on: str  # what it listens on, in words
+    exposed: bool  # reachable from the network (every interface, or a non-loopback address)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def coordinator_bind(spec: DistributedSpec, environ: dict[str, str] | None = None) -> CoordinatorBind:
+    """Where process 0's coordination service will listen.
+
+    `--coordinator-bind` (or SHARDCLI_COORDINATOR_BIND) wins; then JAX's own
+    JAX_COORDINATOR_BIND_ADDRESS; then the coordinator's own address when it is a loopback one
+    (a run on one machine, as `launch` starts it, stays off the network); otherwise JAX's default,
+    every interface, which a run across hosts needs.
+    """
+    env = os.environ if environ is None else environ
+    if spec.bind is not None:
+        host = spec.bind.rpartition(":")[0]
+        return CoordinatorBind(spec.bind, spec.bind, exposed=not _is_loopback(host))
+    jax_bind = env.get("JAX_COORDINATOR_BIND_ADDRESS")
+    if jax_bind:
+        host = jax_bind.rpartition(":")[0]
+        return CoordinatorBind(None, f"{jax_bind} (JAX_COORDINATOR_BIND_ADDRESS)", not _is_loopback(host))
+    if spec.coordinator is not None and _is_loopback(spec.coordinator.rpartition(":")[0]):
+        return CoordinatorBind(spec.coordinator, spec.coordinator, exposed=False)
+    port = spec.coordinator.rpartition(":")[2] if spec.coordinator is not None else "PORT"
+    return CoordinatorBind(None, f"every interface ([::]:{port}, JAX's default)", exposed=True)
+
+
+def exposure_note(spec: DistributedSpec | None, process_index: int) -> str | None:
+    """Process 0's one-line note when its coordination service is reachable from the network."""
+    if spec is None or process_index != 0:
+        return None
+    bind = coordinator_bind(spec)
+    if not bind.exposed:
+        return None
+    return (
+        f"the coordinator listens on {bind.listens_on}: reachable from the network while the run "
+        f"lasts; --coordinator-bind HOST:PORT narrows it"
+    )
+
+
 def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
     """Join a multi-process run with `jax.distributed.initialize`, once per process.
 
@@ -105,13 +163,17 @@ def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
             _wait_for_coordinator(spec)
         try:
             if spec.auto:
-                jax.distributed.initialize(initialization_timeout=spec.join_timeout_s)
+                jax.distributed.initialize(
+                    initialization_timeout=spec.join_timeout_s,
+                    coordinator_bind_address=coordinator_bind(spec).address,
+                )
             else:
                 jax.distributed.initialize(
                     spec.coordinator,
                     num_processes=spec.num_processes,
                     process_id=spec.process_id,
                     initialization_timeout=spec.join_timeout_s,
+                    coordinator_bind_address=coordinator_bind(spec).address,
                 )
         except (RuntimeError, ValueError) as error:
             first = _first_line(error)
@@ -230,10 +292,13 @@ def _wait_for_coordinator(spec: DistributedSpec) -> None:
 def _route_native_stdout_to_stderr() -> None:
     import sys
 
+    from shardcli.stdout import quiet_when_reader_leaves
+
     sys.stdout.flush()
     real_stdout = os.dup(1)
     os.dup2(2, 1)
-    sys.stdout = os.fdopen(real_stdout, "w", buffering=1, encoding=sys.stdout.encoding or "utf-8")
+    stream = os.fdopen(real_stdout, "w", buffering=1, encoding=sys.stdout.encoding or "utf-8")
+    sys.stdout = quiet_when_reader_leaves(stream)
 
 
 def _per_process(needed: int, processes: int) -> int:
@@ -539,13 +604,14 @@ def _info(
 
     from shardcli.core.cache import cache_state
 
+    exposed = exposure_note(options.distributed, jax.process_index())
     return RuntimeInfo(
         platform=platform,
         device_kind=str(present[0].device_kind),
         device_count=needed,
         devices_present=len(present),
         faked=faked,
-        note=note,
+        note="; ".join(n for n in (note, exposed) if n) or None,
         process_count=jax.process_count(),
         process_index=jax.process_index(),
         jax_version=jax.__version__,

@@ -120,6 +120,7 @@ class DistributedSpec:
     num_processes: int | None = None
     process_id: int | None = None
     join_timeout_s: int = 300  # how long to wait for the coordinator and the other processes
+    bind: str | None = None  # --coordinator-bind HOST:PORT: where process 0's service listens
 
     @property
     def auto(self) -> bool:
@@ -521,8 +522,10 @@ def parse_distributed(
     process_id: int | None,
     distributed: str,
     join_timeout: int = 300,
+    bind: str | None = None,
 ) -> DistributedSpec | None:
-    """`--coordinator HOST:PORT --num-processes N --process-id K`, or `--distributed auto`.
+    """`--coordinator HOST:PORT --num-processes N --process-id K`, or `--distributed auto`; with
+    `--coordinator-bind HOST:PORT` for where process 0's coordination service listens.
 
     Returns:
         None for a single-process run.
@@ -533,6 +536,8 @@ def parse_distributed(
     mode = parse_choice(distributed, "--distributed", DISTRIBUTED_MODES)
     if join_timeout < 1:
         raise ShardcliError(f"--join-timeout {join_timeout} is not valid; give at least 1 second")
+    if bind is not None:
+        bind = _host_port(bind, "--coordinator-bind", "127.0.0.1:1234 or [::1]:1234")
     given = {
         "--coordinator": coordinator,
         "--num-processes": num_processes,
@@ -545,8 +550,13 @@ def parse_distributed(
                 f"--distributed auto lets JAX detect the cluster, so {' and '.join(named)} cannot be "
                 f"given with it; use one or the other"
             )
-        return DistributedSpec(join_timeout_s=join_timeout)
+        return DistributedSpec(join_timeout_s=join_timeout, bind=bind)
     if not named:
+        if bind is not None:
+            raise ShardcliError(
+                "--coordinator-bind is for a multi-process run; give it with --coordinator "
+                "--num-processes --process-id (or --distributed auto)"
+            )
         return None
     missing = [flag for flag, value in given.items() if value is None]
     if missing:
@@ -556,12 +566,7 @@ def parse_distributed(
             f"(or --distributed auto)"
         )
     assert coordinator is not None and num_processes is not None and process_id is not None
-    match = _HOST_PORT_RE.match(coordinator.strip())
-    if not match or not 1 <= int(match.group(2)) <= 65535:
-        raise ShardcliError(
-            f"--coordinator {coordinator!r} is not HOST:PORT; give e.g. 10.0.0.1:1234 or "
-            f"localhost:1234 (port 1-65535)"
-        )
+    coordinator = _host_port(coordinator, "--coordinator", "10.0.0.1:1234 or localhost:1234")
     if num_processes < 1:
         raise ShardcliError(f"--num-processes {num_processes} is not valid; give at least 1")
     if not 0 <= process_id < num_processes:
@@ -569,7 +574,14 @@ def parse_distributed(
             f"--process-id {process_id} is not valid for --num-processes {num_processes}; "
             f"give 0 to {num_processes - 1}"
         )
-    return DistributedSpec(coordinator.strip(), num_processes, process_id, join_timeout)
+    return DistributedSpec(coordinator, num_processes, process_id, join_timeout, bind)
+
+
+def _host_port(value: str, flag: str, examples: str) -> str:
+    match = _HOST_PORT_RE.match(value.strip())
+    if not match or not 1 <= int(match.group(2)) <= 65535:
+        raise ShardcliError(f"{flag} {value!r} is not HOST:PORT; give e.g. {examples} (port 1-65535)")
+    return value.strip()
 
 
 SAVE_SUFFIXES = (".svg", ".html", ".txt")

@@ -876,3 +876,55 @@ def test_cli_import_help_and_bad_flags_do_not_import_jax(python_subprocess):
     proc = python_subprocess("-c", script)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n"
+
+
+WRONG_PSUM = """
+    import dataclasses
+    from shardcli import collectives
+    psum = collectives.COLLECTIVES["psum"]
+    collectives.COLLECTIVES["psum"] = dataclasses.replace(
+        psum, body=lambda x, params, n: psum.body(x, params, n) + 1
+    )
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "plant", "code"),
+    [
+        pytest.param(("collective", "psum", "--mesh", "4"), None, 0, id="table"),
+        pytest.param(("collective", "psum", "--mesh", "4", "--format", "json"), None, 0, id="json"),
+        pytest.param(("mesh", "--mesh", "4", "--format", "csv"), None, 2, id="bad-input-stays-2"),
+        pytest.param(("collective", "psum", "--mesh", "4"), WRONG_PSUM, 1, id="wrong-result-stays-1"),
+    ],
+)
+def test_a_reader_that_left_is_not_a_failure(tmp_path, args, plant, code):
+    """stdout is a pipe whose reader is gone (`| head -1` once head has its line): every write
+    fails with EPIPE. The run's own exit code stands, with nothing on stderr but its own verdict."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from conftest import clean_env
+
+    env = {}
+    if plant is not None:
+        (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(plant))
+        env = pythonpath_first(tmp_path)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "shardcli", *args, "--size", "64"] if args[0] == "collective" else
+            [sys.executable, "-m", "shardcli", *args],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, env=clean_env(env), timeout=120,
+            check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+    if code == 0:
+        assert proc.stderr == ""
+    else:
+        assert len(proc.stderr.strip().splitlines()) <= 1, proc.stderr

@@ -6,6 +6,7 @@ its own faked CPU devices; they are the slowest tests here, so they use two time
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from shardcli import launcher
 from shardcli.core.processes import combine_check, combine_timing
 from shardcli.core.timing import Timing, summarize
 from shardcli.errors import ShardcliError
-from shardcli.runtime import pick_devices
+from shardcli.runtime import coordinator_bind, exposure_note, pick_devices
 from shardcli.specs import DistributedSpec, parse_distributed
 
 FAST = ("--warmup", "1", "--iters", "2")
@@ -42,6 +43,14 @@ FAST = ("--warmup", "1", "--iters", "2")
         pytest.param((None, None, None, "auto"), DistributedSpec(), id="auto"),
         pytest.param(("10.0.0.1:1234", 4, 3, "off"), DistributedSpec("10.0.0.1:1234", 4, 3), id="explicit"),
         pytest.param(("[::1]:80", 2, 0, "off"), DistributedSpec("[::1]:80", 2, 0), id="ipv6"),
+        pytest.param(
+            ("10.0.0.1:1234", 4, 3, "off", 300, " 10.0.0.1:1234 "),
+            DistributedSpec("10.0.0.1:1234", 4, 3, bind="10.0.0.1:1234"),
+            id="bind",
+        ),
+        pytest.param(
+            (None, None, None, "auto", 300, "[::]:99"), DistributedSpec(bind="[::]:99"), id="auto-bind"
+        ),
     ],
 )
 def test_parse_distributed(args, expected):
@@ -80,12 +89,66 @@ def test_parse_distributed(args, expected):
             "--join-timeout 0 is not valid; give at least 1 second",
             id="join-timeout",
         ),
+        pytest.param(
+            ("h:1", 2, 0, "off", 300, "127.0.0.1"),
+            "--coordinator-bind '127.0.0.1' is not HOST:PORT; give e.g. 127.0.0.1:1234",
+            id="bind-no-port",
+        ),
+        pytest.param(
+            (None, None, None, "off", 300, "127.0.0.1:5"),
+            "--coordinator-bind is for a multi-process run",
+            id="bind-alone",
+        ),
     ],
 )
 def test_parse_distributed_refuses(args, message):
     with pytest.raises(ShardcliError) as info:
         parse_distributed(*args)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "environ", "address", "exposed"),
+    [
+        pytest.param(DistributedSpec("127.0.0.1:5", 2, 0), {}, "127.0.0.1:5", False, id="loopback"),
+        pytest.param(DistributedSpec("localhost:5", 2, 0), {}, "localhost:5", False, id="localhost"),
+        pytest.param(DistributedSpec("[::1]:5", 2, 0), {}, "[::1]:5", False, id="ipv6-loopback"),
+        pytest.param(DistributedSpec("10.0.0.1:5", 2, 0), {}, None, True, id="network"),
+        pytest.param(DistributedSpec(), {}, None, True, id="auto"),
+        pytest.param(
+            DistributedSpec("10.0.0.1:5", 2, 0, bind="10.0.0.1:5"), {}, "10.0.0.1:5", True, id="bind-nic"
+        ),
+        pytest.param(
+            DistributedSpec("127.0.0.1:5", 2, 0),
+            {"JAX_COORDINATOR_BIND_ADDRESS": "[::]:5"},
+            None,
+            True,
+            id="jax-env-wins-over-the-default",
+        ),
+        pytest.param(
+            DistributedSpec("127.0.0.1:5", 2, 0, bind="127.0.0.1:5"),
+            {"JAX_COORDINATOR_BIND_ADDRESS": "[::]:5"},
+            "127.0.0.1:5",
+            False,
+            id="flag-wins-over-jax-env",
+        ),
+    ],
+)
+def test_coordinator_bind(spec, environ, address, exposed):
+    bind = coordinator_bind(spec, environ)
+    assert (bind.address, bind.exposed) == (address, exposed)
+
+
+def test_only_an_exposed_process_0_gets_the_note(monkeypatch):
+    monkeypatch.delenv("JAX_COORDINATOR_BIND_ADDRESS", raising=False)
+    network = DistributedSpec("10.0.0.1:5", 2, 0)
+    assert exposure_note(network, 0) == (
+        "the coordinator listens on every interface ([::]:5, JAX's default): reachable from the network "
+        "while the run lasts; --coordinator-bind HOST:PORT narrows it"
+    )
+    assert exposure_note(network, 1) is None
+    assert exposure_note(DistributedSpec("127.0.0.1:5", 2, 0), 0) is None
+    assert exposure_note(None, 0) is None
 
 
 CLI_BAD_INPUT = [
@@ -462,14 +525,15 @@ def start_launcher(*args: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes],
     raise AssertionError(f"the launcher never said which processes it started: {log.read_text()}")
 
 
-def wait_in_the_loop(proc: subprocess.Popen[bytes], tmp_path: Path, processes: int = 2) -> None:
+def wait_in_the_loop(proc: subprocess.Popen, tmp_path: Path, processes: int = 2) -> None:
     """Until every process has entered its timing loop (generous: start-up on a loaded machine)."""
     markers = [tmp_path / f"in-the-loop-{k}" for k in range(processes)]
     deadline = time.monotonic() + 120
     while not all(m.exists() for m in markers):
         if proc.poll() is not None or time.monotonic() > deadline:
-            log = (tmp_path / "launch.err").read_text()
-            raise AssertionError(f"not every process reached its timing loop: {log}")
+            log = tmp_path / "launch.err"
+            said = log.read_text() if log.exists() else f"exit code {proc.poll()}"
+            raise AssertionError(f"not every process reached its timing loop: {said}")
         time.sleep(0.05)
 
 
@@ -514,6 +578,80 @@ def test_stop_signals_stop_every_process_with_130(tmp_path, signals):
     assert proc.wait(timeout=60) == 130
     assert "internal error" not in (tmp_path / "launch.err").read_text()
     assert not any(alive(pid) for pid in pids)
+
+
+def listening_addresses(pids: list[int]) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket the processes PIDS listen on, read from /proc."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:  # closed meanwhile
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            hex_address, hex_port = local.split(":")
+            raw = bytes.fromhex(hex_address)  # 32-bit words in host (little-endian) order
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.append((str(ipaddress.ip_address(raw)), int(hex_port, 16)))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    parsed = ipaddress.ip_address(address)
+    mapped = getattr(parsed, "ipv4_mapped", None)
+    return parsed.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads sockets from Linux's /proc")
+def test_a_launch_run_listens_on_loopback_only(tmp_path):
+    proc, pids, log = start_launcher("--timeout", "120", *LONG_RUN, tmp_path=tmp_path)
+    try:
+        wait_in_the_loop(proc, tmp_path)  # the coordinator and gloo are up by now
+        listening = listening_addresses([proc.pid, *pids])
+        port = int(re.search(r"coordinator 127\.0\.0\.1:(\d+)", log.read_text()).group(1))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert port in {p for _, p in listening}, listening
+    assert [a for a in listening if not is_loopback(a[0])] == [], listening
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads sockets from Linux's /proc")
+@pytest.mark.parametrize(
+    ("env", "loopback_only"),
+    [
+        pytest.param({"JAX_COORDINATOR_BIND_ADDRESS": "[::]:{port}"}, False, id="jax-env-alone-exposes"),
+        pytest.param(
+            {"JAX_COORDINATOR_BIND_ADDRESS": "[::]:{port}", "SHARDCLI_COORDINATOR_BIND": "127.0.0.1:{port}"},
+            True,
+            id="coordinator-bind-wins",
+        ),
+    ],
+)
+def test_a_hand_started_pair_binds_where_told(tmp_path, env, loopback_only):
+    port = launcher.free_port()
+    planted = {"PLANT_DIR": str(tmp_path), **with_site(tmp_path, IN_THE_LOOP)}
+    procs = by_hand(
+        lambda k: LONG_RUN[1:],
+        {**planted, **{k: v.format(port=port) for k, v in env.items()}},
+        coordinator=f"127.0.0.1:{port}",
+    )
+    try:
+        wait_in_the_loop(procs[0], tmp_path)
+        coordinator = [a for a, p in listening_addresses([procs[0].pid]) if p == port]
+    finally:
+        reap_killed(procs)
+    assert coordinator, "process 0 listens on no socket at the coordinator port"
+    assert all(is_loopback(a) for a in coordinator) == loopback_only, coordinator
 
 
 def test_children_die_with_a_killed_launcher(tmp_path):
@@ -705,11 +843,13 @@ def test_ctrl_c_cuts_process_0_s_wait_for_the_others_short(tmp_path):
     assert error_lines(err) == ["shardcli: error: planted: process 0 refuses to combine the timings"]
 
 
-def by_hand(args_for, env: dict[str, str], processes: int = 2) -> list[subprocess.Popen[str]]:
+def by_hand(
+    args_for, env: dict[str, str], processes: int = 2, coordinator: str | None = None
+) -> list[subprocess.Popen[str]]:
     """Start `shardcli ARGS_FOR(K) --platform cpu` as process K of a run joined through SHARDCLI_*
     variables (on CPU, as `launch` does: on a GPU host, auto would put every process on GPU 0)."""
     joined = {
-        "SHARDCLI_COORDINATOR": f"127.0.0.1:{launcher.free_port()}",
+        "SHARDCLI_COORDINATOR": coordinator or f"127.0.0.1:{launcher.free_port()}",
         "SHARDCLI_NUM_PROCESSES": str(processes),
     }
     return [
@@ -722,6 +862,13 @@ def by_hand(args_for, env: dict[str, str], processes: int = 2) -> list[subproces
         )
         for k in range(processes)
     ]
+
+
+def reap_killed(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
 
 
 def error_lines(err: str) -> list[str]:

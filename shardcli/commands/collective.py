@@ -197,6 +197,7 @@ def collective(
     process_id: opt.ProcessId = None,
     distributed: opt.Distributed = "off",
     join_timeout: opt.JoinTimeout = 300,
+    coordinator_bind: opt.CoordinatorBind = None,
     all_processes: opt.AllProcesses = False,
     process_timing: opt.ProcessTiming = "max",
 ) -> None:
@@ -216,6 +217,7 @@ def collective(
         process_id=process_id,
         distributed=distributed,
         join_timeout=join_timeout,
+        coordinator_bind=coordinator_bind,
         all_processes=all_processes,
         save=save,
         compile_cache=not no_compile_cache,

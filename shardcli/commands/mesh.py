@@ -23,6 +23,7 @@ def mesh(
     process_id: opt.ProcessId = None,
     distributed: opt.Distributed = "off",
     join_timeout: opt.JoinTimeout = 300,
+    coordinator_bind: opt.CoordinatorBind = None,
     all_processes: opt.AllProcesses = False,
 ) -> None:
     """Show a device mesh: each device's id, mesh coordinates and process.
@@ -41,6 +42,7 @@ def mesh(
         process_id=process_id,
         distributed=distributed,
         join_timeout=join_timeout,
+        coordinator_bind=coordinator_bind,
         all_processes=all_processes,
         save=save,
     )

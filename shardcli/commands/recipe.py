@@ -46,6 +46,7 @@ def recipe(
     process_id: opt.ProcessId = None,
     distributed: opt.Distributed = "off",
     join_timeout: opt.JoinTimeout = 300,
+    coordinator_bind: opt.CoordinatorBind = None,
     all_processes: opt.AllProcesses = False,
 ) -> None:
     options = opt.run_options(
@@ -60,6 +61,7 @@ def recipe(
         process_id=process_id,
         distributed=distributed,
         join_timeout=join_timeout,
+        coordinator_bind=coordinator_bind,
         all_processes=all_processes,
         save=save,
         compile_cache=not no_compile_cache,

@@ -61,6 +61,7 @@ def shard(
     process_id: opt.ProcessId = None,
     distributed: opt.Distributed = "off",
     join_timeout: opt.JoinTimeout = 300,
+    coordinator_bind: opt.CoordinatorBind = None,
     all_processes: opt.AllProcesses = False,
 ) -> None:
     """Place an array on the mesh with a PartitionSpec and show which device holds what.
@@ -79,6 +80,7 @@ def shard(
         process_id=process_id,
         distributed=distributed,
         join_timeout=join_timeout,
+        coordinator_bind=coordinator_bind,
         all_processes=all_processes,
         save=save,
     )

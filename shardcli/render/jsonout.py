@@ -11,6 +11,7 @@ from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.layout import Index
 from shardcli.mesh import MeshLayout
+from shardcli.runtime import coordinator_bind
 from shardcli.specs import RunOptions
 
 SCHEMA_VERSION = 1
@@ -74,6 +75,7 @@ def runtime_json(session: Session) -> dict[str, Any]:
         else {
             "coordinator": rt.distributed.coordinator,
             "auto": rt.distributed.auto,
+            "coordinator_bind": coordinator_bind(rt.distributed).listens_on,
         },
         "process_timing": rt.process_timing,
         "compile_cache": rt.compile_cache,
