@@ -17,12 +17,12 @@ Everything here is pure Python; the Flax code lives in `shardcli/core/model.py`.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 
 from shardcli.errors import ShardcliError
+from shardcli.json_file import read_json
 from shardcli.specs import MeshSpec, RunOptions
 
 LOGICAL_AXES = ("batch", "hidden", "embed")
@@ -319,8 +319,9 @@ def read_checkpoint(folder: str) -> SavedModel:
             "give the folder `shardcli model train --checkpoint DIR` wrote"
         )
     try:
-        with open(meta_path, encoding="utf-8") as f:
-            raw = json.load(f)
+        raw = read_json(meta_path)
+        if not isinstance(raw, dict):
+            raise ValueError(f"it holds {type(raw).__name__}, not an object")
         if raw.get("format") != METADATA_FORMAT:
             raise ValueError(f"format {raw.get('format')!r}, expected {METADATA_FORMAT!r}")
         rules = raw["rules"]
@@ -340,8 +341,9 @@ def read_checkpoint(folder: str) -> SavedModel:
         if not shape or len(shape) != len(axes) or min(shape) < 1:
             raise ValueError(f"mesh {list(shape)} with axes {list(axes)}")
         return saved
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ShardcliError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, ShardcliError) as error:
         reason = f"no {error.args[0]!r} entry" if isinstance(error, KeyError) else str(error)
+        reason = reason.removeprefix(f"{meta_path} ")  # read_json's message names the file too
         raise ShardcliError(f"{meta_path} cannot be read as shardcli model metadata ({reason})") from error
 
 

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardcli.errors import ShardcliError
+from shardcli.json_file import read_json
+
 # Bytes each thread copies at once: far beyond the caches, like the 64 MiB device buffers the
 # roofline bounds, and past glibc's non-temporal threshold (x86: 3/4 of a thread's share of the
 # L3, 41 MiB on the development machine), above which memcpy streams its stores past the cache and
@@ -288,9 +291,9 @@ COPY_CACHE_HOSTS = 16  # entries kept in the file, newest first: CI runners get 
 
 def _load_entries(path: Path) -> dict[str, Any] | None:
     """The file's host entries, or None when it is missing, unreadable or not this version's."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+    try:  # a damaged cache is measured again, not an error
+        doc = read_json(str(path))
+    except ShardcliError:
         return None
     if not isinstance(doc, dict) or doc.get("version") != COPY_CACHE_VERSION:
         return None

@@ -186,12 +186,39 @@ def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
                 f"could not join the multi-process run as {spec.describe()}: {first}; check the "
                 f"coordinator address and that every process started"
             ) from error
+        _keep_gloo_on_loopback(spec)
     count, index = int(state.num_processes), int(state.process_id)
     if not spec.auto and (count, index) != (spec.num_processes, spec.process_id):
         raise ShardcliError(
             f"this process already joined a run as process {index} of {count}, not {spec.describe()}"
         )
     return count, index
+
+
+def _keep_gloo_on_loopback(spec: DistributedSpec) -> None:
+    """A run whose coordinator is on loopback (one machine, as `launch` starts it) keeps gloo there too.
+
+    JAX makes gloo's sockets with no host name, so gloo listens on the address the machine's host
+    name resolves to: a network address on many machines. JAX's Python API has no setting for it;
+    the CPU backend's factory, registered again before any backend starts, passes gloo 127.0.0.1.
+    Across hosts nothing changes: each host's name must resolve to the address the others reach.
+    """
+    if spec.coordinator is None or not _is_loopback(spec.coordinator.rpartition(":")[0]):
+        return
+    try:
+        from jax._src import distributed as jax_distributed
+        from jax._src import xla_bridge
+        from jax._src.lib import _jax
+
+        def cpu_client() -> object:
+            gloo = _jax.make_gloo_tcp_collectives(
+                distributed_client=jax_distributed.global_state.client, hostname="127.0.0.1"
+            )
+            return xla_bridge.make_cpu_client(collectives=gloo)
+
+        xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        return  # another JAX: gloo uses the host name's address, as JAX would
 
 
 # Process 0 hosts JAX's coordination service. When it exits, JAX aborts every process still

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -145,3 +148,137 @@ def test_valid_random_shardings_match_numpy(cli, case):
     doc = json.loads(result.stdout)
     check_shard_doc(doc, shape, np.arange(math.prod(shape), dtype=np.float32).reshape(shape))
     assert len(doc["shards"]) == devices
+
+
+# --- damaged files: every file shardcli reads ------------------------------------------------------
+
+FILE_SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+_VALUE = re.compile(r'(?<=: )("[^"]*"|-?[\d.eE+-]+|true|false|null|\[\]|\{\})')
+ODD_VALUES = ['"text"', "[]", "{}", "null", "true", "-1", "0", "1e308", "[1, [2]]", '{"a": 1}']
+
+
+@st.composite
+def damaged(draw, good: str) -> bytes:
+    """`good` (a JSON document) damaged one way: the ways files arrive broken or hostile."""
+    how = draw(
+        st.sampled_from(["truncated", "nested", "huge number", "nan", "wrong type", "binary", "flipped"])
+    )
+    event(f"damage: {how}")
+    if how == "truncated":
+        return good.encode()[: draw(st.integers(0, len(good) - 1))]
+    if how == "nested":
+        depth = draw(st.sampled_from([10, 1_000, 100_000]))
+        opener = draw(st.sampled_from(["[", '{"a":']))
+        inner = opener * depth + ("]" if opener == "[" else "}") * depth
+        return (good.replace(": ", ": " + inner + ", ", 1) if draw(st.booleans()) else inner).encode()
+    spans = [m.span() for m in (_NUMBER if how in ("huge number", "nan") else _VALUE).finditer(good)]
+    if how in ("huge number", "nan", "wrong type") and spans:
+        start, end = draw(st.sampled_from(spans))
+        new = {
+            "huge number": draw(st.sampled_from(["9" * 5000, "1e999", "-1e999", "1" + "0" * 400])),
+            "nan": draw(st.sampled_from(["NaN", "Infinity", "-Infinity"])),
+            "wrong type": draw(st.sampled_from(ODD_VALUES)),
+        }[how]
+        return (good[:start] + new + good[end:]).encode()
+    if how == "binary":
+        return draw(st.binary(min_size=1, max_size=64)) + good.encode()[: draw(st.integers(0, 200))]
+    data = bytearray(good.encode())
+    for _ in range(draw(st.integers(1, 4))):
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    return bytes(data)
+
+
+def assert_bad_input_or_fine(result) -> None:
+    assert "Traceback" not in result.output, result.output
+    assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)
+    if result.exit_code == 2:
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("shardcli"), result.stderr
+
+
+@pytest.fixture(scope="module")
+def compare_inputs(cli, tmp_path_factory) -> dict[str, Path]:
+    """One real collective and one real matmul document, made once."""
+    folder = tmp_path_factory.mktemp("compare-inputs")
+    runs = {
+        "collective": ["collective", "psum", "--mesh", "4", "--sizes", "1K", "--iters", "2", "--warmup", "1"],
+        "matmul": ["matmul", "--case", "allreduce", "--mesh", "2x4", "--axes", "data,model", "--iters", "2"],
+    }
+    paths = {}
+    for name, args in runs.items():
+        result = cli([*args, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        paths[name] = folder / f"{name}.json"
+        paths[name].write_text(result.stdout)
+    return paths
+
+
+@FILE_SETTINGS
+@given(data=st.data(), which=st.sampled_from(["collective", "matmul"]), side=st.sampled_from(["base", "new"]))
+def test_a_damaged_compare_input_is_bad_input_never_a_crash(cli, compare_inputs, tmp_path, data, which, side):
+    good = compare_inputs[which]
+    bad = tmp_path / "damaged.json"
+    bad.write_bytes(data.draw(damaged(good.read_text())))
+    files = [str(good), str(bad)] if side == "new" else [str(bad), str(good)]
+    assert_bad_input_or_fine(cli(["compare", *files]))
+
+
+def _checkpoint_metadata() -> str:
+    from shardcli.model_spec import LOGICAL_AXES, SavedModel
+    from shardcli.specs import MeshSpec
+
+    saved = SavedModel(
+        depth=32,
+        batch=8,
+        seed=0,
+        steps=3,
+        learning_rate=0.01,
+        mesh=MeshSpec((2, 4), ("data", "model")),
+        rules=tuple((axis, None) for axis in LOGICAL_AXES),
+        digests={"0.dot1.kernel": "0123abcd"},
+        final_loss=1.5,
+    )
+    return json.dumps(saved.to_json(), indent=2)
+
+
+@FILE_SETTINGS
+@given(data=st.data())
+def test_damaged_checkpoint_metadata_is_bad_input_never_a_crash(tmp_path_factory, data):
+    from shardcli.model_spec import METADATA_FILE, STATE_DIR, RestoreRequest, validate_restore
+    from shardcli.specs import MeshSpec
+
+    folder = tmp_path_factory.mktemp("checkpoint")
+    (folder / STATE_DIR).mkdir()
+    (folder / METADATA_FILE).write_bytes(data.draw(damaged(_checkpoint_metadata())))
+    try:
+        validate_restore(RestoreRequest(folder=str(folder), mesh=MeshSpec((2, 4), ("data", "model"))))
+    except ShardcliError as error:
+        assert "\n" not in str(error) and str(folder) in str(error), str(error)
+        event("refused")
+
+
+@FILE_SETTINGS
+@given(data=st.data())
+def test_a_damaged_copy_bandwidth_cache_is_measured_again(tmp_path_factory, data):
+    from shardcli import roofline
+
+    folder = tmp_path_factory.mktemp("copy-cache")
+    measured = roofline.CopyBandwidth(bytes_per_s=2e10, threads=2, nbytes=64 << 20, repeats=10)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(roofline, "measure_copy_bandwidth", lambda **kw: measured)
+        patch.setattr(roofline, "measure_streaming_copy_bandwidth", lambda **kw: None)
+        roofline._host_copy_bandwidth.cache_clear()
+        roofline.host_copy_bandwidth(str(folder))
+        cache = folder / roofline.COPY_CACHE_FILE
+        cache.write_bytes(data.draw(damaged(cache.read_text())))
+        roofline._host_copy_bandwidth.cache_clear()
+        figure = roofline.host_copy_bandwidth(str(folder))
+        roofline._host_copy_bandwidth.cache_clear()
+    assert math.isfinite(figure.bytes_per_s) and figure.bytes_per_s > 0
+    event("read from the cache" if figure.cached else "measured again")

@@ -7,7 +7,6 @@ no device start-up.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Hashable
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardcli.errors import ShardcliError
+from shardcli.json_file import read_json
 from shardcli.specs import format_size
 
 # The JSON schema version this module reads: `SCHEMA_VERSION` in shardcli/render/jsonout.py (which
@@ -284,21 +284,7 @@ def load_document(path: str) -> Doc:
     Raises:
         ShardcliError: the file cannot be read, is not JSON, or is not a JSON object.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise ShardcliError(f"cannot read {path}: no such file") from None
-    except IsADirectoryError:
-        raise ShardcliError(f"cannot read {path}: it is a directory") from None
-    except UnicodeDecodeError:
-        raise ShardcliError(f"{path} is not JSON: it is not UTF-8 text") from None
-    except OSError as e:
-        raise ShardcliError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ShardcliError(f"{path} is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    doc = read_json(path)
     if not isinstance(doc, dict):
         raise ShardcliError(
             f"{path} holds {_type_name(doc)}, not a JSON object; "
