@@ -54,7 +54,7 @@ from shardcli.arrays import make_host_array  # noqa: E402
 from shardcli.core.matmul import CaseRun, ImplRun, MatmulRequest, run_matmul  # noqa: E402
 from shardcli.core.timing import summarize, time_iterations  # noqa: E402
 from shardcli.errors import ShardcliError  # noqa: E402
-from shardcli.matmuls import IMPLS  # noqa: E402
+from shardcli.matmul_registry import IMPLS  # noqa: E402
 from shardcli.specs import ArraySpec, DType, RunOptions, parse_dtype, parse_mesh  # noqa: E402
 
 N_DEVICES = 8

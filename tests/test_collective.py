@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from shardcli import collectives as registry
 from shardcli.cli import app
-from shardcli.collectives import COLLECTIVES, CollectiveParams, busbw_factor
+from shardcli.collective_registry import COLLECTIVES, CollectiveParams, busbw_factor
 from shardcli.core.collective import CollectiveRequest, run_collective
 from shardcli.core.hlo import find_collectives
 from shardcli.errors import ShardcliError

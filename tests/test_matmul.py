@@ -13,7 +13,7 @@ import pytest
 from shardcli.core.matmul import MatmulRequest, run_matmul, tolerance_for, validate_request
 from shardcli.costmodel import CommCost, Hardware, estimate, lookup_peak, table_hardware
 from shardcli.errors import ShardcliError
-from shardcli.matmuls import IMPLS, MATMUL_CASES, Axes, flops_per_device
+from shardcli.matmul_registry import IMPLS, MATMUL_CASES, Axes, flops_per_device
 from shardcli.render.matmul import CSV_COLUMNS
 from shardcli.specs import RunOptions, parse_dims, parse_dtype, parse_mesh, parse_scales, scale_dims
 

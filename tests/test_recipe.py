@@ -10,7 +10,7 @@ from test_cli_foundation import assert_one_line_error
 
 from shardcli.core import lessons
 from shardcli.core.recipe import LessonOutput, close_check
-from shardcli.recipes import RECIPES
+from shardcli.recipe_registry import RECIPES
 
 RECIPE_DOC_KEYS = {
     "schema",

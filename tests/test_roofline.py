@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from shardcli.allocator import tune_for_reuse
-from shardcli.collectives import COLLECTIVES, get_collective
+from shardcli.collective_registry import COLLECTIVES, get_collective
 from shardcli.core.collective import Roofline, _roofline_fraction, resolve_roofline
 from shardcli.roofline import (
     MinBytes,

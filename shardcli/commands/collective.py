@@ -9,7 +9,7 @@ import typer
 
 from shardcli import options as opt
 from shardcli.allocator import ALLOCATORS
-from shardcli.collectives import COLLECTIVES, PARAM_FLAGS, CollectiveParams, get_collective
+from shardcli.collective_registry import COLLECTIVES, PARAM_FLAGS, CollectiveParams, get_collective
 from shardcli.errors import ExitCode, ShardcliError
 from shardcli.render.console import prints_here
 from shardcli.specs import (

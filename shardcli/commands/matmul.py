@@ -8,7 +8,7 @@ import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode, ShardcliError
-from shardcli.matmuls import IMPLS, MATMUL_CASES
+from shardcli.matmul_registry import IMPLS, MATMUL_CASES
 from shardcli.render.console import prints_here
 from shardcli.specs import check_plot_file, parse_dims, parse_dtype, parse_init, parse_mesh, parse_scales
 

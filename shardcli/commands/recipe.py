@@ -8,7 +8,7 @@ import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode
-from shardcli.recipes import RECIPES, get_recipe
+from shardcli.recipe_registry import RECIPES, get_recipe
 from shardcli.specs import parse_mesh
 
 LIST = "list"

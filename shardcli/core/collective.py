@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from shardcli.arrays import make_host_array, numpy_dtype, place_array
-from shardcli.collectives import (
+from shardcli.collective_registry import (
     PARAM_FLAGS,
     Collective,
     CollectiveParams,
@@ -32,7 +32,6 @@ from shardcli.core.session import Session, open_session
 from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
 from shardcli.core.verify import compare_exact, compare_within, sum_error_bound
 from shardcli.errors import ShardcliError
-from shardcli.layout import block_index
 from shardcli.mesh import partition_spec
 from shardcli.roofline import MinBytes, min_bytes, min_bytes_rule
 from shardcli.runtime import check_fits_in_memory, format_bytes
@@ -45,6 +44,7 @@ from shardcli.specs import (
     check_sharding_fits,
     format_size,
 )
+from shardcli.tile_math import block_index
 
 PLACEMENTS = ("out", "in", "both")
 # Out of place, where each call's result goes: one preallocated buffer donated to every call and
@@ -295,7 +295,7 @@ def validate_request(request: CollectiveRequest) -> tuple[Collective, list[tuple
 
 
 def _param_owner_hint(name: str) -> str:
-    from shardcli.collectives import COLLECTIVES
+    from shardcli.collective_registry import COLLECTIVES
 
     owners = [c.name for c in COLLECTIVES.values() if name in c.options]
     return f"it is for {', '.join(owners)}"

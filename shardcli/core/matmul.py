@@ -24,7 +24,7 @@ from shardcli.core.timing import Timing, compile_timed, summarize, time_iteratio
 from shardcli.core.verify import dot_input_roundoff, float_eps
 from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
 from shardcli.errors import ShardcliError
-from shardcli.matmuls import (
+from shardcli.matmul_registry import (
     MATMUL_CASES,
     Axes,
     MatmulCase,

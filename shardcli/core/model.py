@@ -38,7 +38,6 @@ from shardcli.core.session import Session, open_session
 from shardcli.core.timing import compile_timed
 from shardcli.core.verify import dot_input_roundoff
 from shardcli.errors import ShardcliError
-from shardcli.layout import normalize_index
 from shardcli.model_spec import (
     ACTIVATION,
     INPUT,
@@ -56,6 +55,7 @@ from shardcli.model_spec import (
     validate_train,
 )
 from shardcli.runtime import check_fits_in_memory
+from shardcli.tile_math import normalize_index
 
 MAX_REASON = 240  # characters of orbax's reason in a one-line error
 DIGEST_MULTIPLIER = 0x9E3779B97F4A7C15  # spreads positions over 64 bits (Fibonacci hashing)

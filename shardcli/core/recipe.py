@@ -15,9 +15,9 @@ import numpy as np
 from shardcli.core.hlo import HloCollective, find_collectives
 from shardcli.core.processes import gather_from_processes
 from shardcli.core.session import Session, open_session
-from shardcli.layout import ShardingLayout, group_tiles, normalize_index
-from shardcli.recipes import Recipe, get_recipe, validate_recipe_mesh
+from shardcli.recipe_registry import Recipe, get_recipe, validate_recipe_mesh
 from shardcli.specs import MeshSpec, RunOptions
+from shardcli.tile_math import ShardingLayout, group_tiles, normalize_index
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from shardcli.arrays import make_host_array, place_array
 from shardcli.core.processes import combine_check
 from shardcli.core.session import Session, open_session
 from shardcli.errors import ShardcliError
-from shardcli.layout import Index, ShardingLayout, group_tiles, normalize_index
 from shardcli.mesh import partition_spec
 from shardcli.runtime import check_fits_in_memory
 from shardcli.specs import ArraySpec, MeshSpec, ShardingSpec, ShardRequest, check_sharding_fits
+from shardcli.tile_math import Index, ShardingLayout, group_tiles, normalize_index
 
 # Arrays up to this many elements show their values without being asked (and in JSON).
 AUTO_VALUES_MAX = 256

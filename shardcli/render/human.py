@@ -16,10 +16,10 @@ from rich.text import Text
 from shardcli import __version__
 from shardcli.core.session import Session
 from shardcli.core.timing import Timing
-from shardcli.layout import GridView, ShardingLayout, format_index, grid_views, spec_layout
 from shardcli.mesh import MeshLayout
 from shardcli.render.console import ColumnBlocks, SideBySide, WholeLines
 from shardcli.specs import ShardingSpec
+from shardcli.tile_math import GridView, ShardingLayout, format_index, grid_views, spec_layout
 
 
 def coords_text(axes: tuple[str, ...], coords: tuple[int, ...]) -> str:

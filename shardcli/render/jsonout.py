@@ -9,10 +9,10 @@ import numpy as np
 
 from shardcli.core.session import Session
 from shardcli.core.timing import Timing
-from shardcli.layout import Index
 from shardcli.mesh import MeshLayout
 from shardcli.runtime import coordinator_bind
 from shardcli.specs import RunOptions
+from shardcli.tile_math import Index
 
 SCHEMA_VERSION = 1
 

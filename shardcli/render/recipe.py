@@ -8,7 +8,7 @@ import numpy as np
 from rich.text import Text
 
 from shardcli.core.recipe import Picture, RecipeResult, Section, TableSection, TextSection
-from shardcli.recipes import RECIPES
+from shardcli.recipe_registry import RECIPES
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here
 from shardcli.specs import RunOptions

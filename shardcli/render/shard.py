@@ -6,10 +6,10 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.core.shard import ShardResult
-from shardcli.layout import format_index
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here
 from shardcli.specs import RunOptions
+from shardcli.tile_math import format_index
 
 
 def shard_json(result: ShardResult) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardcli.layout import (
+from shardcli.tile_math import (
     GridView,
     ShardingLayout,
     Tile,
