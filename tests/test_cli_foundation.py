@@ -880,7 +880,7 @@ def test_cli_import_help_and_bad_flags_do_not_import_jax(python_subprocess):
 
 WRONG_PSUM = """
     import dataclasses
-    from shardcli import collectives
+    from shardcli import collective_registry as collectives
     psum = collectives.COLLECTIVES["psum"]
     collectives.COLLECTIVES["psum"] = dataclasses.replace(
         psum, body=lambda x, params, n: psum.body(x, params, n) + 1

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from shardcli import collectives as registry
+from shardcli import collective_registry as registry
 from shardcli.cli import app
 from shardcli.collective_registry import COLLECTIVES, CollectiveParams, busbw_factor
 from shardcli.core.collective import CollectiveRequest, run_collective
