@@ -27,3 +27,9 @@ class ShardcliError(Exception):
     """
 
     exit_code = ExitCode.BAD_INPUT
+
+
+def refusal_text(error: BaseException) -> str:
+    """JAX's reason for refusing a program, as one line: `TypeError: <its first line>`."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip()

@@ -13,7 +13,7 @@ from shardcli import collective_registry as registry
 from shardcli.cli import app
 from shardcli.collective_registry import COLLECTIVES, CollectiveParams, busbw_factor
 from shardcli.core.collective import CollectiveRequest, run_collective
-from shardcli.core.hlo import find_collectives
+from shardcli.core.program_analysis import find_collectives
 from shardcli.errors import ShardcliError
 from shardcli.specs import RunOptions, parse_bytes, parse_dtype, parse_mesh, parse_perm, parse_sizes
 

@@ -26,8 +26,8 @@ from shardcli.collective_registry import (
     in_place_possible,
 )
 from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
-from shardcli.core.hlo import HloCollective, find_collectives
 from shardcli.core.processes import combine_check, combine_timing
+from shardcli.core.program_analysis import HloCollective, analyze_compiled
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
 from shardcli.core.verify import compare_exact, compare_within, sum_error_bound
@@ -107,6 +107,7 @@ class Roofline:
     rule: str | None = None  # host memory: the minimum-bytes rule in words
     measured_at: str | None = None  # host memory: when the copy bandwidth was measured (UTC)
     cached: bool | None = None  # host memory: read from the cache directory, not measured now
+    warning: str | None = None  # host memory: for stderr, the figure could not be cached
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ class CollectiveResult:
 
 
 def default_local_elements(collective: Collective, n: int) -> int:
-    if collective.name in ("psum_scatter", "all_to_all"):
+    if collective.splits_block:
         return n * math.ceil(DEFAULT_LOCAL_ELEMENTS / n)
     return DEFAULT_LOCAL_ELEMENTS
 
@@ -361,22 +362,20 @@ def _expected_outputs(
         ordered = [blocks[members[i]] for i in range(n)]
         expected = collective.reference(ordered, request.params, n)
         bounds: list[np.ndarray | None] = [None] * n
-        is_float = host.dtype.kind in "fV" or collective.name == "pmean"
+        is_float = host.dtype.kind in "fV" or collective.mean
         if not collective.exact and is_float:
+            assert collective.bound_blocks is not None
             out_dtype = np.dtype(np.float32) if host.dtype.kind in "iu" else host.dtype
-            scale = 1.0 / n if collective.name == "pmean" else 1.0
+            scale = 1.0 / n if collective.mean else 1.0
             bound = sum_error_bound(ordered, out_dtype, n, scale)
-            if collective.name == "psum_scatter":
-                bounds = list(np.split(bound, n, axis=request.params.scatter_dim))
-            else:
-                bounds = [bound] * n
+            bounds = collective.bound_blocks(bound, request.params, n)
         for pos, dev in members.items():
             out[dev] = (expected[pos], bounds[pos], blocks[dev])
     return out
 
 
 def _tolerance_text(collective: Collective, host_dtype: np.dtype) -> str:
-    if collective.exact or (host_dtype.kind in "iu" and collective.name != "pmean"):
+    if collective.exact or (host_dtype.kind in "iu" and not collective.mean):
         return "exact (bit for bit)"
     name = "bfloat16" if host_dtype.name == "bfloat16" else host_dtype.name
     return f"|err| <= (n-1)*eps*sum|x_j| + eps*|sum| per element ({name}, any summation order)"
@@ -492,11 +491,11 @@ def run_size(
     algbw_bytes = collective.algbw_bytes(bytes_per_device, n) if collective.algbw_bytes else None
     sent = int(round(factor * algbw_bytes)) if factor is not None and algbw_bytes is not None else None
     need = min_bytes(
-        collective.name,
+        collective,
         bytes_per_device,
         n,
         groups=mesh.size // n,
-        senders=len(params.pairs(n)) if collective.name == "ppermute" else None,
+        senders=collective.senders(params, n) if collective.senders is not None else None,
     )
     roofline_s = None
     if roofline is not None and roofline.basis == "host memory" and need is not None:
@@ -552,7 +551,7 @@ def run_size(
             compiled, compile_s, cached = compile_timed(program, x, out_type)
         else:
             compiled, compile_s, cached = compile_timed(program, x)
-        hlo = find_collectives(compiled.as_text())
+        hlo = analyze_compiled(compiled, session.mesh).by_kind()
         if donate:
             # Verify the first in-place result, then keep feeding outputs back in.
             before = _buffer_pointer(x)
@@ -687,9 +686,10 @@ def resolve_roofline(session: Session, collective: Collective) -> Roofline:
             "host memory",
             copy.bytes_per_s,
             copy.describe(),
-            min_bytes_rule(collective.name),
+            min_bytes_rule(collective),
             measured_at=copy.measured_at,
             cached=copy.cached,
+            warning=copy.warning,
         )
     from shardcli.costmodel import lookup_peak
 

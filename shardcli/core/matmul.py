@@ -17,13 +17,13 @@ import numpy as np
 
 from shardcli.arrays import make_host_array, place_array
 from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
-from shardcli.core.hlo import HloCollective, find_collectives
 from shardcli.core.processes import combine_check, combine_timing
+from shardcli.core.program_analysis import HloCollective, analyze_compiled
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
 from shardcli.core.verify import dot_input_roundoff, float_eps
 from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
-from shardcli.errors import ShardcliError
+from shardcli.errors import ShardcliError, refusal_text
 from shardcli.matmul_registry import (
     MATMUL_CASES,
     Axes,
@@ -318,31 +318,6 @@ def _build(
     return jax.jit(mapped), args, None
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
-
-
-def _cost(compiled: Any) -> tuple[float | None, float | None]:
-    try:
-        cost = compiled.cost_analysis()
-    except Exception:  # noqa: BLE001 - not every backend provides it
-        return None, None
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0] if cost else {}
-    if not isinstance(cost, dict):
-        return None, None
-    return _known(cost.get("flops")), _known(cost.get("bytes accessed"))
-
-
-def _known(figure: Any) -> float | None:
-    """A cost-analysis figure, or None where the backend has none: missing, or negative (XLA on a
-    GPU gives -1 for a dot it hands to cuBLAS)."""
-    if figure is None or not float(figure) >= 0:
-        return None
-    return float(figure)
-
-
 def _entries_of(sharding: Any, rank: int) -> Entries | None:
     spec = getattr(sharding, "spec", None)
     if spec is None:
@@ -385,7 +360,7 @@ def run_impl(
         return ImplRun(
             impl=impl,
             status="refused",
-            message=_first_line(error),
+            message=refusal_text(error),
             expected_refusal=case.illegal,
             out_entries=None,
             hlo=(),
@@ -397,8 +372,7 @@ def run_impl(
             wrong=0,
             wrong_devices=(),
         )
-    hlo = find_collectives(compiled.as_text())
-    xla_flops, xla_bytes = _cost(compiled)
+    analysis = analyze_compiled(compiled, session.mesh if trace_mesh is None else trace_mesh)
     samples, y = time_iterations(
         lambda xs: compiled(*xs), args, warmup=request.warmup, iters=request.iters, chain=False
     )
@@ -429,9 +403,9 @@ def run_impl(
         message=None,
         expected_refusal=case.illegal,
         out_entries=_entries_of(y.sharding, y.ndim),
-        hlo=hlo,
-        xla_flops=xla_flops,
-        xla_bytes=xla_bytes,
+        hlo=analysis.by_kind(),
+        xla_flops=analysis.flops,
+        xla_bytes=analysis.bytes_accessed,
         timing=timing,
         achieved_flops=model_flops / timing.stats.p50,
         max_rel_err=max_rel,

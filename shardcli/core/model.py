@@ -30,7 +30,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardcli.core.hlo import HloCollective, find_collectives
+from shardcli.core.program_analysis import HloCollective, find_collectives
 from shardcli.core.lessons import EPS32
 from shardcli.core.pipeline import RTOL
 from shardcli.core.recipe import Check, Picture, close_check, picture_of, spec_of

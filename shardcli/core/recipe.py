@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.core.hlo import HloCollective, find_collectives
+from shardcli.core.program_analysis import HloCollective, find_collectives
 from shardcli.core.processes import gather_from_processes
 from shardcli.core.session import Session, open_session
 from shardcli.recipe_registry import Recipe, get_recipe, validate_recipe_mesh
