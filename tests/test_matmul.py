@@ -184,9 +184,9 @@ def test_xla_cost_figures_the_backend_does_not_know_are_none(cost, expected):
     """XLA on an H100 gave flops -1 and bytes -1 for a dot it hands to cuBLAS; the table shows '-'."""
     from types import SimpleNamespace
 
-    from shardcli.core.matmul import _cost
+    from shardcli.core.program_analysis import read_cost
 
-    assert _cost(SimpleNamespace(cost_analysis=lambda: cost)) == expected
+    assert read_cost(SimpleNamespace(cost_analysis=lambda: cost)) == expected
 
 
 # --- the cost model -------------------------------------------------------------------------------
