@@ -307,8 +307,6 @@ def _computations(
             if header.group("entry"):
                 entry = current
             continue
-        if not current or not line.startswith(" "):
-            continue
         lines.append((current, line))
         trip = _TRIP_RE.search(line)
         for callee in _CALLEE_RE.finditer(line):
