@@ -53,6 +53,17 @@ class CollectiveParams:
 
 
 @dataclass(frozen=True)
+class MinBytesRule:
+    """The fewest bytes one group must read and write with all its devices in one process.
+
+    What the result needs, not what a given algorithm moves (`shardcli.roofline`).
+    """
+
+    count: Callable[[int, int, int], tuple[int, int]]  # (bytes per device b, group size n, senders s)
+    words: str  # the formula in words, for headers and the benchmark's table
+
+
+@dataclass(frozen=True)
 class Collective:
     """One collective: how to run it, what it should produce, and how to count its bytes."""
 
@@ -69,6 +80,16 @@ class Collective:
     options: frozenset[str] = field(default_factory=frozenset)
     numeric_only: bool = False
     validate: Callable | None = None  # (local_shape, params, n) -> None, raises ShardcliError
+    min_bytes: MinBytesRule | None = None  # None: it moves no data
+    # (params, n) -> devices of a group that send, where not all n do (ppermute's pairs)
+    senders: Callable[[CollectiveParams, int], int] | None = None
+    # The default block (no --size or --shape) is split into n along a dim: make it a multiple of n.
+    splits_block: bool = False
+    mean: bool = False  # the sum scaled by 1/n: floats even from integer inputs
+    # Inexact only: (error bound of the whole sum, params, n) -> each group position's bound.
+    bound_blocks: Callable | None = None
+    # The result's dtype where it is not the input's: it can never be written into the input.
+    result_dtype: str | None = None
 
 
 # --- layouts -------------------------------------------------------------------------------------
@@ -379,6 +400,30 @@ def _bytes_gathered(local_bytes: int, n: int) -> int:
     return local_bytes * n  # S is the full, gathered size
 
 
+# --- error bounds of inexact collectives (the bound of the whole sum, placed like the result) -----
+
+
+def _bounds_everywhere(bound: np.ndarray, p: CollectiveParams, n: int) -> list[np.ndarray]:
+    return [bound] * n
+
+
+def _bounds_scattered(bound: np.ndarray, p: CollectiveParams, n: int) -> list[np.ndarray]:
+    import numpy as np
+
+    return list(np.split(bound, n, axis=p.scatter_dim))
+
+
+# --- minimum bytes in one process (shardcli.roofline) --------------------------------------------
+# b: bytes per device of the input, n: group size, s: devices that send. Per group.
+
+# all-reduce: every device's block is read once; every device gets its own copy of the result
+_MIN_ALL_REDUCE = MinBytesRule(lambda b, n, s: (n * b, n * b), "read n inputs, write n outputs")
+
+
+def _ppermute_senders(p: CollectiveParams, n: int) -> int:
+    return len(p.pairs(n))
+
+
 _REDUCE = dict(
     hlo_op="all-reduce",
     out_local_shape=_same_shape,
@@ -386,6 +431,7 @@ _REDUCE = dict(
     bus_factor=_ring_allreduce,
     algbw_bytes=_bytes_per_device,
     numeric_only=True,
+    min_bytes=_MIN_ALL_REDUCE,
 )
 
 COLLECTIVES: dict[str, Collective] = {
@@ -397,6 +443,7 @@ COLLECTIVES: dict[str, Collective] = {
             body=_body_psum,
             reference=_ref_sum,
             exact=False,
+            bound_blocks=_bounds_everywhere,
             **_REDUCE,
         ),
         Collective(
@@ -405,6 +452,8 @@ COLLECTIVES: dict[str, Collective] = {
             body=_body_pmean,
             reference=_ref_mean,
             exact=False,
+            mean=True,
+            bound_blocks=_bounds_everywhere,
             **_REDUCE,
         ),
         Collective(
@@ -426,6 +475,10 @@ COLLECTIVES: dict[str, Collective] = {
             exact=True,
             options=frozenset({"tiled", "gather_dim"}),
             validate=_validate_gather,
+            # read n blocks, write n gathered copies of n blocks each
+            min_bytes=MinBytesRule(
+                lambda b, n, s: (n * b, n * n * b), "read n inputs, write n outputs of n blocks"
+            ),
         ),
         Collective(
             "psum_scatter",
@@ -441,6 +494,10 @@ COLLECTIVES: dict[str, Collective] = {
             options=frozenset({"scatter_dim"}),
             numeric_only=True,
             validate=_validate_scatter,
+            # read n blocks, write n slices of 1/n each
+            min_bytes=MinBytesRule(lambda b, n, s: (n * b, b), "read n inputs, write n outputs of 1/n block"),
+            splits_block=True,
+            bound_blocks=_bounds_scattered,
         ),
         Collective(
             "ppermute",
@@ -455,6 +512,9 @@ COLLECTIVES: dict[str, Collective] = {
             exact=True,
             options=frozenset({"shift", "perm"}),
             validate=_validate_permute,
+            # read what is sent, write every output (a device no one sends to gets zeros)
+            min_bytes=MinBytesRule(lambda b, n, s: (s * b, n * b), "read the sent blocks, write n outputs"),
+            senders=_ppermute_senders,
         ),
         Collective(
             "all_to_all",
@@ -469,6 +529,8 @@ COLLECTIVES: dict[str, Collective] = {
             exact=True,
             options=frozenset({"split_dim", "concat_dim"}),
             validate=_validate_all_to_all,
+            min_bytes=MinBytesRule(lambda b, n, s: (n * b, n * b), "read n inputs, write n outputs"),
+            splits_block=True,
         ),
         Collective(
             "broadcast",
@@ -484,6 +546,8 @@ COLLECTIVES: dict[str, Collective] = {
             options=frozenset({"root"}),
             numeric_only=True,
             validate=_validate_broadcast,
+            # only the root's block matters
+            min_bytes=MinBytesRule(lambda b, n, s: (b, n * b), "read the root's block, write n outputs"),
         ),
         Collective(
             "axis_index",
@@ -496,6 +560,7 @@ COLLECTIVES: dict[str, Collective] = {
             bus_factor=None,
             algbw_bytes=None,
             exact=True,
+            result_dtype="int32",
         ),
     )
 }
@@ -532,8 +597,8 @@ def busbw_factor(collective: Collective, n: int) -> float | None:
 def in_place_possible(
     collective: Collective, local_shape: tuple[int, ...], p: CollectiveParams, n: int
 ) -> bool:
-    """In-place needs the result to fit the input's buffer: same per-device shape."""
-    return collective.out_local_shape(local_shape, p, n) == local_shape and collective.name != "axis_index"
+    """In-place needs the result to fit the input's buffer: same per-device shape and dtype."""
+    return collective.out_local_shape(local_shape, p, n) == local_shape and collective.result_dtype is None
 
 
 def group_size(axes: tuple[str, ...], axis_sizes: dict[str, int]) -> int:

@@ -26,11 +26,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardcli.collective_registry import Collective, get_collective
 from shardcli.errors import ShardcliError
 from shardcli.json_file import read_json
 
@@ -63,51 +64,48 @@ class MinBytes:
         return self.read + self.written
 
 
-# (bytes per device of the input b, group size n, devices that send for ppermute) -> (read, written)
-# for one group. Each formula is what the result needs, not what a given algorithm moves.
-_PER_GROUP: dict[str, tuple[Callable[[int, int, int], tuple[int, int]], str]] = {
-    # all-reduce: every device's block is read once; every device gets its own copy of the result
-    "psum": (lambda b, n, s: (n * b, n * b), "read n inputs, write n outputs"),
-    # all-gather: read n blocks, write n gathered copies of n blocks each
-    "all_gather": (lambda b, n, s: (n * b, n * n * b), "read n inputs, write n outputs of n blocks"),
-    # reduce-scatter: read n blocks, write n slices of 1/n each
-    "psum_scatter": (lambda b, n, s: (n * b, b), "read n inputs, write n outputs of 1/n block"),
-    # point-to-point: read what is sent, write every output (a device no one sends to gets zeros)
-    "ppermute": (lambda b, n, s: (s * b, n * b), "read the sent blocks, write n outputs"),
-    "all_to_all": (lambda b, n, s: (n * b, n * b), "read n inputs, write n outputs"),
-    # broadcast: only the root's block matters
-    "broadcast": (lambda b, n, s: (b, n * b), "read the root's block, write n outputs"),
-}
-_PER_GROUP["pmean"] = _PER_GROUP["pmax"] = _PER_GROUP["pmin"] = _PER_GROUP["psum"]
+def _entry(collective: str | Collective) -> Collective:
+    return get_collective(collective) if isinstance(collective, str) else collective
 
 
 def min_bytes(
-    collective: str, bytes_per_device: int, n: int, *, groups: int = 1, senders: int | None = None
+    collective: str | Collective,
+    bytes_per_device: int,
+    n: int,
+    *,
+    groups: int = 1,
+    senders: int | None = None,
 ) -> MinBytes | None:
     """The fewest bytes `collective` must read and write with all its devices in one process.
 
+    The formula is the registry entry's `min_bytes` rule (`shardcli.collective_registry`).
+
     Args:
-        collective: a registry name (psum, all_gather, ...).
+        collective: a registry entry, or its name (psum, all_gather, ...).
         bytes_per_device: each device's input block, in bytes.
         n: devices in one group (the size of the axes the collective runs over).
         groups: independent groups running at once (the other mesh axes).
-        senders: ppermute only: how many devices of a group send (default: all n).
+        senders: how many devices of a group send, for a collective where not all do (ppermute;
+            default: all n).
 
     Returns:
         Read and written bytes summed over every device, or None for a collective that moves no
         data (axis_index).
+
+    Raises:
+        ShardcliError: an unknown collective name.
     """
-    entry = _PER_GROUP.get(collective)
-    if entry is None:
+    rule = _entry(collective).min_bytes
+    if rule is None:
         return None
-    read, written = entry[0](bytes_per_device, n, n if senders is None else senders)
+    read, written = rule.count(bytes_per_device, n, n if senders is None else senders)
     return MinBytes(read=groups * read, written=groups * written)
 
 
-def min_bytes_rule(collective: str) -> str | None:
+def min_bytes_rule(collective: str | Collective) -> str | None:
     """The formula in words, for headers and the benchmark's table."""
-    entry = _PER_GROUP.get(collective)
-    return None if entry is None else entry[1]
+    rule = _entry(collective).min_bytes
+    return None if rule is None else rule.words
 
 
 @dataclass(frozen=True)
@@ -122,6 +120,7 @@ class CopyBandwidth:
     cached: bool = False  # read from the shardcli cache instead of measured by this process
     streaming: bool = False  # measured with glibc's memcpy streaming its stores (STREAMING_TUNABLE)
     note: str | None = None  # why there is no streaming figure, where its measurement failed
+    warning: str | None = None  # for stderr: the figure could not be stored in the cache directory
 
     @property
     def gbps(self) -> float:
@@ -368,7 +367,8 @@ def host_copy_bandwidth(cache_dir: str | None = None) -> CopyBandwidth:
 
     With `cache_dir` (the compile cache's directory) a figure measured earlier on this machine is
     read from it, and a new measurement is stored there; without one it is measured once per
-    process. A cache file that cannot be written never fails a run: one warning on stderr.
+    process. A cache file that cannot be written never fails a run: the figure's `warning` says
+    so, for the render layer to show on stderr.
     """
     return _host_copy_bandwidth(cache_dir)
 
@@ -388,13 +388,14 @@ def _host_copy_bandwidth(cache_dir: str | None) -> CopyBandwidth:
         if cached is not None:
             return cached
         copy = _measured_now()
-        hosts[key] = {k: v for k, v in dataclasses.asdict(copy).items() if k != "cached"}
+        hosts[key] = {k: v for k, v in dataclasses.asdict(copy).items() if k not in ("cached", "warning")}
         problem = _write_entries(path, hosts)
     if problem is not None:
-        sys.stderr.write(
+        warning = (
             f"shardcli: warning: could not store the copy bandwidth in {path} ({problem}); "
-            f"the next run measures it again\n"
+            f"the next run measures it again"
         )
+        return dataclasses.replace(copy, warning=warning)
     return copy
 
 
