@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -420,6 +421,7 @@ def _verdict(console: Console, result: CollectiveResult) -> None:
 
 def render_collectives(results: list[CollectiveResult], options: RunOptions) -> None:
     """Every collective of the command (one, or several joined by commas), then the chart of them all."""
+    _warn(results)
     if not prints_here(options, results[0].session.runtime):
         return
     if options.format == "json":
@@ -438,6 +440,13 @@ def render_collectives(results: list[CollectiveResult], options: RunOptions) -> 
         human.section(
             console, f"busbw of {', '.join(r.collective.name for r in results)}", busbw_chart(results)
         )
+
+
+def _warn(results: list[CollectiveResult]) -> None:
+    """The runs' warnings on stderr, each once (the collectives of one command share a roofline)."""
+    warnings = [r.roofline.warning for r in results if r.roofline is not None and r.roofline.warning]
+    for warning in dict.fromkeys(warnings):
+        sys.stderr.write(f"{warning}\n")
 
 
 def _render_one(console: Console, result: CollectiveResult, options: RunOptions) -> None:
