@@ -1,35 +1,31 @@
-"""The recipe registry: the classic sharding lessons, each a name, a line, a default mesh and its lesson.
+"""The recipe registry: the classic sharding recipes, each a name, a line, a default mesh and its program.
 
-Pure Python: `--help` lists this registry without importing NumPy or JAX. Each lesson is a function
-of `shardcli/core/lessons.py`, looked up by name when the recipe runs.
+Adding a recipe is adding an entry to RECIPES; `--help`, `recipe list`, validation and the tests pick
+it up. `--help` lists this registry, so it stays fast: the programs (`shardcli/core/recipe_programs.py`)
+import NumPy and JAX only when they run.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from shardcli.core import recipe_programs as programs
+from shardcli.core.recipe_programs import RecipeProgram
 from shardcli.errors import ShardcliError
 from shardcli.specs import MeshSpec
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """One lesson: what it shows, the mesh it runs on by default, and the meshes it can use."""
+    """One recipe: what it shows, the mesh it runs on by default, the meshes it can use, its program."""
 
     name: str
     summary: str
     default_mesh: str  # e.g. "2x4"
     default_axes: str  # e.g. "data,model"
-    ranks: tuple[int, ...]  # mesh ranks (number of axes) the lesson can use
+    ranks: tuple[int, ...]  # mesh ranks (number of axes) the recipe can use
     needs: str  # the mesh it needs, in words, for errors
-    lesson_name: str  # function in shardcli.core.lessons
-
-    @property
-    def lesson(self) -> Callable[[Any], Any]:
-        return getattr(importlib.import_module("shardcli.core.lessons"), self.lesson_name)
+    program: RecipeProgram  # runs the recipe on a Lab and returns its sections and checks
 
     @property
     def default(self) -> str:
@@ -48,7 +44,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (1, 2),
             "a 1-D or 2-D mesh",
-            "elementwise",
+            programs.elementwise,
         ),
         Recipe(
             "reduce",
@@ -58,7 +54,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (2,),
             TWO_AXES,
-            "reduce",
+            programs.reduce,
         ),
         Recipe(
             "three-ways",
@@ -68,7 +64,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (2,),
             TWO_AXES,
-            "three_ways",
+            programs.three_ways,
         ),
         Recipe(
             "normalize",
@@ -77,7 +73,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (2,),
             TWO_AXES,
-            "normalize",
+            programs.normalize,
         ),
         Recipe(
             "axis-index",
@@ -86,7 +82,7 @@ RECIPES: dict[str, Recipe] = {
             "x,y,z",
             (1, 2, 3, 4),
             "a mesh of 1 to 4 axes",
-            "axis_index",
+            programs.axis_index,
         ),
         Recipe(
             "rng-fold",
@@ -95,7 +91,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (2,),
             TWO_AXES,
-            "rng_fold",
+            programs.rng_fold,
         ),
         Recipe(
             "pipeline-ring",
@@ -104,7 +100,7 @@ RECIPES: dict[str, Recipe] = {
             "stage",
             (1,),
             "a 1-D mesh (the ring)",
-            "pipeline_ring",
+            programs.pipeline_ring,
         ),
         Recipe(
             "sharded-mac",
@@ -113,7 +109,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (2,),
             TWO_AXES,
-            "sharded_mac",
+            programs.sharded_mac,
         ),
     )
 }

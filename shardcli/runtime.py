@@ -39,6 +39,7 @@ class RuntimeInfo:
     process_timing: str = "max"  # several processes: timings shown are the max or avg per iteration
     compile_cache: str | None = None  # the persistent compile cache's directory; None: off
     allocator: AllocatorState | None = None  # the host malloc settings of this process
+    warnings: tuple[str, ...] = ()  # for the user on stderr (render.console.show_warnings)
 
     def describe_devices(self) -> str:
         """`8 faked CPU devices` / `4 of 8 real GPU devices` / `... in 2 processes, 4 each`."""
@@ -646,6 +647,7 @@ def _info(
         process_timing=options.process_timing,
         compile_cache=cache_state().directory,
         allocator=allocator,
+        warnings=tuple(w for w in (cache_state().warning,) if w),
     )
 
 

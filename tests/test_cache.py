@@ -61,3 +61,19 @@ def test_the_default_directory_follows_xdg_and_the_override(monkeypatch, tmp_pat
         assert default_cache_dir() == tmp_path / "shardcli" / "jax"
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
     assert default_cache_dir() == tmp_path / "mine"
+
+
+def test_an_unusable_cache_is_a_warning_in_the_result_not_a_print(monkeypatch, tmp_path, capsys):
+    from shardcli.core import cache
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.setattr(cache, "_state", None)
+    state = cache.enable_compile_cache(True)
+    assert state.directory is None
+    assert state.warning is not None and state.warning.startswith(
+        f"the compile cache at {blocker / 'cache'} cannot be used ("
+    )
+    assert capsys.readouterr() == ("", "")  # the core prints nothing; the render layer shows it
+    assert cache.enable_compile_cache(False).warning is None  # --no-compile-cache: no warning

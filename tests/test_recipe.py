@@ -1,15 +1,17 @@
-"""`shardcli recipe`: every lesson runs, shows what it should, and is verified against NumPy."""
+"""`shardcli recipe`: every recipe runs, shows what it should, and is verified against NumPy."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 from test_cli_foundation import assert_one_line_error
 
-from shardcli.core import lessons
-from shardcli.core.recipe import LessonOutput, close_check
+from shardcli.core import recipe_programs
+from shardcli.core.recipe_programs import RecipeOutput
+from shardcli.core.report import close_check
 from shardcli.recipe_registry import RECIPES
 
 RECIPE_DOC_KEYS = {
@@ -162,14 +164,14 @@ def test_a_wrong_value_fails_the_check():
 
 
 def test_a_failed_check_exits_1_and_says_so(cli, monkeypatch):
-    real = lessons.elementwise
+    real = RECIPES["elementwise"]
 
     def broken(lab):
-        out = real(lab)
+        out = real.program(lab)
         check = out.checks[0]
-        return LessonOutput(out.sections, (type(check)(check.what, False, "planted"), *out.checks[1:]))
+        return RecipeOutput(out.sections, (type(check)(check.what, False, "planted"), *out.checks[1:]))
 
-    monkeypatch.setattr(lessons, "elementwise", broken)
+    monkeypatch.setitem(RECIPES, "elementwise", dataclasses.replace(real, program=broken))
     result = cli(["recipe", "elementwise", "--no-color"])
     assert result.exit_code == 1
     assert "FAIL values match NumPy (planted)" in result.stdout
@@ -224,7 +226,7 @@ def test_matmul_bound_allows_tf32_inputs_on_a_gpu_only(d):
     exact = x.astype(np.float64) @ w.astype(np.float64) + b
     for platform, ok in (("gpu", True), ("cpu", False)):
         lab = SimpleNamespace(session=SimpleNamespace(runtime=SimpleNamespace(platform=platform)))
-        bound, how = lessons._matmul_bound(lab, x, w, b)
+        bound, how = recipe_programs._matmul_bound(lab, x, w, b)
         assert bool(np.all(np.abs(got - exact) <= bound)) is ok, platform
         assert ("TF32" in how) is ok
         off = got.copy()

@@ -3,7 +3,7 @@
 CI scripts call shardcli many times with the same shapes; with the cache a second run reads the
 compiled program from disk. The cache lives in the user's cache directory (`SHARDCLI_CACHE_DIR`
 overrides it; `--no-compile-cache` turns it off). A directory that cannot be used never fails a run:
-shardcli warns once on stderr and goes on without it.
+the run goes on without it and carries a warning, which the render layer shows on stderr.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class CacheState:
 
     directory: str | None  # None: off
     note: str | None  # why it is off, when it was asked for
+    warning: str | None = None  # for the user, once: the cache was asked for and cannot be used
 
 
 def default_cache_dir() -> Path:
@@ -66,7 +67,7 @@ def enable_compile_cache(enabled: bool) -> CacheState:
     Small programs are cached too: shardcli's are small, and they are what repeat runs compile.
     """
     global _state, _listening
-    if _state is not None and (_state.directory is not None or not enabled):
+    if _state is not None and _state.directory is not None:
         return _state  # once on, it stays on for the process
     if not enabled:
         _state = CacheState(None, None)
@@ -76,11 +77,11 @@ def enable_compile_cache(enabled: bool) -> CacheState:
     directory = default_cache_dir()
     problem = _usable(directory)
     if problem is not None:
-        sys.stderr.write(
-            f"shardcli: warning: the compile cache at {directory} cannot be used ({problem}); "
-            f"going on without it (set {CACHE_ENV} or pass --no-compile-cache)\n"
+        warning = (
+            f"the compile cache at {directory} cannot be used ({problem}); "
+            f"going on without it (set {CACHE_ENV} or pass --no-compile-cache)"
         )
-        _state = CacheState(None, f"{directory}: {problem}")
+        _state = CacheState(None, f"{directory}: {problem}", warning)
         return _state
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)

@@ -31,12 +31,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shardcli.core.program_analysis import HloCollective, find_collectives
-from shardcli.core.lessons import EPS32
-from shardcli.core.pipeline import RTOL
-from shardcli.core.recipe import Check, Picture, close_check, picture_of, spec_of
+from shardcli.core.report import Check, Picture, close_check, picture_of, spec_of
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import compile_timed
-from shardcli.core.verify import dot_input_roundoff
+from shardcli.core.verify import EPS32, RTOL, dot_input_roundoff
 from shardcli.errors import ShardcliError
 from shardcli.model_spec import (
     ACTIVATION,

@@ -25,16 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.core.recipe import Check
+from shardcli.core.report import Check
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import compile_timed, summarize
+from shardcli.core.verify import RTOL
 from shardcli.errors import ShardcliError
 from shardcli.runtime import check_fits_in_memory
 from shardcli.schedules import SCHEDULES, Schedule, textbook_bubble
 from shardcli.specs import MeshSpec, RunOptions
 
 IMPLS = ("mpmd", "spmd")
-RTOL = 1e-4  # |err| <= RTOL * max|reference| per array: float32 sums in another order
 SPMD_ITERS = 3
 QUEUE_POLL_S = 0.5
 

@@ -1,10 +1,17 @@
-"""Comparing device results with NumPy references."""
+"""Comparing device results with NumPy references, and the tolerances the comparisons use."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from shardcli.tile_math import normalize_index
+
+EPS32 = float(np.finfo(np.float32).eps)
+# |err| <= RTOL * max|reference| per array: float32 sums taken in another order (pipeline, model).
+RTOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,29 @@ def compare_within(actual: np.ndarray, expected: np.ndarray, bound: np.ndarray) 
     diff = np.abs(actual.astype(np.float64) - expected)
     bad = ~(diff <= bound)  # NaN counts as wrong
     return Comparison(wrong=int(np.count_nonzero(bad)), max_abs_err=float(np.max(diff)) if diff.size else 0.0)
+
+
+def compare_blocks(array: Any, expected: np.ndarray, bound: np.ndarray | float) -> Comparison:
+    """|block - expected| <= bound over this process's blocks of a JAX `array` (expected in float64).
+
+    Args:
+        array: a JAX array, possibly sharded over several processes.
+        expected: the whole array in float64.
+        bound: the largest |error| allowed, per element (broadcast to `expected`) or for all.
+
+    Returns:
+        How many of this process's elements are off (NaN counts as off), and the largest error.
+    """
+    wrong, worst = 0, 0.0
+    bound_arr = np.broadcast_to(np.asarray(bound, dtype=np.float64), expected.shape)
+    for shard in array.addressable_shards:
+        index = tuple(slice(a, b) for a, b in normalize_index(shard.index, tuple(array.shape)))
+        got = np.asarray(shard.data).astype(np.float64)
+        err = np.abs(got - expected[index])
+        wrong += int(np.count_nonzero(~(err <= bound_arr[index])))
+        if err.size:
+            worst = max(worst, float(np.max(err)))
+    return Comparison(wrong=wrong, max_abs_err=worst)
 
 
 def sum_error_bound(blocks: list[np.ndarray], out_dtype: np.dtype, n: int, scale: float = 1.0) -> np.ndarray:

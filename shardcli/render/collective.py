@@ -14,7 +14,7 @@ from rich.text import Text
 from shardcli.core.collective import CollectiveRequest, CollectiveResult, PlacementRun, Roofline, SizeRun
 from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, emit, make_console, prints_here
+from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions, format_size
@@ -421,6 +421,7 @@ def _verdict(console: Console, result: CollectiveResult) -> None:
 
 def render_collectives(results: list[CollectiveResult], options: RunOptions) -> None:
     """Every collective of the command (one, or several joined by commas), then the chart of them all."""
+    show_warnings(results[0].session.runtime)
     _warn(results)
     if not prints_here(options, results[0].session.runtime):
         return

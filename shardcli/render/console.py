@@ -254,3 +254,9 @@ def save_recording() -> str | None:
 def prints_here(options: RunOptions, runtime: RuntimeInfo) -> bool:
     """Only process 0 prints a multi-process run's report, unless --all-processes."""
     return options.all_processes or runtime.process_index == 0
+
+
+def show_warnings(runtime: RuntimeInfo) -> None:
+    """The run's warnings (an unusable compile cache, ...), one line each on stderr, in every process."""
+    for warning in runtime.warnings:
+        sys.stderr.write(f"shardcli: warning: {warning}\n")

@@ -14,7 +14,7 @@ from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, emit, make_console, prints_here
+from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
@@ -441,6 +441,7 @@ def _has_explicit(result: MatmulResult) -> bool:
 
 
 def render_matmul(result: MatmulResult, options: RunOptions) -> None:
+    show_warnings(result.session.runtime)
     if not prints_here(options, result.session.runtime):
         return
     if options.format == "json":

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from shardcli.core.session import Session
 from shardcli.render import human, jsonout
-from shardcli.render.console import make_console, prints_here
+from shardcli.render.console import make_console, prints_here, show_warnings
 from shardcli.specs import RunOptions
 
 
 def render_mesh(session: Session, options: RunOptions) -> None:
+    show_warnings(session.runtime)
     if not prints_here(options, session.runtime):
         return
     if options.format == "json":

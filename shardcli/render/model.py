@@ -8,10 +8,10 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.core.model import ModelResult
-from shardcli.core.recipe import collectives_text
+from shardcli.core.report import collectives_text
 from shardcli.model_spec import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here
+from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
 from shardcli.render.matmul import format_seconds
 from shardcli.render.recipe import section_json
 from shardcli.specs import RunOptions
@@ -103,6 +103,7 @@ def _steps_table(result: ModelResult) -> Table:
 
 
 def render_model(result: ModelResult, options: RunOptions) -> None:
+    show_warnings(result.session.runtime)
     if not prints_here(options, result.session.runtime):
         return
     if options.format == "json":

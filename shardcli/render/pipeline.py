@@ -9,7 +9,7 @@ from rich.text import Text
 
 from shardcli.core.pipeline import Event, PipelineResult, bubble_text
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console
+from shardcli.render.console import DataTable, make_console, show_warnings
 from shardcli.specs import RunOptions
 
 TIMELINE_WIDTH = 96
@@ -159,6 +159,7 @@ def pipeline_json(result: PipelineResult) -> dict[str, Any]:
 
 
 def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
+    show_warnings(result.session.runtime)
     if options.format == "json":
         jsonout.write_json(pipeline_json(result), options)
         return

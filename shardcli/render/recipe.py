@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 from rich.text import Text
 
-from shardcli.core.recipe import Picture, RecipeResult, Section, TableSection, TextSection
+from shardcli.core.recipe import RecipeResult
+from shardcli.core.report import Picture, Section, TableSection, TextSection
 from shardcli.recipe_registry import RECIPES
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here
+from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
 from shardcli.specs import RunOptions
 
 
@@ -85,6 +86,7 @@ def _title(section: Section) -> str:
 
 
 def render_recipe(result: RecipeResult, options: RunOptions) -> None:
+    show_warnings(result.session.runtime)
     if not prints_here(options, result.session.runtime):
         return
     if options.format == "json":

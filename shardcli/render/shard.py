@@ -7,7 +7,7 @@ from rich.text import Text
 
 from shardcli.core.shard import ShardResult
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here
+from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
 from shardcli.specs import RunOptions
 from shardcli.tile_math import format_index
 
@@ -73,6 +73,7 @@ def shard_table(result: ShardResult) -> Table:
 
 
 def render_shard(result: ShardResult, options: RunOptions) -> None:
+    show_warnings(result.session.runtime)
     if not prints_here(options, result.session.runtime):
         return
     if options.format == "json":

@@ -1,35 +1,90 @@
-"""The lessons behind `shardcli recipe`: small JAX programs that teach one sharding idea each.
+"""The programs behind `shardcli recipe`: small JAX programs that teach one sharding idea each.
 
-Every lesson takes a `Lab` (the mesh and helpers), runs its program, and returns sections (what a
-tutorial would print) and checks against NumPy references computed in float64 from the same host
-data. JAX is imported inside each lesson so that listing the recipes stays fast.
+Every recipe program takes a `Lab` (the mesh and helpers), runs its program, and returns a
+`RecipeOutput`: sections (what a tutorial would print) and checks against NumPy references computed
+in float64 from the same host data. The recipe registry holds these functions, and `--help` lists
+the registry: NumPy and JAX are imported inside the functions, never here.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from shardcli.arrays import place_array
-from shardcli.core.recipe import (
+from shardcli.core.report import (
     Check,
-    Lab,
-    LessonOutput,
+    Picture,
+    Section,
     TableSection,
     TextSection,
     close_check,
     collectives_text,
+    picture_of,
     spec_of,
 )
-from shardcli.core.verify import dot_input_roundoff
 
-EPS32 = float(np.finfo(np.float32).eps)
+if TYPE_CHECKING:
+    import numpy as np
+
+    from shardcli.core.program_analysis import HloCollective
+    from shardcli.core.session import Session
+
 SEED = 0
+
+
+@dataclass(frozen=True)
+class RecipeOutput:
+    """What a recipe program shows (sections) and asserts (checks)."""
+
+    sections: tuple[Section, ...]
+    checks: tuple[Check, ...]
+
+
+class Lab:
+    """What a recipe program works with: the mesh, and helpers that turn JAX objects into sections."""
+
+    def __init__(self, session: Session, steps: int | None = None) -> None:
+        self.session = session
+        self.steps = steps  # pipeline-ring: how many ring steps (None: the ring's length)
+        self.mesh = session.mesh
+        self.axes = session.spec.axes
+        self.sizes = session.spec.shape
+
+    def picture(self, title: str, array: Any) -> Picture:
+        """The sharding picture of a JAX array (what `jax.debug.visualize_array_sharding` draws)."""
+        return picture_of(title, array)
+
+    def device_rows(self, array: Any, *, label: str = "values") -> TableSection:
+        """Each of this process's devices, its mesh coordinates and its block of `array`."""
+        import numpy as np
+
+        by_id = {s.device.id: s for s in array.addressable_shards}
+        rows = []
+        for cell in self.session.layout.cells:
+            shard = by_id.get(cell.device_id)
+            if shard is None:
+                continue
+            coords = " ".join(f"{a}={c}" for a, c in zip(self.axes, cell.coords, strict=True))
+            rows.append((cell.device_id, coords, np.asarray(shard.data)))
+        return TableSection(
+            title=f"per device: {label}", columns=("device", "mesh coords", label), rows=tuple(rows)
+        )
+
+    def collectives(self, jitted: Any, *args: Any) -> tuple[HloCollective, ...]:
+        """The collectives the compiler put into `jitted(*args)`."""
+        from shardcli.core.program_analysis import find_collectives
+
+        return find_collectives(jitted.lower(*args).compile().as_text())
+
+
+RecipeProgram = Callable[[Lab], RecipeOutput]
 
 
 def _random(shape: tuple[int, ...], seed: int = SEED) -> np.ndarray:
     """Float32 inputs in [-1, 1), the same in every process."""
+    import numpy as np
+
     return (np.random.default_rng(seed).random(shape, dtype=np.float32) * 2 - 1).astype(np.float32)
 
 
@@ -37,12 +92,15 @@ def _place(lab: Lab, host: np.ndarray, *spec: Any) -> Any:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from shardcli.arrays import place_array
+
     return place_array(host, NamedSharding(lab.mesh, P(*spec)))
 
 
 def _replicated(lab: Lab, array: Any) -> np.ndarray:
     """The whole of a (small) array in this process: resharded to every device, read locally."""
     import jax
+    import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -58,6 +116,10 @@ def _matmul_bound(
     u_in is the roundoff of the values the dot multiplies at JAX's default precision on this
     platform: 0 on CPU, TF32's on a GPU, bf16's on a TPU. Returns the bound and how it reads.
     """
+    import numpy as np
+
+    from shardcli.core.verify import EPS32, dot_input_roundoff
+
     u_in, in_text = dot_input_roundoff(lab.session.runtime.platform, "float32")
     scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64))
     if b is not None:
@@ -74,13 +136,16 @@ def _same_sharding_check(what: str, a: Any, b: Any) -> Check:
     return Check(what, same, f"{spec_of(a)} vs {spec_of(b)}")
 
 
-# --- the lessons ----------------------------------------------------------------------------------
+# --- the recipe programs -----------------------------------------------------------------------------
 
 
-def elementwise(lab: Lab) -> LessonOutput:
+def elementwise(lab: Lab) -> RecipeOutput:
     """An elementwise function needs no communication and keeps the input's sharding."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
+
+    from shardcli.core.verify import EPS32
 
     spec = lab.axes[:2]
     shape = (2 * lab.sizes[0], 2 * lab.sizes[1] if len(lab.sizes) > 1 else 4)
@@ -90,7 +155,7 @@ def elementwise(lab: Lab) -> LessonOutput:
     y = f(x)
     expected = 2 * np.sin(host.astype(np.float64)) + 1
     ops = lab.collectives(f, x)
-    return LessonOutput(
+    return RecipeOutput(
         sections=(
             lab.picture("input x", x),
             lab.picture("output 2*sin(x)+1", y),
@@ -111,11 +176,14 @@ def elementwise(lab: Lab) -> LessonOutput:
     )
 
 
-def reduce(lab: Lab) -> LessonOutput:
+def reduce(lab: Lab) -> RecipeOutput:
     """A reduction over a sharded dim: the compiler's choice of output sharding, then a forced one."""
     import jax
+    import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
+
+    from shardcli.core.verify import EPS32
 
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
@@ -130,7 +198,7 @@ def reduce(lab: Lab) -> LessonOutput:
     expected = host.astype(np.float64).sum(axis=0)
     bound = shape[0] * EPS32 * np.abs(host.astype(np.float64)).sum(axis=0) + EPS32
     how = "|err| <= rows * eps * sum|x|"
-    return LessonOutput(
+    return RecipeOutput(
         sections=(
             lab.picture("input x", x),
             lab.picture("x.sum(axis=0): the compiler's choice", y),
@@ -153,11 +221,14 @@ def reduce(lab: Lab) -> LessonOutput:
     )
 
 
-def three_ways(lab: Lab) -> LessonOutput:
+def three_ways(lab: Lab) -> RecipeOutput:
     """One layer three ways: automatic, semi-automatic and manual (shard_map with psum)."""
     import jax
+    import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
+
+    from shardcli.core.verify import EPS32
 
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
@@ -207,7 +278,7 @@ def three_ways(lab: Lab) -> LessonOutput:
     )
     agree = [_replicated(lab, y) for y in (y_auto, y_semi, y_manual)]
     spread = max(float(np.max(np.abs(agree[0] - other))) for other in agree[1:])
-    return LessonOutput(
+    return RecipeOutput(
         sections=(
             lab.picture("x [B, D]", x),
             lab.picture("W [D, F]", w),
@@ -224,11 +295,14 @@ def three_ways(lab: Lab) -> LessonOutput:
     )
 
 
-def normalize(lab: Lab) -> LessonOutput:
+def normalize(lab: Lab) -> RecipeOutput:
     """Rows split over the second axis: each row's mean and variance need a pmean over that axis."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from jax.sharding import PartitionSpec as P
+
+    from shardcli.core.verify import EPS32
 
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
@@ -248,7 +322,7 @@ def normalize(lab: Lab) -> LessonOutput:
     whole = _replicated(lab, y).astype(np.float64)
     means, stds = whole.mean(axis=1), whole.std(axis=1)
     bound = 16 * shape[1] * EPS32 * (1 + np.abs(expected))
-    return LessonOutput(
+    return RecipeOutput(
         sections=(
             lab.picture(f"x: rows over {a0}, each row split over {a1}", x),
             TextSection("compiled collectives", (collectives_text(lab.collectives(program, x)),)),
@@ -275,10 +349,11 @@ def normalize(lab: Lab) -> LessonOutput:
     )
 
 
-def axis_index(lab: Lab) -> LessonOutput:
+def axis_index(lab: Lab) -> RecipeOutput:
     """Each device asks axis_index for its position along every axis."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from jax.sharding import PartitionSpec as P
 
     axes = lab.axes
@@ -299,7 +374,7 @@ def axis_index(lab: Lab) -> LessonOutput:
         rows.append((cell.device_id, *got, "yes" if got == cell.coords else "NO"))
         if got != cell.coords:
             wrong.append(cell.device_id)
-    return LessonOutput(
+    return RecipeOutput(
         sections=(
             TableSection(
                 "axis_index per device",
@@ -317,9 +392,10 @@ def axis_index(lab: Lab) -> LessonOutput:
     )
 
 
-def rng_fold(lab: Lab) -> LessonOutput:
+def rng_fold(lab: Lab) -> RecipeOutput:
     """fold_in(key, axis_index(first axis)): devices differ along the first axis, agree along the second."""
     import jax
+    import numpy as np
     from jax.sharding import PartitionSpec as P
 
     a0, a1 = lab.axes
@@ -350,7 +426,7 @@ def rng_fold(lab: Lab) -> LessonOutput:
         for cell in lab.session.layout.cells
         if cell.device_id in key_rows
     )
-    return LessonOutput(
+    return RecipeOutput(
         sections=(
             TableSection(
                 "key and a uniform draw per device", ("device", "mesh coords", "key data", "uniform(2)"), rows
@@ -368,14 +444,15 @@ def rng_fold(lab: Lab) -> LessonOutput:
     )
 
 
-def pipeline_ring(lab: Lab) -> LessonOutput:
+def pipeline_ring(lab: Lab) -> RecipeOutput:
     """ppermute one step around the ring, K times: the building block of pipeline parallelism."""
     import jax
+    import numpy as np
     from jax.sharding import PartitionSpec as P
 
     (axis,) = lab.axes
     (n,) = lab.sizes
-    steps = lab.request.steps or n
+    steps = lab.steps or n
     host = np.arange(n * 2, dtype=np.float32).reshape(n, 2) + np.array([0, 0.5], np.float32)
     ring = [(i, (i + 1) % n) for i in range(n)]
     step = jax.jit(
@@ -393,7 +470,7 @@ def pipeline_ring(lab: Lab) -> LessonOutput:
         rows.append((k, *(whole[i] for i in range(n))))
         if k < steps:
             x = step(x)
-    return LessonOutput(
+    return RecipeOutput(
         sections=(
             TextSection(
                 "the ring",
@@ -418,9 +495,10 @@ def pipeline_ring(lab: Lab) -> LessonOutput:
     )
 
 
-def sharded_mac(lab: Lab) -> LessonOutput:
+def sharded_mac(lab: Lab) -> RecipeOutput:
     """x @ W + b with batch over one axis and features over the other: no communication at all."""
     import jax
+    import numpy as np
     from jax.sharding import PartitionSpec as P
 
     a0, a1 = lab.axes
@@ -443,7 +521,7 @@ def sharded_mac(lab: Lab) -> LessonOutput:
     bound, how = _matmul_bound(lab, x_host, w_host, b_host)
     how = f"|err| <= {how}"
     ops_plain, ops_manual = lab.collectives(plain, x, w, b), lab.collectives(manual, x, w, b)
-    return LessonOutput(
+    return RecipeOutput(
         sections=(
             lab.picture("x [B, D]", x),
             lab.picture("W [D, F]", w),
