@@ -16,12 +16,14 @@ from typer.core import TyperGroup
 from shardcli import __version__
 from shardcli.commands import collective as collective_cmd
 from shardcli.commands import compare as compare_cmd
+from shardcli.commands import einsum as einsum_cmd
 from shardcli.commands import launch as launch_cmd
 from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
 from shardcli.commands import model as model_cmd
 from shardcli.commands import pipeline as pipeline_cmd
 from shardcli.commands import recipe as recipe_cmd
+from shardcli.commands import reshard as reshard_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
 from shardcli.stdout import quiet_when_reader_leaves
@@ -190,6 +192,8 @@ for _name, _command, _settings in [
     ("shard", shard_cmd.shard, None),
     ("collective", collective_cmd.collective, None),
     ("matmul", matmul_cmd.matmul, None),
+    ("einsum", einsum_cmd.einsum, None),
+    ("reshard", reshard_cmd.reshard, None),
     ("recipe", recipe_cmd.recipe, None),
     ("pipeline", pipeline_cmd.pipeline, None),
     ("compare", compare_cmd.compare, None),

@@ -18,6 +18,23 @@ def partition_spec(entries: tuple[tuple[str, ...], ...]) -> Any:
     return PartitionSpec(*ShardingSpec(tuple(entries)).to_partition_spec_args())
 
 
+def entries_of(sharding: Any, rank: int) -> tuple[tuple[str, ...], ...] | None:
+    """The mesh axes per dim of a JAX sharding (None where it has no PartitionSpec)."""
+    spec = getattr(sharding, "spec", None)
+    if spec is None:
+        return None
+    out: list[tuple[str, ...]] = []
+    for i in range(rank):
+        entry = spec[i] if i < len(spec) else None
+        if entry is None:
+            out.append(())
+        elif isinstance(entry, str):
+            out.append((entry,))
+        else:
+            out.append(tuple(entry))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class MeshCell:
     """One device of the mesh, at its mesh coordinates."""

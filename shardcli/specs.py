@@ -6,6 +6,7 @@ devices, and nothing on the `--help` path pays for importing JAX.
 
 from __future__ import annotations
 
+import enum
 import keyword
 import math
 import re
@@ -13,11 +14,66 @@ from dataclasses import dataclass, field
 
 from shardcli.errors import ShardcliError
 
+
+# Closed choices. StrEnum members are their words: they compare equal to them, join, format and
+# go into JSON as plain strings.
+class Platform(enum.StrEnum):
+    AUTO = "auto"
+    CPU = "cpu"
+    GPU = "gpu"
+    TPU = "tpu"
+
+
+class Mode(enum.StrEnum):
+    """Sharding mode: JAX's automatic sharding, or explicit sharding types."""
+
+    AUTO = "auto"
+    EXPLICIT = "explicit"
+
+
+class Format(enum.StrEnum):
+    """Output format; each command accepts its own subset (csv only where there are rows)."""
+
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+class ProcessTiming(enum.StrEnum):
+    """How per-process timings combine, per iteration."""
+
+    MAX = "max"
+    AVG = "avg"
+
+
+class Malloc(enum.StrEnum):
+    """CPU host allocator: glibc malloc keeps freed buffers (`shardcli.allocator`), or left alone."""
+
+    REUSE = "reuse"
+    SYSTEM = "system"
+
+
+class Placement(enum.StrEnum):
+    """Where a collective's result goes: a new buffer, the donated input, or both runs."""
+
+    OUT = "out"
+    IN = "in"
+    BOTH = "both"
+
+
+class OutBuffer(enum.StrEnum):
+    """Out of place: one preallocated buffer donated to every call, or a fresh one per call."""
+
+    PREALLOCATED = "preallocated"
+    FRESH = "fresh"
+
+
 DEFAULT_AXIS_NAMES = ("x", "y", "z", "w")
-PLATFORMS = ("auto", "cpu", "gpu", "tpu")
-MODES = ("auto", "explicit")
-FORMATS = ("table", "json")
-PROCESS_TIMINGS = ("max", "avg")
+PLATFORMS = tuple(Platform)
+MODES = tuple(Mode)
+FORMATS = (Format.TABLE, Format.JSON)
+PROCESS_TIMINGS = tuple(ProcessTiming)
+DTYPE_KINDS = ("float", "int", "uint", "bool")
 # Faking more CPU devices than this in one process is slow to start and never what a learner meant.
 MAX_FAKE_DEVICES = 512
 RESERVED_SPEC_WORDS = ("None", "_")
@@ -31,6 +87,14 @@ class DType:
     itemsize: int
     kind: str  # "float", "int", "uint" or "bool"
     needs_x64: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in DTYPE_KINDS:
+            raise ShardcliError(
+                f"dtype {self.name} has kind {self.kind!r}; choose one of {', '.join(DTYPE_KINDS)}"
+            )
+        if self.itemsize < 1:
+            raise ShardcliError(f"dtype {self.name} has itemsize {self.itemsize}; give at least 1 byte")
 
 
 DTYPES: dict[str, DType] = {
@@ -65,6 +129,31 @@ class MeshSpec:
     shape: tuple[int, ...]
     axes: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        shape, axes = tuple(self.shape), tuple(self.axes)
+        if not shape or not all(isinstance(n, int) and n >= 1 for n in shape):
+            raise ShardcliError(
+                f"mesh shape {shape} is not valid; give one or more positive sizes, such as (2, 4)"
+            )
+        if len(axes) != len(shape):
+            raise ShardcliError(
+                f"mesh shape {shape} has {len(shape)} dims but axes {axes} name {len(axes)}; "
+                f"give one name per dim"
+            )
+        for name in axes:
+            if (
+                not isinstance(name, str)
+                or not name.isidentifier()
+                or keyword.iskeyword(name)
+                or name in RESERVED_SPEC_WORDS
+            ):
+                raise ShardcliError(
+                    f"mesh axis name {name!r} is not valid; axis names are Python identifiers "
+                    f"such as data or x"
+                )
+        if len(set(axes)) != len(axes):
+            raise ShardcliError(f"mesh axes {axes} name an axis twice; axis names must be unique")
+
     @property
     def size(self) -> int:
         return math.prod(self.shape)
@@ -84,6 +173,15 @@ class ShardingSpec:
     """A PartitionSpec as plain data: per array dim, the mesh axes it is split over (empty: none)."""
 
     entries: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        # An axis used twice is allowed here: it is how a spec JAX refuses is described (matmul's
+        # illegal case); parse_sharding refuses it in --spec.
+        if not all(isinstance(e, tuple) and all(isinstance(a, str) for a in e) for e in self.entries):
+            raise ShardcliError(
+                f"sharding entries {self.entries!r} are not valid; give one tuple of mesh axis names "
+                f"per array dim, such as (('data',), ())"
+            )
 
     def axes_used(self) -> tuple[str, ...]:
         return tuple(a for entry in self.entries for a in entry)
@@ -122,6 +220,27 @@ class DistributedSpec:
     join_timeout_s: int = 300  # how long to wait for the coordinator and the other processes
     bind: str | None = None  # --coordinator-bind HOST:PORT: where process 0's service listens
 
+    def __post_init__(self) -> None:
+        given = (self.coordinator, self.num_processes, self.process_id)
+        if any(v is None for v in given) and any(v is not None for v in given):
+            raise ShardcliError(
+                "a multi-process run takes coordinator, num_processes and process_id together "
+                "(or none of them, to let JAX detect the cluster)"
+            )
+        if self.num_processes is not None and self.num_processes < 1:
+            raise ShardcliError(f"num_processes {self.num_processes} is not valid; give at least 1")
+        if (
+            self.process_id is not None
+            and self.num_processes is not None
+            and not 0 <= self.process_id < self.num_processes
+        ):
+            raise ShardcliError(
+                f"process_id {self.process_id} is not valid for {self.num_processes} processes; "
+                f"give 0 to {self.num_processes - 1}"
+            )
+        if self.join_timeout_s < 1:
+            raise ShardcliError(f"join_timeout_s {self.join_timeout_s} is not valid; give at least 1 second")
+
     @property
     def auto(self) -> bool:
         return self.coordinator is None
@@ -136,21 +255,36 @@ class DistributedSpec:
 class RunOptions:
     """Options every device command shares."""
 
-    platform: str = "auto"
+    platform: Platform = Platform.AUTO
     devices: int | None = None  # on a multi-process run: this process's devices
-    mode: str = "auto"
-    format: str = "table"
+    mode: Mode = Mode.AUTO
+    format: Format = Format.TABLE
     color: bool = True
     quiet: bool = False
     distributed: DistributedSpec | None = None  # None: a single process
     all_processes: bool = False  # every process prints its report, not only process 0
-    process_timing: str = "max"  # how per-process timings combine: max or avg per iteration
+    process_timing: ProcessTiming = ProcessTiming.MAX  # how per-process timings combine, per iteration
     compile_cache: bool = False  # JAX's persistent compile cache (the compiling commands turn it on)
     save: str | None = None  # --save: also write what is printed to this .svg, .html or .txt file
     # CPU host allocator: "reuse" keeps freed buffers in glibc malloc (shardcli.allocator);
     # "system" leaves malloc alone. Commands that time large buffers (collective) turn reuse on.
-    malloc: str = "system"
+    malloc: Malloc = Malloc.SYSTEM
     malloc_why: str | None = None  # what chose `malloc` when not --malloc itself, for the header
+
+    def __post_init__(self) -> None:
+        # The flags' parsers give today's messages for bad words; this turns the words into the
+        # enums and refuses anything else, however the options were built.
+        for name, choices in (
+            ("platform", Platform),
+            ("mode", Mode),
+            ("format", Format),
+            ("process_timing", ProcessTiming),
+            ("malloc", Malloc),
+        ):
+            value = getattr(self, name)
+            if value not in tuple(choices):
+                raise ShardcliError(f"{name} {value!r} is not valid; choose one of {', '.join(choices)}")
+            object.__setattr__(self, name, choices(value))
 
     @property
     def shows_progress(self) -> bool:
@@ -169,6 +303,12 @@ class ArraySpec:
     shape: tuple[int, ...]
     dtype: DType
     init: str = "arange"
+
+    def __post_init__(self) -> None:
+        if not all(isinstance(n, int) and n >= 0 for n in self.shape):
+            raise ShardcliError(f"array shape {self.shape} is not valid; give sizes of 0 or more")
+        if self.init not in INITS:
+            raise ShardcliError(f"init {self.init!r} is not valid; choose one of {', '.join(INITS)}")
 
     @property
     def size(self) -> int:
@@ -296,7 +436,7 @@ def parse_choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def parse_sharding(text: str | None, mesh: MeshSpec) -> ShardingSpec:
+def parse_sharding(text: str | None, mesh: MeshSpec, flag: str = "--spec") -> ShardingSpec:
     """Parse `--spec`: comma-separated entries, each an axis, `None`/`_`, or axes joined by `+`.
 
     `None` (the flag left out) or an empty string means fully replicated.
@@ -315,19 +455,19 @@ def parse_sharding(text: str | None, mesh: MeshSpec) -> ShardingSpec:
             continue
         if not entry:
             raise ShardcliError(
-                f"--spec {text!r} has an empty entry at position {dim}; use None (or _) for a dim "
+                f"{flag} {text!r} has an empty entry at position {dim}; use None (or _) for a dim "
                 f"that is not sharded"
             )
         names = tuple(n.strip() for n in entry.split("+"))
         for name in names:
             if name not in mesh.axes:
                 raise ShardcliError(
-                    f"--spec {text!r} names mesh axis {name!r}, which is not in the mesh; "
+                    f"{flag} {text!r} names mesh axis {name!r}, which is not in the mesh; "
                     f"the mesh axes are {', '.join(mesh.axes)} (or None for not sharded)"
                 )
             if name in first_use:
                 raise ShardcliError(
-                    f"--spec {text!r} uses mesh axis {name!r} twice (entries {first_use[name]} and "
+                    f"{flag} {text!r} uses mesh axis {name!r} twice (entries {first_use[name]} and "
                     f"{dim}); a mesh axis can shard at most one dim"
                 )
             first_use[name] = dim
@@ -335,8 +475,10 @@ def parse_sharding(text: str | None, mesh: MeshSpec) -> ShardingSpec:
     return ShardingSpec(entries=tuple(entries))
 
 
-def check_sharding_fits(sharding: ShardingSpec, mesh: MeshSpec, shape: tuple[int, ...]) -> None:
-    """Check that a sharding applies to an array of this shape on this mesh.
+def check_sharding_fits(
+    sharding: ShardingSpec, mesh: MeshSpec, shape: tuple[int, ...], flag: str = "--spec"
+) -> None:
+    """Check that a sharding applies to an array of this shape on this mesh (`flag` gave it).
 
     Raises:
         ShardcliError: a spec longer than the rank, or a dim not divisible by its axes' sizes.
@@ -344,7 +486,7 @@ def check_sharding_fits(sharding: ShardingSpec, mesh: MeshSpec, shape: tuple[int
     shape_text = "x".join(map(str, shape))
     if len(sharding.entries) > len(shape):
         raise ShardcliError(
-            f"--spec {sharding.describe()!r} has {len(sharding.entries)} entries but the array has "
+            f"{flag} {sharding.describe()!r} has {len(sharding.entries)} entries but the array has "
             f"rank {len(shape)} (--shape {shape_text}); give at most {len(shape)}"
         )
     sizes = mesh.axis_sizes
@@ -356,7 +498,7 @@ def check_sharding_fits(sharding: ShardingSpec, mesh: MeshSpec, shape: tuple[int
             over = "+".join(entry)
             raise ShardcliError(
                 f"--shape {shape_text}: dim {dim} ({shape[dim]}) is not divisible by {parts}, the "
-                f"size of mesh axis {over!r} that --spec shards it over; use a multiple of {parts}"
+                f"size of mesh axis {over!r} that {flag} shards it over; use a multiple of {parts}"
             )
 
 
@@ -499,9 +641,15 @@ def parse_scales(text: str, flag: str = "--sizes") -> tuple[float, ...]:
 
 
 def scale_dims(dims: tuple[int, int, int], scale: float, flag: str = "--sizes") -> tuple[int, int, int]:
-    """The dims times `scale`; each must come out a whole number."""
+    """The matmul's I, J, K times `scale`; each must come out a whole number."""
+    i, j, k = scale_shape(dims, scale, "IJK", flag)
+    return i, j, k
+
+
+def scale_shape(shape: tuple[int, ...], scale: float, names: str, flag: str = "--sizes") -> tuple[int, ...]:
+    """Each dim (named by a letter of `names`) times `scale`; each must come out a whole number."""
     out = []
-    for name, d in zip(("I", "J", "K"), dims, strict=True):
+    for name, d in zip(names, shape, strict=True):
         value = d * scale
         if abs(value - round(value)) > 1e-9 or round(value) < 1:
             raise ShardcliError(
@@ -509,7 +657,7 @@ def scale_dims(dims: tuple[int, int, int], scale: float, flag: str = "--sizes") 
                 f"use scales that keep every dim a positive integer"
             )
         out.append(int(round(value)))
-    return out[0], out[1], out[2]
+    return tuple(out)
 
 
 _HOST_PORT_RE = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})$")
@@ -650,3 +798,34 @@ def check_plot_file(path: str) -> None:
         raise ShardcliError(
             "--plot-file needs matplotlib, which comes with the plot extra: pip install 'shardcli[plot]'"
         )
+
+
+_TOLERANCE_RE = re.compile(r"^[0-9]*\.?[0-9]+$|^[0-9]+\.$")
+
+
+def parse_tolerance(text: str) -> float:
+    """`--tolerance 10%` or `--tolerance 0.1` (both ten percent) -> 0.1.
+
+    A bare number is a fraction, so one above 1 is refused: `10` would mean 1000%.
+
+    Raises:
+        ShardcliError: not a number, negative, or a bare fraction above 1.
+    """
+    raw = text.strip()
+    percent = raw.endswith("%")
+    number = raw[:-1].strip() if percent else raw
+    if number.startswith("-") and _TOLERANCE_RE.match(number[1:].strip()):
+        raise ShardcliError(f"--tolerance {text!r} is negative; give 0 or more, such as 10% or 0.1")
+    if not _TOLERANCE_RE.match(number):
+        raise ShardcliError(
+            f"--tolerance {text!r} is not valid; give a percentage such as 10% or a fraction such as 0.1"
+        )
+    value = float(number)
+    if percent:
+        return value / 100
+    if value > 1:
+        raise ShardcliError(
+            f"--tolerance {text!r} is a fraction above 1 ({value * 100:g}%); "
+            f"write {number}% for {number} percent, or a fraction such as 0.1"
+        )
+    return value

@@ -17,10 +17,10 @@ import numpy as np
 
 from shardcli.arrays import make_host_array, place_array
 from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
-from shardcli.core.processes import combine_check, combine_timing
 from shardcli.core.program_analysis import HloCollective, analyze_compiled
+from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
-from shardcli.core.timing import Timing, compile_timed, summarize, time_iterations
+from shardcli.core.timing import Timing, compile_timed
 from shardcli.core.verify import dot_input_roundoff, float_eps
 from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
 from shardcli.errors import ShardcliError, refusal_text
@@ -38,7 +38,7 @@ from shardcli.matmul_registry import (
     operand_shape,
     partial_count,
 )
-from shardcli.mesh import partition_spec
+from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
 from shardcli.specs import ArraySpec, DType, MeshSpec, RunOptions, scale_dims
 
@@ -318,22 +318,6 @@ def _build(
     return jax.jit(mapped), args, None
 
 
-def _entries_of(sharding: Any, rank: int) -> Entries | None:
-    spec = getattr(sharding, "spec", None)
-    if spec is None:
-        return None
-    out: list[tuple[str, ...]] = []
-    for i in range(rank):
-        entry = spec[i] if i < len(spec) else None
-        if entry is None:
-            out.append(())
-        elif isinstance(entry, str):
-            out.append((entry,))
-        else:
-            out.append(tuple(entry))
-    return tuple(out)
-
-
 def run_impl(
     case: MatmulCase,
     impl: str,
@@ -373,44 +357,30 @@ def run_impl(
             wrong_devices=(),
         )
     analysis = analyze_compiled(compiled, session.mesh if trace_mesh is None else trace_mesh)
-    samples, y = time_iterations(
-        lambda xs: compiled(*xs), args, warmup=request.warmup, iters=request.iters, chain=False
+    timing, y = time_compiled(
+        compiled,
+        args,
+        compile_s=compile_s,
+        cached=cached,
+        warmup=request.warmup,
+        iters=request.iters,
+        process_timing=request.options.process_timing,
     )
-    stats = summarize(samples)
-    wrong, wrong_devices, max_rel = 0, [], 0.0
-    for shard in y.addressable_shards:
-        local = np.asarray(shard.data).astype(np.float64)
-        index = shard.index
-        err = np.abs(local - ref[index])
-        bad = ~(err <= bound[index])  # NaN counts as wrong
-        count = int(np.count_nonzero(bad))
-        if err.size:
-            max_rel = max(max_rel, float(np.max(err / np.maximum(scale[index], 1e-300))))
-        if count:
-            wrong += count
-            wrong_devices.append(shard.device.id)
-    device_ids = [cell.device_id for cell in session.layout.cells]
-    wrong, wrong_ids, max_rel = combine_check(wrong, wrong_devices, max_rel, device_ids)
-    timing = combine_timing(
-        Timing(
-            compile_s=compile_s, warmup=request.warmup, samples=samples, stats=stats, compile_cached=cached
-        ),
-        request.options.process_timing,
-    )
+    check = check_blocks(y, ref, bound, scale, [cell.device_id for cell in session.layout.cells])
     return ImplRun(
         impl=impl,
         status="ok",
         message=None,
         expected_refusal=case.illegal,
-        out_entries=_entries_of(y.sharding, y.ndim),
+        out_entries=entries_of(y.sharding, y.ndim),
         hlo=analysis.by_kind(),
         xla_flops=analysis.flops,
         xla_bytes=analysis.bytes_accessed,
         timing=timing,
         achieved_flops=model_flops / timing.stats.p50,
-        max_rel_err=max_rel,
-        wrong=wrong,
-        wrong_devices=wrong_ids,
+        max_rel_err=check.max_rel_err,
+        wrong=check.wrong,
+        wrong_devices=check.wrong_devices,
     )
 
 

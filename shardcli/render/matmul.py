@@ -10,12 +10,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from shardcli import json_schema as schema
 from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
+from shardcli.render.program import cost_model_text, model_json
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
 
@@ -79,69 +81,53 @@ def _bound_ratio(run: ImplRun, model: CostEstimate | None) -> float | None:
 
 
 def _array_json(layout: ArrayLayout) -> dict[str, Any]:
-    return {
-        "name": layout.name,
-        "shape": list(layout.shape),
-        "spec": [list(e) if e else None for e in layout.entries],
-        "local_shape": list(layout.local_shape),
-    }
-
-
-def _model_json(model: CostEstimate | None) -> dict[str, Any] | None:
-    if model is None:
-        return None
-    return {
-        "flops_per_device": model.flops_per_device,
-        "comm": [
-            {"op": c.op, "axis": c.axis, "group_size": c.group_size, "bytes_per_device": c.bytes_per_device}
-            for c in model.comm
-        ],
-        "comm_bytes_per_device": model.comm_bytes_per_device,
-        "t_math_s": model.t_math_s,
-        "t_comm_s": model.t_comm_s,
-        "t_bound_s": model.t_bound_s,
-        "t_sum_s": model.t_sum_s,
-        "dominant": model.dominant,
-    }
+    return schema.MATMUL_ARRAY(
+        name=layout.name,
+        shape=list(layout.shape),
+        spec=[list(e) if e else None for e in layout.entries],
+        local_shape=list(layout.local_shape),
+    )
 
 
 def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
-    return {
-        "impl": run.impl,
-        "status": run.status,
-        "message": run.message,
-        "expected_refusal": run.expected_refusal,
-        "out_spec": None if run.out_entries is None else [list(e) if e else None for e in run.out_entries],
-        "hlo_collectives": [{"op": h.op, "count": h.count, "result_bytes": h.result_bytes} for h in run.hlo],
-        "xla_cost": {"flops_per_device": run.xla_flops, "bytes_accessed_per_device": run.xla_bytes},
-        "timing": jsonout.timing_json(run.timing),
-        "achieved_flop_per_s": run.achieved_flops,
-        "achieved_flop_per_s_per_device": None
-        if run.achieved_flops is None
-        else run.achieved_flops / devices,
-        "time_over_model_bound": _bound_ratio(run, case_run.model),
-        "max_rel_err": run.max_rel_err,
-        "wrong": run.wrong,
-        "wrong_devices": list(run.wrong_devices),
-    }
+    return schema.MATMUL_IMPL(
+        impl=run.impl,
+        status=run.status,
+        message=run.message,
+        expected_refusal=run.expected_refusal,
+        out_spec=None if run.out_entries is None else [list(e) if e else None for e in run.out_entries],
+        hlo_collectives=jsonout.hlo_json(run.hlo),
+        xla_cost=schema.XLA_COST(flops_per_device=run.xla_flops, bytes_accessed_per_device=run.xla_bytes),
+        timing=jsonout.timing_json(run.timing),
+        achieved_flop_per_s=run.achieved_flops,
+        achieved_flop_per_s_per_device=None if run.achieved_flops is None else run.achieved_flops / devices,
+        time_over_model_bound=_bound_ratio(run, case_run.model),
+        max_rel_err=run.max_rel_err,
+        wrong=run.wrong,
+        wrong_devices=list(run.wrong_devices),
+    )
 
 
 def _case_json(run: CaseRun, devices: int) -> dict[str, Any]:
-    return {
-        "case": run.case.name,
-        "notation": run.case.notation(),
-        "scale": run.scale,
-        "dims": dict(zip(("I", "J", "K"), run.dims, strict=True)),
-        "skipped": run.skipped,
-        "operands": [_array_json(o) for o in run.operands],
-        "result": _array_json(run.result),
-        "model_flops": run.model_flops,
-        "tolerance": run.tolerance,
-        "tolerance_text": run.tolerance_text,
-        "model": _model_json(run.model),
-        "impls": [_impl_json(i, run, devices) for i in run.impls],
-        "wrong": run.wrong,
-    }
+    return schema.MATMUL_RUN(
+        case=run.case.name,
+        notation=run.case.notation(),
+        scale=run.scale,
+        dims=_dims_json(run.dims),
+        skipped=run.skipped,
+        operands=[_array_json(o) for o in run.operands],
+        result=_array_json(run.result),
+        model_flops=run.model_flops,
+        tolerance=run.tolerance,
+        tolerance_text=run.tolerance_text,
+        model=model_json(run.model),
+        impls=[_impl_json(i, run, devices) for i in run.impls],
+        wrong=run.wrong,
+    )
+
+
+def _dims_json(dims: tuple[int, int, int]) -> dict[str, int]:
+    return schema.DIMS(**dict(zip(schema.DIMS.keys, dims, strict=True)))
 
 
 def matmul_json(result: MatmulResult) -> dict[str, Any]:
@@ -153,41 +139,38 @@ def matmul_json(result: MatmulResult) -> dict[str, Any]:
         "matmul",
         result.session,
         {
-            "config": {
-                "cases": list(result.impls),
-                "impls": {case: list(impls) for case, impls in result.impls.items()},
-                "dims": dict(zip(("I", "J", "K"), req.dims, strict=True)),
-                "scales": list(req.scales) if req.scales is not None else [1.0],
-                "dtype": req.dtype.name,
-                "init": req.init,
-                "warmup": req.warmup,
-                "iters": req.iters,
-                "x_axis": axes.x,
-                "y_axis": axes.y,
-                "hardware": {
-                    "peak_flop_per_s": hw.peak_flops,
-                    "peak_source": hw.peak_source,
-                    "link_bytes_per_s": hw.link_bytes_per_s,
-                    "link_source": hw.link_source,
-                },
-            },
+            "config": schema.MATMUL_CONFIG(
+                cases=list(result.impls),
+                impls={case: list(impls) for case, impls in result.impls.items()},
+                dims=_dims_json(req.dims),
+                scales=list(req.scales) if req.scales is not None else [1.0],
+                dtype=req.dtype.name,
+                init=req.init,
+                warmup=req.warmup,
+                iters=req.iters,
+                x_axis=axes.x,
+                y_axis=axes.y,
+                hardware=schema.HARDWARE(
+                    peak_flop_per_s=hw.peak_flops,
+                    peak_source=hw.peak_source,
+                    link_bytes_per_s=hw.link_bytes_per_s,
+                    link_source=hw.link_source,
+                ),
+            ),
             "runs": [_case_json(r, devices) for r in result.runs],
-            "summary": {
-                "wrong": result.wrong,
-                "refused": [
-                    {
-                        "case": r.case.name,
-                        "impl": i.impl,
-                        "expected": i.expected_refusal,
-                        "message": i.message,
-                    }
+            "summary": schema.MATMUL_SUMMARY(
+                wrong=result.wrong,
+                refused=[
+                    schema.REFUSED(
+                        case=r.case.name, impl=i.impl, expected=i.expected_refusal, message=i.message
+                    )
                     for r in result.runs
                     for i in r.impls
                     if i.status == "refused"
                 ],
-                "skipped": [{"case": r.case.name, "why": r.skipped} for r in result.runs if r.skipped],
-                "fit": {key: flop_fit_json(fit) for key, fit in result.fits.items()},
-            },
+                skipped=[schema.SKIPPED(case=r.case.name, why=r.skipped) for r in result.runs if r.skipped],
+                fit={key: flop_fit_json(fit) for key, fit in result.fits.items()},
+            ),
         },
     )
 
@@ -364,37 +347,9 @@ def _bound_by(model: CostEstimate | None) -> str:
 
 
 def cost_text(run: CaseRun, result: MatmulResult) -> Text:
-    hw = result.hardware
-    model = run.model
-    text = Text()
-    if model is None:
+    if run.model is None:
         return Text("n/a")
-    comm = "; ".join(
-        f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
-        for c in model.comm
-    )
-    text.append(
-        f"per device: {format_flops(model.flops_per_device, 'FLOP')} of matmul; "
-        + (comm if comm else "no communication")
-        + "\n"
-    )
-    text.append(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})\n", style="dim")
-    text.append(
-        f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})\n",
-        style="dim",
-    )
-    if model.t_bound_s is None:
-        text.append("T_math / T_comm: n/a without a peak and a link bandwidth", style="yellow")
-        return text
-    text.append(
-        f"T_math = FLOPs / peak = {format_seconds(model.t_math_s)}; "
-        f"T_comm = bytes / link = {format_seconds(model.t_comm_s)}\n"
-    )
-    text.append(
-        f"bound max(T_math, T_comm) = {format_seconds(model.t_bound_s)} ({model.dominant}); "
-        f"no overlap at all: {format_seconds(model.t_sum_s)}"
-    )
-    return text
+    return cost_model_text(run.model, result.hardware, "matmul")
 
 
 def _notes(console: Console, result: MatmulResult) -> None:
@@ -516,14 +471,14 @@ def flop_fit_json(fit: LatencyBandwidthFit | None) -> dict[str, Any] | None:
     """t(F) = alpha + F / rate, F the model FLOPs of the whole product; us and TFLOP/s."""
     if fit is None:
         return None
-    return {
-        "model": "t(F) = alpha + F / rate, F = the product's model FLOPs; least squares on relative error",
-        "alpha_us": fit.alpha_s * 1e6,
-        "rate_tflops": fit.beta_bytes_per_s / 1e12 if fit.beta_bytes_per_s is not None else None,
-        "r2": fit.r2,
-        "max_rel_residual": fit.max_rel_residual,
-        "points": fit.points,
-    }
+    return schema.FLOP_FIT(
+        model="t(F) = alpha + F / rate, F = the product's model FLOPs; least squares on relative error",
+        alpha_us=fit.alpha_s * 1e6,
+        rate_tflops=fit.beta_bytes_per_s / 1e12 if fit.beta_bytes_per_s is not None else None,
+        r2=fit.r2,
+        max_rel_residual=fit.max_rel_residual,
+        points=fit.points,
+    )
 
 
 def flops_chart(result: MatmulResult) -> Text:

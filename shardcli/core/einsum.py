@@ -1,0 +1,468 @@
+"""`shardcli einsum`: the user's own einsum and layout, run the ways that make sense, verified.
+
+For every (scale, way): build the operands from NumPy, compile `jnp.einsum` either under `jit` with
+in/out shardings on an Auto mesh (the compiler's automatic sharding) or with `out_sharding=` on an
+Explicit mesh, read the compiled program through `program_analysis`, time it, and compare every
+device's block of the result with a float64 NumPy einsum. A layout the explicit mode refuses is
+JAX's lesson, shown with its reason, not a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from shardcli.arrays import make_host_array, place_array
+from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
+from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled
+from shardcli.core.program_run import check_blocks, time_compiled
+from shardcli.core.session import Session, open_session
+from shardcli.core.timing import Timing, compile_timed
+from shardcli.core.verify import dot_input_roundoff, float_eps
+from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate
+from shardcli.einsum_notation import EinsumNotation, parse_einsum
+from shardcli.errors import ShardcliError, refusal_text
+from shardcli.mesh import entries_of, partition_spec
+from shardcli.runtime import check_fits_in_memory
+from shardcli.specs import ArraySpec, DType, MeshSpec, RunOptions, ShardingSpec, check_sharding_fits
+
+WAYS = ("auto", "explicit")
+WAY_TEXT = {
+    "auto": "jit with in/out shardings (the compiler's automatic sharding)",
+    "explicit": "explicit axes: jnp.einsum(..., out_sharding=...) on an Explicit mesh",
+}
+FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+Entries = tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class EinsumRequest:
+    """Everything `shardcli einsum` needs, parsed and checked before JAX starts."""
+
+    notation: EinsumNotation
+    in_specs: tuple[ShardingSpec, ...]  # one per operand
+    out_spec: ShardingSpec | None  # None: the compiler (or JAX's explicit rules) choose
+    mesh: MeshSpec
+    dtype: DType
+    ways: tuple[str, ...] = WAYS
+    init: str = "random"
+    scales: tuple[float, ...] | None = None  # --sizes: the dims times each scale
+    warmup: int = 5
+    iters: int = 20
+    peak_tflops: float | None = None
+    link_gbps: float | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+
+
+@dataclass(frozen=True)
+class EinsumArray:
+    """One operand or the result: its subscripts, global and per-device shape and its spec."""
+
+    name: str
+    letters: str
+    shape: tuple[int, ...]
+    entries: Entries | None  # None: the result with no --out, before the compiler chose
+
+
+@dataclass(frozen=True)
+class WayRun:
+    """One way of running the einsum at one size."""
+
+    way: str
+    status: str  # "ok" or "refused"
+    message: str | None  # JAX's reason for refusing
+    out_entries: Entries | None  # the result's sharding as JAX reports it
+    analysis: ProgramAnalysis | None
+    model: CostEstimate | None
+    timing: Timing | None
+    achieved_flops: float | None
+    max_rel_err: float
+    wrong: int
+    wrong_devices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EinsumSize:
+    """Every way at one size."""
+
+    scale: float
+    notation: EinsumNotation
+    operands: tuple[EinsumArray, ...]
+    result: EinsumArray
+    model_flops: int
+    tolerance_text: str
+    ways: tuple[WayRun, ...]
+
+    @property
+    def wrong(self) -> int:
+        return sum(w.wrong for w in self.ways)
+
+
+@dataclass(frozen=True)
+class EinsumResult:
+    session: Session
+    request: EinsumRequest
+    hardware: Hardware
+    sizes: tuple[EinsumSize, ...]
+    fits: dict[str, LatencyBandwidthFit | None] = field(default_factory=dict)
+
+    @property
+    def wrong(self) -> int:
+        return sum(s.wrong for s in self.sizes)
+
+
+# --- parsing and validation (no devices) ----------------------------------------------------------
+
+
+def build_einsum_request(
+    subscripts: str,
+    shapes: tuple[tuple[int, ...], ...],
+    in_specs: tuple[ShardingSpec, ...],
+    out_spec: ShardingSpec | None,
+    mesh: MeshSpec,
+    dtype: DType,
+    **settings: Any,
+) -> EinsumRequest:
+    """Check everything that needs no devices and return the request.
+
+    Raises:
+        ShardcliError: the subscripts, shapes, specs, dtype or settings cannot be used as given.
+    """
+    notation = parse_einsum(subscripts, shapes)
+    if len(in_specs) > len(shapes):
+        raise ShardcliError(
+            f"--in was given {len(in_specs)} times but einsum {notation.text!r} has {len(shapes)} "
+            f"operand(s); give at most one --in per operand (a left-out one is replicated)"
+        )
+    specs = tuple(in_specs) + (ShardingSpec(entries=()),) * (len(shapes) - len(in_specs))
+    request = EinsumRequest(
+        notation=notation, in_specs=specs, out_spec=out_spec, mesh=mesh, dtype=dtype, **settings
+    )
+    validate_einsum_request(request)
+    return request
+
+
+def validate_einsum_request(request: EinsumRequest) -> None:
+    """Every check that needs no devices (at each --sizes scale).
+
+    Raises:
+        ShardcliError: anything the run cannot do as asked.
+    """
+    if request.dtype.name not in FLOAT_DTYPES:
+        raise ShardcliError(
+            f"--dtype {request.dtype.name} is not supported by einsum; "
+            f"choose one of {', '.join(FLOAT_DTYPES)}"
+        )
+    if request.iters < 1:
+        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
+    if request.warmup < 0:
+        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
+    for flag, value in (("--peak-tflops", request.peak_tflops), ("--link-gbps", request.link_gbps)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
+    bad = [w for w in request.ways if w not in WAYS]
+    if bad or not request.ways:
+        raise ShardcliError(f"--way {','.join(request.ways)!r} is not valid; choose auto, explicit or both")
+    for notation in notations(request):
+        for i, spec in enumerate(request.in_specs):
+            check_sharding_fits(spec, request.mesh, notation.operand_shape(i), flag=f"--in (operand {i})")
+        if request.out_spec is not None:
+            check_sharding_fits(request.out_spec, request.mesh, notation.output_shape, flag="--out")
+
+
+def notations(request: EinsumRequest) -> tuple[EinsumNotation, ...]:
+    """The einsum at every size of the sweep (one without --sizes)."""
+    from shardcli.specs import scale_shape
+
+    if request.scales is None:
+        return (request.notation,)
+    base = request.notation
+    out = []
+    for scale in request.scales:
+        shapes = tuple(
+            scale_shape(base.operand_shape(i), scale, letters) for i, letters in enumerate(base.inputs)
+        )
+        out.append(base.scaled(shapes))
+    return tuple(out)
+
+
+# --- numerics -------------------------------------------------------------------------------------
+
+
+def tolerance_for(notation: EinsumNotation, request: EinsumRequest, platform: str) -> tuple[float, str]:
+    """Per-element bound on |C - C_ref| / (einsum of |operands|), for any summation order.
+
+    Each pairwise step sums at most K terms (K: the product of the summed dims) in the accumulation
+    type, and rounds its result once; the inputs may be rounded first (TF32 on a GPU); and every
+    partial sum the sharding splits the contraction into is one more rounding to the output type.
+    """
+    from shardcli.arrays import numpy_dtype
+
+    dtype = request.dtype
+    u_out = float_eps(numpy_dtype(dtype)) / 2
+    u_acc = float_eps(np.dtype(np.float64 if dtype.name == "float64" else np.float32)) / 2
+    u_in, in_text = dot_input_roundoff(platform, dtype.name)
+    sizes = notation.size_of
+    k = math.prod(sizes[c] for c in notation.summed) if notation.summed else 1
+    steps = max(1, len(notation.inputs) - 1)
+    axis_sizes = request.mesh.axis_sizes
+    split = {
+        a
+        for spec, letters in zip(request.in_specs, notation.inputs, strict=True)
+        for entry, letter in zip(spec.entries, letters, strict=False)
+        if letter in notation.summed
+        for a in entry
+    }
+    partials = math.prod(axis_sizes[a] for a in split) if split else 1
+    roundings = partials + steps
+    tol = steps * (k + 1) * u_acc + 2 * len(notation.inputs) * u_in + roundings * u_out
+    text = (
+        f"|err| <= {tol:.2e} x (einsum of |operands|) per element: steps (K+1) u_acc + 2 n u_in + r u_out "
+        f"with K={k}, steps={steps}, r={roundings} rounding(s) to {dtype.name}, {in_text}"
+    )
+    return tol, text
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+def _program(notation: EinsumNotation, out_spec: Any | None) -> Callable[..., Any]:
+    import jax.numpy as jnp
+
+    subscripts = notation.canonical
+
+    def einsum(*ops: Any) -> Any:
+        if out_spec is None:
+            return jnp.einsum(subscripts, *ops)
+        return jnp.einsum(subscripts, *ops, out_sharding=out_spec)
+
+    return einsum
+
+
+def _build(
+    way: str, session: Session, explicit_mesh: Any, request: EinsumRequest, notation: EinsumNotation, hosts
+):
+    """(jitted program, placed operands, the mesh to trace under or None)."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    out = request.out_spec
+    if way == "explicit":
+        mesh = explicit_mesh
+        args = tuple(
+            place_array(h, NamedSharding(mesh, partition_spec(s.entries)))
+            for h, s in zip(hosts, request.in_specs, strict=True)
+        )
+        program = _program(notation, partition_spec(out.entries) if out is not None else None)
+        return jax.jit(program), args, mesh
+    mesh = session.mesh
+    shardings = tuple(NamedSharding(mesh, partition_spec(s.entries)) for s in request.in_specs)
+    args = tuple(place_array(h, s) for h, s in zip(hosts, shardings, strict=True))
+    out_sharding = NamedSharding(mesh, partition_spec(out.entries)) if out is not None else None
+    return jax.jit(_program(notation, None), in_shardings=shardings, out_shardings=out_sharding), args, None
+
+
+def comm_of(analysis: ProgramAnalysis) -> tuple[CommCost, ...]:
+    """The cost model's collectives: what the compiler inserted, each device's bytes sent per run
+    times its runs."""
+    return tuple(
+        CommCost(
+            op=c.kind, axis=c.axes_text, group_size=c.group_size or 1, bytes_per_device=c.sent_bytes * c.runs
+        )
+        for c in analysis.collectives
+    )
+
+
+def program_cost(
+    analysis: ProgramAnalysis, model_flops_per_device: float, hardware: Hardware
+) -> CostEstimate:
+    """T_math from the compiled program's FLOPs per device (XLA's count, else the model's share),
+    T_comm from the bytes its collectives send."""
+    flops = analysis.flops if analysis.flops is not None else model_flops_per_device
+    return estimate(int(flops), comm_of(analysis), hardware)
+
+
+def run_way(
+    way: str,
+    session: Session,
+    explicit_mesh: Any,
+    request: EinsumRequest,
+    notation: EinsumNotation,
+    hosts: list[np.ndarray],
+    reference: tuple[np.ndarray, np.ndarray, np.ndarray],
+    model_flops: int,
+    hardware: Hardware,
+) -> WayRun:
+    """Compile, time and verify one way; JAX refusing the layout is a result, not a crash."""
+    import jax
+
+    try:
+        program, args, trace_mesh = _build(way, session, explicit_mesh, request, notation, hosts)
+        with jax.set_mesh(trace_mesh) if trace_mesh is not None else contextlib.nullcontext():
+            compiled, compile_s, cached = compile_timed(program, *args)
+    except Exception as error:  # noqa: BLE001 - JAX's refusal is the lesson the user came to see
+        return WayRun(way, "refused", refusal_text(error), None, None, None, None, None, 0.0, 0, ())
+    analysis = analyze_compiled(compiled, trace_mesh if trace_mesh is not None else session.mesh)
+    timing, y = time_compiled(
+        compiled,
+        args,
+        compile_s=compile_s,
+        cached=cached,
+        warmup=request.warmup,
+        iters=request.iters,
+        process_timing=request.options.process_timing,
+    )
+    ref, bound, scale = reference
+    check = check_blocks(y, ref, bound, scale, [cell.device_id for cell in session.layout.cells])
+    return WayRun(
+        way=way,
+        status="ok",
+        message=None,
+        out_entries=entries_of(y.sharding, y.ndim),
+        analysis=analysis,
+        model=program_cost(analysis, model_flops / request.mesh.size, hardware),
+        timing=timing,
+        achieved_flops=model_flops / timing.stats.p50 if timing.stats.p50 > 0 else None,
+        max_rel_err=check.max_rel_err,
+        wrong=check.wrong,
+        wrong_devices=check.wrong_devices,
+    )
+
+
+def _arrays(notation: EinsumNotation, request: EinsumRequest) -> tuple[tuple[EinsumArray, ...], EinsumArray]:
+    names = "ABCD"
+    operands = tuple(
+        EinsumArray(names[i], letters, notation.operand_shape(i), request.in_specs[i].entries)
+        for i, letters in enumerate(notation.inputs)
+    )
+    out = request.out_spec.entries if request.out_spec is not None else None
+    return operands, EinsumArray("C", notation.output, notation.output_shape, out)
+
+
+def run_size(
+    scale: float,
+    notation: EinsumNotation,
+    session: Session,
+    explicit_mesh: Any,
+    hardware: Hardware,
+    request: EinsumRequest,
+) -> EinsumSize:
+    """Every requested way at one size, against one float64 NumPy reference."""
+    hosts = [
+        make_host_array(
+            ArraySpec(shape=notation.operand_shape(i), dtype=request.dtype, init=request.init), seed=i
+        )
+        for i in range(len(notation.inputs))
+    ]
+    wide = [h.astype(np.float64) for h in hosts]
+    ref = np.asarray(np.einsum(notation.canonical, *wide), dtype=np.float64)
+    scale_of = np.asarray(np.einsum(notation.canonical, *(np.abs(w) for w in wide)), dtype=np.float64)
+    tol, tol_text = tolerance_for(notation, request, session.runtime.platform)
+    model_flops = notation.model_flops()
+    ways = tuple(
+        run_way(
+            way,
+            session,
+            explicit_mesh,
+            request,
+            notation,
+            hosts,
+            (ref, tol * scale_of, scale_of),
+            model_flops,
+            hardware,
+        )
+        for way in request.ways
+    )
+    operands, result = _arrays(notation, request)
+    return EinsumSize(
+        scale=scale,
+        notation=notation,
+        operands=operands,
+        result=result,
+        model_flops=model_flops,
+        tolerance_text=tol_text,
+        ways=ways,
+    )
+
+
+def memory_estimate(request: EinsumRequest) -> tuple[int, int, str]:
+    """Bytes per device and in all, at the largest size: every device's blocks of the operands and
+    the result (whole where left to the compiler), the host operands, and the float64 reference,
+    error scale and bound."""
+    item = request.dtype.itemsize
+    sizes = request.mesh.axis_sizes
+    worst = (0, 0, "")
+
+    def local(shape: tuple[int, ...], entries: Entries) -> int:
+        parts = [math.prod(sizes[a] for a in e) for e in entries] + [1] * (len(shape) - len(entries))
+        return math.prod(d // p for d, p in zip(shape, parts, strict=False))
+
+    for notation in notations(request):
+        shapes = [notation.operand_shape(i) for i in range(len(notation.inputs))]
+        out = notation.output_shape
+        out_entries = request.out_spec.entries if request.out_spec is not None else ()
+        per_device = (
+            sum(local(s, spec.entries) for s, spec in zip(shapes, request.in_specs, strict=True))
+            + local(out, out_entries)
+        ) * item
+        host = sum(math.prod(s) for s in shapes) * (item + 8)
+        total = request.mesh.size * per_device * len(request.ways) + host + 3 * math.prod(out) * 8
+        if total > worst[1]:
+            shown = ", ".join("x".join(map(str, s)) for s in shapes)
+            worst = (per_device, total, f"einsum {notation.text!r} at {shown}")
+    return worst
+
+
+def run_einsum(
+    request: EinsumRequest, progress: Callable[[int, int, str], None] | None = None
+) -> EinsumResult:
+    """Run every (size, way) of the request.
+
+    Raises:
+        ShardcliError: bad input, found before allocating.
+    """
+    validate_einsum_request(request)
+    per_device, total, what = memory_estimate(request)
+    session = open_session(request.mesh, replace(request.options, mode="auto"), x64=request.dtype.needs_x64)
+    check_fits_in_memory(
+        session.runtime, list(session.devices), per_device=per_device, total=total, what=what
+    )
+    explicit_mesh = None
+    if "explicit" in request.ways:
+        from shardcli.mesh import build_mesh
+
+        explicit_mesh = build_mesh(request.mesh, list(session.devices), mode="explicit")
+    from shardcli.core.matmul import resolve_hardware
+
+    hardware = resolve_hardware(session, request)
+    scales = request.scales if request.scales is not None else (1.0,)
+    sizes = []
+    for n, (scale, notation) in enumerate(zip(scales, notations(request), strict=True)):
+        if progress is not None:
+            progress(n, len(scales), f"{notation.text} x{scale:g}")
+        sizes.append(run_size(scale, notation, session, explicit_mesh, hardware, request))
+    if progress is not None:
+        progress(len(scales), len(scales), "done")
+    return EinsumResult(
+        session=session,
+        request=request,
+        hardware=hardware,
+        sizes=tuple(sizes),
+        fits=flop_fits(tuple(sizes)) if len(sizes) > 1 else {},
+    )
+
+
+def flop_fits(sizes: tuple[EinsumSize, ...]) -> dict[str, LatencyBandwidthFit | None]:
+    """Per way that ran at every size: t(F) = alpha + F / rate over the sweep."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    for size in sizes:
+        for run in size.ways:
+            if run.timing is not None:
+                points.setdefault(run.way, []).append((size.model_flops, run.timing.stats.p50))
+    return {key: fit_latency_bandwidth([f for f, _ in p], [t for _, t in p]) for key, p in points.items()}

@@ -1,0 +1,156 @@
+"""Rendering a `ProgramAnalysis`: the same collectives table, memory line and JSON for every command
+that reads a compiled program (einsum, reshard; inspect to come)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from shardcli import json_schema as schema
+from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnalysis
+from shardcli.costmodel import CostEstimate, Hardware
+from shardcli.render.console import DataTable
+from shardcli.runtime import format_bytes
+
+
+def program_json(analysis: ProgramAnalysis | None) -> dict[str, Any] | None:
+    if analysis is None:
+        return None
+    return schema.PROGRAM(
+        collectives=[collective_json(c) for c in analysis.collectives],
+        memory=memory_json(analysis.memory),
+        flops_per_device=analysis.flops,
+        bytes_accessed_per_device=analysis.bytes_accessed,
+        sent_bytes_per_device=analysis.sent_bytes,
+    )
+
+
+def collective_json(c: CollectiveOp) -> dict[str, Any]:
+    return schema.PROGRAM_COLLECTIVE(
+        kind=c.kind,
+        mesh_axes=list(c.mesh_axes) if c.mesh_axes is not None else None,
+        group_size=c.group_size,
+        shape=c.shape,
+        result_bytes=c.result_bytes,
+        sent_bytes=c.sent_bytes,
+        runs=c.runs,
+        runs_known=c.runs_known,
+        op_name=c.op_name,
+        source=c.source,
+    )
+
+
+def memory_json(memory: MemoryUse | None) -> dict[str, Any] | None:
+    if memory is None:
+        return None
+    return schema.MEMORY(
+        argument_bytes=memory.argument_bytes,
+        output_bytes=memory.output_bytes,
+        temp_bytes=memory.temp_bytes,
+        alias_bytes=memory.alias_bytes,
+        code_bytes=memory.code_bytes,
+        total_bytes=memory.total_bytes,
+    )
+
+
+def model_json(model: CostEstimate | None) -> dict[str, Any] | None:
+    if model is None:
+        return None
+    return schema.COST_MODEL(
+        flops_per_device=model.flops_per_device,
+        comm=[
+            schema.COMM(op=c.op, axis=c.axis, group_size=c.group_size, bytes_per_device=c.bytes_per_device)
+            for c in model.comm
+        ],
+        comm_bytes_per_device=model.comm_bytes_per_device,
+        t_math_s=model.t_math_s,
+        t_comm_s=model.t_comm_s,
+        t_bound_s=model.t_bound_s,
+        t_sum_s=model.t_sum_s,
+        dominant=model.dominant,
+    )
+
+
+def _where(c: CollectiveOp) -> str:
+    """`dot_general at step.py:12`: the JAX operation without its jit(...) path, and the line."""
+    op = c.op_name.rsplit("/", 1)[-1] if c.op_name else "inserted by the partitioner"
+    if c.source is None:
+        return op
+    path, _, line = c.source.rpartition(":")
+    return f"{op} at {os.path.basename(path)}:{line}"
+
+
+def runs_text(c: CollectiveOp) -> str:
+    return f"{c.runs}" if c.runs_known else f"{c.runs}?"
+
+
+def collectives_table(rows: list[tuple[str, CollectiveOp]], label: str = "impl") -> Table | Text:
+    """One row per collective the compiler inserted: kind, mesh axes, result shape, bytes per device
+    (its result, and what it sends by the ring conventions), how often it runs, where it came from."""
+    if not rows:
+        return Text("none: every device computes its block from what it holds", style="dim")
+    table = DataTable(box=None, header_style="bold")
+    numbers = ("bytes/device", "sends/device", "runs")
+    for name in (label, "collective", "mesh axes", "result", *numbers, "from"):
+        table.add_column(name, justify="right" if name in numbers else "left")
+    for owner, c in rows:
+        table.add_row(
+            owner,
+            c.kind,
+            c.axes_text,
+            c.shape,
+            format_bytes(c.result_bytes),
+            format_bytes(c.sent_bytes),
+            runs_text(c),
+            _where(c),
+        )
+    return table
+
+
+def memory_text(memory: MemoryUse | None) -> str:
+    if memory is None:
+        return "memory: the backend gives no memory analysis"
+    parts = [
+        f"arguments {format_bytes(memory.argument_bytes)}",
+        f"outputs {format_bytes(memory.output_bytes)}",
+        f"temporaries {format_bytes(memory.temp_bytes)}",
+    ]
+    if memory.code_bytes:
+        parts.append(f"code {format_bytes(memory.code_bytes)}")
+    if memory.alias_bytes:
+        parts.append(f"aliased -{format_bytes(memory.alias_bytes)}")
+    return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)})"
+
+
+def cost_model_text(model: CostEstimate, hw: Hardware, what: str) -> Text:
+    """The roofline per device: FLOPs and what each collective sends, the peak and link figures
+    with their sources, T_math, T_comm and the bounds."""
+    from shardcli.render.matmul import format_flops, format_seconds
+
+    text = Text()
+    comm = "; ".join(
+        f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
+        for c in model.comm
+    )
+    text.append(
+        f"per device: {format_flops(model.flops_per_device, 'FLOP')} of {what}; "
+        + (comm if comm else "no communication")
+        + "\n"
+    )
+    text.append(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})\n", style="dim")
+    text.append(f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})\n", style="dim")
+    if model.t_bound_s is None:
+        text.append("T_math / T_comm: n/a without a peak and a link bandwidth", style="yellow")
+        return text
+    text.append(
+        f"T_math = FLOPs / peak = {format_seconds(model.t_math_s)}; "
+        f"T_comm = bytes / link = {format_seconds(model.t_comm_s)}\n"
+    )
+    text.append(
+        f"bound max(T_math, T_comm) = {format_seconds(model.t_bound_s)} ({model.dominant}); "
+        f"no overlap at all: {format_seconds(model.t_sum_s)}"
+    )
+    return text

@@ -1,0 +1,225 @@
+"""Rendering `shardcli reshard`: rich for people, JSON and CSV for scripts."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from shardcli import json_schema as schema
+from shardcli.core.reshard import WAY_TEXT, ReshardResult, ReshardWay
+from shardcli.render import human, jsonout
+from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.program import collectives_table, memory_text, program_json
+from shardcli.runtime import format_bytes
+from shardcli.specs import RunOptions
+from shardcli.tile_math import format_index
+
+FORMATS = ("table", "json", "csv")
+
+
+def _spec_json(entries: tuple[tuple[str, ...], ...] | None) -> list[list[str] | None] | None:
+    return None if entries is None else [list(e) if e else None for e in entries]
+
+
+def _way_json(way: ReshardWay) -> dict[str, Any]:
+    return schema.RESHARD_IMPL(
+        impl=way.way,
+        status=way.status,
+        message=way.message,
+        out_spec=_spec_json(way.out_entries),
+        program=program_json(way.analysis),
+        timing=jsonout.timing_json(way.timing),
+        algbw_gbps=way.algbw / 1e9 if way.algbw is not None else None,
+        wrong=way.wrong,
+        wrong_devices=list(way.wrong_devices),
+    )
+
+
+def reshard_json(result: ReshardResult) -> dict[str, Any]:
+    req = result.request
+    return jsonout.document(
+        "reshard",
+        result.session,
+        {
+            "config": schema.RESHARD_CONFIG(
+                shape=list(req.array.shape),
+                dtype=req.array.dtype.name,
+                init=req.array.init,
+                nbytes=req.array.nbytes,
+                from_spec=_spec_json(req.source.entries),
+                to_spec=_spec_json(req.target.entries),
+                impls=list(req.ways),
+                warmup=req.warmup,
+                iters=req.iters,
+            ),
+            "devices": [
+                schema.RESHARD_DEVICE(
+                    device_id=m.device_id,
+                    before=jsonout.index_json(m.before),
+                    after=jsonout.index_json(m.after),
+                    receive_bytes=m.receive_bytes,
+                )
+                for m in result.moves
+            ],
+            "impls": [_way_json(w) for w in result.ways],
+            "summary": schema.RESHARD_SUMMARY(
+                wrong=result.wrong,
+                needs_communication=result.needs_communication,
+                min_receive_bytes_per_device=result.min_receive_bytes,
+            ),
+        },
+    )
+
+
+CSV_COLUMNS = (
+    "impl",
+    "shape",
+    "dtype",
+    "from_spec",
+    "to_spec",
+    "status",
+    "collectives",
+    "sent_bytes_per_device",
+    "min_receive_bytes_per_device",
+    "p50_us",
+    "algbw_gbps",
+    "wrong",
+)
+
+
+def reshard_csv(result: ReshardResult) -> str:
+    req = result.request
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for w in result.ways:
+        a = w.analysis
+        writer.writerow(
+            [
+                w.way,
+                "x".join(map(str, req.array.shape)),
+                req.array.dtype.name,
+                req.source.describe(),
+                req.target.describe(),
+                w.status,
+                ";".join(f"{c.kind}@{c.axes_text}x{c.runs}" for c in a.collectives) if a else "",
+                a.sent_bytes if a else "",
+                result.min_receive_bytes,
+                f"{w.timing.stats.p50 * 1e6:.3f}" if w.timing else "",
+                f"{w.algbw / 1e9:.6g}" if w.algbw is not None else "",
+                w.wrong,
+            ]
+        )
+    return buffer.getvalue()
+
+
+def moves_table(result: ReshardResult) -> Table:
+    axes = result.session.layout.axes
+    coords = {c.device_id: c.coords for c in result.session.layout.cells}
+    table = DataTable(box=None, header_style="bold")
+    for name in ("device", "mesh coords", "holds before", "holds after", "must receive"):
+        table.add_column(name, justify="right" if name == "must receive" else "left", no_wrap=True)
+    for m in result.moves:
+        table.add_row(
+            str(m.device_id),
+            human.coords_text(axes, coords[m.device_id]),
+            format_index(m.before),
+            format_index(m.after),
+            format_bytes(m.receive_bytes),
+        )
+    return table
+
+
+def ways_table(result: ReshardResult) -> Table:
+    table = DataTable(box=None, header_style="bold")
+    numbers = ("sends/device", "memory/device", "compile (ms)", "p50 (us)", "algbw (GB/s)", "#wrong")
+    for name in ("impl", "status", "result spec", *numbers):
+        table.add_column(name, justify="right" if name in numbers else "left", no_wrap=True)
+    for w in result.ways:
+        a = w.analysis
+        table.add_row(
+            w.way,
+            Text("ok", style="green") if w.status == "ok" else Text("refused", style="yellow"),
+            human.spec_text(w.out_entries),
+            format_bytes(a.sent_bytes) if a else "-",
+            format_bytes(a.memory.total_bytes) if a and a.memory else "-",
+            human.compile_text(w.timing) if w.timing and a else "-",
+            f"{w.timing.stats.p50 * 1e6:.1f}" if w.timing else "-",
+            f"{w.algbw / 1e9:.3g}" if w.algbw is not None else "-",
+            Text(str(w.wrong), style="bold red" if w.wrong else "green") if w.timing else Text("-"),
+        )
+    return table
+
+
+def render_reshard(result: ReshardResult, options: RunOptions) -> None:
+    show_warnings(result.session.runtime)
+    if not prints_here(options, result.session.runtime):
+        return
+    if options.format == "json":
+        jsonout.write_json(reshard_json(result), options)
+        return
+    if options.format == "csv":
+        emit(reshard_csv(result), options)
+        return
+    console = make_console(options)
+    req = result.request
+    shape = req.array.shape
+    if not options.quiet:
+        facts = {
+            "array": f"{'x'.join(map(str, shape))} {req.array.dtype.name} "
+            f"({format_bytes(req.array.nbytes)}), init {req.array.init}",
+            "move": f"{req.source.describe()}  ->  {req.target.describe()}",
+            "impls": "; ".join(f"{w}: {WAY_TEXT[w]}" for w in req.ways),
+            "timing": f"{req.warmup} warm-up + {req.iters} timed moves; algbw = array bytes / p50"
+            + human.timing_across(result.session),
+            "verify": "exact (bit for bit) against the NumPy array",
+        }
+        console.print(human.header(result.session, facts))
+        for title, entries in (("before", req.source.entries), ("after", req.target.entries)):
+            human.section(
+                console,
+                f"{title}: spec {human.spec_text(entries)}",
+                human.sharding_picture(human.spec_tiles(shape, entries, result.session)),
+            )
+        human.section(
+            console,
+            "what each device holds and must receive" + human.this_process_only(result.session),
+            moves_table(result),
+        )
+    rows = [(w.way, c) for w in result.ways if w.analysis for c in w.analysis.collectives]
+    human.section(console, "collectives the compiler used", collectives_table(rows))
+    human.section(console, "each way", ways_table(result))
+    if not options.quiet:
+        for w in result.ways:
+            if w.analysis is not None:
+                console.print(Text(f"{w.way} memory: {memory_text(w.analysis.memory)}", style="dim"))
+    console.print()
+    if not result.needs_communication:
+        console.print("no communication needed: every device already holds its new block")
+    else:
+        console.print(
+            f"every way must bring at least {format_bytes(result.min_receive_bytes)} to the busiest device "
+            "(the part of its new block it did not hold)"
+        )
+    for w in result.ways:
+        if w.status == "refused":
+            console.print(Text(f"{w.way} refused: {w.message}", style="yellow"))
+    if result.wrong:
+        bad = [
+            f"{w.way} ({w.wrong} on device(s) {', '.join(map(str, w.wrong_devices))})"
+            for w in result.ways
+            if w.wrong
+        ]
+        console.print(Text(f"WRONG: elements differ from NumPy in {'; '.join(bad)}", style="bold red"))
+    else:
+        console.print(
+            Text(
+                "verified: every device's new block matches NumPy exactly"
+                + human.checked_where(result.session),
+                style="green",
+            )
+        )
