@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-ALLOCATORS = ("reuse", "system")
+from shardcli.specs import Malloc
+
+ALLOCATORS = tuple(Malloc)
 
 # mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -37,7 +39,7 @@ SETTINGS = (
 class AllocatorState:
     """What the run's host allocator is, in words for the header and JSON."""
 
-    mode: str  # "reuse" (tuned here) or "system" (left as it was)
+    mode: Malloc  # reuse (tuned here) or system (left as it was)
     applied: bool
     note: str
 
@@ -60,7 +62,9 @@ def _glibc() -> Any:
     return libc
 
 
-def tune_for_reuse(requested: str, *, backend_started: bool, why: str | None = None) -> AllocatorState:
+def tune_for_reuse(
+    requested: Malloc | str, *, backend_started: bool, why: str | None = None
+) -> AllocatorState:
     """Apply `--malloc reuse` once per process, or say why not.
 
     Args:
@@ -73,20 +77,20 @@ def tune_for_reuse(requested: str, *, backend_started: bool, why: str | None = N
     if _state is not None:  # tuned by an earlier run in this process; mallopt cannot be undone
         if requested == "reuse":
             return _state
-        return AllocatorState("reuse", True, f"{_state.note}; set earlier in this process, kept")
+        return AllocatorState(Malloc.REUSE, True, f"{_state.note}; set earlier in this process, kept")
     if requested == "system":
-        return AllocatorState("system", False, f"system malloc ({why or '--malloc system'})")
+        return AllocatorState(Malloc.SYSTEM, False, f"system malloc ({why or '--malloc system'})")
     if backend_started:
         return AllocatorState(
-            "system",
+            Malloc.SYSTEM,
             False,
             "system malloc: --malloc reuse not applied, JAX had already started in this process",
         )
     libc = _glibc()
     if libc is None:
-        return AllocatorState("system", False, "system malloc: --malloc reuse needs glibc")
+        return AllocatorState(Malloc.SYSTEM, False, "system malloc: --malloc reuse needs glibc")
     if not all(libc.mallopt(key, value) == 1 for key, value, _ in SETTINGS):
-        return AllocatorState("system", False, "system malloc: glibc refused the mallopt settings")
+        return AllocatorState(Malloc.SYSTEM, False, "system malloc: glibc refused the mallopt settings")
     names = ", ".join(name for _, _, name in SETTINGS)
-    _state = AllocatorState("reuse", True, f"glibc malloc keeps freed buffers for reuse ({names})")
+    _state = AllocatorState(Malloc.REUSE, True, f"glibc malloc keeps freed buffers for reuse ({names})")
     return _state

@@ -431,3 +431,143 @@ def test_parse_view_dims(text, rank, expected):
 def test_parse_view_dims_errors(text, rank, message):
     with pytest.raises(ShardcliError, match=re.escape(message)):
         parse_view_dims(text, rank)
+
+
+# --- frozen specs refuse nonsense at construction --------------------------------------------------
+
+
+def _build(factory):
+    from shardcli import specs
+
+    return factory(specs)
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        pytest.param(
+            lambda s: s.MeshSpec(shape=(2, 4), axes=("x",)),
+            "mesh shape (2, 4) has 2 dims but axes ('x',) name 1; give one name per dim",
+            id="mesh-axes-short",
+        ),
+        pytest.param(
+            lambda s: s.MeshSpec(shape=(), axes=()),
+            "mesh shape () is not valid; give one or more positive sizes, such as (2, 4)",
+            id="mesh-empty",
+        ),
+        pytest.param(
+            lambda s: s.MeshSpec(shape=(0, 4), axes=("x", "y")),
+            "mesh shape (0, 4) is not valid; give one or more positive sizes, such as (2, 4)",
+            id="mesh-zero",
+        ),
+        pytest.param(
+            lambda s: s.MeshSpec(shape=(2, 2), axes=("x", "x")),
+            "mesh axes ('x', 'x') name an axis twice; axis names must be unique",
+            id="mesh-axis-twice",
+        ),
+        pytest.param(
+            lambda s: s.MeshSpec(shape=(2,), axes=("not valid",)),
+            "mesh axis name 'not valid' is not valid; axis names are Python identifiers such as data or x",
+            id="mesh-axis-name",
+        ),
+        pytest.param(
+            lambda s: s.MeshSpec(shape=(2,), axes=("None",)),
+            "mesh axis name 'None' is not valid; axis names are Python identifiers such as data or x",
+            id="mesh-reserved-name",
+        ),
+        pytest.param(
+            lambda s: s.ShardingSpec(entries=("data",)),
+            "sharding entries ('data',) are not valid; give one tuple of mesh axis names per array dim, "
+            "such as (('data',), ())",
+            id="sharding-bare-string",
+        ),
+        pytest.param(
+            lambda s: s.RunOptions(format="yaml"),
+            "format 'yaml' is not valid; choose one of table, json, csv",
+            id="options-format",
+        ),
+        pytest.param(
+            lambda s: s.RunOptions(platform="cuda"),
+            "platform 'cuda' is not valid; choose one of auto, cpu, gpu, tpu",
+            id="options-platform",
+        ),
+        pytest.param(
+            lambda s: s.RunOptions(mode="manual"),
+            "mode 'manual' is not valid; choose one of auto, explicit",
+            id="options-mode",
+        ),
+        pytest.param(
+            lambda s: s.RunOptions(process_timing="min"),
+            "process_timing 'min' is not valid; choose one of max, avg",
+            id="options-process-timing",
+        ),
+        pytest.param(
+            lambda s: s.RunOptions(malloc="jemalloc"),
+            "malloc 'jemalloc' is not valid; choose one of reuse, system",
+            id="options-malloc",
+        ),
+        pytest.param(
+            lambda s: s.DistributedSpec(coordinator="h:1", num_processes=2),
+            "a multi-process run takes coordinator, num_processes and process_id together "
+            "(or none of them, to let JAX detect the cluster)",
+            id="distributed-partial",
+        ),
+        pytest.param(
+            lambda s: s.DistributedSpec("h:1", 2, 2),
+            "process_id 2 is not valid for 2 processes; give 0 to 1",
+            id="distributed-process-id",
+        ),
+        pytest.param(
+            lambda s: s.DistributedSpec("h:1", 0, 0),
+            "num_processes 0 is not valid; give at least 1",
+            id="distributed-no-processes",
+        ),
+        pytest.param(
+            lambda s: s.DistributedSpec(join_timeout_s=0),
+            "join_timeout_s 0 is not valid; give at least 1 second",
+            id="distributed-timeout",
+        ),
+        pytest.param(
+            lambda s: s.ArraySpec(shape=(4, -1), dtype=s.DTYPES["float32"]),
+            "array shape (4, -1) is not valid; give sizes of 0 or more",
+            id="array-negative",
+        ),
+        pytest.param(
+            lambda s: s.ArraySpec(shape=(4,), dtype=s.DTYPES["float32"], init="linspace"),
+            "init 'linspace' is not valid; choose one of arange, ones, zeros, random",
+            id="array-init",
+        ),
+        pytest.param(
+            lambda s: s.DType("complex64", 8, "complex"),
+            "dtype complex64 has kind 'complex'; choose one of float, int, uint, bool",
+            id="dtype-kind",
+        ),
+    ],
+)
+def test_nonsense_specs_are_refused(factory, message):
+    with pytest.raises(ShardcliError) as info:
+        _build(factory)
+    assert str(info.value) == message
+    assert "\n" not in str(info.value)
+
+
+def test_closed_choices_are_enums_that_read_as_their_words():
+    import json
+
+    from shardcli.specs import Format, Malloc, Mode, Platform, ProcessTiming, RunOptions
+
+    options = RunOptions(platform="cpu", mode="explicit", format="json", process_timing="avg", malloc="reuse")
+    assert (options.platform, options.mode, options.format) == (Platform.CPU, Mode.EXPLICIT, Format.JSON)
+    assert (options.process_timing, options.malloc) == (ProcessTiming.AVG, Malloc.REUSE)
+    assert options.format == "json" and f"{options.platform}" == "cpu"
+    assert json.dumps({"mode": options.mode}) == '{"mode": "explicit"}'
+    assert parse_choice("tpu", "--platform", tuple(Platform)) == "tpu"
+    with pytest.raises(
+        ShardcliError, match=r"^--platform 'cuda' is not valid; choose one of auto, cpu, gpu, tpu$"
+    ):
+        parse_choice("cuda", "--platform", tuple(Platform))
+
+
+def test_a_spec_that_jax_refuses_can_still_be_described():
+    """matmul's illegal case shards two dims over one axis: the spec exists so JAX can refuse it."""
+    assert ShardingSpec(entries=(("x",), ("x",))).describe() == "x,x"
