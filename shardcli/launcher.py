@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 from shardcli.errors import ExitCode, ShardcliError
 
-DEVICE_COMMANDS = ("mesh", "shard", "collective", "matmul", "recipe")
+DEVICE_COMMANDS = ("mesh", "shard", "collective", "matmul", "einsum", "reshard", "recipe")
 # Flags the launcher sets for every child; the command must leave them out.
 RESERVED_FLAGS = ("--coordinator", "--num-processes", "--process-id", "--distributed")
 MAX_PROCESSES = 64

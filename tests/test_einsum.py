@@ -7,6 +7,7 @@ import io
 import json
 
 import pytest
+from conftest import run_shardcli
 
 from shardcli import json_schema as schema
 from shardcli.einsum_notation import parse_einsum
@@ -361,3 +362,39 @@ def test_reshard_checks_every_element(cli, monkeypatch):
     out = cli([*RESHARD, "--from", "data", "--to", "model", *FAST])
     assert out.exit_code == 1 and "WRONG" in out.stdout
     assert "differ from NumPy in reshard (" in out.stdout
+
+
+# --- several processes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param((*BSF, "--in", "data,None,model", "--in", "model,None"), id="einsum"),
+        pytest.param(
+            ("reshard", "--shape", "8x64", "--from", "data,model", "--to", "model,data"), id="reshard"
+        ),
+    ],
+)
+def test_launch_two_processes_verifies_across_both(args):
+    proc = run_shardcli(
+        "launch",
+        "-n",
+        "2",
+        "--",
+        *args,
+        "--mesh",
+        "2x2",
+        "--axes",
+        "data,model",
+        *FAST,
+        "--format",
+        "json",
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["runtime"]["process_count"] == 2 and doc["summary"]["wrong"] == 0
+    impls = doc["sizes"][0]["impls"] if doc["command"] == "einsum" else doc["impls"]
+    timed = [i for i in impls if i["timing"] is not None]
+    assert timed and all(len(i["timing"]["processes"]) == 2 for i in timed)

@@ -282,3 +282,119 @@ def test_a_damaged_copy_bandwidth_cache_is_measured_again(tmp_path_factory, data
         roofline._host_copy_bandwidth.cache_clear()
     assert math.isfinite(figure.bytes_per_s) and figure.bytes_per_s > 0
     event("read from the cache" if figure.cached else "measured again")
+
+
+NEAR_SUBSCRIPTS = [
+    "ij,jk->ik",
+    "bsd,df->bsf",
+    "ij,jk",
+    "ij->ji",
+    "ii->i",
+    "...ij,...jk",
+    "ij,jk->il",
+    "i1",
+    "ij,,jk",
+    "->",
+    "ij->jj",
+    "a,b,c,d,e",
+    "",
+]
+
+
+def _one_line_or_ok(result, args: list[str]) -> None:
+    assert "Traceback" not in result.output, (args, result.output)
+    assert result.exit_code in (0, 2), (args, result.exit_code, result.output)
+    if result.exit_code == 2:
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("shardcli"), (args, result.stderr)
+    event(f"exit {result.exit_code}")
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    subscripts=flag(NEAR_SUBSCRIPTS),
+    shapes=st.lists(flag(NEAR_SHAPE), max_size=3),
+    ins=st.lists(flag(NEAR_SPEC), max_size=3),
+    out=optional_flag(NEAR_SPEC),
+    mesh=flag(NEAR_MESH),
+    axes=optional_flag(NEAR_AXES),
+)
+def test_random_einsum_flags_exit_0_or_2_without_traceback(cli, subscripts, shapes, ins, out, mesh, axes):
+    assume(all(small_enough(s) for s in shapes))
+    args = ["einsum", subscripts, "--mesh", mesh, "--quiet", "--warmup", "0", "--iters", "1"]
+    args += [a for s in shapes for a in ("--shape", s)] + [a for s in ins for a in ("--in", s)]
+    args += ["--axes", axes] if axes is not None else []
+    args += ["--out", out] if out is not None else []
+    _one_line_or_ok(cli(args), args)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    shape=flag(NEAR_SHAPE),
+    source=optional_flag(NEAR_SPEC),
+    target=optional_flag(NEAR_SPEC),
+    mesh=flag(NEAR_MESH),
+    axes=optional_flag(NEAR_AXES),
+)
+def test_random_reshard_flags_exit_0_or_2_without_traceback(cli, shape, source, target, mesh, axes):
+    assume(small_enough(shape))
+    args = ["reshard", "--shape", shape, "--mesh", mesh, "--quiet", "--warmup", "0", "--iters", "1"]
+    args += ["--axes", axes] if axes is not None else []
+    args += ["--from", source] if source is not None else []
+    args += ["--to", target] if target is not None else []
+    result = cli(args)
+    _one_line_or_ok(result, args)
+    if result.exit_code == 0:
+        assert "verified: every device's new block matches NumPy exactly" in result.stdout
+
+
+@st.composite
+def valid_einsum_args(draw) -> list[str]:
+    """A random contraction of two operands over letters a-e, each dim sharded or not, that fits."""
+    axes = {"x": 2, "y": 4}
+    letters = "abcde"
+    sizes = {c: draw(st.sampled_from([4, 8])) for c in letters}
+    lhs = "".join(draw(st.permutations(letters))[: draw(st.integers(1, 3))])
+    rhs = "".join(draw(st.permutations(letters))[: draw(st.integers(1, 3))])
+    seen = sorted(set(lhs + rhs))
+    out = "".join(c for c in draw(st.permutations(seen)) if draw(st.booleans()))
+    args = ["einsum", f"{lhs},{rhs}->{out}", "--mesh", "2x4", "--axes", "x,y", "--format", "json"]
+    for operand in (lhs, rhs):
+        free = list(axes)
+        entries = []
+        for c in operand:
+            pick = draw(st.sampled_from([None, *free]))
+            if pick is not None and sizes[c] % axes[pick] == 0:
+                free.remove(pick)
+                entries.append(pick)
+            else:
+                entries.append("None")
+        args += ["--shape", "x".join(str(sizes[c]) for c in operand), "--in", ",".join(entries)]
+    return args
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(args=valid_einsum_args())
+def test_valid_random_einsums_match_numpy_or_are_refused_as_lessons(cli, args):
+    result = cli([*args, "--warmup", "0", "--iters", "1"])
+    assert result.exit_code == 0, (args, result.output)
+    doc = json.loads(result.stdout)
+    auto = doc["sizes"][0]["impls"][0]
+    assert auto["impl"] == "auto" and auto["status"] == "ok" and auto["wrong"] == 0, (args, auto)
+    explicit = doc["sizes"][0]["impls"][1]
+    assert explicit["status"] == "ok" or explicit["message"].split(":")[0].endswith("Error"), explicit
