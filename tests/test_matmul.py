@@ -13,6 +13,7 @@ import pytest
 from shardcli.core.matmul import MatmulRequest, run_matmul, tolerance_for, validate_request
 from shardcli.costmodel import CommCost, Hardware, estimate, lookup_peak, table_hardware
 from shardcli.errors import ShardcliError
+from shardcli.json_schema import document_problems
 from shardcli.matmul_registry import IMPLS, MATMUL_CASES, Axes, flops_per_device
 from shardcli.render.matmul import CSV_COLUMNS
 from shardcli.specs import RunOptions, parse_dims, parse_dtype, parse_mesh, parse_scales, scale_dims
@@ -416,35 +417,11 @@ def test_json_contract(cli):
     )
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    assert set(doc) == {
-        "schema",
-        "command",
-        "shardcli_version",
-        "runtime",
-        "mesh",
-        "config",
-        "runs",
-        "summary",
-    }
+    assert document_problems(doc, "matmul") == []  # exactly the keys shardcli/json_schema.py gives
     assert doc["command"] == "matmul"
-    assert set(doc["config"]) == {
-        "cases", "impls", "dims", "scales", "dtype", "init", "warmup", "iters", "x_axis", "y_axis", "hardware"
-    }  # fmt: skip
     run = doc["runs"][0]
-    assert set(run) == {
-        "case", "notation", "scale", "dims", "skipped", "operands", "result", "model_flops", "tolerance",
-        "tolerance_text", "model", "impls", "wrong",
-    }  # fmt: skip
-    assert set(run["model"]) == {
-        "flops_per_device", "comm", "comm_bytes_per_device", "t_math_s", "t_comm_s", "t_bound_s", "t_sum_s",
-        "dominant",
-    }  # fmt: skip
+    assert run["model"] is not None  # so its keys were checked
     impl = run["impls"][0]
-    assert set(impl) == {
-        "impl", "status", "message", "expected_refusal", "out_spec", "hlo_collectives", "xla_cost", "timing",
-        "achieved_flop_per_s", "achieved_flop_per_s_per_device", "time_over_model_bound", "max_rel_err",
-        "wrong", "wrong_devices",
-    }  # fmt: skip
     assert run["operands"][0] == {
         "name": "A",
         "shape": [16, 32],

@@ -8,21 +8,63 @@ no device start-up.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from shardcli.errors import ShardcliError
 from shardcli.json_file import read_json
+from shardcli.json_schema import DIMS, DOCUMENTS, SCHEMA_VERSION
 from shardcli.specs import format_size
-
-# The JSON schema version this module reads: `SCHEMA_VERSION` in shardcli/render/jsonout.py (which
-# imports NumPy, so it is not imported here; a test pins the two together).
-KNOWN_SCHEMA = 1
 
 Doc = dict[str, Any]
 Files = tuple[str, str]
+
+
+def _key(*path: str, kinds: tuple[str, ...] = ("collective", "matmul")) -> str:
+    """The last key of `path`, once each kind's schema has it there."""
+    return [DOCUMENTS[kind].key(*path) for kind in kinds][-1]
+
+
+def _measured(*path: str) -> str:
+    """A key of one measurement, which a collective's placement and a matmul's impl both have."""
+    _key("sizes", "placements", *path, kinds=("collective",))
+    return _key("runs", "impls", *path, kinds=("matmul",))
+
+
+# Every key compare reads, named once and looked up in shardcli/json_schema.py when this module
+# loads: a key renamed there fails here, at import, rather than in someone's comparison.
+_SCHEMA = _key("schema")
+_COMMAND = _key("command")
+_SHARDCLI_VERSION = _key("shardcli_version")
+_RUNTIME = _key("runtime")
+_PLATFORM = _key("runtime", "platform")
+_DEVICE_KIND = _key("runtime", "device_kind")
+_MESH = _key("mesh")
+_MESH_SHAPE = _key("mesh", "shape")
+_MESH_AXES = _key("mesh", "axes")
+_CONFIG = _key("config")
+_DTYPE = _key("config", "dtype")
+_TIMING = _measured("timing")
+_STATS = _measured("timing", "stats_s")
+_P50 = _measured("timing", "stats_s", "p50")
+_SEVERAL = _key("collectives", kinds=("collectives",))  # several collectives in one document
+_COLLECTIVE = _key("config", "collective", kinds=("collective",))
+_PARAMS = _key("config", "params", kinds=("collective",))
+_OUT_BUFFER = _key("config", "out_buffer", kinds=("collective",))
+_PLACEMENT_FLAG = _key("config", "placement", kinds=("collective",))
+_SIZES = _key("sizes", kinds=("collective",))
+_BYTES_PER_DEVICE = _key("sizes", "bytes_per_device", kinds=("collective",))
+_PLACEMENTS = _key("sizes", "placements", kinds=("collective",))
+_PLACEMENT = _key("sizes", "placements", "placement", kinds=("collective",))
+_BUSBW = _key("sizes", "placements", "busbw_gbps", kinds=("collective",))
+_CASES = _key("config", "cases", kinds=("matmul",))
+_RUNS = _key("runs", kinds=("matmul",))
+_CASE = _key("runs", "case", kinds=("matmul",))
+_DIMS = _key("runs", "dims", kinds=("matmul",))
+_IMPLS = _key("runs", "impls", kinds=("matmul",))
+_IMPL = _key("runs", "impls", "impl", kinds=("matmul",))
+_STATUS = _key("runs", "impls", "status", kinds=("matmul",))
 
 
 def _same(
@@ -50,15 +92,15 @@ def _same(
 
 
 def _busbw(entry: Doc, where: str, file: str) -> float | None:
-    return _number(entry, "busbw_gbps", where, file)
+    return _number(entry, _BUSBW, where, file)
 
 
 def _p50(entry: Doc, where: str, file: str) -> float | None:
-    timing = _field(entry, "timing", (dict, type(None)), where, file)
+    timing = _field(entry, _TIMING, (dict, type(None)), where, file)
     if timing is None:  # not run: the in-place form that does not fit, a refused impl
         return None
-    stats = _field(timing, "stats_s", dict, f"{where}.timing", file)
-    return _number(stats, "p50", f"{where}.timing.stats_s", file)
+    stats = _field(timing, _STATS, dict, f"{where}.{_TIMING}", file)
+    return _number(stats, _P50, f"{where}.{_TIMING}.{_STATS}", file)
 
 
 @dataclass(frozen=True)
@@ -179,39 +221,6 @@ def describe_key(fields: tuple[KeyField, ...], key: tuple[Hashable, ...]) -> str
     return ", ".join(f"{f.title} {f.text(v)}" for f, v in zip(fields, key, strict=False))
 
 
-# --- flags ----------------------------------------------------------------------------------------
-
-_NUMBER_RE = re.compile(r"^[0-9]*\.?[0-9]+$|^[0-9]+\.$")
-
-
-def parse_tolerance(text: str) -> float:
-    """`--tolerance 10%` or `--tolerance 0.1` (both ten percent) -> 0.1.
-
-    A bare number is a fraction, so one above 1 is refused: `10` would mean 1000%.
-
-    Raises:
-        ShardcliError: not a number, negative, or a bare fraction above 1.
-    """
-    raw = text.strip()
-    percent = raw.endswith("%")
-    number = raw[:-1].strip() if percent else raw
-    if number.startswith("-") and _NUMBER_RE.match(number[1:].strip()):
-        raise ShardcliError(f"--tolerance {text!r} is negative; give 0 or more, such as 10% or 0.1")
-    if not _NUMBER_RE.match(number):
-        raise ShardcliError(
-            f"--tolerance {text!r} is not valid; give a percentage such as 10% or a fraction such as 0.1"
-        )
-    value = float(number)
-    if percent:
-        return value / 100
-    if value > 1:
-        raise ShardcliError(
-            f"--tolerance {text!r} is a fraction above 1 ({value * 100:g}%); "
-            f"write {number}% for {number} percent, or a fraction such as 0.1"
-        )
-    return value
-
-
 def judge(base: float | None, new: float | None, metric: Metric, tolerance: float) -> str:
     """The status of one row: regression when new is worse than base by more than the tolerance."""
     if base is None or new is None:
@@ -290,7 +299,7 @@ def load_document(path: str) -> Doc:
             f"{path} holds {_type_name(doc)}, not a JSON object; "
             "compare reads the JSON of shardcli collective or matmul"
         )
-    if "collectives" in doc and "config" not in doc:
+    if _SEVERAL in doc and _CONFIG not in doc:
         raise ShardcliError(
             f"{path} holds several collectives in one document; compare takes one collective per file: "
             "save each collective's run on its own"
@@ -305,23 +314,23 @@ Row = tuple[tuple[Hashable, ...], float | None]
 
 def _collective_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
     rows = []
-    for where, size in _items(doc, "sizes", "", file):
-        nbytes = _field(size, "bytes_per_device", int, where, file)
-        for p_where, placement in _items(size, "placements", where, file):
-            name = _field(placement, "placement", str, p_where, file)
+    for where, size in _items(doc, _SIZES, "", file):
+        nbytes = _field(size, _BYTES_PER_DEVICE, int, where, file)
+        for p_where, placement in _items(size, _PLACEMENTS, where, file):
+            name = _field(placement, _PLACEMENT, str, p_where, file)
             rows.append(((nbytes, name), metric.read(placement, p_where, file)))
     return rows
 
 
 def _matmul_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
     rows = []
-    for where, run in _items(doc, "runs", "", file):
-        case = _field(run, "case", str, where, file)
-        dims_doc = _field(run, "dims", dict, where, file)
-        dims = tuple(_field(dims_doc, d, int, f"{where}.dims", file) for d in ("I", "J", "K"))
-        for i_where, impl in _items(run, "impls", where, file):
-            name = _field(impl, "impl", str, i_where, file)
-            status = _field(impl, "status", str, i_where, file)
+    for where, run in _items(doc, _RUNS, "", file):
+        case = _field(run, _CASE, str, where, file)
+        dims_doc = _field(run, _DIMS, dict, where, file)
+        dims = tuple(_field(dims_doc, d, int, f"{where}.{_DIMS}", file) for d in DIMS.keys)
+        for i_where, impl in _items(run, _IMPLS, where, file):
+            name = _field(impl, _IMPL, str, i_where, file)
+            status = _field(impl, _STATUS, str, i_where, file)
             value = metric.read(impl, i_where, file) if status == "ok" else None
             rows.append(((dims, case, name), value))
     return rows
@@ -335,8 +344,8 @@ def _params_text(params: Doc) -> str:
 
 
 def _collective_config(doc: Doc, file: str) -> tuple[str, Doc]:
-    config = _field(doc, "config", dict, "", file)
-    return _field(config, "collective", str, "config", file), _field(config, "params", dict, "config", file)
+    config = _field(doc, _CONFIG, dict, "", file)
+    return _field(config, _COLLECTIVE, str, _CONFIG, file), _field(config, _PARAMS, dict, _CONFIG, file)
 
 
 def _check_collectives(base: Doc, new: Doc, files: Files) -> str:
@@ -367,20 +376,20 @@ def _check_collectives(base: Doc, new: Doc, files: Files) -> str:
 
 def _out_buffer(doc: Doc, file: str) -> str | None:
     """config.out_buffer; documents from before --out-buffer existed timed fresh outputs."""
-    config = _field(doc, "config", dict, "", file)
-    if "out_buffer" not in config:
-        return None if config.get("placement") == "in" else "fresh"
-    value = config["out_buffer"]
+    config = _field(doc, _CONFIG, dict, "", file)
+    if _OUT_BUFFER not in config:
+        return None if config.get(_PLACEMENT_FLAG) == "in" else "fresh"
+    value = config[_OUT_BUFFER]
     if value is not None and not isinstance(value, str):
-        raise ShardcliError(f"{file} has 'config.out_buffer' that is not a string")
+        raise ShardcliError(f"{file} has '{_CONFIG}.{_OUT_BUFFER}' that is not a string")
     return value
 
 
 def _matmul_cases(doc: Doc, file: str) -> list[str]:
-    config = _field(doc, "config", dict, "", file)
-    cases = _field(config, "cases", list, "config", file)
+    config = _field(doc, _CONFIG, dict, "", file)
+    cases = _field(config, _CASES, list, _CONFIG, file)
     if not all(isinstance(c, str) for c in cases):
-        raise ShardcliError(f"{file} has 'config.cases' with an entry that is not a string")
+        raise ShardcliError(f"{file} has '{_CONFIG}.{_CASES}' with an entry that is not a string")
     return cases
 
 
@@ -396,8 +405,12 @@ def _check_matmuls(base: Doc, new: Doc, files: Files) -> str:
     return f"cases {', '.join(cases)}"
 
 
+def _dims_text(dims: tuple[int, int, int]) -> str:
+    return ",".join(map(str, dims))
+
+
 def _dims_json(dims: tuple[int, int, int]) -> dict[str, int]:
-    return dict(zip(("I", "J", "K"), dims, strict=True))
+    return dict(zip(DIMS.keys, dims, strict=True))
 
 
 @dataclass(frozen=True)
@@ -419,8 +432,8 @@ KINDS: dict[str, ResultKind] = {
             command="collective",
             metrics=("busbw", "time"),
             key_fields=(
-                KeyField("bytes_per_device", "size", text=format_size),
-                KeyField("placement", "placement"),
+                KeyField(_BYTES_PER_DEVICE, "size", text=format_size),
+                KeyField(_PLACEMENT, "placement"),
             ),
             row_flags="--sizes and --placement",
             check_config=_check_collectives,
@@ -430,9 +443,9 @@ KINDS: dict[str, ResultKind] = {
             command="matmul",
             metrics=("time",),
             key_fields=(
-                KeyField("dims", "I,J,K", text=lambda d: ",".join(map(str, d)), to_json=_dims_json),
-                KeyField("case", "case"),
-                KeyField("impl", "impl"),
+                KeyField(_DIMS, ",".join(DIMS.keys), text=_dims_text, to_json=_dims_json),
+                KeyField(_CASE, "case"),
+                KeyField(_IMPL, "impl"),
             ),
             row_flags="--case, --impl, --dims and --sizes",
             check_config=_check_matmuls,
@@ -446,7 +459,7 @@ KINDS: dict[str, ResultKind] = {
 
 
 def _command(doc: Doc, file: str) -> str:
-    command = _field(doc, "command", str, "", file)
+    command = _field(doc, _COMMAND, str, "", file)
     if command not in KINDS:
         raise ShardcliError(
             f"{file} is a result of shardcli {command}; compare knows {' and '.join(KINDS)} results"
@@ -455,9 +468,9 @@ def _command(doc: Doc, file: str) -> str:
 
 
 def _mesh(doc: Doc, file: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    mesh = _field(doc, "mesh", dict, "", file)
-    shape = _field(mesh, "shape", list, "mesh", file)
-    axes = _field(mesh, "axes", list, "mesh", file)
+    mesh = _field(doc, _MESH, dict, "", file)
+    shape = _field(mesh, _MESH_SHAPE, list, _MESH, file)
+    axes = _field(mesh, _MESH_AXES, list, _MESH, file)
     return tuple(shape), tuple(axes)
 
 
@@ -476,13 +489,13 @@ def _facts(doc: Doc, file: str) -> DocFacts:
         value = obj.get(key) if isinstance(obj, dict) else None
         return value if isinstance(value, str) else None
 
-    runtime = doc.get("runtime")
+    runtime = doc.get(_RUNTIME)
     return DocFacts(
         file=file,
-        shardcli_version=text(doc, "shardcli_version"),
-        platform=text(runtime, "platform"),
-        device_kind=text(runtime, "device_kind"),
-        dtype=text(doc.get("config"), "dtype"),
+        shardcli_version=text(doc, _SHARDCLI_VERSION),
+        platform=text(runtime, _PLATFORM),
+        device_kind=text(runtime, _DEVICE_KIND),
+        dtype=text(doc.get(_CONFIG), _DTYPE),
     )
 
 
@@ -526,14 +539,14 @@ def compare_documents(base: Doc, new: Doc, request: CompareRequest) -> CompareRe
     schema = _same(
         docs,
         files,
-        lambda d, f: _field(d, "schema", int, "", f),
+        lambda d, f: _field(d, _SCHEMA, int, "", f),
         "{base} has schema version {b} but {new} has {n}; compare needs files written by the same "
         "shardcli version",
     )
-    if schema != KNOWN_SCHEMA:
+    if schema != SCHEMA_VERSION:
         raise ShardcliError(
             f"{files[0]} and {files[1]} have schema version {schema}, but this shardcli reads "
-            f"schema {KNOWN_SCHEMA}; compare them with the shardcli that wrote them"
+            f"schema {SCHEMA_VERSION}; compare them with the shardcli that wrote them"
         )
     command = _same(
         docs,

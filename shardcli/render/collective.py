@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from shardcli import json_schema as schema
 from shardcli.core.collective import CollectiveRequest, CollectiveResult, PlacementRun, Roofline, SizeRun
 from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
@@ -53,77 +54,77 @@ def roofline_label(roofline: Roofline | None) -> str:
 
 
 def _placement_json(run: PlacementRun) -> dict[str, Any]:
-    return {
-        "placement": run.placement,
-        "not_run": run.not_run,
-        "timing": jsonout.timing_json(run.timing),
-        "algbw_gbps": run.algbw,
-        "busbw_gbps": run.busbw,
-        "wrong": run.wrong,
-        "wrong_devices": list(run.wrong_devices),
-        "max_abs_err": run.max_abs_err,
-        "out_buffer": run.out_buffer,
-        "aliased": run.aliased,
-        "hlo_collectives": [{"op": h.op, "count": h.count, "result_bytes": h.result_bytes} for h in run.hlo],
-        "roofline_fraction": run.roofline_fraction,
-    }
+    return schema.COLLECTIVE_PLACEMENT(
+        placement=run.placement,
+        not_run=run.not_run,
+        timing=jsonout.timing_json(run.timing),
+        algbw_gbps=run.algbw,
+        busbw_gbps=run.busbw,
+        wrong=run.wrong,
+        wrong_devices=list(run.wrong_devices),
+        max_abs_err=run.max_abs_err,
+        out_buffer=run.out_buffer,
+        aliased=run.aliased,
+        hlo_collectives=jsonout.hlo_json(run.hlo),
+        roofline_fraction=run.roofline_fraction,
+    )
 
 
 def roofline_json(roofline: Roofline | None) -> dict[str, Any] | None:
     """The bandwidth a run is held against: host memory (CPU), link (device table) or none."""
     if roofline is None:
         return None
-    return {
-        "basis": roofline.basis,
-        "bandwidth_gbps": None
+    return schema.ROOFLINE(
+        basis=roofline.basis,
+        bandwidth_gbps=None
         if roofline.bandwidth_bytes_per_s is None
         else roofline.bandwidth_bytes_per_s / 1e9,
-        "source": roofline.source,
-        "min_bytes_rule": roofline.rule,
-        "measured_at": roofline.measured_at,
-        "cached": roofline.cached,
-    }
+        source=roofline.source,
+        min_bytes_rule=roofline.rule,
+        measured_at=roofline.measured_at,
+        cached=roofline.cached,
+    )
 
 
 def _size_json(run: SizeRun, result: CollectiveResult) -> dict[str, Any]:
     axes = result.session.layout.axes
-    return {
-        "bytes_per_device": run.bytes_per_device,
-        "count": run.count,
-        "global_shape": list(run.global_shape),
-        "local_shape": list(run.local_shape),
-        "out_global_shape": list(run.out_global_shape),
-        "out_local_shape": list(run.out_local_shape),
-        "in_spec": [list(e) if e else None for e in run.in_entries],
-        "out_spec": [list(e) if e else None for e in run.out_entries],
-        "algbw_bytes": run.algbw_bytes,
-        "sent_bytes_per_device": run.sent_bytes,
-        "tolerance": run.tolerance,
-        "wrong": run.wrong,
-        "missing_hlo_op": run.missing_op,
-        "min_bytes": None
+    return schema.COLLECTIVE_SIZE(
+        bytes_per_device=run.bytes_per_device,
+        count=run.count,
+        global_shape=list(run.global_shape),
+        local_shape=list(run.local_shape),
+        out_global_shape=list(run.out_global_shape),
+        out_local_shape=list(run.out_local_shape),
+        in_spec=[list(e) if e else None for e in run.in_entries],
+        out_spec=[list(e) if e else None for e in run.out_entries],
+        algbw_bytes=run.algbw_bytes,
+        sent_bytes_per_device=run.sent_bytes,
+        tolerance=run.tolerance,
+        wrong=run.wrong,
+        missing_hlo_op=run.missing_op,
+        min_bytes=None
         if run.min_bytes is None
-        else {"read": run.min_bytes.read, "written": run.min_bytes.written},
-        "roofline_time_s": run.roofline_s,
-        "placements": [_placement_json(p) for p in run.placements],
-        "values": None
+        else schema.MIN_BYTES(read=run.min_bytes.read, written=run.min_bytes.written),
+        roofline_time_s=run.roofline_s,
+        placements=[_placement_json(p) for p in run.placements],
+        values=None
         if run.global_input is None
-        else {
-            "global_input": jsonout.values_json(run.global_input),
-            "global_output": jsonout.values_json(run.global_output),
-            "devices": [
-                {
-                    "device_id": d.device_id,
-                    "coords": dict(zip(axes, d.coords, strict=True)),
-                    "group": d.group,
-                    "position": d.position,
-                    "input": jsonout.values_json(d.input),
-                    "output": jsonout.values_json(d.output),
-                }
+        else schema.COLLECTIVE_VALUES(
+            global_input=jsonout.values_json(run.global_input),
+            global_output=jsonout.values_json(run.global_output),
+            devices=[
+                schema.COLLECTIVE_DEVICE_VALUES(
+                    device_id=d.device_id,
+                    coords=dict(zip(axes, d.coords, strict=True)),
+                    group=d.group,
+                    position=d.position,
+                    input=jsonout.values_json(d.input),
+                    output=jsonout.values_json(d.output),
+                )
                 for d in run.devices
             ],
-        },
-    }
+        ),
+    )
 
 
 def collective_json(result: CollectiveResult) -> dict[str, Any]:
@@ -132,33 +133,33 @@ def collective_json(result: CollectiveResult) -> dict[str, Any]:
         "collective",
         result.session,
         {
-            "config": {
-                "collective": result.collective.name,
-                "params": req.params.describe(result.collective, result.group_size),
-                "dtype": req.dtype.name,
-                "init": req.init if req.values is None else "values",
-                "placement": req.placement,
-                "out_buffer": None if req.placement == "in" else req.out_buffer,
-                "warmup": req.warmup,
-                "iters": req.iters,
-                "group_size": result.group_size,
-                "groups": result.n_groups,
-                "busbw_factor": result.collective.bus_factor(result.group_size)
+            "config": schema.COLLECTIVE_CONFIG(
+                collective=result.collective.name,
+                params=req.params.describe(result.collective, result.group_size),
+                dtype=req.dtype.name,
+                init=req.init if req.values is None else "values",
+                placement=req.placement,
+                out_buffer=None if req.placement == "in" else req.out_buffer,
+                warmup=req.warmup,
+                iters=req.iters,
+                group_size=result.group_size,
+                groups=result.n_groups,
+                busbw_factor=result.collective.bus_factor(result.group_size)
                 if result.collective.bus_factor
                 else None,
-                "expected_hlo_op": result.collective.hlo_op,
-                "roofline": roofline_json(result.roofline),
-                "allocator": _allocator_json(result),
-            },
+                expected_hlo_op=result.collective.hlo_op,
+                roofline=roofline_json(result.roofline),
+                allocator=_allocator_json(result),
+            ),
             "sizes": [_size_json(r, result) for r in result.runs],
-            "summary": {
-                "avg_busbw_gbps": result.avg_busbw,
-                "avg_over": result.avg_over,
-                "min_busbw_gbps": req.min_busbw,
-                "below_min_busbw": result.below_min_busbw,
-                "wrong": result.wrong,
-                "fit": {placement: fit_json(fit) for placement, fit in result.fits.items()},
-            },
+            "summary": schema.COLLECTIVE_SUMMARY(
+                avg_busbw_gbps=result.avg_busbw,
+                avg_over=result.avg_over,
+                min_busbw_gbps=req.min_busbw,
+                below_min_busbw=result.below_min_busbw,
+                wrong=result.wrong,
+                fit={placement: fit_json(fit) for placement, fit in result.fits.items()},
+            ),
         },
     )
 
@@ -167,33 +168,35 @@ def _allocator_json(result: CollectiveResult) -> dict[str, Any] | None:
     state = result.session.runtime.allocator
     if state is None:
         return None
-    return {"mode": state.mode, "applied": state.applied, "note": state.note}
+    return schema.ALLOCATOR(mode=state.mode, applied=state.applied, note=state.note)
 
 
 def fit_json(fit: LatencyBandwidthFit | None) -> dict[str, Any] | None:
     """t(S) = alpha + S / beta, in microseconds and GB/s (1e9 B/s)."""
     if fit is None:
         return None
-    return {
-        "model": "t(S) = alpha + S / beta, least squares on relative error",
-        "alpha_us": fit.alpha_s * 1e6,
-        "beta_gbps": fit.beta_bytes_per_s / 1e9 if fit.beta_bytes_per_s is not None else None,
-        "r2": fit.r2,
-        "max_rel_residual": fit.max_rel_residual,
-        "points": fit.points,
-    }
+    return schema.FIT(
+        model="t(S) = alpha + S / beta, least squares on relative error",
+        alpha_us=fit.alpha_s * 1e6,
+        beta_gbps=fit.beta_bytes_per_s / 1e9 if fit.beta_bytes_per_s is not None else None,
+        r2=fit.r2,
+        max_rel_residual=fit.max_rel_residual,
+        points=fit.points,
+    )
 
 
 def collectives_json(results: list[CollectiveResult]) -> dict[str, Any]:
     """One collective: its document. Several: the envelope with each one's document in order."""
     if len(results) == 1:
         return collective_json(results[0])
-    first = collective_json(results[0])
-    return {
-        **{k: first[k] for k in ("schema", "command", "shardcli_version", "runtime", "mesh")},
-        "collectives": [collective_json(r) for r in results],
-        "summary": {"wrong": sum(r.wrong for r in results)},
-    }
+    docs = [collective_json(r) for r in results]
+    return schema.document(
+        "collective",
+        runtime=docs[0]["runtime"],
+        mesh=docs[0]["mesh"],
+        collectives=docs,
+        summary=schema.COLLECTIVES_SUMMARY(wrong=sum(r.wrong for r in results)),
+    )
 
 
 # --- CSV ------------------------------------------------------------------------------------------

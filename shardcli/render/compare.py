@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import __version__
-from shardcli.core.compare import KNOWN_SCHEMA, CompareResult, CompareRow, DocFacts, Metric
+from shardcli import json_schema as schema
+from shardcli.core.compare import CompareResult, CompareRow, DocFacts, Metric
 from shardcli.render.console import DataTable, emit, make_console
 from shardcli.specs import RunOptions
 
@@ -59,45 +59,43 @@ def summary_text(result: CompareResult) -> str:
 
 
 def _row_json(row: CompareRow, result: CompareResult) -> dict[str, Any]:
-    return {
-        "keys": {f.name: f.to_json(v) for f, v in zip(result.key_fields, row.key, strict=True)},
-        "base": row.base,
-        "new": row.new,
-        "ratio": row.ratio,
-        "status": row.status,
-    }
+    return schema.COMPARE_ROW(
+        keys={f.name: f.to_json(v) for f, v in zip(result.key_fields, row.key, strict=True)},
+        base=row.base,
+        new=row.new,
+        ratio=row.ratio,
+        status=row.status,
+    )
 
 
 def _facts_json(facts: DocFacts) -> dict[str, Any]:
-    return {
-        "file": facts.file,
-        "shardcli_version": facts.shardcli_version,
-        "platform": facts.platform,
-        "device_kind": facts.device_kind,
-        "dtype": facts.dtype,
-    }
+    return schema.COMPARE_FILE(
+        file=facts.file,
+        shardcli_version=facts.shardcli_version,
+        platform=facts.platform,
+        device_kind=facts.device_kind,
+        dtype=facts.dtype,
+    )
 
 
 def compare_json(result: CompareResult) -> dict[str, Any]:
     worst = result.worst
-    return {
-        "schema": KNOWN_SCHEMA,
-        "command": "compare",
-        "shardcli_version": __version__,
-        "compared_command": result.command,
-        "what": result.what,
-        "mesh": result.mesh,
-        "base": _facts_json(result.base),
-        "new": _facts_json(result.new),
-        "metric": result.metric.name,
-        "unit": result.metric.unit,
-        "better": result.metric.better,
-        "tolerance": result.tolerance,
-        "rows": [_row_json(r, result) for r in result.rows],
-        "compared": result.compared,
-        "regressions": len(result.regressions),
-        "worst_ratio": None if worst is None else worst.ratio,
-    }
+    return schema.document(
+        "compare",
+        compared_command=result.command,
+        what=result.what,
+        mesh=result.mesh,
+        base=_facts_json(result.base),
+        new=_facts_json(result.new),
+        metric=result.metric.name,
+        unit=result.metric.unit,
+        better=result.metric.better,
+        tolerance=result.tolerance,
+        rows=[_row_json(r, result) for r in result.rows],
+        compared=result.compared,
+        regressions=len(result.regressions),
+        worst_ratio=None if worst is None else worst.ratio,
+    )
 
 
 # --- people ---------------------------------------------------------------------------------------

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardcli import json_schema as schema
 from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.mesh import MeshLayout
 from shardcli.runtime import coordinator_bind
 from shardcli.specs import RunOptions
-from shardcli.tile_math import Index
+from shardcli.tile_math import Index, Tile
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    from shardcli.core.program_analysis import HloCollective
+    from shardcli.core.report import Check
 
 
 def values_json(values: np.ndarray | None) -> Any:
@@ -35,85 +39,100 @@ def timing_json(timing: Timing | None) -> dict[str, Any] | None:
     """
     if timing is None:
         return None
-    return {
+    return schema.TIMING(
         **_samples_json(timing),
-        "compile_cached": timing.compile_cached,
-        "blocking": "each iteration waits for its result (block_until_ready)",
-        "across_processes": timing.across_processes,
-        "processes": [{"process_index": k, **_samples_json(t)} for k, t in enumerate(timing.per_process)]
+        compile_cached=timing.compile_cached,
+        blocking="each iteration waits for its result (block_until_ready)",
+        across_processes=timing.across_processes,
+        processes=[
+            schema.PROCESS_SAMPLES(process_index=k, **_samples_json(t))
+            for k, t in enumerate(timing.per_process)
+        ]
         or None,
-    }
+    )
 
 
 def _samples_json(timing: Timing) -> dict[str, Any]:
     s = timing.stats
-    return {
-        "compile_s": timing.compile_s,
-        "warmup": timing.warmup,
-        "samples_s": list(timing.samples),
-        "stats_s": {"min": s.min, "p50": s.p50, "p90": s.p90, "max": s.max, "mean": s.mean, "stdev": s.stdev},
-    }
+    return schema.SAMPLES(
+        compile_s=timing.compile_s,
+        warmup=timing.warmup,
+        samples_s=list(timing.samples),
+        stats_s=schema.STATS(min=s.min, p50=s.p50, p90=s.p90, max=s.max, mean=s.mean, stdev=s.stdev),
+    )
 
 
 def index_json(index: Index) -> list[list[int]]:
     return [[a, b] for a, b in index]
 
 
+def tiles_json(tiles: Iterable[Tile]) -> list[dict[str, Any]]:
+    """Each tile's global index ranges and the devices that hold it."""
+    return [schema.TILE(index=index_json(t.index), device_ids=list(t.device_ids)) for t in tiles]
+
+
+def hlo_json(ops: Iterable[HloCollective]) -> list[dict[str, Any]]:
+    """The collectives the compiled program holds: op, how many, and their result bytes."""
+    return [schema.HLO_OP(op=h.op, count=h.count, result_bytes=h.result_bytes) for h in ops]
+
+
+def checks_json(checks: Iterable[Check]) -> list[dict[str, Any]]:
+    """What a run asserted: each property, whether it held, and what was measured."""
+    return [schema.CHECK(what=c.what, ok=c.ok, detail=c.detail) for c in checks]
+
+
 def runtime_json(session: Session) -> dict[str, Any]:
     rt = session.runtime
-    return {
-        "platform": rt.platform,
-        "device_kind": rt.device_kind,
-        "device_count": rt.device_count,
-        "devices_present": rt.devices_present,
-        "faked": rt.faked,
-        "note": rt.note,
-        "process_count": rt.process_count,
-        "process_index": rt.process_index,
-        "distributed": None
+    return schema.RUNTIME(
+        platform=rt.platform,
+        device_kind=rt.device_kind,
+        device_count=rt.device_count,
+        devices_present=rt.devices_present,
+        faked=rt.faked,
+        note=rt.note,
+        process_count=rt.process_count,
+        process_index=rt.process_index,
+        distributed=None
         if rt.distributed is None
-        else {
-            "coordinator": rt.distributed.coordinator,
-            "auto": rt.distributed.auto,
-            "coordinator_bind": coordinator_bind(rt.distributed).listens_on,
-        },
-        "process_timing": rt.process_timing,
-        "compile_cache": rt.compile_cache,
-        "jax_version": rt.jax_version,
-    }
+        else schema.DISTRIBUTED(
+            coordinator=rt.distributed.coordinator,
+            auto=rt.distributed.auto,
+            coordinator_bind=coordinator_bind(rt.distributed).listens_on,
+        ),
+        process_timing=rt.process_timing,
+        compile_cache=rt.compile_cache,
+        jax_version=rt.jax_version,
+    )
 
 
 def mesh_json(layout: MeshLayout, mode: str) -> dict[str, Any]:
-    return {
-        "shape": list(layout.shape),
-        "axes": list(layout.axes),
-        "axis_types": list(layout.axis_types),
-        "mode": mode,
-        "devices": [
-            {
-                "id": cell.device_id,
-                "coords": dict(zip(layout.axes, cell.coords, strict=True)),
-                "process_index": cell.process_index,
-                "platform": cell.platform,
-                "device_kind": cell.device_kind,
-            }
+    return schema.MESH(
+        shape=list(layout.shape),
+        axes=list(layout.axes),
+        axis_types=list(layout.axis_types),
+        mode=mode,
+        devices=[
+            schema.MESH_DEVICE(
+                id=cell.device_id,
+                coords=dict(zip(layout.axes, cell.coords, strict=True)),
+                process_index=cell.process_index,
+                platform=cell.platform,
+                device_kind=cell.device_kind,
+            )
             for cell in layout.cells
         ],
-    }
+    )
 
 
 def document(command: str, session: Session, body: dict[str, Any]) -> dict[str, Any]:
-    """The envelope every command's JSON shares."""
-    from shardcli import __version__
+    """A run's document: the envelope, the runtime and mesh every run on devices shares, then `body`.
 
-    return {
-        "schema": SCHEMA_VERSION,
-        "command": command,
-        "shardcli_version": __version__,
-        "runtime": runtime_json(session),
-        "mesh": mesh_json(session.layout, session.mode),
-        **body,
-    }
+    Raises:
+        SchemaError: `body` does not hold the keys shardcli/json_schema.py gives the command's kind.
+    """
+    return schema.document(
+        command, runtime=runtime_json(session), mesh=mesh_json(session.layout, session.mode), **body
+    )
 
 
 def write_json(doc: dict[str, Any], options: RunOptions) -> None:

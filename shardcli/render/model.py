@@ -7,13 +7,13 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from shardcli import json_schema as schema
 from shardcli.core.model import ModelResult
 from shardcli.core.report import collectives_text
 from shardcli.model_spec import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
 from shardcli.render.matmul import format_seconds
-from shardcli.render.recipe import section_json
 from shardcli.specs import RunOptions
 
 
@@ -30,39 +30,33 @@ def model_json(result: ModelResult) -> dict[str, Any]:
         f"model {result.action}",
         result.session,
         {
-            "model": {
-                "kind": "mlp",
-                "formula": "relu(x @ W1 + b1) @ W2",
-                "depth": result.depth,
-                "batch": result.batch,
-            },
+            "model": schema.MODEL(
+                kind="mlp", formula="relu(x @ W1 + b1) @ W2", depth=result.depth, batch=result.batch
+            ),
             "rules": None if ann.rules is None else dict(ann.rules),
             "activation_sharding": spec_text(ann.resolved(ACTIVATION)),
             "params": [
-                {
-                    "name": p.name,
-                    "shape": list(p.shape),
-                    "annotation": p.annotation,
-                    "resolved": p.expected,
-                    "sharding": p.actual,
-                    "ok": p.ok,
-                    "tiles": section_json(p.picture)["tiles"],
-                }
+                schema.MODEL_PARAM(
+                    name=p.name,
+                    shape=list(p.shape),
+                    annotation=p.annotation,
+                    resolved=p.expected,
+                    sharding=p.actual,
+                    ok=p.ok,
+                    tiles=jsonout.tiles_json(p.picture.layout.tiles),
+                )
                 for p in result.params
             ],
             "state_arrays": result.state_arrays,
             "compile_s": result.compile_s,
             "compile_cached": result.compile_cached,
-            "steps": [{"step": s.step, "loss": s.loss, "seconds": s.seconds} for s in result.steps],
+            "steps": [schema.MODEL_STEP(step=s.step, loss=s.loss, seconds=s.seconds) for s in result.steps],
             "final_loss": result.final_loss,
             "output_sharding": result.output_spec,
-            "collectives": {
-                name: [{"op": h.op, "count": h.count, "result_bytes": h.result_bytes} for h in ops]
-                for name, ops in result.collectives.items()
-            },
+            "collectives": {name: jsonout.hlo_json(ops) for name, ops in result.collectives.items()},
             "checkpoint": result.checkpoint,
             "saved_mesh": result.saved_mesh,
-            "checks": [{"what": c.what, "ok": c.ok, "detail": c.detail} for c in result.checks],
+            "checks": jsonout.checks_json(result.checks),
             "ok": not result.failed,
         },
     )

@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from shardcli import json_schema as schema
 from shardcli.core.pipeline import Event, PipelineResult, bubble_text
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, show_warnings
@@ -99,62 +100,56 @@ def stage_table(result: PipelineResult) -> Table:
 def pipeline_json(result: PipelineResult) -> dict[str, Any]:
     req, plan = result.request, result.plan
     body: dict[str, Any] = {
-        "config": {
-            "stages": plan.stages,
-            "layers": req.layers,
-            "layers_per_stage": plan.layers_per_stage,
-            "width": req.width,
-            "batch": req.batch,
-            "microbatches": req.microbatches,
-            "microbatch_size": plan.microbatch_size,
-            "schedule": req.schedule,
-            "forward_only": req.forward_only,
-            "impls": list(req.impls),
-            "spmd_schedule": SPMD_SCHEDULE if "spmd" in req.impls else None,
-            "steps_per_stage": [[f"{k}{m}" for k, m in steps] for steps in plan.schedule],
-        },
+        "config": schema.PIPELINE_CONFIG(
+            stages=plan.stages,
+            layers=req.layers,
+            layers_per_stage=plan.layers_per_stage,
+            width=req.width,
+            batch=req.batch,
+            microbatches=req.microbatches,
+            microbatch_size=plan.microbatch_size,
+            schedule=req.schedule,
+            forward_only=req.forward_only,
+            impls=list(req.impls),
+            spmd_schedule=SPMD_SCHEDULE if "spmd" in req.impls else None,
+            steps_per_stage=[[f"{k}{m}" for k, m in steps] for steps in plan.schedule],
+        ),
         "reference_loss": result.reference_loss,
         "mpmd": None,
         "spmd": None,
-        "checks": [{"what": c.what, "ok": c.ok, "detail": c.detail} for c in result.checks],
+        "checks": jsonout.checks_json(result.checks),
         "ok": not result.failed,
     }
     if result.mpmd is not None:
         run = result.mpmd
         measured, textbook = bubble_text(result)
-        body["mpmd"] = {
-            "makespan_s": run.makespan_s,
-            "compile_s": run.compile_s,
-            "loss": run.loss,
-            "bubble": {"measured": measured, "textbook": textbook},
-            "stages": [
-                {
-                    "stage": st.stage,
-                    "device_ids": list(st.device_ids),
-                    "sub_mesh": list(st.sub_mesh),
-                    "layers": list(st.layers),
-                    "compute_s": st.compute_s,
-                    "transfer_s": st.transfer_s,
-                }
+        body["mpmd"] = schema.MPMD(
+            makespan_s=run.makespan_s,
+            compile_s=run.compile_s,
+            loss=run.loss,
+            bubble=schema.BUBBLE(measured=measured, textbook=textbook),
+            stages=[
+                schema.PIPELINE_STAGE(
+                    stage=st.stage,
+                    device_ids=list(st.device_ids),
+                    sub_mesh=list(st.sub_mesh),
+                    layers=list(st.layers),
+                    compute_s=st.compute_s,
+                    transfer_s=st.transfer_s,
+                )
                 for st in run.stages
             ],
-            "events": [
-                {
-                    "stage": e.stage,
-                    "kind": e.kind,
-                    "microbatch": e.microbatch,
-                    "start_s": e.start,
-                    "end_s": e.end,
-                }
+            events=[
+                schema.PIPELINE_EVENT(
+                    stage=e.stage, kind=e.kind, microbatch=e.microbatch, start_s=e.start, end_s=e.end
+                )
                 for e in run.events
             ],
-        }
+        )
     if result.spmd is not None:
-        body["spmd"] = {
-            "step_s": result.spmd.step_s,
-            "compile_s": result.spmd.compile_s,
-            "loss": result.spmd.loss,
-        }
+        body["spmd"] = schema.SPMD(
+            step_s=result.spmd.step_s, compile_s=result.spmd.compile_s, loss=result.spmd.loss
+        )
     return jsonout.document("pipeline", result.session, body)
 
 

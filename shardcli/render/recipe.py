@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from rich.text import Text
 
+from shardcli import json_schema as schema
 from shardcli.core.recipe import RecipeResult
 from shardcli.core.report import Picture, Section, TableSection, TextSection
 from shardcli.recipe_registry import RECIPES
@@ -31,24 +32,21 @@ def _cell_json(value: Any) -> Any:
 
 def section_json(section: Section) -> dict[str, Any]:
     if isinstance(section, Picture):
-        return {
-            "kind": "sharding",
-            "title": section.title,
-            "shape": list(section.layout.shape),
-            "spec": section.spec,
-            "tiles": [
-                {"index": jsonout.index_json(t.index), "device_ids": list(t.device_ids)}
-                for t in section.layout.tiles
-            ],
-        }
+        return schema.SHARDING_SECTION(
+            kind="sharding",
+            title=section.title,
+            shape=list(section.layout.shape),
+            spec=section.spec,
+            tiles=jsonout.tiles_json(section.layout.tiles),
+        )
     if isinstance(section, TableSection):
-        return {
-            "kind": "table",
-            "title": section.title,
-            "columns": list(section.columns),
-            "rows": [[_cell_json(v) for v in row] for row in section.rows],
-        }
-    return {"kind": "text", "title": section.title, "lines": list(section.lines)}
+        return schema.TABLE_SECTION(
+            kind="table",
+            title=section.title,
+            columns=list(section.columns),
+            rows=[[_cell_json(v) for v in row] for row in section.rows],
+        )
+    return schema.TEXT_SECTION(kind="text", title=section.title, lines=list(section.lines))
 
 
 def recipe_json(result: RecipeResult) -> dict[str, Any]:
@@ -57,9 +55,9 @@ def recipe_json(result: RecipeResult) -> dict[str, Any]:
         "recipe",
         result.session,
         {
-            "recipe": {"name": r.name, "summary": r.summary, "default": r.default},
+            "recipe": schema.RECIPE(name=r.name, summary=r.summary, default=r.default),
             "sections": [section_json(s) for s in result.sections],
-            "checks": [{"what": c.what, "ok": c.ok, "detail": c.detail} for c in result.checks],
+            "checks": jsonout.checks_json(result.checks),
             "ok": not result.failed,
         },
     )
@@ -103,12 +101,12 @@ def render_recipe(result: RecipeResult, options: RunOptions) -> None:
 
 
 def recipe_list_json() -> dict[str, Any]:
-    return {
-        "recipes": [
-            {"name": r.name, "summary": r.summary, "default": r.default, "needs": r.needs}
+    return schema.RECIPE_LIST(
+        recipes=[
+            schema.RECIPE_ENTRY(name=r.name, summary=r.summary, default=r.default, needs=r.needs)
             for r in RECIPES.values()
         ]
-    }
+    )
 
 
 def render_recipe_list(options: RunOptions) -> None:

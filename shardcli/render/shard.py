@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from shardcli import json_schema as schema
 from shardcli.core.shard import ShardResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
@@ -19,32 +20,30 @@ def shard_json(result: ShardResult) -> dict:
         "shard",
         result.session,
         {
-            "array": {
-                "shape": list(req.array.shape),
-                "dtype": req.array.dtype.name,
-                "init": req.array.init,
-                "nbytes": req.array.nbytes,
-                "spec": [list(e) if e else None for e in req.sharding.entries],
-                "jax_type": result.jax_type,
-                "values": jsonout.values_json(result.global_values),
-            },
-            "tiles": [
-                {"index": jsonout.index_json(t.index), "device_ids": list(t.device_ids)} for t in layout.tiles
-            ],
+            "array": schema.SHARD_ARRAY(
+                shape=list(req.array.shape),
+                dtype=req.array.dtype.name,
+                init=req.array.init,
+                nbytes=req.array.nbytes,
+                spec=[list(e) if e else None for e in req.sharding.entries],
+                jax_type=result.jax_type,
+                values=jsonout.values_json(result.global_values),
+            ),
+            "tiles": jsonout.tiles_json(layout.tiles),
             "replication": layout.replication,
             "shards": [
-                {
-                    "device_id": s.device_id,
-                    "coords": dict(zip(result.session.layout.axes, s.coords, strict=True)),
-                    "process_index": s.process_index,
-                    "index": jsonout.index_json(s.index),
-                    "local_shape": list(s.local_shape),
-                    "nbytes": s.nbytes,
-                    "values": jsonout.values_json(s.values),
-                }
+                schema.SHARD(
+                    device_id=s.device_id,
+                    coords=dict(zip(result.session.layout.axes, s.coords, strict=True)),
+                    process_index=s.process_index,
+                    index=jsonout.index_json(s.index),
+                    local_shape=list(s.local_shape),
+                    nbytes=s.nbytes,
+                    values=jsonout.values_json(s.values),
+                )
                 for s in result.shards
             ],
-            "verified": {"ok": result.ok, "wrong_devices": list(result.wrong_devices)},
+            "verified": schema.VERIFIED(ok=result.ok, wrong_devices=list(result.wrong_devices)),
         },
     )
 

@@ -1,0 +1,280 @@
+"""The JSON contract: every kind of document a real run writes has exactly the keys of its schema.
+
+shardcli/json_schema.py owns the keys; this file checks real documents against it, checks that
+the check can fail, and pins each kind's keys to the schema version, so a script that parses the
+JSON cannot break without the version saying so.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from shardcli import json_schema as schema
+from shardcli.json_schema import (
+    DOCUMENTS,
+    SCHEMA_VERSION,
+    SchemaError,
+    check_document,
+    document,
+    document_problems,
+)
+
+FAST = ["--iters", "2", "--warmup", "1", "--format", "json"]
+COLLECTIVE = ["collective", "all_gather", "--mesh", "4", "--sizes", "1K,2K,4K", "--placement", "both", *FAST]
+MATMUL = [
+    "matmul", "--case", "allreduce,illegal", "--impl", "all", "--mesh", "2x2", "--dims", "32,64,32",
+    "--sizes", "1,2", "--peak-tflops", "1", "--link-gbps", "1", *FAST,
+]  # fmt: skip
+MODEL = ["model", "train", "--mesh", "2x4", "--depth", "32", "--batch", "8", "--steps", "2", *FAST[-2:]]
+PIPELINE = [
+    "pipeline", "--mesh", "4x2", "--layers", "4", "--width", "16", "--batch", "8", "--microbatches", "4",
+    "--impl", "both", "--format", "json",
+]  # fmt: skip
+
+
+def run_json(cli, args: list[str], exit_code: int = 0) -> dict[str, Any]:
+    result = cli(args)
+    assert result.exit_code == exit_code, result.output
+    return json.loads(result.stdout)
+
+
+def _compare(cli, tmp_path) -> list[dict[str, Any]]:
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(run_json(cli, COLLECTIVE)))
+    return [run_json(cli, ["compare", str(base), str(base), "--format", "json"])]
+
+
+def _model(cli, tmp_path) -> list[dict[str, Any]]:
+    folder = str(tmp_path / "ckpt")
+    return [
+        run_json(cli, [*MODEL, "--checkpoint", folder]),
+        run_json(cli, ["model", "restore", folder, *FAST[-2:]]),
+    ]
+
+
+# Each kind of document, as real runs write it. A new kind in DOCUMENTS needs its entry here.
+REAL_DOCUMENTS: dict[str, Callable[[Any, Any], list[dict[str, Any]]]] = {
+    "mesh": lambda cli, _: [run_json(cli, ["mesh", "--mesh", "2x4", "--format", "json"])],
+    "shard": lambda cli, _: [
+        run_json(cli, ["shard", "--mesh", "2x4", "--shape", "8x8", "--spec", "x,y", "--format", "json"])
+    ],
+    "collective": lambda cli, _: [run_json(cli, COLLECTIVE)],
+    "collectives": lambda cli, _: [run_json(cli, ["collective", "psum,all_gather", "--mesh", "4", *FAST])],
+    "matmul": lambda cli, _: [run_json(cli, MATMUL)],
+    "einsum": lambda cli, _: [
+        run_json(
+            cli,
+            [
+                "einsum",
+                "ij,jk->ik",
+                "--shape",
+                "8x16",
+                "--shape",
+                "16x8",
+                "--in",
+                "x,None",
+                "--in",
+                "None,y",
+                "--mesh",
+                "2x2",
+                *FAST,
+            ],
+        )
+    ],
+    "reshard": lambda cli, _: [
+        run_json(cli, ["reshard", "--mesh", "2x2", "--shape", "8x8", "--from", "x,y", "--to", "y,x", *FAST])
+    ],
+    # elementwise has a section of each kind: sharding, table and text
+    "recipe": lambda cli, _: [run_json(cli, ["recipe", "elementwise", "--format", "json"])],
+    "model": _model,
+    "pipeline": lambda cli, _: [run_json(cli, PIPELINE)],
+    "compare": _compare,
+}
+
+# Each kind's keys, digested (see `key_tree`), for SCHEMA_VERSION 1. A kind whose keys change
+# breaks the scripts that read it: raise SCHEMA_VERSION and record the new digests under it.
+PINNED_KEYS = {
+    1: {
+        "mesh": "de3af678d1033ecc",
+        "shard": "d661276611ead749",
+        "collective": "8563d3ab0490d6eb",
+        "collectives": "b9bffef9a3aac720",
+        "matmul": "5920abcbd8407311",
+        "einsum": "9a3054f7410ba0c9",
+        "reshard": "b39f73b9cb93e74e",
+        "recipe": "1bec5160fc75c434",
+        "model": "bd734e2164339f19",
+        "pipeline": "624ff9ba959f3e42",
+        "compare": "53b1ec01214a6068",
+    }
+}
+
+
+def key_tree(shape: schema.Shape) -> Any:
+    """A shape's keys and nesting as plain JSON, in order."""
+    if isinstance(shape, schema.Record):
+        return [[key, key_tree(sub)] for key, sub in shape.fields.items()]
+    if isinstance(shape, schema.ListOf):
+        return ["list of", key_tree(shape.item)]
+    if isinstance(shape, schema.MapOf):
+        return ["map of", key_tree(shape.value)]
+    if isinstance(shape, schema.Maybe):
+        return ["or null", key_tree(shape.shape)]
+    if isinstance(shape, schema.Tagged):
+        return ["tagged by", shape.tag, [[name, key_tree(r)] for name, r in shape.variants.items()]]
+    return "value"
+
+
+def digest(kind: str) -> str:
+    text = json.dumps(key_tree(DOCUMENTS[kind].record))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# Real documents ---------------------------------------------------------------------------------
+
+
+def test_every_kind_has_a_real_document_and_pinned_keys():
+    assert set(REAL_DOCUMENTS) == set(DOCUMENTS)
+    assert set(PINNED_KEYS[SCHEMA_VERSION]) == set(DOCUMENTS)
+
+
+@pytest.mark.parametrize("kind", list(DOCUMENTS))
+def test_real_documents_have_exactly_the_schemas_keys(cli, tmp_path, kind):
+    docs = REAL_DOCUMENTS[kind](cli, tmp_path)
+    for doc in docs:
+        assert doc["command"] in DOCUMENTS[kind].commands
+        assert document_problems(doc, kind) == []
+        assert document_problems(doc) == []  # its command and keys name its kind
+        check_document(doc)
+
+
+def test_recipe_list_has_exactly_the_schemas_keys(cli):
+    doc = run_json(cli, ["recipe", "list", "--format", "json"])
+    assert doc["recipes"]
+    assert schema.problems(doc, schema.RECIPE_LIST) == []
+
+
+@pytest.mark.parametrize("kind", list(DOCUMENTS))
+def test_keys_are_pinned_to_the_schema_version(kind):
+    assert digest(kind) == PINNED_KEYS[SCHEMA_VERSION][kind], (
+        f"the keys of the {kind} document changed (digest {digest(kind)}): scripts that read it break, "
+        "so raise SCHEMA_VERSION in shardcli/json_schema.py and record the digests under the new version"
+    )
+
+
+# The check can fail ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def collective_doc(cli) -> dict[str, Any]:
+    return run_json(cli, COLLECTIVE)
+
+
+def _delete(*path: str | int) -> Callable[[dict[str, Any]], None]:
+    def edit(doc):
+        for key in path[:-1]:
+            doc = doc[key]
+        del doc[path[-1]]
+
+    return edit
+
+
+def _set(*path: str | int, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(doc):
+        for key in path[:-1]:
+            doc = doc[key]
+        doc[path[-1]] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        pytest.param(_delete("summary"), ["the document: missing 'summary'"], id="missing-top"),
+        pytest.param(_set("extra", value=1), ["the document: unexpected 'extra'"], id="extra-top"),
+        pytest.param(
+            _delete("sizes", 1, "placements", 0, "timing", "stats_s", "p50"),
+            ["sizes[1].placements[0].timing.stats_s: missing 'p50'"],
+            id="missing-deep",
+        ),
+        pytest.param(_set("runtime", "gpu", value=1), ["runtime: unexpected 'gpu'"], id="extra-nested"),
+        pytest.param(
+            _set("config", value=None), ["config: null where an object should be"], id="null-record"
+        ),
+        pytest.param(_set("sizes", value={}), ["sizes: an object where a list should be"], id="not-a-list"),
+        pytest.param(
+            _set("summary", "fit", "out", value={"r2": 1.0}),
+            ["summary.fit.out: missing 'model', 'alpha_us', 'beta_gbps', 'max_rel_residual', 'points'"],
+            id="map-value",
+        ),
+        pytest.param(_set("schema", value=2), ["schema: 2, not 1"], id="schema-version"),
+        pytest.param(
+            _set("command", value="frobnicate"),
+            ["command: no document kind is written by 'frobnicate'"],
+            id="command",
+        ),
+    ],
+)
+def test_the_check_refuses_a_document_that_differs(collective_doc, edit, expected):
+    doc = copy.deepcopy(collective_doc)
+    edit(doc)
+    assert document_problems(doc) == expected
+    with pytest.raises(SchemaError) as error:
+        check_document(doc)
+    assert str(error.value) == "\n".join(expected)
+
+
+def test_a_null_is_refused_where_the_schema_has_no_maybe():
+    assert schema.problems({"op": "x", "count": 1, "result_bytes": 2}, schema.ListOf(schema.HLO_OP)) == [
+        "the document: an object where a list should be"
+    ]
+    placement = {k: None for k in schema.COLLECTIVE_PLACEMENT.keys}
+    assert schema.problems(placement, schema.COLLECTIVE_PLACEMENT) == [
+        "hlo_collectives: null where a list should be"
+    ]
+
+
+def test_a_section_of_an_unknown_kind_is_refused():
+    section = {"kind": "chart", "title": "t"}
+    assert schema.problems([section], schema.ListOf(schema.SECTION), "sections") == [
+        "sections[0]: 'kind' is 'chart', not one of sharding, table, text"
+    ]
+    text = {"kind": "text", "title": "t", "lines": [], "rows": []}
+    assert schema.problems(text, schema.SECTION) == ["the document: unexpected 'rows'"]
+
+
+# Writers build through the schema -----------------------------------------------------------------
+
+
+def test_a_record_is_built_with_exactly_its_keys_in_its_order():
+    assert list(schema.HLO_OP(result_bytes=8, count=1, op="all-gather")) == ["op", "count", "result_bytes"]
+    with pytest.raises(SchemaError, match=r"^a record: missing 'result_bytes'$"):
+        schema.HLO_OP(op="all-gather", count=1)
+    with pytest.raises(SchemaError, match=r"^a record: unexpected 'bytes'$"):
+        schema.HLO_OP(op="all-gather", count=1, result_bytes=8, bytes=8)
+
+
+def test_document_stamps_the_envelope_and_checks_the_parts():
+    doc = document("mesh", runtime={}, mesh={})
+    assert list(doc)[:3] == ["schema", "command", "shardcli_version"]
+    assert (doc["schema"], doc["command"]) == (SCHEMA_VERSION, "mesh")
+    with pytest.raises(SchemaError, match="no document kind is written by command 'frobnicate'"):
+        document("frobnicate", runtime={}, mesh={})
+    with pytest.raises(SchemaError, match=r"^a record: missing 'mesh'; unexpected 'layout'$"):
+        document("mesh", runtime={}, layout={})
+
+
+def test_key_follows_a_path_through_lists_and_refuses_an_unknown_one():
+    kind = DOCUMENTS["collective"]
+    assert kind.key("sizes", "placements", "timing", "stats_s", "p50") == "p50"
+    with pytest.raises(SchemaError, match=r"^the schema has no 'sizes.placements.busbw'$"):
+        kind.key("sizes", "placements", "busbw")
+    with pytest.raises(SchemaError, match=r"^the schema has no 'config.params.axes'$"):
+        kind.key("config", "params", "axes")  # params is a plain value, not a record
