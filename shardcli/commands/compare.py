@@ -7,9 +7,9 @@ from typing import Annotated
 import typer
 
 from shardcli import options as opt
-from shardcli.core.compare import METRICS, CompareRequest, parse_tolerance
+from shardcli.core.compare import METRICS, CompareRequest
 from shardcli.errors import ExitCode
-from shardcli.specs import RunOptions, parse_choice, parse_save
+from shardcli.specs import RunOptions, parse_choice, parse_save, parse_tolerance
 
 
 def compare(
