@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -174,3 +177,142 @@ def run_options(
         compile_cache=compile_cache,
         save=parse_save(save),
     )
+
+
+# The shared parameters in the order --help lists them: (name, Typer annotation, default).
+_RUNTIME = (("platform", Platform, "auto"), ("devices", Devices, None))
+_OUTPUT = (
+    ("format", Format, "table"),
+    ("no_color", NoColor, False),
+    ("quiet", Quiet, False),
+    ("save", Save, None),
+)
+_PROCESSES = (
+    ("coordinator", Coordinator, None),
+    ("num_processes", NumProcesses, None),
+    ("process_id", ProcessId, None),
+    ("distributed", Distributed, "off"),
+    ("join_timeout", JoinTimeout, 300),
+    ("coordinator_bind", CoordinatorBind, None),
+    ("all_processes", AllProcesses, False),
+)
+
+
+def _format_option(formats: tuple[str, ...]) -> Any:
+    """--format with its choices in the help: `table, json or csv.` (the two-format help says more)."""
+    if formats == FORMATS:
+        return Format
+    listed = f"{', '.join(formats[:-1])} or {formats[-1]}."
+    return Annotated[str, typer.Option("--format", "-f", help=listed)]
+
+
+def _shared_parameters(
+    formats: tuple[str, ...],
+    mode: bool,
+    devices: bool,
+    compile_cache: bool,
+    processes: bool,
+    process_timing: bool,
+) -> list[inspect.Parameter]:
+    chosen: list[tuple[str, Any, Any]] = list(_RUNTIME) if devices else []
+    if mode:
+        chosen.append(("mode", Mode, "auto"))
+    chosen += [("format", _format_option(formats), "table"), *_OUTPUT[1:]]
+    if compile_cache:
+        chosen.append(("no_compile_cache", NoCompileCache, False))
+    if processes:
+        chosen += _PROCESSES
+    if process_timing:
+        chosen.append(("process_timing", ProcessTiming, "max"))
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(name, keyword, default=default, annotation=hint) for name, hint, default in chosen
+    ]
+
+
+def _own_parameters(command: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The command's parameters but `options`, their annotations evaluated (`from __future__ import
+    annotations` leaves strings, which Typer would otherwise resolve against this module)."""
+    params = [p for p in inspect.signature(command).parameters.values() if p.name != "options"]
+    return [
+        p.replace(annotation=eval(p.annotation, command.__globals__))  # noqa: S307 - what inspect does
+        if isinstance(p.annotation, str)
+        else p
+        for p in params
+    ]
+
+
+def with_run_options(
+    formats: tuple[str, ...] = FORMATS,
+    *,
+    mode: bool = True,
+    devices: bool = True,
+    compile_cache: bool = True,
+    processes: bool = True,
+    process_timing: bool | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the shared run options, declared once here, and call it with a `RunOptions`.
+
+    The decorated command declares its own flags and a keyword-only `options: RunOptions`; Typer
+    sees its flags followed by --platform, --devices, --mode, --format, --no-color, --quiet, --save,
+    --no-compile-cache and the multi-process panel. They are validated (as `run_options` does)
+    before the command runs.
+
+    Example:
+        @with_run_options(formats=("table", "json", "csv"), mode=False)
+        def einsum(subscripts: Subscripts, *, options: RunOptions) -> None: ...
+
+    Args:
+        formats: the --format choices; its help lists them.
+        mode: offer --mode (else every run uses auto axes).
+        devices: offer --platform and --devices (a command that starts no devices leaves them out).
+        compile_cache: offer --no-compile-cache (else the persistent compile cache stays off).
+        processes: offer the multi-process options (--coordinator, --num-processes, ...).
+        process_timing: offer --process-timing, for commands that time; default: with `processes`.
+
+    Returns:
+        The decorator.
+    """
+    shared = _shared_parameters(
+        formats,
+        mode,
+        devices,
+        compile_cache,
+        processes,
+        processes if process_timing is None else process_timing,
+    )
+    names = [p.name for p in shared]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        parameters = [*_own_parameters(command), *shared]
+
+        @functools.wraps(command)
+        def run(**flags: Any) -> Any:
+            given = {name: flags.pop(name) for name in names}
+            options = run_options(
+                given.get("platform", "auto"),
+                given.get("devices"),
+                given.get("mode", "auto"),
+                given["format"],
+                given["no_color"],
+                given["quiet"],
+                formats,
+                coordinator=given.get("coordinator"),
+                num_processes=given.get("num_processes"),
+                process_id=given.get("process_id"),
+                distributed=given.get("distributed", "off"),
+                join_timeout=given.get("join_timeout", 300),
+                coordinator_bind=given.get("coordinator_bind"),
+                all_processes=given.get("all_processes", False),
+                process_timing=given.get("process_timing", "max"),
+                compile_cache=not given.get("no_compile_cache", True),
+                save=given["save"],
+            )
+            return command(**flags, options=options)
+
+        # Typer reads the parameters from the signature and their types from __annotations__.
+        run.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+        return run
+
+    return decorate

@@ -9,9 +9,10 @@ import typer
 from shardcli import options as opt
 from shardcli.core.compare import METRICS, CompareRequest
 from shardcli.errors import ExitCode
-from shardcli.specs import RunOptions, parse_choice, parse_save, parse_tolerance
+from shardcli.specs import RunOptions, parse_choice, parse_tolerance
 
 
+@opt.with_run_options(mode=False, devices=False, compile_cache=False, processes=False)
 def compare(
     base: Annotated[
         str,
@@ -45,10 +46,8 @@ def compare(
             "\\[default: busbw for collective, time for matmul]",
         ),
     ] = None,
-    format: opt.Format = "table",
-    no_color: opt.NoColor = False,
-    quiet: opt.Quiet = False,
-    save: opt.Save = None,
+    *,
+    options: RunOptions,
 ) -> None:
     """Compare two JSON results of the same command row by row, and mark the regressions.
 
@@ -60,14 +59,6 @@ def compare(
 
     Example: shardcli compare base.json new.json --tolerance 5%
     """
-    from shardcli.render.compare import FORMATS
-
-    options = RunOptions(
-        format=parse_choice(format, "--format", FORMATS),
-        color=not no_color,
-        quiet=quiet,
-        save=parse_save(save),
-    )
     request = CompareRequest(
         base=base,
         new=new,

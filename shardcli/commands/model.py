@@ -43,20 +43,6 @@ Rules = Annotated[
 ]
 
 
-def _options(
-    platform: str,
-    devices: int | None,
-    format: str,
-    no_color: bool,
-    quiet: bool,
-    save: str | None,
-    no_compile_cache: bool,
-) -> RunOptions:
-    return opt.run_options(
-        platform, devices, "auto", format, no_color, quiet, save=save, compile_cache=not no_compile_cache
-    )
-
-
 def _mesh(mesh: str, axes: str | None) -> MeshSpec:
     """--mesh with --axes, or the model's default axis names for that many dims."""
     return parse_mesh(mesh, axes if axes is not None else default_axes(mesh))
@@ -71,6 +57,7 @@ def _report(result: ModelResult, options: RunOptions) -> NoReturn:
 
 
 @app.command("train", short_help="Initialise sharded, train with adam, verify; --checkpoint saves it.")
+@opt.with_run_options(mode=False, processes=False)
 def train(
     depth: Annotated[
         int, typer.Option("--depth", help="Width of the inputs, hidden layer and outputs.")
@@ -86,13 +73,8 @@ def train(
     ] = None,
     mesh: Mesh = "2x4",
     axes: Axes = None,
-    platform: opt.Platform = "auto",
-    devices: opt.Devices = None,
-    format: opt.Format = "table",
-    no_color: opt.NoColor = False,
-    quiet: opt.Quiet = False,
-    save: opt.Save = None,
-    no_compile_cache: opt.NoCompileCache = False,
+    *,
+    options: RunOptions,
 ) -> None:
     """Initialise a two-layer MLP sharded from its annotations, train it with adam, and check the
     shardings, the falling loss and the output against NumPy; optionally save it.
@@ -100,7 +82,6 @@ def train(
     Example: shardcli model train --mesh 2x4 --axes data,model --depth 1024 --batch 8 --steps 5
     """
     require_model_extra()
-    options = _options(platform, devices, format, no_color, quiet, save, no_compile_cache)
     request = TrainRequest(
         mesh=_mesh(mesh, axes),
         depth=depth,
@@ -119,6 +100,7 @@ def train(
 
 
 @app.command("restore", short_help="Restore a checkpoint into the annotated shardings, on any mesh; verify.")
+@opt.with_run_options(mode=False, processes=False)
 def restore(
     folder: Annotated[str, typer.Argument(help="The folder `shardcli model train --checkpoint` wrote.")],
     depth: Annotated[
@@ -128,13 +110,8 @@ def restore(
     rules: Rules = None,
     mesh: Mesh = "2x4",
     axes: Axes = None,
-    platform: opt.Platform = "auto",
-    devices: opt.Devices = None,
-    format: opt.Format = "table",
-    no_color: opt.NoColor = False,
-    quiet: opt.Quiet = False,
-    save: opt.Save = None,
-    no_compile_cache: opt.NoCompileCache = False,
+    *,
+    options: RunOptions,
 ) -> None:
     """Restore a checkpoint straight into the annotated shardings on this mesh (any shape the model
     fits), from abstract shapes only; check the values equal the saved ones. Writes nothing.
@@ -142,7 +119,6 @@ def restore(
     Example: shardcli model restore ckpt --mesh 4x2 --axes data,model
     """
     require_model_extra()
-    options = _options(platform, devices, format, no_color, quiet, save, no_compile_cache)
     request = RestoreRequest(
         folder=folder,
         mesh=_mesh(mesh, axes),

@@ -8,11 +8,12 @@ import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode, ShardcliError
-from shardcli.specs import parse_mesh
+from shardcli.specs import RunOptions, parse_mesh
 
 IMPL_CHOICES = ("mpmd", "spmd", "both")
 
 
+@opt.with_run_options(mode=False, processes=False)
 def pipeline(
     microbatches: Annotated[int, typer.Option("--microbatches", "-M", help="Microbatches per step.")] = 8,
     schedule: Annotated[
@@ -47,13 +48,8 @@ def pipeline(
         str | None,
         typer.Option("--axes", "-a", help="Axis names, one per mesh dim. \\[default: stage,model]"),
     ] = None,
-    platform: opt.Platform = "auto",
-    devices: opt.Devices = None,
-    format: opt.Format = "table",
-    no_color: opt.NoColor = False,
-    quiet: opt.Quiet = False,
-    save: opt.Save = None,
-    no_compile_cache: opt.NoCompileCache = False,
+    *,
+    options: RunOptions,
 ) -> None:
     """Run pipeline parallelism: each stage its own program on its own sub-mesh (MPMD), activations
     and gradients moved between stages, on a schedule you can see as a timeline; verified against
@@ -65,9 +61,6 @@ def pipeline(
 
     if impl not in IMPL_CHOICES:
         raise ShardcliError(f"--impl {impl!r} is not valid; choose one of {', '.join(IMPL_CHOICES)}")
-    options = opt.run_options(
-        platform, devices, "auto", format, no_color, quiet, save=save, compile_cache=not no_compile_cache
-    )
     mesh_spec = parse_mesh(mesh, axes if axes is not None else _default_axes(mesh))
     request = PipelineRequest(
         mesh=mesh_spec,

@@ -9,7 +9,7 @@ import typer
 from shardcli import options as opt
 from shardcli.errors import ExitCode
 from shardcli.recipe_registry import RECIPES, get_recipe
-from shardcli.specs import parse_mesh
+from shardcli.specs import RunOptions, parse_mesh
 
 LIST = "list"
 
@@ -23,6 +23,7 @@ def _doc() -> str:
     )
 
 
+@opt.with_run_options(mode=False, process_timing=False)
 def recipe(
     name: Annotated[str, typer.Argument(help="The recipe, or list: " + ", ".join(RECIPES) + ".")],
     mesh: Annotated[
@@ -34,38 +35,9 @@ def recipe(
         int | None,
         typer.Option("--steps", help="pipeline-ring: how many ring steps. \\[default: the ring's length]"),
     ] = None,
-    platform: opt.Platform = "auto",
-    devices: opt.Devices = None,
-    format: opt.Format = "table",
-    no_color: opt.NoColor = False,
-    quiet: opt.Quiet = False,
-    save: opt.Save = None,
-    no_compile_cache: opt.NoCompileCache = False,
-    coordinator: opt.Coordinator = None,
-    num_processes: opt.NumProcesses = None,
-    process_id: opt.ProcessId = None,
-    distributed: opt.Distributed = "off",
-    join_timeout: opt.JoinTimeout = 300,
-    coordinator_bind: opt.CoordinatorBind = None,
-    all_processes: opt.AllProcesses = False,
+    *,
+    options: RunOptions,
 ) -> None:
-    options = opt.run_options(
-        platform,
-        devices,
-        "auto",
-        format,
-        no_color,
-        quiet,
-        coordinator=coordinator,
-        num_processes=num_processes,
-        process_id=process_id,
-        distributed=distributed,
-        join_timeout=join_timeout,
-        coordinator_bind=coordinator_bind,
-        all_processes=all_processes,
-        save=save,
-        compile_cache=not no_compile_cache,
-    )
     if name == LIST:
         from shardcli.render.recipe import render_recipe_list
 

@@ -10,6 +10,7 @@ from shardcli import options as opt
 from shardcli.errors import ExitCode
 from shardcli.specs import (
     ArraySpec,
+    RunOptions,
     ShardRequest,
     parse_dtype,
     parse_init,
@@ -20,6 +21,7 @@ from shardcli.specs import (
 )
 
 
+@opt.with_run_options(compile_cache=False, process_timing=False)
 def shard(
     shape: Annotated[str, typer.Option("--shape", "-s", help="Global array shape: 8x8, 16, 4x8x8.")] = "8x8",
     spec: Annotated[
@@ -49,41 +51,13 @@ def shard(
     ] = None,
     mesh: opt.Mesh = "8",
     axes: opt.Axes = None,
-    platform: opt.Platform = "auto",
-    devices: opt.Devices = None,
-    mode: opt.Mode = "auto",
-    format: opt.Format = "table",
-    no_color: opt.NoColor = False,
-    quiet: opt.Quiet = False,
-    save: opt.Save = None,
-    coordinator: opt.Coordinator = None,
-    num_processes: opt.NumProcesses = None,
-    process_id: opt.ProcessId = None,
-    distributed: opt.Distributed = "off",
-    join_timeout: opt.JoinTimeout = 300,
-    coordinator_bind: opt.CoordinatorBind = None,
-    all_processes: opt.AllProcesses = False,
+    *,
+    options: RunOptions,
 ) -> None:
     """Place an array on the mesh with a PartitionSpec and show which device holds what.
 
     Example: shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model
     """
-    options = opt.run_options(
-        platform,
-        devices,
-        mode,
-        format,
-        no_color,
-        quiet,
-        coordinator=coordinator,
-        num_processes=num_processes,
-        process_id=process_id,
-        distributed=distributed,
-        join_timeout=join_timeout,
-        coordinator_bind=coordinator_bind,
-        all_processes=all_processes,
-        save=save,
-    )
     mesh_spec = parse_mesh(mesh, axes)
     array_shape = parse_shape(shape)
     request = ShardRequest(

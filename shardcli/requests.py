@@ -1,0 +1,372 @@
+"""A command's flags, as typed, turned into its frozen request: pure Python, no JAX.
+
+Each builder parses and checks every flag once, in the order the command has always reported them,
+so the command only runs what it gets back and tests call the builders directly. The core modules
+(imported when a builder runs, to keep `shardcli --help` light) hold the request types and the
+checks that need the whole request (`validate_request`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from shardcli.errors import ShardcliError
+from shardcli.specs import (
+    MeshSpec,
+    RunOptions,
+    check_plot_file,
+    parse_bytes,
+    parse_dims,
+    parse_dtype,
+    parse_init,
+    parse_mesh,
+    parse_perm,
+    parse_scales,
+    parse_shape,
+    parse_sharding,
+    parse_sizes,
+    parse_values,
+)
+
+if TYPE_CHECKING:
+    from shardcli.core.collective import CollectiveRequest
+    from shardcli.core.einsum import EinsumRequest
+    from shardcli.core.matmul import MatmulRequest
+    from shardcli.core.reshard import ReshardRequest
+
+
+def parse_collective_names(text: str) -> list[str]:
+    """`psum` or `psum,all_gather`: each a known collective, none twice."""
+    from shardcli.collective_registry import get_collective
+
+    names = [n.strip() for n in text.split(",")]
+    for n in names:
+        get_collective(n)
+    if len(set(names)) != len(names):
+        raise ShardcliError(f"collective list {text!r} names one twice")
+    return names
+
+
+def parse_collective_axes(text: str | None, mesh: MeshSpec) -> tuple[str, ...]:
+    """`--axis model` or `--axis data,model`; default: every mesh axis."""
+    if text is None:
+        return mesh.axes
+    names = tuple(n.strip() for n in text.split(","))
+    for name in names:
+        if name not in mesh.axes:
+            raise ShardcliError(
+                f"--axis {name!r} is not a mesh axis; the mesh axes are {', '.join(mesh.axes)}"
+            )
+    if len(set(names)) != len(names):
+        raise ShardcliError(f"--axis {text!r} names an axis twice")
+    return names
+
+
+def default_malloc(malloc: str | None, out_buffer: str, platform: str = "auto") -> tuple[str, str | None]:
+    """--malloc, or its default for the out buffer and platform, and what chose it when --malloc did not.
+
+    A fresh 64 MiB output every call fragments a heap that never gives memory back (measured:
+    all_gather of 64 MiB on 8 devices grew to 24 GiB and was killed), and fresh outputs are there
+    to show what allocating costs; so reuse is the default only with the preallocated buffer. On a
+    GPU or TPU asked for by name the collective's buffers are device memory, not malloc's, so the
+    host allocator is left alone (`auto` is decided only once JAX has started, too late for it).
+    """
+    if malloc is not None:
+        return malloc, None
+    if platform in ("gpu", "tpu"):
+        return "system", f"the default with --platform {platform}: device buffers do not come from malloc"
+    if out_buffer == "fresh":
+        return "system", "the default with --out-buffer fresh"
+    return "reuse", None
+
+
+def check_sweep_plot(plot_file: str | None, sizes: str | None, example: str) -> None:
+    """--plot-file draws a sweep: it needs --sizes, and a file shardcli can write.
+
+    Raises:
+        ShardcliError: either is missing or wrong.
+    """
+    if plot_file is None:
+        return
+    check_plot_file(plot_file)
+    if sizes is None:
+        raise ShardcliError(f"--plot-file draws a sweep over sizes; give --sizes (such as {example})")
+
+
+def build_collective_requests(
+    name: str,
+    *,
+    mesh: str = "8",
+    axes: str | None = None,
+    axis: str | None = None,
+    shape: str | None = None,
+    size: str | None = None,
+    sizes: str | None = None,
+    values: str | None = None,
+    spec: str | None = None,
+    dtype: str = "float32",
+    init: str = "arange",
+    tiled: bool | None = None,
+    gather_dim: int | None = None,
+    scatter_dim: int | None = None,
+    shift: int | None = None,
+    perm: str | None = None,
+    split_dim: int | None = None,
+    concat_dim: int | None = None,
+    root: int | None = None,
+    placement: str = "out",
+    out_buffer: str | None = None,
+    warmup: int = 5,
+    iters: int = 20,
+    malloc: str | None = None,
+    show_values: bool | None = None,
+    min_busbw: float | None = None,
+    plot_file: str | None = None,
+    options: RunOptions | None = None,
+) -> list[CollectiveRequest]:
+    """`shardcli collective`'s flags as one request per named collective, every one validated.
+
+    Args:
+        name: the collective, or several joined by commas.
+        options: the shared run options; the requests carry them with the host allocator chosen.
+        The rest: the flags of the same names, as typed; None is a flag not given.
+
+    Returns:
+        The requests, in the order named; each holds only the knobs that apply to it.
+
+    Raises:
+        ShardcliError: any flag, or combination, that the run cannot do, before anything runs.
+    """
+    from shardcli.collective_registry import COLLECTIVES, PARAM_FLAGS, CollectiveParams, get_collective
+    from shardcli.core.collective import CollectiveRequest, validate_request
+
+    options = options or RunOptions()
+    if out_buffer is not None and placement == "in":
+        raise ShardcliError(
+            "--out-buffer is for out-of-place runs, and --placement in writes the result into the "
+            "input; use --placement out or both"
+        )
+    out_buffer = out_buffer or "preallocated"
+    options = _with_malloc(options, malloc, out_buffer)
+    mesh_spec = parse_mesh(mesh, axes)
+    given = {"--shape": shape, "--size": size, "--sizes": sizes, "--values": values}
+    chosen = [flag for flag, value in given.items() if value is not None]
+    if len(chosen) > 1:
+        raise ShardcliError(f"{' and '.join(chosen)} both set the input; give only one of them")
+    knobs = {
+        "tiled": tiled,
+        "gather_dim": gather_dim,
+        "scatter_dim": scatter_dim,
+        "shift": shift,
+        "perm": parse_perm(perm) if perm is not None else None,
+        "split_dim": split_dim,
+        "concat_dim": concat_dim,
+        "root": root,
+    }
+    set_knobs = {k: v for k, v in knobs.items() if v is not None}
+    set_params = frozenset(set_knobs)
+    if "shift" in set_params and "perm" in set_params:
+        raise ShardcliError("--shift and --perm both set ppermute's pairs; give only one")
+    params = CollectiveParams(axes=parse_collective_axes(axis, mesh_spec), **set_knobs)
+    dtype_spec = parse_dtype(dtype)
+    names = parse_collective_names(name)
+    collectives = [get_collective(n) for n in names]
+    for param in sorted(set_params):
+        if not any(param in c.options for c in collectives):
+            raise ShardcliError(
+                f"{PARAM_FLAGS[param]} does not apply to {', '.join(names)}; it is for "
+                f"{', '.join(c.name for c in COLLECTIVES.values() if param in c.options)}"
+            )
+    check_sweep_plot(plot_file, sizes, "1K:64M")
+    base = CollectiveRequest(
+        collective=names[0],
+        mesh=mesh_spec,
+        params=params,
+        dtype=dtype_spec,
+        init=parse_init(init),
+        shape=parse_shape(shape) if shape is not None else None,
+        sizes=parse_sizes(sizes) if sizes is not None else (parse_bytes(size),) if size is not None else None,
+        values=parse_values(values) if values is not None else None,
+        sharding=parse_sharding(spec, mesh_spec) if spec is not None else None,
+        placement=placement,
+        out_buffer=out_buffer,
+        warmup=warmup,
+        iters=iters,
+        show_values=show_values,
+        min_busbw=min_busbw,
+        set_params=set_params,
+        sweep=sizes is not None,
+        options=options,
+    )
+    # Each collective gets the knobs that are its own (the check above refused any that fit none).
+    requests = [replace(base, collective=c.name, set_params=set_params & c.options) for c in collectives]
+    for request in requests:  # every bad input is found before anything runs
+        validate_request(request)
+    return requests
+
+
+def _with_malloc(options: RunOptions, malloc: str | None, out_buffer: str) -> RunOptions:
+    from shardcli.allocator import ALLOCATORS
+
+    chosen, why = default_malloc(malloc, out_buffer, options.platform)
+    if chosen not in ALLOCATORS:
+        raise ShardcliError(f"--malloc {chosen!r} is not valid; choose one of {', '.join(ALLOCATORS)}")
+    return replace(options, malloc=chosen, malloc_why=why)
+
+
+def _parse_names(text: str, flag: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """A comma-separated list of distinct names from `choices`."""
+    names = tuple(n.strip() for n in text.split(","))
+    for name in names:
+        if name not in choices:
+            raise ShardcliError(f"{flag} {name!r} is not {what}; choose one of {', '.join(choices)} or all")
+    twice = [n for n in names if names.count(n) > 1]
+    if twice:
+        raise ShardcliError(f"{flag} {text!r} names {twice[0]!r} twice; give each once")
+    return names
+
+
+def parse_cases(text: str) -> tuple[str, ...]:
+    """`--case allreduce`, `--case allreduce,collective` or `--case all` (kept as ("all",))."""
+    from shardcli.matmul_registry import MATMUL_CASES
+
+    if text.strip() == "all":
+        return ("all",)
+    return _parse_names(text, "--case", tuple(MATMUL_CASES), "a matmul case")
+
+
+def parse_impls(text: str | None) -> tuple[str, ...] | None:
+    """`--impl manual`, `--impl manual,auto` or `--impl all`; None keeps each case's default."""
+    from shardcli.matmul_registry import IMPLS
+
+    if text is None:
+        return None
+    if text.strip() == "all":
+        return IMPLS
+    return _parse_names(text, "--impl", IMPLS, "valid")
+
+
+def build_matmul_request(
+    *,
+    case: str = "all",
+    impl: str | None = None,
+    dims: str = "256,512,256",
+    dtype: str = "float32",
+    init: str = "random",
+    sizes: str | None = None,
+    warmup: int = 5,
+    iters: int = 20,
+    peak_tflops: float | None = None,
+    link_gbps: float | None = None,
+    mesh: str = "2x4",
+    axes: str | None = None,
+    plot_file: str | None = None,
+    options: RunOptions | None = None,
+) -> MatmulRequest:
+    """`shardcli matmul`'s flags as its request (the checks that need the plan run in the core).
+
+    Args:
+        The flags of the same names, as typed; `options`, the shared run options.
+
+    Raises:
+        ShardcliError: a flag, or --plot-file without --sizes.
+    """
+    from shardcli.core.matmul import MatmulRequest
+
+    request = MatmulRequest(
+        cases=parse_cases(case),
+        mesh=parse_mesh(mesh, axes),
+        dtype=parse_dtype(dtype),
+        impls=parse_impls(impl),
+        dims=parse_dims(dims),
+        init=parse_init(init),
+        scales=parse_scales(sizes) if sizes is not None else None,
+        warmup=warmup,
+        iters=iters,
+        peak_tflops=peak_tflops,
+        link_gbps=link_gbps,
+        options=options or RunOptions(),
+    )
+    check_sweep_plot(plot_file, sizes, "1:8")
+    return request
+
+
+def parse_ways(text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
+    """`--impl auto`, `--impl auto,explicit` or `--impl all` for einsum and reshard."""
+    if text.strip() == "all":
+        return choices
+    return _parse_names(text, "--impl", choices, "valid")
+
+
+def build_einsum_request_from_flags(
+    *,
+    subscripts: str,
+    shapes: list[str],
+    in_specs: list[str],
+    out_spec: str | None,
+    impl: str,
+    dtype: str,
+    init: str,
+    sizes: str | None,
+    warmup: int,
+    iters: int,
+    peak_tflops: float | None,
+    link_gbps: float | None,
+    mesh: str,
+    axes: str | None,
+    options: RunOptions,
+) -> EinsumRequest:
+    """`shardcli einsum`'s flags as its request; every check that needs no devices."""
+    from shardcli.core.einsum import WAYS, build_einsum_request
+
+    mesh_spec = parse_mesh(mesh, axes)
+    return build_einsum_request(
+        subscripts,
+        tuple(parse_shape(s) for s in shapes),
+        tuple(parse_sharding(s, mesh_spec, flag="--in") for s in in_specs),
+        parse_sharding(out_spec, mesh_spec, flag="--out") if out_spec is not None else None,
+        mesh_spec,
+        parse_dtype(dtype),
+        ways=parse_ways(impl, WAYS),
+        init=parse_init(init),
+        scales=parse_scales(sizes) if sizes is not None else None,
+        warmup=warmup,
+        iters=iters,
+        peak_tflops=peak_tflops,
+        link_gbps=link_gbps,
+        options=options,
+    )
+
+
+def build_reshard_request_from_flags(
+    *,
+    shape: str,
+    source: str | None,
+    target: str | None,
+    impl: str,
+    dtype: str,
+    init: str,
+    warmup: int,
+    iters: int,
+    mesh: str,
+    axes: str | None,
+    options: RunOptions,
+) -> ReshardRequest:
+    """`shardcli reshard`'s flags as its request; every check that needs no devices."""
+    from shardcli.core.reshard import WAYS, ReshardRequest, validate_reshard_request
+    from shardcli.specs import ArraySpec
+
+    mesh_spec = parse_mesh(mesh, axes)
+    request = ReshardRequest(
+        array=ArraySpec(shape=parse_shape(shape), dtype=parse_dtype(dtype), init=parse_init(init)),
+        source=parse_sharding(source, mesh_spec, flag="--from"),
+        target=parse_sharding(target, mesh_spec, flag="--to"),
+        mesh=mesh_spec,
+        ways=parse_ways(impl, WAYS),
+        warmup=warmup,
+        iters=iters,
+        options=options,
+    )
+    validate_reshard_request(request)
+    return request
