@@ -403,7 +403,7 @@ NOT_COMPARABLE = [
         "mesh",
         None,
         None,
-        "{base} is a result of shardcli mesh; compare knows collective and matmul results",
+        "{base} is a result of shardcli mesh; compare knows collective, matmul, einsum, reshard results",
     ),
     bad(
         "mesh-shape",
@@ -516,7 +516,7 @@ NOT_COMPARABLE = [
         "psum",
         None,
         None,
-        "--metric 'algbw' is not valid; choose one of busbw, time",
+        "--metric 'algbw' is not valid; choose one of busbw, time, memory, sent",
         args=["--metric", "algbw"],
     ),
     bad(

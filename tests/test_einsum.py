@@ -398,3 +398,44 @@ def test_launch_two_processes_verifies_across_both(args):
     impls = doc["sizes"][0]["impls"] if doc["command"] == "einsum" else doc["impls"]
     timed = [i for i in impls if i["timing"] is not None]
     assert timed and all(len(i["timing"]["processes"]) == 2 for i in timed)
+
+
+# --- compare: a CI guard for a layout's memory, bytes and time --------------------------------------
+
+
+def _save(tmp_path, name: str, doc: dict) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize("metric", ["time", "memory", "sent"])
+def test_compare_two_einsum_runs_finds_a_regression(cli, tmp_path, metric):
+    args = (*BSF, "--in", "data,None,model", "--in", "model,None", "--mesh", "2x4", "--axes", "data,model")
+    base = run_json(cli, *args)
+    worse = json.loads(json.dumps(base))
+    auto = worse["sizes"][0]["impls"][0]
+    if metric == "time":
+        auto["timing"]["stats_s"]["p50"] *= 3
+    elif metric == "memory":
+        auto["program"]["memory"]["total_bytes"] *= 2
+    else:
+        auto["program"]["sent_bytes_per_device"] *= 2
+    a, b = _save(tmp_path, "a.json", base), _save(tmp_path, "b.json", worse)
+    same = cli(["compare", a, a, "--metric", metric])
+    assert same.exit_code == 0, same.output
+    regressed = cli(["compare", a, b, "--metric", metric, "--format", "json"])
+    assert regressed.exit_code == 1, regressed.output
+    rows = json.loads(regressed.stdout)["rows"]
+    assert [r["status"] for r in rows] == ["regression", "n/a"]  # explicit was refused in both
+
+
+def test_compare_two_reshards_and_refuses_a_different_move(cli, tmp_path):
+    base = run_json(cli, *RESHARD, "--from", "data,model", "--to", "model,data")
+    other = run_json(cli, *RESHARD, "--from", "data,model", "--to", "None,data")
+    a, b = _save(tmp_path, "a.json", base), _save(tmp_path, "b.json", other)
+    ok = cli(["compare", a, a, "--metric", "sent"])
+    assert ok.exit_code == 0 and "8x64 from data,model to model,data" in ok.stdout, ok.output
+    refused = cli(["compare", a, b])
+    assert refused.exit_code == 2
+    assert "compare needs the same --shape, --from and --to in both" in refused.stderr

@@ -42,8 +42,9 @@ def compare(
         str | None,
         typer.Option(
             "--metric",
-            help="busbw (GB/s, higher is better; collective only) or time (p50, lower is better). "
-            "\\[default: busbw for collective, time for matmul]",
+            help="busbw (GB/s, higher is better; collective only), time (p50, lower is better), or, "
+            "for einsum and reshard, memory or sent (bytes per device of the compiled program, lower "
+            "is better). \\[default: busbw for collective, time for the others]",
         ),
     ] = None,
     *,
@@ -51,9 +52,10 @@ def compare(
 ) -> None:
     """Compare two JSON results of the same command row by row, and mark the regressions.
 
-    Rows are (size, placement) for collective and (dims, case, impl) for matmul.
+    Rows are (size, placement) for collective, (dims, case, impl) for matmul, (shapes, impl) for
+    einsum and impl for reshard.
 
-    Both files need the same command, collective or cases, mesh and rows.
+    Both files need the same command, collective, cases, einsum or move, mesh and rows.
 
     Exits 1 if a row regressed beyond the tolerance, 2 if the files cannot be compared.
 

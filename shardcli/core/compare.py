@@ -7,6 +7,7 @@ no device start-up.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -64,6 +65,26 @@ _CASE = _key("runs", "case", kinds=("matmul",))
 _DIMS = _key("runs", "dims", kinds=("matmul",))
 _IMPLS = _key("runs", "impls", kinds=("matmul",))
 _IMPL = _key("runs", "impls", "impl", kinds=("matmul",))
+_CANONICAL = _key("config", "canonical", kinds=("einsum",))
+_IN_SPECS = _key("config", "in_specs", kinds=("einsum",))
+_OUT_SPEC = _key("config", "out_spec", kinds=("einsum",))
+_EINSUM_SIZES = _key("sizes", kinds=("einsum",))
+_SCALE = _key("sizes", "scale", kinds=("einsum",))
+_SIZE_SHAPES = _key("sizes", "subscripts", kinds=("einsum",))
+_SIZE_OPERANDS = _key("sizes", "operands", kinds=("einsum",))
+_OPERAND_SHAPE = _key("sizes", "operands", "shape", kinds=("einsum",))
+_RESHARD_SHAPE = _key("config", "shape", kinds=("reshard",))
+_FROM = _key("config", "from_spec", kinds=("reshard",))
+_TO = _key("config", "to_spec", kinds=("reshard",))
+# a compiled program's facts (program_analysis), where einsum's and reshard's impls keep them
+_WAYS = _key("impls", kinds=("reshard",))
+_WAY = _key("impls", "impl", kinds=("reshard",))
+_WAY_STATUS = _key("impls", "status", kinds=("reshard",))
+_EINSUM_IMPLS = _key("sizes", "impls", kinds=("einsum",))
+_PROGRAM = _key("sizes", "impls", "program", kinds=("einsum",))
+_MEMORY = _key("impls", "program", "memory", kinds=("reshard",))
+_MEMORY_TOTAL = _key("sizes", "impls", "program", "memory", "total_bytes", kinds=("einsum",))
+_SENT = _key("impls", "program", "sent_bytes_per_device", kinds=("reshard",))
 _STATUS = _key("runs", "impls", "status", kinds=("matmul",))
 
 
@@ -103,6 +124,24 @@ def _p50(entry: Doc, where: str, file: str) -> float | None:
     return _number(stats, _P50, f"{where}.{_TIMING}.{_STATS}", file)
 
 
+def _program(entry: Doc, where: str, file: str) -> Doc | None:
+    """The compiled program's facts of one impl; None where it has none (refused, device_put)."""
+    return _field(entry, _PROGRAM, (dict, type(None)), where, file)
+
+
+def _memory(entry: Doc, where: str, file: str) -> float | None:
+    program = _program(entry, where, file)
+    if program is None:
+        return None
+    memory = _field(program, _MEMORY, (dict, type(None)), f"{where}.{_PROGRAM}", file)
+    return None if memory is None else _number(memory, _MEMORY_TOTAL, f"{where}.{_PROGRAM}.{_MEMORY}", file)
+
+
+def _sent(entry: Doc, where: str, file: str) -> float | None:
+    program = _program(entry, where, file)
+    return None if program is None else _number(program, _SENT, f"{where}.{_PROGRAM}", file)
+
+
 @dataclass(frozen=True)
 class Metric:
     """What compare lines up: read from one measurement (a placement or an impl) of a document."""
@@ -124,6 +163,8 @@ METRICS: dict[str, Metric] = {
     for m in (
         Metric("busbw", "busbw", "GB/s", higher_is_better=True, improved="better", read=_busbw),
         Metric("time", "time p50", "s", higher_is_better=False, improved="faster", read=_p50),
+        Metric("memory", "memory per device", "B", higher_is_better=False, improved="smaller", read=_memory),
+        Metric("sent", "bytes sent per device", "B", higher_is_better=False, improved="fewer", read=_sent),
     )
 }
 
@@ -336,6 +377,71 @@ def _matmul_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
     return rows
 
 
+def _einsum_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
+    rows = []
+    for where, size in _items(doc, _EINSUM_SIZES, "", file):
+        shapes = tuple(
+            tuple(_field(op, _OPERAND_SHAPE, list, o_where, file))
+            for o_where, op in _items(size, _SIZE_OPERANDS, where, file)
+        )
+        rows.extend(_impl_rows(size, _EINSUM_IMPLS, where, metric, file, (_shapes_text(shapes),)))
+    return rows
+
+
+def _reshard_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
+    return _impl_rows(doc, _WAYS, "", metric, file, ())
+
+
+def _impl_rows(
+    parent: Doc, key: str, where: str, metric: Metric, file: str, lead: tuple[Hashable, ...]
+) -> list[Row]:
+    rows = []
+    for i_where, impl in _items(parent, key, where, file):
+        name = _field(impl, _WAY, str, i_where, file)
+        status = _field(impl, _WAY_STATUS, str, i_where, file)
+        rows.append(((*lead, name), metric.read(impl, i_where, file) if status == "ok" else None))
+    return rows
+
+
+def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
+    return " ".join("x".join(map(str, s)) for s in shapes)
+
+
+def _config_fact(*keys: str) -> Callable[[Doc, str], Any]:
+    def read(doc: Doc, file: str) -> Any:
+        config = _field(doc, _CONFIG, dict, "", file)
+        return tuple(json.dumps(config.get(k)) for k in keys)
+
+    return read
+
+
+def _check_einsums(base: Doc, new: Doc, files: Files) -> str:
+    subscripts = _same(
+        (base, new),
+        files,
+        _config_fact(_CANONICAL, _IN_SPECS, _OUT_SPEC),
+        "{base} has einsum {b} but {new} has {n}; compare needs the same subscripts, --in and --out in both",
+        show=" ".join,
+    )
+    return json.loads(subscripts[0])
+
+
+def _check_reshards(base: Doc, new: Doc, files: Files) -> str:
+    move = _same(
+        (base, new),
+        files,
+        _config_fact(_RESHARD_SHAPE, _FROM, _TO),
+        "{base} has reshard {b} but {new} has {n}; compare needs the same --shape, --from and --to in both",
+        show=" ".join,
+    )
+    shape, source, target = (json.loads(m) for m in move)
+    return f"{'x'.join(map(str, shape))} from {_spec_text(source)} to {_spec_text(target)}"
+
+
+def _spec_text(entries: list[list[str] | None]) -> str:
+    return ",".join("+".join(e) if e else "None" for e in entries) or "replicated"
+
+
 def _params_text(params: Doc) -> str:
     """`axes=x, tiled=True`: a collective's parameters as flags people recognise."""
     return ", ".join(
@@ -451,6 +557,22 @@ KINDS: dict[str, ResultKind] = {
             check_config=_check_matmuls,
             read_rows=_matmul_rows,
         ),
+        ResultKind(
+            command="einsum",
+            metrics=("time", "memory", "sent"),
+            key_fields=(KeyField(_SIZE_SHAPES, "shapes"), KeyField(_WAY, "impl")),
+            row_flags="--impl, --shape and --sizes",
+            check_config=_check_einsums,
+            read_rows=_einsum_rows,
+        ),
+        ResultKind(
+            command="reshard",
+            metrics=("time", "memory", "sent"),
+            key_fields=(KeyField(_WAY, "impl"),),
+            row_flags="--impl",
+            check_config=_check_reshards,
+            read_rows=_reshard_rows,
+        ),
     )
 }
 
@@ -462,7 +584,7 @@ def _command(doc: Doc, file: str) -> str:
     command = _field(doc, _COMMAND, str, "", file)
     if command not in KINDS:
         raise ShardcliError(
-            f"{file} is a result of shardcli {command}; compare knows {' and '.join(KINDS)} results"
+            f"{file} is a result of shardcli {command}; compare knows {', '.join(KINDS)} results"
         )
     return command
 

@@ -17,8 +17,8 @@ from shardcli.specs import RunOptions
 FORMATS = ("table", "json")
 
 # Values are read in the documents' units (GB/s, seconds); people read time in microseconds.
-_SHOWN_UNIT = {"busbw": "GB/s", "time": "us"}
-_STATUS_STYLE = {"regression": "bold red", "better": "green", "faster": "green", "ok": "", "n/a": "dim"}
+_SHOWN_UNIT = {"busbw": "GB/s", "time": "us", "memory": "bytes", "sent": "bytes"}
+_STATUS_STYLE = {"regression": "bold red", "ok": "", "n/a": "dim"}  # an improvement is green
 
 
 def format_value(value: float | None, metric: Metric) -> str:
@@ -27,6 +27,8 @@ def format_value(value: float | None, metric: Metric) -> str:
         return "-"
     if metric.name == "time":
         return f"{value * 1e6:,.1f}"
+    if metric.unit == "B":
+        return f"{value:,.0f}"
     return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
 
 
@@ -149,7 +151,7 @@ def rows_table(result: CompareResult) -> Table:
             format_ratio(row.ratio),
             Text(
                 "REGRESSION" if row.status == "regression" else row.status,
-                style=_STATUS_STYLE[row.status],
+                style=_STATUS_STYLE.get(row.status, "green"),
             ),
         )
     return table
