@@ -8,6 +8,7 @@ import inspect
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -17,6 +18,7 @@ from shardcli import __version__
 from shardcli.commands import collective as collective_cmd
 from shardcli.commands import compare as compare_cmd
 from shardcli.commands import einsum as einsum_cmd
+from shardcli.commands import inspect as inspect_cmd
 from shardcli.commands import launch as launch_cmd
 from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
@@ -108,20 +110,30 @@ class ShardcliGroup(TyperGroup):
 
     def main(
         self,
-        args: Any = None,
+        args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
         prog = prog_name or "shardcli"
         _die_with_launcher()
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            rv = super().main(
+                args,
+                prog_name,
+                complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
             code = rv if isinstance(rv, int) else ExitCode.OK
             if code == ExitCode.INTERRUPTED:  # click turned Ctrl-C into this code without a word
                 code = _fail(prog, "interrupted", ExitCode.INTERRUPTED)
         except ShardcliError as e:
+            if getattr(e, "user_traceback", None):  # an error in the user's own file: their frames
+                sys.stderr.write(e.user_traceback)  # type: ignore[attr-defined]
             code = _fail(prog, str(e), e.exit_code)
         except typer.TyperException as e:  # click usage errors: unknown option, bad int, ...
             if type(e).__name__ == "NoArgsIsHelpError":
@@ -194,6 +206,7 @@ for _name, _command, _settings in [
     ("matmul", matmul_cmd.matmul, None),
     ("einsum", einsum_cmd.einsum, None),
     ("reshard", reshard_cmd.reshard, None),
+    ("inspect", inspect_cmd.inspect, None),
     ("recipe", recipe_cmd.recipe, None),
     ("pipeline", pipeline_cmd.pipeline, None),
     ("compare", compare_cmd.compare, None),

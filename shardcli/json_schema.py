@@ -508,6 +508,21 @@ EINSUM_REFUSED = Record("scale", "impl", "message")
 EINSUM_SUMMARY = Record("wrong", ("refused", ListOf(EINSUM_REFUSED)), ("fit", MapOf(Maybe(FLOP_FIT))))
 EINSUM_BODY = Record(("config", EINSUM_CONFIG), ("sizes", ListOf(EINSUM_SIZE)), ("summary", EINSUM_SUMMARY))
 
+INSPECT_ARRAY = Record("name", "dtype", "shape", "spec", "bytes", "bytes_per_device", "replication")
+FINDING = Record("kind", "message")
+INSPECT_BODY = Record(
+    "target",
+    ("arguments", ListOf(INSPECT_ARRAY)),
+    ("results", ListOf(INSPECT_ARRAY)),
+    ("program", PROGRAM),
+    ("model", COST_MODEL),
+    ("hardware", HARDWARE),
+    ("findings", ListOf(FINDING)),
+    "lower_s",
+    "compile_s",
+    ("timing", Maybe(TIMING)),
+)
+
 RESHARD_CONFIG = Record(
     "shape", "dtype", "init", "nbytes", "from_spec", "to_spec", "impls", "warmup", "iters"
 )
@@ -581,6 +596,7 @@ DOCUMENTS: dict[str, DocumentKind] = {
         DocumentKind("matmul", ("matmul",), MATMUL_BODY),
         DocumentKind("einsum", ("einsum",), EINSUM_BODY),
         DocumentKind("reshard", ("reshard",), RESHARD_BODY),
+        DocumentKind("inspect", ("inspect",), INSPECT_BODY),
         DocumentKind("recipe", ("recipe",), RECIPE_BODY),
         DocumentKind("model", ("model train", "model restore"), MODEL_BODY),
         DocumentKind("pipeline", ("pipeline",), PIPELINE_BODY),

@@ -115,6 +115,12 @@ class CollectiveOp:
         return round((n - 1) / n * s)
 
     @property
+    def op(self) -> str | None:
+        """The JAX operation alone: `dot_general` of `jit(step)/transpose(jvp(dot_general))`."""
+        names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", self.op_name or "")
+        return names[-1] if names else None
+
+    @property
     def axes_text(self) -> str:
         if self.mesh_axes is None:
             return "?"

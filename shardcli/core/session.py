@@ -34,3 +34,28 @@ def open_session(spec: MeshSpec, options: RunOptions, *, x64: bool = False) -> S
         mode=options.mode,
         devices=tuple(devices),
     )
+
+
+def session_of_mesh(mesh: Any) -> Session:
+    """A Session for a mesh the caller built in a JAX they started (the Python API): nothing starts."""
+    import jax
+
+    from shardcli.runtime import RuntimeInfo
+
+    devices = list(mesh.devices.flat)
+    platform = devices[0].platform
+    runtime = RuntimeInfo(
+        platform=platform,
+        device_kind=devices[0].device_kind,
+        device_count=len(devices),
+        devices_present=len([d for d in jax.devices() if d.platform == platform]) or len(devices),
+        faked=platform == "cpu",
+        note=None,
+        process_count=jax.process_count(),
+        process_index=jax.process_index(),
+        jax_version=jax.__version__,
+    )
+    layout = describe_mesh(mesh)
+    spec = MeshSpec(shape=tuple(mesh.devices.shape), axes=tuple(str(a) for a in mesh.axis_names))
+    mode = "explicit" if any(str(t) == "Explicit" for t in getattr(mesh, "axis_types", ())) else "auto"
+    return Session(runtime=runtime, spec=spec, mesh=mesh, layout=layout, mode=mode, devices=tuple(devices))

@@ -1,0 +1,102 @@
+"""`shardcli inspect`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shardcli import options as opt
+from shardcli.commands.matmul import Iters, LinkGbps, PeakTflops, Warmup
+from shardcli.errors import ExitCode
+from shardcli.specs import RunOptions
+
+Target = Annotated[
+    str,
+    typer.Argument(
+        help="FILE.py:FUNCTION or package.module:FUNCTION: the function to compile (jitted or not).",
+        show_default=False,
+    ),
+]
+Arg = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--arg",
+        help="One per positional argument, in order: DTYPE[SHAPE]@SPEC, e.g. 'bf16[256,4096]@data,None' "
+        "(f32, bf16, f16, i32 or a --dtype name; @SPEC left out: replicated). Nothing is allocated.",
+        show_default=False,
+    ),
+]
+Inputs = Annotated[
+    str | None,
+    typer.Option(
+        "--inputs",
+        help="FILE.py:NAME: NAME(mesh) returns the tuple of arguments as pytrees of "
+        "jax.ShapeDtypeStruct with shardings (or arrays), for parameters and optimizer states.",
+    ),
+]
+Out = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--out",
+        help="The sharding you expect for each result, in order: a result that comes out otherwise "
+        "is named (not imposed: the report shows what the compiler chose).",
+        show_default=False,
+    ),
+]
+Run = Annotated[
+    bool,
+    typer.Option("--run", help="Also run it on generated inputs (random normal floats) and time it."),
+]
+
+
+@opt.with_run_options(formats=("table", "json"))
+def inspect(
+    target: Target,
+    arg: Arg = None,
+    inputs: Inputs = None,
+    out: Out = None,
+    run: Run = False,
+    warmup: Warmup = 2,
+    iters: Iters = 5,
+    peak_tflops: PeakTflops = None,
+    link_gbps: LinkGbps = None,
+    mesh: opt.Mesh = "2x4",
+    axes: opt.Axes = None,
+    *,
+    options: RunOptions,
+) -> None:
+    """Show what the compiler did with your own jitted function: each argument's and result's
+    sharding, every collective it inserted (kind, mesh axes, bytes per device, how often, the JAX
+    operation and your source line), memory and FLOPs per device, the cost model, and the classic
+    sharding mistakes. It is compiled from abstract shapes, so nothing of the arguments' size is
+    allocated; nothing runs unless --run asks.
+
+    inspect imports and runs the named file as `python FILE.py` would (its folder first on the
+    Python path): only inspect code you trust.
+
+    Example: shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model
+    --arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None'
+    """
+    from shardcli.requests import build_inspect_request
+
+    request = build_inspect_request(
+        target=target,
+        args=arg or [],
+        inputs=inputs,
+        outs=out or [],
+        run=run,
+        warmup=warmup,
+        iters=iters,
+        peak_tflops=peak_tflops,
+        link_gbps=link_gbps,
+        mesh=mesh,
+        axes=axes,
+        options=options,
+    )
+    from shardcli.core.inspect import run_inspect
+    from shardcli.render.inspect import render_inspect
+
+    result = run_inspect(request)
+    render_inspect(result, options)
+    raise typer.Exit(ExitCode.OK)

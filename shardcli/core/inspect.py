@@ -1,0 +1,481 @@
+"""`shardcli inspect` and `shardcli.inspect`: what the compiler did with the user's own program.
+
+The function is lowered and compiled from abstract shapes (`jax.ShapeDtypeStruct` with shardings):
+nothing of the arguments' size is allocated, so a program with hundreds of GiB per device is
+inspected on a laptop. The compiled program is read through `program_analysis` (collectives with
+mesh axes and source, memory, FLOPs), every argument and result is described with its sharding,
+and the classic mistakes are named. `--run` also runs it on generated inputs and times it.
+"""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled
+from shardcli.core.session import Session
+from shardcli.core.timing import Timing
+from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
+from shardcli.errors import ShardcliError
+from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec
+from shardcli.tile_math import ShardingLayout, group_tiles, normalize_index
+
+Entries = tuple[tuple[str, ...], ...]
+
+# A fully replicated argument at least this large per device, and this share of all arguments, is
+# named: smaller ones (biases, scales, step counters) are replicated on purpose.
+LARGE_REPLICATED_BYTES = 1 << 20
+LARGE_REPLICATED_SHARE = 0.05
+# The JAX operations whose collectives compute something; others only move data between layouts.
+COMPUTING_OPS = ("dot_general", "conv_general_dilated", "reduce_sum", "reduce_max", "reduce_min", "cumsum")
+HLO_DTYPE = {
+    "float32": "f32",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "float64": "f64",
+    "int8": "s8",
+    "int16": "s16",
+    "int32": "s32",
+    "int64": "s64",
+    "uint8": "u8",
+    "uint32": "u32",
+    "bool": "pred",
+}
+
+
+@dataclass(frozen=True)
+class InspectRequest:
+    """`shardcli inspect`'s flags, parsed before JAX starts."""
+
+    target: str  # FILE.py:FUNCTION or package.module:FUNCTION
+    args: tuple[AbstractArg, ...]
+    inputs: str | None  # FILE.py:NAME, a function of the mesh returning the arguments
+    outs: tuple[ShardingSpec, ...]  # the result shardings asked for: checked, not imposed
+    mesh: MeshSpec
+    run: bool = False
+    warmup: int = 2
+    iters: int = 5
+    peak_tflops: float | None = None
+    link_gbps: float | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+
+
+@dataclass(frozen=True)
+class ArrayFact:
+    """One argument or result leaf: its name, type, sharding and bytes."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    entries: Entries | None  # mesh axes per dim; None where the sharding has no PartitionSpec
+    spec: str  # as people read it
+    layout: ShardingLayout
+    bytes_global: int
+    bytes_per_device: int
+
+    @property
+    def replicated(self) -> bool:
+        return self.layout.replication > 1 and len(self.layout.tiles) == 1
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A classic mistake found in the program, naming the argument or operation."""
+
+    kind: str  # "replicated", "gathered-whole", "reshard", "result-sharding"
+    message: str
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    """The report `shardcli inspect` renders and `shardcli.inspect` returns."""
+
+    session: Session
+    target: str
+    arguments: tuple[ArrayFact, ...]
+    results: tuple[ArrayFact, ...]
+    analysis: ProgramAnalysis
+    model: CostEstimate
+    hardware: Hardware
+    findings: tuple[Finding, ...]
+    lower_s: float
+    compile_s: float
+    timing: Timing | None = None
+
+    @property
+    def wrong(self) -> int:
+        return 0
+
+
+# --- arguments ------------------------------------------------------------------------------------
+
+
+def abstract_args(args: tuple[AbstractArg, ...], mesh: Any) -> tuple[Any, ...]:
+    """`jax.ShapeDtypeStruct`s with NamedShardings on the mesh: nothing allocated."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+
+    from shardcli.mesh import partition_spec
+
+    return tuple(
+        jax.ShapeDtypeStruct(
+            a.shape, jnp.dtype(a.dtype.name), sharding=NamedSharding(mesh, partition_spec(a.sharding.entries))
+        )
+        for a in args
+    )
+
+
+def as_abstract(tree: Any) -> Any:
+    """Arrays in a pytree become ShapeDtypeStructs with their shardings (nothing is copied)."""
+    import jax
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return x
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
+        return x
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+def layout_of(sharding: Any, shape: tuple[int, ...]) -> ShardingLayout:
+    """The tiles a sharding cuts an array of `shape` into, from JAX's own index map."""
+    index = sharding.devices_indices_map(tuple(shape))
+    return group_tiles(shape, {d.id: normalize_index(idx, shape) for d, idx in index.items()})
+
+
+def _spec_text(entries: Entries | None, sharding: Any) -> str:
+    if entries is None:
+        return type(sharding).__name__
+    if not any(entries):
+        return "P() (replicated)"
+    return ShardingSpec(entries).describe()
+
+
+def fact_of(name: str, struct: Any, default_sharding: Any = None) -> ArrayFact:
+    """An ArrayFact for one leaf (a ShapeDtypeStruct or array with a sharding)."""
+    import numpy as np
+
+    from shardcli.mesh import entries_of
+
+    shape = tuple(int(d) for d in struct.shape)
+    sharding = getattr(struct, "sharding", None) or default_sharding
+    if sharding is None:
+        raise ShardcliError(f"argument {name} ({struct.dtype}{list(shape)}) has no sharding; give it one")
+    itemsize = np.dtype(struct.dtype).itemsize
+    entries = entries_of(sharding, len(shape))
+    layout = layout_of(sharding, shape)
+    return ArrayFact(
+        name=name,
+        dtype=str(np.dtype(struct.dtype)),
+        shape=shape,
+        entries=entries,
+        spec=_spec_text(entries, sharding),
+        layout=layout,
+        bytes_global=math.prod(shape) * itemsize,
+        bytes_per_device=math.prod(layout.local_shape) * itemsize if shape else itemsize,
+    )
+
+
+def _leaf_names(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[tuple[str, Any]]:
+    """(`params['w1']`, leaf) for every leaf; positional arguments named by the function's parameters."""
+    import jax
+
+    try:
+        names = list(pyinspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        names = []
+    out = []
+    for i, arg in enumerate(args):
+        base = names[i] if i < len(names) and not names[i].startswith("*") else f"arg{i}"
+        for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
+            out.append((base + jax.tree_util.keystr(path), leaf))
+    return out
+
+
+# --- findings -------------------------------------------------------------------------------------
+
+
+def _hlo_type(fact: ArrayFact) -> str:
+    return f"{HLO_DTYPE.get(fact.dtype, fact.dtype)}[{','.join(map(str, fact.shape))}]"
+
+
+def _where(c: CollectiveOp) -> str:
+    op = c.op or "the partitioner"
+    return f"{op} ({c.source})" if c.source else op
+
+
+def find_mistakes(
+    arguments: tuple[ArrayFact, ...],
+    results: tuple[ArrayFact, ...],
+    analysis: ProgramAnalysis,
+    asked: tuple[ShardingSpec, ...],
+    devices: int,
+) -> tuple[Finding, ...]:
+    """The classic sharding mistakes, each naming the argument or operation."""
+    from shardcli.runtime import format_bytes
+
+    found = []
+    total = sum(a.bytes_per_device for a in arguments) or 1
+    for a in arguments:
+        if (
+            devices > 1
+            and a.replicated
+            and a.bytes_per_device >= LARGE_REPLICATED_BYTES
+            and a.bytes_per_device >= LARGE_REPLICATED_SHARE * total
+        ):
+            found.append(
+                Finding(
+                    "replicated",
+                    f"argument {a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_global)}) is fully "
+                    f"replicated: each of the {devices} devices holds all of it; shard one of its dims "
+                    f"over a mesh axis",
+                )
+            )
+    for c in analysis.collectives:
+        if c.kind == "all-gather":
+            whole = [a for a in arguments if not a.replicated and _hlo_type(a) == c.shape]
+            for a in whole:
+                found.append(
+                    Finding(
+                        "gathered-whole",
+                        f"{a.name} ({c.shape}) is all-gathered whole over {c.axes_text} at {_where(c)}: "
+                        f"every device holds all of it while it is used",
+                    )
+                )
+            if whole:
+                continue
+        if c.op_name and "shard_map" in c.op_name:
+            continue  # a collective the program asked for itself
+        op = c.op_name.rsplit("/", 1)[-1] if c.op_name else None
+        if c.kind == "all-to-all" or (
+            c.kind in ("all-gather", "collective-permute") and op not in COMPUTING_OPS
+        ):
+            found.append(
+                Finding(
+                    "reshard",
+                    f"the compiler added {'an' if c.kind[0] == 'a' else 'a'} {c.kind} over {c.axes_text} "
+                    f"({c.shape}, {format_bytes(c.sent_bytes)} sent per device"
+                    f"{f', {c.runs} runs' if c.runs > 1 else ''}) to reshard between operations, "
+                    f"at {_where(c)}",
+                )
+            )
+    for result, spec in zip(results, asked, strict=False):
+        want = spec.entries + ((),) * (len(result.shape) - len(spec.entries))
+        if result.entries is not None and tuple(result.entries) != want:
+            found.append(
+                Finding(
+                    "result-sharding",
+                    f"result {result.name} came out {result.spec} but --out asked for "
+                    f"{ShardingSpec(spec.entries).describe() or 'P()'}: moving it there is one more reshard",
+                )
+            )
+    return tuple(found)
+
+
+# --- the cost model -------------------------------------------------------------------------------
+
+
+def hardware_for(
+    session: Session, dtype_name: str, peak_tflops: float | None, link_gbps: float | None
+) -> Hardware:
+    """--peak-tflops/--link-gbps, else the device table; nothing is measured (nothing may run)."""
+    table = table_hardware(session.runtime.device_kind, dtype_name)
+    unknown = f"unknown for device kind {session.runtime.device_kind!r}; give --peak-tflops / --link-gbps"
+    peak = peak_tflops * 1e12 if peak_tflops is not None else (table.peak_flops if table else None)
+    link = link_gbps * 1e9 if link_gbps is not None else (table.link_bytes_per_s if table else None)
+    return Hardware(
+        peak_flops=peak,
+        link_bytes_per_s=link,
+        peak_source="--peak-tflops" if peak_tflops is not None else (table.peak_source if table else unknown),
+        link_source="--link-gbps" if link_gbps is not None else (table.link_source if table else unknown),
+    )
+
+
+def cost_of(analysis: ProgramAnalysis, hardware: Hardware) -> CostEstimate:
+    comm = tuple(
+        CommCost(
+            op=c.kind, axis=c.axes_text, group_size=c.group_size or 1, bytes_per_device=c.sent_bytes * c.runs
+        )
+        for c in analysis.collectives
+    )
+    return estimate(int(analysis.flops or 0), comm, hardware)
+
+
+# --- compiling ------------------------------------------------------------------------------------
+
+
+def compile_program(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    roots: tuple[str, ...],
+    what: str,
+    mesh: Any,
+) -> tuple[Any, Any, float, float]:
+    """(jitted, compiled, lower seconds, compile seconds); an error in the user's code is theirs."""
+    import contextlib
+
+    import jax
+
+    from shardcli.user_code import raised_in, user_error
+
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    explicit = any(str(t) == "Explicit" for t in getattr(mesh, "axis_types", ()))
+    try:
+        with jax.set_mesh(mesh) if explicit else contextlib.nullcontext():
+            start = time.perf_counter()
+            lowered = jitted.lower(*args)
+            lower_s = time.perf_counter() - start
+            start = time.perf_counter()
+            compiled = lowered.compile()
+            compile_s = time.perf_counter() - start
+    except ShardcliError:
+        raise
+    except Exception as error:  # noqa: BLE001 - sorted into the user's error or JAX's refusal
+        if raised_in(error, roots):
+            raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
+        lines = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {lines[0] if lines else ''}"
+        raise ShardcliError(f"JAX could not compile {what}: {reason}") from None
+    return jitted, compiled, lower_s, compile_s
+
+
+def inspect_program(
+    session: Session,
+    target: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    roots: tuple[str, ...] = (),
+    outs: tuple[ShardingSpec, ...] = (),
+    peak_tflops: float | None = None,
+    link_gbps: float | None = None,
+    run: bool = False,
+    warmup: int = 2,
+    iters: int = 5,
+    process_timing: str = "max",
+) -> InspectResult:
+    """Lower and compile `fn` on abstract `args` and read what the compiler made of it.
+
+    Raises:
+        ShardcliError: JAX could not compile it (one line).
+        UserCodeError: the user's code raised while JAX traced it.
+    """
+    import jax
+
+    args = tuple(as_abstract(a) for a in args)
+    jitted, compiled, lower_s, compile_s = compile_program(fn, args, roots, target, session.mesh)
+    arguments = tuple(fact_of(name, leaf) for name, leaf in _leaf_names(getattr(fn, "__wrapped__", fn), args))
+    out_structs = jax.tree_util.tree_leaves(compiled.out_info) if hasattr(compiled, "out_info") else []
+    out_shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+    results = tuple(
+        fact_of(f"result[{i}]" if len(out_structs) > 1 else "result", s, sh)
+        for i, (s, sh) in enumerate(zip(out_structs, out_shardings, strict=False))
+    )
+    analysis = analyze_compiled(compiled, session.mesh)
+    biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
+    hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
+    timing = _run(compiled, args, warmup, iters, process_timing, compile_s) if run else None
+    return InspectResult(
+        session=session,
+        target=target,
+        arguments=arguments,
+        results=results,
+        analysis=analysis,
+        model=cost_of(analysis, hardware),
+        hardware=hardware,
+        findings=find_mistakes(arguments, results, analysis, outs, session.mesh.size),
+        lower_s=lower_s,
+        compile_s=compile_s,
+        timing=timing,
+    )
+
+
+def _run(compiled: Any, args: tuple[Any, ...], warmup: int, iters: int, how: str, compile_s: float) -> Timing:
+    """Generate inputs on their devices (random normal floats, zeros otherwise) and time the program."""
+    import jax
+    import jax.numpy as jnp
+
+    from shardcli.core.program_run import time_compiled
+
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    key = jax.random.key(0)
+    made = []
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, jax.ShapeDtypeStruct):
+            made.append(leaf)
+            continue
+        if jnp.issubdtype(leaf.dtype, jnp.floating):
+            make = lambda k=jax.random.fold_in(key, i), s=leaf: jax.random.normal(k, s.shape, s.dtype)  # noqa: E731
+        else:
+            make = lambda s=leaf: jnp.zeros(s.shape, s.dtype)  # noqa: E731
+        made.append(jax.jit(make, out_shardings=leaf.sharding)())
+    placed = jax.tree_util.tree_unflatten(tree, made)
+    timing, _ = time_compiled(
+        compiled,
+        tuple(placed),
+        compile_s=compile_s,
+        cached=None,
+        warmup=warmup,
+        iters=iters,
+        process_timing=how,
+    )
+    return timing
+
+
+def run_inspect(request: InspectRequest) -> InspectResult:
+    """`shardcli inspect`: load the user's function (and inputs), open the mesh, inspect.
+
+    Raises:
+        ShardcliError: bad input (one line).
+        UserCodeError: the user's code raised.
+    """
+    from shardcli.core.session import open_session
+    from shardcli.user_code import call_user, load
+
+    if request.iters < 1:
+        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
+    if request.warmup < 0:
+        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
+    if request.args and request.inputs:
+        raise ShardcliError("give the arguments with --arg or with --inputs, not both")
+    function = load(request.target)
+    if not callable(function.value):
+        raise ShardcliError(
+            f"inspect {request.target!r} names a {type(function.value).__name__}, not a function"
+        )
+    x64 = any(a.dtype.needs_x64 for a in request.args)
+    session = open_session(request.mesh, request.options, x64=x64)
+    roots = function.roots
+    if request.inputs is not None:
+        maker = load(request.inputs, flag="--inputs", what="NAME")
+        roots = tuple(dict.fromkeys(roots + maker.roots))
+        args = call_user(maker.value, maker.roots, f"--inputs {request.inputs} raised", session.mesh)
+        if not isinstance(args, (tuple, list)):
+            raise ShardcliError(
+                f"--inputs {request.inputs} returned a {type(args).__name__}; return the tuple of the "
+                f"function's positional arguments (pytrees of jax.ShapeDtypeStruct with shardings, or arrays)"
+            )
+        args = tuple(args)
+    else:
+        args = abstract_args(request.args, session.mesh)
+    return inspect_program(
+        session,
+        request.target,
+        function.value,
+        args,
+        roots=roots,
+        outs=request.outs,
+        peak_tflops=request.peak_tflops,
+        link_gbps=request.link_gbps,
+        run=request.run,
+        warmup=request.warmup,
+        iters=request.iters,
+        process_timing=request.options.process_timing,
+    )

@@ -1,0 +1,142 @@
+"""Rendering `shardcli inspect` (and `shardcli.inspect`'s report): rich for people, JSON for scripts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from shardcli import json_schema as schema
+from shardcli.core.inspect import ArrayFact, InspectResult
+from shardcli.render import human, jsonout
+from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
+from shardcli.render.program import collectives_table, cost_model_text, memory_text, model_json, program_json
+from shardcli.runtime import format_bytes
+from shardcli.specs import RunOptions
+
+FORMATS = ("table", "json")
+# Pictures for at most this many arguments and results; the table lists every one.
+MAX_PICTURES = 6
+
+
+def _array_json(fact: ArrayFact) -> dict[str, Any]:
+    return schema.INSPECT_ARRAY(
+        name=fact.name,
+        dtype=fact.dtype,
+        shape=list(fact.shape),
+        spec=None if fact.entries is None else [list(e) if e else None for e in fact.entries],
+        bytes=fact.bytes_global,
+        bytes_per_device=fact.bytes_per_device,
+        replication=fact.layout.replication,
+    )
+
+
+def inspect_json(result: InspectResult) -> dict[str, Any]:
+    hw = result.hardware
+    return jsonout.document(
+        "inspect",
+        result.session,
+        {
+            "target": result.target,
+            "arguments": [_array_json(a) for a in result.arguments],
+            "results": [_array_json(r) for r in result.results],
+            "program": program_json(result.analysis),
+            "model": model_json(result.model),
+            "hardware": schema.HARDWARE(
+                peak_flop_per_s=hw.peak_flops,
+                peak_source=hw.peak_source,
+                link_bytes_per_s=hw.link_bytes_per_s,
+                link_source=hw.link_source,
+            ),
+            "findings": [schema.FINDING(kind=f.kind, message=f.message) for f in result.findings],
+            "lower_s": result.lower_s,
+            "compile_s": result.compile_s,
+            "timing": jsonout.timing_json(result.timing),
+        },
+    )
+
+
+def arrays_table(result: InspectResult) -> Table:
+    table = DataTable(box=None, header_style="bold")
+    for name in ("", "name", "type", "spec", "bytes", "per device", "copies"):
+        table.add_column(name, justify="right" if name in ("bytes", "per device", "copies") else "left")
+    for kind, facts in (("arg", result.arguments), ("result", result.results)):
+        for f in facts:
+            table.add_row(
+                kind,
+                f.name,
+                f"{f.dtype}[{','.join(map(str, f.shape))}]",
+                f.spec,
+                format_bytes(f.bytes_global),
+                format_bytes(f.bytes_per_device),
+                str(f.layout.replication),
+            )
+    return table
+
+
+def report_renderable(result: InspectResult, *, quiet: bool = False, pictures: bool = True) -> RenderableType:
+    """The whole report as one renderable: the same for the terminal and for Jupyter."""
+    parts: list[RenderableType] = []
+
+    def section(title: str, body: RenderableType) -> None:
+        parts.extend([Text(""), Text(title, style="bold underline"), body])
+
+    if not quiet:
+        facts = {
+            "program": result.target,
+            "compiled": f"from abstract shapes: lowered in {result.lower_s * 1e3:.0f} ms, compiled in "
+            f"{result.compile_s * 1e3:.0f} ms; nothing of the arguments' size was allocated",
+        }
+        parts.append(human.header(result.session, facts))
+    section("arguments and results", arrays_table(result))
+    if pictures and not quiet:
+        for f in (*result.arguments, *result.results)[:MAX_PICTURES]:
+            if f.shape:
+                section(
+                    f"{f.name}: {f.dtype}{list(f.shape)}, spec {f.spec}", human.sharding_picture(f.layout)
+                )
+    rows = [("", c) for c in result.analysis.collectives]
+    section("collectives the compiler inserted", collectives_table(rows, label=""))
+    a = result.analysis
+    flops = f"{a.flops:,.0f}" if a.flops is not None else "unknown"
+    accessed = format_bytes(a.bytes_accessed) if a.bytes_accessed is not None else "unknown"
+    section(
+        "per device",
+        Text(
+            f"memory {memory_text(a.memory)}\nFLOPs {flops}; bytes accessed {accessed}; "
+            f"sent by collectives {format_bytes(a.sent_bytes)}"
+        ),
+    )
+    if not quiet:
+        section(
+            "cost model (roofline, per device)", cost_model_text(result.model, result.hardware, "the program")
+        )
+    if result.timing is not None:
+        s = result.timing.stats
+        section(
+            "run on generated inputs",
+            Text(
+                f"compile {human.compile_text(result.timing)} ms; p50 {s.p50 * 1e6:,.1f} us, "
+                f"min {s.min * 1e6:,.1f} us over {len(result.timing.samples)} iterations"
+            ),
+        )
+    parts.append(Text(""))
+    if result.findings:
+        for f in result.findings:
+            parts.append(Text(f"warning ({f.kind}): {f.message}", style="yellow"))
+    else:
+        parts.append(Text("no classic sharding mistakes found", style="green"))
+    return Group(*parts)
+
+
+def render_inspect(result: InspectResult, options: RunOptions) -> None:
+    show_warnings(result.session.runtime)
+    if not prints_here(options, result.session.runtime):
+        return
+    if options.format == "json":
+        jsonout.write_json(inspect_json(result), options)
+        return
+    console = make_console(options)
+    console.print(report_renderable(result, quiet=options.quiet))
