@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shardcli.errors import ShardcliError
 
@@ -424,7 +424,7 @@ def _ppermute_senders(p: CollectiveParams, n: int) -> int:
     return len(p.pairs(n))
 
 
-_REDUCE = dict(
+_REDUCE: dict[str, Any] = dict(
     hlo_op="all-reduce",
     out_local_shape=_same_shape,
     out_entries=_invariant_entries,

@@ -112,6 +112,8 @@ def table_hardware(device_kind: str, dtype_name: str) -> Hardware | None:
     entry = lookup_peak(device_kind)
     if entry is None:
         return None
+    tflops: float | None
+    note: str | None
     if dtype_name in ("bfloat16", "float16"):
         tflops, note = entry.bf16_tflops, "dense bf16/fp16"
     elif dtype_name == "float32":

@@ -110,7 +110,7 @@ def describe_mesh(mesh: Any) -> MeshLayout:
     devices = np.asarray(mesh.devices)
     cells = []
     for coords in np.ndindex(devices.shape):
-        device = devices[coords]
+        device: Any = devices[coords]  # a jax Device: numpy types the cell of an object array as an array
         cells.append(
             MeshCell(
                 device_id=int(device.id),

@@ -50,5 +50,5 @@ class ReaderMayLeave:
 def quiet_when_reader_leaves(stream: TextIO) -> TextIO:
     """STREAM wrapped in a ReaderMayLeave (once: an already wrapped stream is returned as is)."""
     if isinstance(stream, ReaderMayLeave):
-        return stream  # type: ignore[return-value]
+        return stream
     return ReaderMayLeave(stream)  # type: ignore[return-value]

@@ -16,7 +16,7 @@ from shardcli.core.collective import CollectiveRequest, run_collective
 from shardcli.core.program_analysis import find_collectives
 from shardcli.errors import ShardcliError
 from shardcli.json_schema import document_problems
-from shardcli.specs import RunOptions, parse_bytes, parse_dtype, parse_mesh, parse_perm, parse_sizes
+from shardcli.specs import Platform, RunOptions, parse_bytes, parse_dtype, parse_mesh, parse_perm, parse_sizes
 
 FAST = dict(warmup=0, iters=1)
 
@@ -40,7 +40,7 @@ def request(
         params=params,
         dtype=parse_dtype(dtype),
         set_params=frozenset(params_kw),
-        options=RunOptions(platform="cpu"),
+        options=RunOptions(platform=Platform.CPU),
         **{**FAST, **kw},
     )
 

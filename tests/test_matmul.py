@@ -16,7 +16,7 @@ from shardcli.errors import ShardcliError
 from shardcli.json_schema import document_problems
 from shardcli.matmul_registry import IMPLS, MATMUL_CASES, Axes, flops_per_device
 from shardcli.render.matmul import CSV_COLUMNS
-from shardcli.specs import RunOptions, parse_dims, parse_dtype, parse_mesh, parse_scales, scale_dims
+from shardcli.specs import Platform, RunOptions, parse_dims, parse_dtype, parse_mesh, parse_scales, scale_dims
 
 DIMS = (16, 32, 16)
 FAST = dict(warmup=0, iters=1, peak_tflops=1.0, link_gbps=1.0)
@@ -29,7 +29,7 @@ def request(cases=("all",), mesh="2x4", axes=None, dtype="float32", impls=IMPLS,
         mesh=parse_mesh(mesh, axes),
         dtype=parse_dtype(dtype),
         impls=impls,
-        options=RunOptions(platform="cpu"),
+        options=RunOptions(platform=Platform.CPU),
         **{"dims": DIMS, **FAST, **kw},
     )
 

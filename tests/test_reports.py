@@ -80,8 +80,13 @@ def test_chart_draws_the_model_under_the_points_and_one_marker_per_series():
 
 
 def test_chart_log_axis_has_ticks_in_a_narrow_range():
-    chart = text_chart([Series("t", ((1024, 300.0), (8192, 900.0)))], y_label="us", log_y=True)
-    assert "500" in chart.plain and "┤" in chart.plain
+    chart = text_chart([Series("t", ((1024, 300.0), (8192, 900.0)))], y_label="us", log_y=True, height=14)
+    grid = chart.plain.splitlines()[1:15]  # the 14 rows between the y label and the x axis
+    assert grid[0].rstrip().endswith("o") and grid[-1].split("│", 1)[1].startswith("o")  # 900 top, 300 bottom
+    ticks = [(r, line.split("┤", 1)[0].strip()) for r, line in enumerate(grid) if "┤" in line]
+    # on a log axis 500 sits log(900/500) / log(900/300) of the way down: row 7 (linear: row 9)
+    assert round(math.log10(900 / 500) / math.log10(900 / 300) * 13) == 7
+    assert ticks == [(7, "500")]
 
 
 # --- collective sweeps: fit, charts, several collectives ------------------------------------------

@@ -21,7 +21,7 @@ from shardcli.requests import (
     parse_collective_axes,
     parse_collective_names,
 )
-from shardcli.specs import MeshSpec, RunOptions
+from shardcli.specs import Format, MeshSpec, Mode, Platform, ProcessTiming, RunOptions
 
 MULTI_PROCESS = [
     "coordinator",
@@ -95,13 +95,20 @@ def _app(**kwargs: object) -> tuple[typer.Typer, list[tuple[str, RunOptions]]]:
         pytest.param(
             {"formats": ("table", "json", "csv"), "mode": False},
             ["--format", "csv", "--platform", "cpu", "--devices", "4", "-q", "--no-color"],
-            RunOptions(platform="cpu", devices=4, format="csv", color=False, quiet=True, compile_cache=True),
+            RunOptions(
+                platform=Platform.CPU,
+                devices=4,
+                format=Format.CSV,
+                color=False,
+                quiet=True,
+                compile_cache=True,
+            ),
             id="csv-no-mode",
         ),
         pytest.param(
             {},
             ["--mode", "explicit", "--no-compile-cache", "--process-timing", "avg", "--all-processes"],
-            RunOptions(mode="explicit", process_timing="avg", all_processes=True),
+            RunOptions(mode=Mode.EXPLICIT, process_timing=ProcessTiming.AVG, all_processes=True),
             id="mode-and-timing",
         ),
         pytest.param(

@@ -203,7 +203,7 @@ def test_grid_views_replicated_tile_lists_all_devices():
 def test_sharding_layout_is_frozen():
     layout = ShardingLayout(shape=(2,), tiles=(Tile(((0, 2),), (0,)),))
     with pytest.raises(AttributeError):
-        layout.shape = (3,)  # type: ignore[misc]
+        layout.shape = (3,)
 
 
 # format_index ---------------------------------------------------------------------------------

@@ -247,11 +247,11 @@ class CompareResult:
     @property
     def worst(self) -> CompareRow | None:
         """The row whose new/base ratio is the worst for the metric (lowest busbw, highest time)."""
-        rated = [r for r in self.rows if r.ratio is not None]
+        rated = [(r.ratio, r) for r in self.rows if r.ratio is not None]
         if not rated:
             return None
         pick = min if self.metric.higher_is_better else max
-        return pick(rated, key=lambda r: r.ratio)
+        return pick(rated, key=lambda pair: pair[0])[1]
 
     def describe_key(self, key: tuple[Hashable, ...]) -> str:
         """`size 4K, placement out`."""
@@ -354,7 +354,7 @@ Row = tuple[tuple[Hashable, ...], float | None]
 
 
 def _collective_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
-    rows = []
+    rows: list[Row] = []
     for where, size in _items(doc, _SIZES, "", file):
         nbytes = _field(size, _BYTES_PER_DEVICE, int, where, file)
         for p_where, placement in _items(size, _PLACEMENTS, where, file):
@@ -364,7 +364,7 @@ def _collective_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
 
 
 def _matmul_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
-    rows = []
+    rows: list[Row] = []
     for where, run in _items(doc, _RUNS, "", file):
         case = _field(run, _CASE, str, where, file)
         dims_doc = _field(run, _DIMS, dict, where, file)

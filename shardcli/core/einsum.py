@@ -29,7 +29,7 @@ from shardcli.einsum_notation import EinsumNotation, parse_einsum
 from shardcli.errors import ShardcliError, refusal_text
 from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
-from shardcli.specs import ArraySpec, DType, MeshSpec, RunOptions, ShardingSpec, check_sharding_fits
+from shardcli.specs import ArraySpec, DType, MeshSpec, Mode, RunOptions, ShardingSpec, check_sharding_fits
 
 WAYS = ("auto", "explicit")
 WAY_TEXT = {
@@ -429,7 +429,9 @@ def run_einsum(
     """
     validate_einsum_request(request)
     per_device, total, what = memory_estimate(request)
-    session = open_session(request.mesh, replace(request.options, mode="auto"), x64=request.dtype.needs_x64)
+    session = open_session(
+        request.mesh, replace(request.options, mode=Mode.AUTO), x64=request.dtype.needs_x64
+    )
     check_fits_in_memory(
         session.runtime, list(session.devices), per_device=per_device, total=total, what=what
     )

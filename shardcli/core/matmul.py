@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from shardcli.matmul_registry import (
 )
 from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
-from shardcli.specs import ArraySpec, DType, MeshSpec, RunOptions, scale_dims
+from shardcli.specs import ArraySpec, DType, MeshSpec, Mode, RunOptions, scale_dims
 
 DEFAULT_DIMS = (256, 512, 256)
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -461,7 +461,18 @@ def skipped_case(case: MatmulCase, why: str, dims: tuple[int, int, int], scale: 
     )
 
 
-def resolve_hardware(session: Session, request: MatmulRequest) -> Hardware:
+class HardwareFlags(Protocol):
+    """What resolve_hardware reads of a request (a matmul's or an einsum's)."""
+
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def peak_tflops(self) -> float | None: ...
+    @property
+    def link_gbps(self) -> float | None: ...
+
+
+def resolve_hardware(session: Session, request: HardwareFlags) -> Hardware:
     """--peak-tflops/--link-gbps, else the device table, else (CPU) a measured calibration."""
     rt = session.runtime
     table = table_hardware(rt.device_kind, request.dtype.name)
@@ -527,7 +538,9 @@ def run_matmul(
     """
     plan = validate_request(request)
     per_device, total, what = _memory_estimate(plan, request)
-    session = open_session(request.mesh, replace(request.options, mode="auto"), x64=request.dtype.needs_x64)
+    session = open_session(
+        request.mesh, replace(request.options, mode=Mode.AUTO), x64=request.dtype.needs_x64
+    )
     check_fits_in_memory(
         session.runtime, list(session.devices), per_device=per_device, total=total, what=what
     )

@@ -63,7 +63,7 @@ class MLP(nnx.Module):
     """`relu(x @ W1 + b1) @ W2`, with its kernels annotated and its activations constrained."""
 
     def __init__(self, depth: int, ann: Annotations, rngs: nnx.Rngs) -> None:
-        rules = {} if ann.rules is None else {"sharding_rules": ann.rules}
+        rules: dict[str, Any] = {} if ann.rules is None else {"sharding_rules": ann.rules}
         init = nnx.initializers.lecun_normal()
         self.dot1 = nnx.Linear(
             depth,
@@ -395,6 +395,8 @@ def _gradient_check(
     near = np.abs(ref.pre) <= RTOL * (float(np.max(np.abs(ref.pre))) or 1.0)
     allowance: dict[str, Any] = {name: 0.0 for name in want}
     if ref.u_in:
+        # set whenever the dots round their inputs
+        assert ref.scaled_pre is not None and ref.scaled_out is not None
         c, w2sq = ref.product_var, params["w2"] ** 2
         g_var = (2 / y.size) ** 2 * ref.out_var
         back_var = g_var @ w2sq.T + c * (g**2 @ w2sq.T)
@@ -402,7 +404,9 @@ def _gradient_check(
         variance = {
             "dot1.kernel": (x64**2).T @ back_var + c * ((x64**2).T @ dh**2),
             "dot1.bias": back_var.sum(axis=0),
-            "w2": ref.pre_var.T @ g**2 + (ref.hidden**2).T @ g_var + c * ((ref.hidden**2).T @ g**2),
+            "w2": np.asarray(ref.pre_var).T @ g**2
+            + (ref.hidden**2).T @ g_var
+            + c * ((ref.hidden**2).T @ g**2),
         }
         scaled, _, _ = _gradients(params, x, y, ref.scaled_pre, ref.scaled_out, ref.scale)
         allowance = {n: SIGMAS * np.sqrt(variance[n]) + np.abs(want[n] - scaled[n]) for n in want}
@@ -437,6 +441,7 @@ def _loss_check(what: str, got: float, ref: Reference, y: np.ndarray, label: str
     # float32 sums of the squares in any order add at most (elements) eps of the mean
     allowed = float(np.mean(2 * np.abs(diff) * flat + flat**2)) + (diff.size + 2) * EPS32 * abs(want)
     if ref.u_in:
+        assert ref.scaled_out is not None  # set whenever the dots round their inputs
         allowed += SIGMAS * float(np.sqrt(np.sum((2 * diff / diff.size) ** 2 * ref.out_var)))
         allowed += abs(float(np.mean((ref.scaled_out - y.astype(np.float64)) ** 2)) - want)
     return Check(what, abs(got - want) <= allowed, f"{got:.6g}; {label} {want:.6g}; |err| <= {allowed:.1e}")
@@ -478,7 +483,7 @@ def _evaluate(graphdef: Any, state: Any, x: Any, y: Any) -> tuple[Any, float, tu
 
     compiled = jax.jit(forward).lower(state, x).compile()
     out = compiled(state, x)
-    return out, _loss_of(out, y), find_collectives(compiled.as_text())
+    return out, _loss_of(out, y), find_collectives(compiled.as_text() or "")
 
 
 def _loss_of(out: Any, y: Any) -> float:
@@ -736,10 +741,10 @@ def _check_saved_arrays(metadata: Any, target: Any, folder: str) -> None:
             f"{folder}: the saved state does not hold this model's arrays (missing: "
             f"{', '.join(missing) or 'none'}; not the model's: {', '.join(extra) or 'none'})"
         )
-    for path, shape in wanted.items():
-        if saved[path] != shape:
+    for name, shape in wanted.items():
+        if saved[name] != shape:
             raise ShardcliError(
-                f"{folder}: the saved state holds {path} with shape {saved[path]}, but the model needs "
+                f"{folder}: the saved state holds {name} with shape {saved[name]}, but the model needs "
                 f"{shape}; the state does not match its shardcli-model.json"
             )
 

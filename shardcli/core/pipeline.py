@@ -377,8 +377,9 @@ def run_mpmd(
     def one_pass(record: bool) -> tuple[list[Event], list, list, list]:
         events: list[Event] = []
         lock = threading.Lock()
-        fq = [queue.Queue() for _ in range(S)]
-        bq = [queue.Queue() for _ in range(S)]
+        # (microbatch, activation) forward into each stage; (microbatch, gradient) backward into it
+        fq: list[queue.Queue[tuple[int, Any]]] = [queue.Queue() for _ in range(S)]
+        bq: list[queue.Queue[tuple[int, Any]]] = [queue.Queue() for _ in range(S)]
         outputs: list[Any] = [None] * M
         grads: list[Any] = [None] * S
         losses: list[Any] = [None] * M

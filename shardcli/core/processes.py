@@ -8,13 +8,14 @@ timing shown can be the slowest (or average) process per iteration.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from shardcli.core.timing import Timing, summarize
 
-REDUCERS = {"max": np.max, "avg": np.mean}
+# (rows, axis) -> the rows reduced along axis
+REDUCERS: dict[str, Callable[..., np.ndarray]] = {"max": np.max, "avg": np.mean}
 
 
 def process_count() -> int:
@@ -53,7 +54,7 @@ def combine_check(
     # Counts as integers: JAX gathers float64 as float32 unless x64 is on, which rounds above 2**24.
     counts = gather_from_processes(np.array([wrong, *(d in mine for d in device_ids)], dtype=np.int32))
     errors = gather_from_processes(np.array([max_err], dtype=np.float32))
-    flagged = counts[:, 1:].any(axis=0)
+    flagged = np.asarray(counts[:, 1:].any(axis=0))
     return (
         int(counts[:, 0].astype(np.int64).sum()),
         tuple(sorted(d for d, bad in zip(device_ids, flagged, strict=True) if bad)),

@@ -24,7 +24,7 @@ from shardcli.core.timing import Timing, compile_timed
 from shardcli.errors import ShardcliError, refusal_text
 from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
-from shardcli.specs import ArraySpec, MeshSpec, RunOptions, ShardingSpec, check_sharding_fits
+from shardcli.specs import ArraySpec, MeshSpec, Mode, RunOptions, ShardingSpec, check_sharding_fits
 from shardcli.tile_math import block_index
 
 WAYS = ("reshard", "jit", "device_put")
@@ -211,7 +211,7 @@ def run_reshard(
     per_device = item_blocks * request.array.dtype.itemsize
     total = request.mesh.size * per_device * 2 + request.array.nbytes + math.prod(request.array.shape) * 8 * 3
     session = open_session(
-        request.mesh, replace(request.options, mode="auto"), x64=request.array.dtype.needs_x64
+        request.mesh, replace(request.options, mode=Mode.AUTO), x64=request.array.dtype.needs_x64
     )
     check_fits_in_memory(
         session.runtime,

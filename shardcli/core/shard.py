@@ -132,7 +132,11 @@ def run_shard(request: ShardRequest) -> ShardResult:
                 values=local if show_values else None,
             )
         )
-    index_map = {d.id: normalize_index(idx, shape) for d, idx in sharding.devices_indices_map(shape).items()}
+    index_map = {
+        # jax annotates the keys with `Device = xc.Device`, an alias mypy cannot use as a type
+        d.id: normalize_index(idx, shape)  # type: ignore[attr-defined]
+        for d, idx in sharding.devices_indices_map(shape).items()
+    }
     return ShardResult(
         session=session,
         request=request,

@@ -198,7 +198,8 @@ def _pictures(console: Console, size: EinsumSize, result: EinsumResult) -> None:
         human.section(
             console,
             f"{array.name} [{array.letters}]: global {array.shape}, spec {human.spec_text(array.entries)}",
-            human.sharding_picture(human.spec_tiles(array.shape, array.entries, result.session)),
+            # an operand always has its entries (only the result's wait for the compiler)
+            human.sharding_picture(human.spec_tiles(array.shape, array.entries or (), result.session)),
         )
     shown: set[tuple] = set()
     for w in size.ways:

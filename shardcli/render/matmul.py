@@ -210,7 +210,7 @@ def matmul_csv(result: MatmulResult) -> str:
                 + [0]
             )
         for i in rows:
-            ok = i.timing is not None
+            timing = i.timing
             writer.writerow(
                 [
                     run.case.name,
@@ -219,12 +219,12 @@ def matmul_csv(result: MatmulResult) -> str:
                     *run.dims,
                     result.request.dtype.name,
                     i.status,
-                    f"{i.timing.stats.p50 * 1e6:.3f}" if ok else "",
+                    f"{timing.stats.p50 * 1e6:.3f}" if timing is not None else "",
                     f"{i.achieved_flops / 1e12:.6g}" if i.achieved_flops else "",
                     f"{bound * 1e6:.3f}" if bound is not None else "",
                     run.model.dominant if run.model and run.model.dominant else "",
                     ";".join(f"{h.op}:{h.count}" for h in i.hlo),
-                    f"{i.max_rel_err:.3e}" if ok else "",
+                    f"{i.max_rel_err:.3e}" if timing is not None else "",
                     i.wrong,
                 ]
             )
@@ -306,7 +306,7 @@ def timing_table(run: CaseRun) -> Table:
 def comparison_table(result: MatmulResult) -> Table:
     """`--case all` and `--sizes`: one row per (size, case, impl)."""
     sweep = result.request.sweep
-    columns = ("dims",) if sweep else ()
+    columns: tuple[str, ...] = ("dims",) if sweep else ()
     columns += ("case", "impl", "status", "HLO collectives", "p50 us", "FLOP/s", "bound us", "by", "x bound")
     columns += ("rel err", "#wrong")
     table = _table(columns, ("case", "impl", "status", "HLO collectives", "by"))
@@ -321,7 +321,7 @@ def comparison_table(result: MatmulResult) -> Table:
             continue
         model = run.model
         for i in run.impls:
-            ok = i.timing is not None
+            timing = i.timing
             ratio = _bound_ratio(i, model)
             table.add_row(
                 *lead,
@@ -329,12 +329,12 @@ def comparison_table(result: MatmulResult) -> Table:
                 i.impl,
                 status_text(i),
                 hlo_text(i),
-                f"{i.timing.stats.p50 * 1e6:.1f}" if ok else "-",
+                f"{timing.stats.p50 * 1e6:.1f}" if timing is not None else "-",
                 format_flops(i.achieved_flops, ""),
                 f"{model.t_bound_s * 1e6:,.1f}" if model and model.t_bound_s is not None else "-",
                 _bound_by(model),
                 ratio_text(ratio),
-                f"{i.max_rel_err:.1e}" if ok else "-",
+                f"{i.max_rel_err:.1e}" if timing is not None else "-",
                 Text(str(i.wrong), style="bold red" if i.wrong else "green"),
             )
     return table

@@ -84,8 +84,8 @@ def _rules_table(result: ModelResult) -> Table:
 
 def _steps_table(result: ModelResult) -> Table:
     table = DataTable(box=None, header_style="bold")
-    for name, justify in (("step", "right"), ("loss", "right"), ("time", "right")):
-        table.add_column(name, justify=justify)
+    for name in ("step", "loss", "time"):
+        table.add_column(name, justify="right")
     for what, seconds in result.compile_s.items():
         cached = " (cache)" if result.compile_cached.get(what) else ""
         table.add_row(f"compile {what}", "", format_seconds(seconds) + cached, style="dim")

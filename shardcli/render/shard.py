@@ -65,8 +65,8 @@ def shard_table(result: ShardResult) -> Table:
             "x".join(map(str, s.local_shape)),
             f"{s.nbytes:,}",
         ]
-        if show_values:
-            row.append(human.format_values(s.values))
+        if show_values:  # every shard holds its values, or none does
+            row.append(human.format_values(s.values) if s.values is not None else "-")
         table.add_row(*row)
     return table
 
