@@ -43,8 +43,9 @@ def compare(
         typer.Option(
             "--metric",
             help="busbw (GB/s, higher is better; collective only), time (p50, lower is better), or, "
-            "for einsum and reshard, memory or sent (bytes per device of the compiled program, lower "
-            "is better). \\[default: busbw for collective, time for the others]",
+            "for einsum, reshard and inspect, memory, sent (bytes per device of the compiled program) "
+            "or collectives (how many run), lower is better. \\[default: busbw for collective, memory "
+            "for inspect, time for the others]",
         ),
     ] = None,
     *,
@@ -53,7 +54,7 @@ def compare(
     """Compare two JSON results of the same command row by row, and mark the regressions.
 
     Rows are (size, placement) for collective, (dims, case, impl) for matmul, (shapes, impl) for
-    einsum and impl for reshard.
+    einsum, impl for reshard and the program for inspect (a CI guard for a model's sharding).
 
     Both files need the same command, collective, cases, einsum or move, mesh and rows.
 

@@ -16,7 +16,7 @@ from typing import Any
 from shardcli.errors import ShardcliError
 from shardcli.json_file import read_json
 from shardcli.json_schema import DIMS, DOCUMENTS, SCHEMA_VERSION
-from shardcli.specs import format_size
+from shardcli.specs import format_bytes
 
 Doc = dict[str, Any]
 Files = tuple[str, str]
@@ -85,6 +85,9 @@ _PROGRAM = _key("sizes", "impls", "program", kinds=("einsum",))
 _MEMORY = _key("impls", "program", "memory", kinds=("reshard",))
 _MEMORY_TOTAL = _key("sizes", "impls", "program", "memory", "total_bytes", kinds=("einsum",))
 _SENT = _key("impls", "program", "sent_bytes_per_device", kinds=("reshard",))
+_PROGRAM_COLLECTIVES = _key("program", "collectives", kinds=("inspect",))
+_RUNS_OF = _key("program", "collectives", "runs", kinds=("inspect",))
+_TARGET = _key("target", kinds=("inspect",))
 _STATUS = _key("runs", "impls", "status", kinds=("matmul",))
 
 
@@ -142,6 +145,15 @@ def _sent(entry: Doc, where: str, file: str) -> float | None:
     return None if program is None else _number(program, _SENT, f"{where}.{_PROGRAM}", file)
 
 
+def _collective_runs(entry: Doc, where: str, file: str) -> float | None:
+    """How many collectives one execution runs (each op times its loop trips)."""
+    program = _program(entry, where, file)
+    if program is None:
+        return None
+    at = f"{where}.{_PROGRAM}"
+    return sum(_number(c, _RUNS_OF, w, file) or 0 for w, c in _items(program, _PROGRAM_COLLECTIVES, at, file))
+
+
 @dataclass(frozen=True)
 class Metric:
     """What compare lines up: read from one measurement (a placement or an impl) of a document."""
@@ -165,6 +177,14 @@ METRICS: dict[str, Metric] = {
         Metric("time", "time p50", "s", higher_is_better=False, improved="faster", read=_p50),
         Metric("memory", "memory per device", "B", higher_is_better=False, improved="smaller", read=_memory),
         Metric("sent", "bytes sent per device", "B", higher_is_better=False, improved="fewer", read=_sent),
+        Metric(
+            "collectives",
+            "collectives run",
+            "ops",
+            higher_is_better=False,
+            improved="fewer",
+            read=_collective_runs,
+        ),
     )
 }
 
@@ -388,6 +408,19 @@ def _einsum_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
     return rows
 
 
+def _inspect_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
+    return [((_field(doc, _TARGET, str, "", file),), metric.read(doc, "", file))]
+
+
+def _check_inspects(base: Doc, new: Doc, files: Files) -> str:
+    return _same(
+        (base, new),
+        files,
+        lambda doc, file: _field(doc, _TARGET, str, "", file),
+        "{base} inspected {b} but {new} inspected {n}; compare needs the same program in both",
+    )
+
+
 def _reshard_rows(doc: Doc, metric: Metric, file: str) -> list[Row]:
     return _impl_rows(doc, _WAYS, "", metric, file, ())
 
@@ -538,7 +571,7 @@ KINDS: dict[str, ResultKind] = {
             command="collective",
             metrics=("busbw", "time"),
             key_fields=(
-                KeyField(_BYTES_PER_DEVICE, "size", text=format_size),
+                KeyField(_BYTES_PER_DEVICE, "size", text=lambda size: format_bytes(size, short=True)),
                 KeyField(_PLACEMENT, "placement"),
             ),
             row_flags="--sizes and --placement",
@@ -559,7 +592,7 @@ KINDS: dict[str, ResultKind] = {
         ),
         ResultKind(
             command="einsum",
-            metrics=("time", "memory", "sent"),
+            metrics=("time", "memory", "sent", "collectives"),
             key_fields=(KeyField(_SIZE_SHAPES, "shapes"), KeyField(_WAY, "impl")),
             row_flags="--impl, --shape and --sizes",
             check_config=_check_einsums,
@@ -567,11 +600,19 @@ KINDS: dict[str, ResultKind] = {
         ),
         ResultKind(
             command="reshard",
-            metrics=("time", "memory", "sent"),
+            metrics=("time", "memory", "sent", "collectives"),
             key_fields=(KeyField(_WAY, "impl"),),
             row_flags="--impl",
             check_config=_check_reshards,
             read_rows=_reshard_rows,
+        ),
+        ResultKind(
+            command="inspect",
+            metrics=("memory", "sent", "collectives"),
+            key_fields=(KeyField(_TARGET, "program"),),
+            row_flags="the program",
+            check_config=_check_inspects,
+            read_rows=_inspect_rows,
         ),
     )
 }

@@ -319,16 +319,15 @@ def compile_program(
     mesh: Any,
 ) -> tuple[Any, Any, float, float]:
     """(jitted, compiled, lower seconds, compile seconds); an error in the user's code is theirs."""
-    import contextlib
-
     import jax
 
     from shardcli.user_code import raised_in, user_error
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    explicit = any(str(t) == "Explicit" for t in getattr(mesh, "axis_types", ()))
     try:
-        with jax.set_mesh(mesh) if explicit else contextlib.nullcontext():
+        # The mesh is the context, as under `with jax.set_mesh(mesh)` in the user's own script:
+        # with_sharding_constraint(x, P(...)) and explicit-axes code find it there.
+        with jax.set_mesh(mesh):
             start = time.perf_counter()
             lowered = jitted.lower(*args)
             lower_s = time.perf_counter() - start

@@ -98,7 +98,12 @@ def time_iterations(
             y = None
         start = time.perf_counter()
         y = step(x) if out is None else step(x, out)
-        y.block_until_ready()
+        if hasattr(y, "block_until_ready"):
+            y.block_until_ready()
+        else:  # a program with several results (inspect --run)
+            import jax
+
+            jax.block_until_ready(y)
         seconds = time.perf_counter() - start
         if i >= warmup:
             samples.append(seconds)

@@ -17,7 +17,7 @@ from shardcli.specs import RunOptions
 FORMATS = ("table", "json")
 
 # Values are read in the documents' units (GB/s, seconds); people read time in microseconds.
-_SHOWN_UNIT = {"busbw": "GB/s", "time": "us", "memory": "bytes", "sent": "bytes"}
+_SHOWN_UNIT = {"busbw": "GB/s", "time": "us", "memory": "bytes", "sent": "bytes", "collectives": "ops"}
 _STATUS_STYLE = {"regression": "bold red", "ok": "", "n/a": "dim"}  # an improvement is green
 
 
@@ -27,7 +27,7 @@ def format_value(value: float | None, metric: Metric) -> str:
         return "-"
     if metric.name == "time":
         return f"{value * 1e6:,.1f}"
-    if metric.unit == "B":
+    if metric.unit in ("B", "ops"):
         return f"{value:,.0f}"
     return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
 
