@@ -74,7 +74,7 @@ class ProcessExit:
     def how(self) -> str:
         if self.stopped:
             return "was stopped by the launcher"
-        if self.returncode < 0:
+        if self.returncode is not None and self.returncode < 0:
             try:
                 name = signal.Signals(-self.returncode).name
             except ValueError:

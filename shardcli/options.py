@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from shardcli import specs
 from shardcli.specs import (
     FORMATS,
     MODES,
@@ -163,17 +164,17 @@ def run_options(
 ) -> RunOptions:
     """Validate the shared options into a RunOptions."""
     return RunOptions(
-        platform=parse_choice(platform, "--platform", PLATFORMS),
+        platform=specs.Platform(parse_choice(platform, "--platform", PLATFORMS)),
         devices=devices,
-        mode=parse_choice(mode, "--mode", MODES),
-        format=parse_choice(format, "--format", formats),
+        mode=specs.Mode(parse_choice(mode, "--mode", MODES)),
+        format=specs.Format(parse_choice(format, "--format", formats)),
         color=not no_color,
         quiet=quiet,
         distributed=parse_distributed(
             coordinator, num_processes, process_id, distributed, join_timeout, coordinator_bind
         ),
         all_processes=all_processes,
-        process_timing=parse_choice(process_timing, "--process-timing", PROCESS_TIMINGS),
+        process_timing=specs.ProcessTiming(parse_choice(process_timing, "--process-timing", PROCESS_TIMINGS)),
         compile_cache=compile_cache,
         save=parse_save(save),
     )

@@ -9,10 +9,11 @@ checks that need the whole request (`validate_request`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from shardcli.errors import ShardcliError
 from shardcli.specs import (
+    Malloc,
     MeshSpec,
     RunOptions,
     check_plot_file,
@@ -31,6 +32,7 @@ from shardcli.specs import (
 
 if TYPE_CHECKING:
     from shardcli.core.collective import CollectiveRequest
+    from shardcli.specs import OutBuffer, Placement
     from shardcli.core.einsum import EinsumRequest
     from shardcli.core.matmul import MatmulRequest
     from shardcli.core.reshard import ReshardRequest
@@ -164,7 +166,7 @@ def build_collective_requests(
         "concat_dim": concat_dim,
         "root": root,
     }
-    set_knobs = {k: v for k, v in knobs.items() if v is not None}
+    set_knobs: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}
     set_params = frozenset(set_knobs)
     if "shift" in set_params and "perm" in set_params:
         raise ShardcliError("--shift and --perm both set ppermute's pairs; give only one")
@@ -189,8 +191,9 @@ def build_collective_requests(
         sizes=parse_sizes(sizes) if sizes is not None else (parse_bytes(size),) if size is not None else None,
         values=parse_values(values) if values is not None else None,
         sharding=parse_sharding(spec, mesh_spec) if spec is not None else None,
-        placement=placement,
-        out_buffer=out_buffer,
+        # words: CollectiveRequest turns them into their enums and refuses others as their flags
+        placement=cast("Placement", placement),
+        out_buffer=cast("OutBuffer", out_buffer),
         warmup=warmup,
         iters=iters,
         show_values=show_values,
@@ -212,7 +215,7 @@ def _with_malloc(options: RunOptions, malloc: str | None, out_buffer: str) -> Ru
     chosen, why = default_malloc(malloc, out_buffer, options.platform)
     if chosen not in ALLOCATORS:
         raise ShardcliError(f"--malloc {chosen!r} is not valid; choose one of {', '.join(ALLOCATORS)}")
-    return replace(options, malloc=chosen, malloc_why=why)
+    return replace(options, malloc=Malloc(chosen), malloc_why=why)
 
 
 def _parse_names(text: str, flag: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:

@@ -564,12 +564,12 @@ def _parse_sweep(text: str, flag: str, parse_one, what: str, example: str) -> tu
         raise ShardcliError(
             f"{flag} {text!r} runs backwards ({parts[0]} > {parts[1]}); give MIN:MAX with MIN <= MAX"
         )
-    values = []
+    swept = []
     value = low
     while value <= high * (1 + 1e-12):  # float scales: 0.1 * 2 * 2 ... must still reach MAX
-        values.append(value)
+        swept.append(value)
         value *= factor
-    return tuple(values)
+    return tuple(swept)
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:

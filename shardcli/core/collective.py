@@ -215,7 +215,7 @@ def global_shapes(request: CollectiveRequest, collective: Collective) -> list[tu
     if request.values is not None:
         return [(len(request.values),)]
     if request.sizes is not None:
-        shapes = []
+        shapes: list[tuple[int, ...]] = []
         itemsize = request.dtype.itemsize
         for size in request.sizes:
             if size % itemsize:

@@ -267,7 +267,11 @@ def sweep_table(result: CollectiveResult) -> Table:
         table.add_column(f"roofline %{tag}", justify="right")
     table.add_column("#wrong", justify="right")
     for run in result.runs:
-        row = [format_size(run.bytes_per_device), f"{run.count:,}", result.request.dtype.name]
+        row: list[str | Text] = [
+            format_size(run.bytes_per_device),
+            f"{run.count:,}",
+            result.request.dtype.name,
+        ]
         for p in run.placements:
             if p.timing is None:
                 row += ["n/a", "n/a", "n/a", "n/a"]
@@ -580,10 +584,11 @@ def busbw_chart(results: list[CollectiveResult]) -> Text:
 def _busbw_model(result: CollectiveResult, placement: str) -> Any:
     fit = result.fits.get(placement)
     run = result.runs[0]
-    if fit is None or run.algbw_bytes is None:
+    bus_factor = result.collective.bus_factor
+    if fit is None or run.algbw_bytes is None or bus_factor is None:
         return None
     ratio = run.algbw_bytes / run.bytes_per_device  # S per byte per device, the same at every size
-    factor = result.collective.bus_factor(result.group_size)
+    factor = bus_factor(result.group_size)
     return lambda b: b * ratio / fit.time_at(b * ratio) * factor / 1e9
 
 
