@@ -32,10 +32,10 @@ from shardcli.specs import (
 
 if TYPE_CHECKING:
     from shardcli.core.collective import CollectiveRequest
-    from shardcli.specs import OutBuffer, Placement
     from shardcli.core.einsum import EinsumRequest
     from shardcli.core.matmul import MatmulRequest
     from shardcli.core.reshard import ReshardRequest
+    from shardcli.specs import OutBuffer, Placement
 
 
 def parse_collective_names(text: str) -> list[str]:
