@@ -33,6 +33,7 @@ from shardcli.specs import (
 if TYPE_CHECKING:
     from shardcli.core.collective import CollectiveRequest
     from shardcli.core.einsum import EinsumRequest
+    from shardcli.core.inspect import InspectRequest
     from shardcli.core.matmul import MatmulRequest
     from shardcli.core.reshard import ReshardRequest
     from shardcli.specs import OutBuffer, Placement
@@ -373,3 +374,41 @@ def build_reshard_request_from_flags(
     )
     validate_reshard_request(request)
     return request
+
+
+def build_inspect_request(
+    *,
+    target: str,
+    args: list[str],
+    inputs: str | None,
+    outs: list[str],
+    run: bool,
+    warmup: int,
+    iters: int,
+    peak_tflops: float | None,
+    link_gbps: float | None,
+    mesh: str,
+    axes: str | None,
+    options: RunOptions,
+) -> InspectRequest:
+    """`shardcli inspect`'s flags as its request; every check that needs no devices."""
+    from shardcli.core.inspect import InspectRequest
+    from shardcli.specs import parse_abstract_arg
+
+    mesh_spec = parse_mesh(mesh, axes)
+    for flag, value in (("--peak-tflops", peak_tflops), ("--link-gbps", link_gbps)):
+        if value is not None and not value > 0:
+            raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
+    return InspectRequest(
+        target=target,
+        args=tuple(parse_abstract_arg(a, mesh_spec) for a in args),
+        inputs=inputs,
+        outs=tuple(parse_sharding(o, mesh_spec, flag="--out") for o in outs),
+        mesh=mesh_spec,
+        run=run,
+        warmup=warmup,
+        iters=iters,
+        peak_tflops=peak_tflops,
+        link_gbps=link_gbps,
+        options=options,
+    )
