@@ -8,7 +8,7 @@ checks that need the whole request (`validate_request`).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from shardcli.errors import ShardcliError
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from shardcli.core.einsum import EinsumRequest
     from shardcli.core.inspect import InspectRequest
     from shardcli.core.matmul import MatmulRequest
+    from shardcli.core.pipeline import PipelineRequest
     from shardcli.core.reshard import ReshardRequest
     from shardcli.specs import OutBuffer, Placement
 
@@ -97,19 +98,30 @@ def check_sweep_plot(plot_file: str | None, sizes: str | None, example: str) -> 
         raise ShardcliError(f"--plot-file draws a sweep over sizes; give --sizes (such as {example})")
 
 
+@dataclass(frozen=True)
+class InputFlags:
+    """A collective's input flags, as typed; None is a flag not given.
+
+    At most one of --shape, --size, --sizes and --values sets the input; --spec, --dtype and --init
+    say how it is sharded and filled.
+    """
+
+    shape: str | None = None
+    size: str | None = None
+    sizes: str | None = None
+    values: str | None = None
+    spec: str | None = None
+    dtype: str = "float32"
+    init: str = "arange"
+
+
 def build_collective_requests(
     name: str,
+    array: InputFlags = InputFlags(),
     *,
     mesh: str = "8",
     axes: str | None = None,
     axis: str | None = None,
-    shape: str | None = None,
-    size: str | None = None,
-    sizes: str | None = None,
-    values: str | None = None,
-    spec: str | None = None,
-    dtype: str = "float32",
-    init: str = "arange",
     tiled: bool | None = None,
     gather_dim: int | None = None,
     scatter_dim: int | None = None,
@@ -132,6 +144,7 @@ def build_collective_requests(
 
     Args:
         name: the collective, or several joined by commas.
+        array: the input's flags (--shape, --size, --sizes, --values, --spec, --dtype, --init).
         options: the shared run options; the requests carry them with the host allocator chosen.
         The rest: the flags of the same names, as typed; None is a flag not given.
 
@@ -153,7 +166,7 @@ def build_collective_requests(
     out_buffer = out_buffer or "preallocated"
     options = _with_malloc(options, malloc, out_buffer)
     mesh_spec = parse_mesh(mesh, axes)
-    given = {"--shape": shape, "--size": size, "--sizes": sizes, "--values": values}
+    given = {"--shape": array.shape, "--size": array.size, "--sizes": array.sizes, "--values": array.values}
     chosen = [flag for flag, value in given.items() if value is not None]
     if len(chosen) > 1:
         raise ShardcliError(f"{' and '.join(chosen)} both set the input; give only one of them")
@@ -172,7 +185,7 @@ def build_collective_requests(
     if "shift" in set_params and "perm" in set_params:
         raise ShardcliError("--shift and --perm both set ppermute's pairs; give only one")
     params = CollectiveParams(axes=parse_collective_axes(axis, mesh_spec), **set_knobs)
-    dtype_spec = parse_dtype(dtype)
+    dtype_spec = parse_dtype(array.dtype)
     names = parse_collective_names(name)
     collectives = [get_collective(n) for n in names]
     for param in sorted(set_params):
@@ -181,17 +194,17 @@ def build_collective_requests(
                 f"{PARAM_FLAGS[param]} does not apply to {', '.join(names)}; it is for "
                 f"{', '.join(c.name for c in COLLECTIVES.values() if param in c.options)}"
             )
-    check_sweep_plot(plot_file, sizes, "1K:64M")
+    check_sweep_plot(plot_file, array.sizes, "1K:64M")
     base = CollectiveRequest(
         collective=names[0],
         mesh=mesh_spec,
         params=params,
         dtype=dtype_spec,
-        init=parse_init(init),
-        shape=parse_shape(shape) if shape is not None else None,
-        sizes=parse_sizes(sizes) if sizes is not None else (parse_bytes(size),) if size is not None else None,
-        values=parse_values(values) if values is not None else None,
-        sharding=parse_sharding(spec, mesh_spec) if spec is not None else None,
+        init=parse_init(array.init),
+        shape=parse_shape(array.shape) if array.shape is not None else None,
+        sizes=_parse_input_sizes(array),
+        values=parse_values(array.values) if array.values is not None else None,
+        sharding=parse_sharding(array.spec, mesh_spec) if array.spec is not None else None,
         # words: CollectiveRequest turns them into their enums and refuses others as their flags
         placement=cast("Placement", placement),
         out_buffer=cast("OutBuffer", out_buffer),
@@ -200,7 +213,7 @@ def build_collective_requests(
         show_values=show_values,
         min_busbw=min_busbw,
         set_params=set_params,
-        sweep=sizes is not None,
+        sweep=array.sizes is not None,
         options=options,
     )
     # Each collective gets the knobs that are its own (the check above refused any that fit none).
@@ -208,6 +221,13 @@ def build_collective_requests(
     for request in requests:  # every bad input is found before anything runs
         validate_request(request)
     return requests
+
+
+def _parse_input_sizes(array: InputFlags) -> tuple[int, ...] | None:
+    """--sizes, or --size as a sweep of one."""
+    if array.sizes is not None:
+        return parse_sizes(array.sizes)
+    return (parse_bytes(array.size),) if array.size is not None else None
 
 
 def _with_malloc(options: RunOptions, malloc: str | None, out_buffer: str) -> RunOptions:
@@ -294,6 +314,59 @@ def build_matmul_request(
     )
     check_sweep_plot(plot_file, sizes, "1:8")
     return request
+
+
+def default_pipeline_axes(mesh: str) -> str | None:
+    """stage,model for a 2-D mesh, stage for 1-D; otherwise the usual names (None)."""
+    rank = len(mesh.split("x"))
+    return {1: "stage", 2: "stage,model"}.get(rank)
+
+
+def build_pipeline_request(
+    *,
+    microbatches: int = 8,
+    schedule: str = "1f1b",
+    layers: int = 8,
+    width: int = 256,
+    batch: int = 32,
+    stages: int | None = None,
+    forward_only: bool = False,
+    impl: str = "mpmd",
+    mesh: str = "4x2",
+    axes: str | None = None,
+    options: RunOptions | None = None,
+) -> PipelineRequest:
+    """`shardcli pipeline`'s flags as its request.
+
+    The layout checks (stages, layers, batch and width against the mesh) need the whole request and
+    run once, in the core's `validate_request`, when the pipeline runs.
+
+    Args:
+        impl: mpmd, spmd or both (the two, in that order).
+        axes: the mesh's axis names; default: stage,model on a 2-D mesh, stage on a 1-D one.
+        options: the shared run options.
+        The rest: the flags of the same names.
+
+    Raises:
+        ShardcliError: --impl is none of the three, or the mesh flags are not valid.
+    """
+    from shardcli.core.pipeline import IMPLS, PipelineRequest
+
+    choices = (*IMPLS, "both")
+    if impl not in choices:
+        raise ShardcliError(f"--impl {impl!r} is not valid; choose one of {', '.join(choices)}")
+    return PipelineRequest(
+        mesh=parse_mesh(mesh, axes if axes is not None else default_pipeline_axes(mesh)),
+        stages=stages,
+        microbatches=microbatches,
+        batch=batch,
+        layers=layers,
+        width=width,
+        schedule=schedule,
+        forward_only=forward_only,
+        impls=IMPLS if impl == "both" else (impl,),
+        options=options or RunOptions(),
+    )
 
 
 def parse_ways(text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
@@ -387,15 +460,21 @@ def build_inspect_request(
     iters: int,
     peak_tflops: float | None,
     link_gbps: float | None,
-    mesh: str,
+    mesh: str | None,
     axes: str | None,
     options: RunOptions,
+    compile_target: str | None = None,
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.core.inspect import InspectRequest
     from shardcli.specs import parse_abstract_arg
+    from shardcli.targets import parse_target
 
-    mesh_spec = parse_mesh(mesh, axes)
+    hardware = parse_target(compile_target) if compile_target is not None else None
+    # With a target the mesh is a reshape of its chips, known once libtpu describes them; the
+    # arguments are checked here against the mesh as typed (or the topology's shape), and again then.
+    shown = mesh if mesh is not None else ("x".join(map(str, hardware.topology)) if hardware else "2x4")
+    mesh_spec = parse_mesh(shown, axes)
     for flag, value in (("--peak-tflops", peak_tflops), ("--link-gbps", link_gbps)):
         if value is not None and not value > 0:
             raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
@@ -404,11 +483,14 @@ def build_inspect_request(
         args=tuple(parse_abstract_arg(a, mesh_spec) for a in args),
         inputs=inputs,
         outs=tuple(parse_sharding(o, mesh_spec, flag="--out") for o in outs),
-        mesh=mesh_spec,
+        mesh=None if hardware else mesh_spec,
         run=run,
         warmup=warmup,
         iters=iters,
         peak_tflops=peak_tflops,
         link_gbps=link_gbps,
         options=options,
+        compile_target=hardware,
+        mesh_text=mesh,
+        axes_text=axes,
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from shardcli.allocator import AllocatorState, tune_for_reuse
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
-from shardcli.specs import MAX_FAKE_DEVICES, DistributedSpec, RunOptions
+from shardcli.specs import MAX_FAKE_DEVICES, DistributedSpec, RunOptions, format_bytes
 
 ACCELERATORS = ("gpu", "tpu")
 
@@ -40,9 +40,12 @@ class RuntimeInfo:
     compile_cache: str | None = None  # the persistent compile cache's directory; None: off
     allocator: AllocatorState | None = None  # the host malloc settings of this process
     warnings: tuple[str, ...] = ()  # for the user on stderr (render.console.show_warnings)
+    target: str | None = None  # a compile-only target (`tpu-v5e:16x16`): its chips are described, not run
 
     def describe_devices(self) -> str:
         """`8 faked CPU devices` / `4 of 8 real GPU devices` / `... in 2 processes, 4 each`."""
+        if self.target is not None:
+            return f"{self.device_count} {self.device_kind} chips of the compile-only target {self.target}"
         what = "faked" if self.faked else "real"
         name = self.platform.upper()
         if self.device_count == self.devices_present:
@@ -727,12 +730,3 @@ def _memory_refusal(
             f"holds {format_bytes(limit)}; use a smaller size"
         )
     return None
-
-
-def format_bytes(n: float) -> str:
-    """Binary units, as people read memory: `64 MiB`."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
