@@ -18,6 +18,8 @@ from shardcli.errors import ShardcliError
 if TYPE_CHECKING:
     import numpy as np
 
+    from shardcli.specs import DType
+
 Entries = tuple[tuple[str, ...], ...]  # a PartitionSpec as plain data: mesh axes per array dim
 
 
@@ -594,11 +596,38 @@ def busbw_factor(collective: Collective, n: int) -> float | None:
     return collective.bus_factor(n) if collective.bus_factor is not None else None
 
 
-def in_place_possible(
-    collective: Collective, local_shape: tuple[int, ...], p: CollectiveParams, n: int
-) -> bool:
-    """In-place needs the result to fit the input's buffer: same per-device shape and dtype."""
-    return collective.out_local_shape(local_shape, p, n) == local_shape and collective.result_dtype is None
+def result_dtype_of(collective: Collective, dtype: DType) -> str:
+    """The dtype of the collective's result for an input of `dtype`, as JAX gives it.
+
+    A mean divides (true division), so integers give the default float: float64 from a 64-bit
+    integer (the run enables x64 for it), else float32.
+    """
+    if collective.result_dtype is not None:
+        return collective.result_dtype
+    if collective.mean and dtype.kind in ("int", "uint"):
+        return "float64" if dtype.itemsize == 8 else "float32"
+    return dtype.name
+
+
+def in_place_refusal(
+    collective: Collective, local_shape: tuple[int, ...], p: CollectiveParams, n: int, dtype: DType
+) -> str | None:
+    """Why the result cannot be written into the input's buffer, or None where it can.
+
+    In place needs the same per-device shape and dtype: a result of another shape "does not fit
+    its input buffer"; one of another dtype cannot overwrite it either.
+    """
+    if collective.out_local_shape(local_shape, p, n) != local_shape:
+        return f"{collective.name}'s result does not fit its input buffer"
+    if collective.result_dtype is not None:
+        return (
+            f"{collective.name} gives {collective.result_dtype} whatever the input, so the result "
+            "cannot overwrite the input"
+        )
+    result = result_dtype_of(collective, dtype)
+    if result != dtype.name:
+        return f"{collective.name} of {dtype.name} gives {result}, so the result cannot overwrite the input"
+    return None
 
 
 def group_size(axes: tuple[str, ...], axis_sizes: dict[str, int]) -> int:

@@ -33,7 +33,6 @@ from typing import BinaryIO
 
 from shardcli.errors import ExitCode, ShardcliError
 
-DEVICE_COMMANDS = ("mesh", "shard", "collective", "matmul", "einsum", "reshard", "recipe")
 # Flags the launcher sets for every child; the command must leave them out.
 RESERVED_FLAGS = ("--coordinator", "--num-processes", "--process-id", "--distributed")
 MAX_PROCESSES = 64
@@ -98,6 +97,23 @@ class LaunchResult:
     port_taken: bool = False  # process 0 could not bind the coordinator port
 
 
+def launchable_commands() -> tuple[str, ...]:
+    """The commands launch can run, in the app's order: those given the multi-process options.
+
+    `options.with_run_options(processes=True)` is the one place that decides; the app (imported
+    here, not at the top: `shardcli.cli` imports this module through `shardcli launch`) holds each
+    command under its name.
+    """
+    from shardcli.cli import app
+    from shardcli.options import takes_process_options
+
+    return tuple(
+        c.name
+        for c in app.registered_commands
+        if c.name is not None and c.callback is not None and takes_process_options(c.callback)
+    )
+
+
 def validate_launch(spec: LaunchSpec) -> LaunchSpec:
     """Check a request before anything starts.
 
@@ -111,9 +127,10 @@ def validate_launch(spec: LaunchSpec) -> LaunchSpec:
             "launch needs a command after --, e.g. shardcli launch -n 2 -- collective psum --mesh 2x4"
         )
     verb = spec.command[0]
-    if verb not in DEVICE_COMMANDS:
+    device_commands = launchable_commands()
+    if verb not in device_commands:
         raise ShardcliError(
-            f"launch runs a device command, not {verb!r}; give one of {', '.join(DEVICE_COMMANDS)} after --"
+            f"launch runs a device command, not {verb!r}; give one of {', '.join(device_commands)} after --"
         )
     for word in spec.command:
         flag = word.split("=", 1)[0]

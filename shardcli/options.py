@@ -199,6 +199,15 @@ _PROCESSES = (
 )
 
 
+# The commands given the multi-process options: what `shardcli launch` may run (shardcli.launcher).
+_MULTI_PROCESS_COMMANDS: set[Callable[..., Any]] = set()
+
+
+def takes_process_options(command: Callable[..., Any]) -> bool:
+    """Whether `with_run_options` gave `command` the multi-process options (--coordinator, ...)."""
+    return command in _MULTI_PROCESS_COMMANDS
+
+
 def _format_option(formats: tuple[str, ...]) -> Any:
     """--format with its choices in the help: `table, json or csv.` (the two-format help says more)."""
     if formats == FORMATS:
@@ -268,7 +277,8 @@ def with_run_options(
         mode: offer --mode (else every run uses auto axes).
         devices: offer --platform and --devices (a command that starts no devices leaves them out).
         compile_cache: offer --no-compile-cache (else the persistent compile cache stays off).
-        processes: offer the multi-process options (--coordinator, --num-processes, ...).
+        processes: offer the multi-process options (--coordinator, --num-processes, ...); these
+            commands are the ones `shardcli launch` runs (`takes_process_options`).
         process_timing: offer --process-timing, for commands that time; default: with `processes`.
 
     Returns:
@@ -314,6 +324,8 @@ def with_run_options(
         # Typer reads the parameters from the signature and their types from __annotations__.
         run.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+        if processes:
+            _MULTI_PROCESS_COMMANDS.add(run)
         return run
 
     return decorate

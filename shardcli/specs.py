@@ -538,6 +538,30 @@ def parse_bytes(text: str, flag: str = "--size") -> int:
     return value
 
 
+def format_bytes(n: float, *, short: bool = False) -> str:
+    """A byte count in binary units.
+
+    Args:
+        n: the bytes.
+        short: nccl-tests' form, the one `--size` and `--sizes` read back: `1K`, `64M`, `1536`
+            (a unit only where it divides `n` exactly). Otherwise as people read memory: `64 MiB`,
+            `1.5 KiB`.
+
+    Returns:
+        The text.
+    """
+    if short:
+        for suffix, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+            if n >= scale and n % scale == 0:
+                return f"{n // scale}{suffix}"
+        return str(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
 def _parse_sweep(text: str, flag: str, parse_one, what: str, example: str) -> tuple:
     """`MIN:MAX` (x2 steps), `MIN:MAX:xF`, or a comma-separated list, each value by `parse_one`."""
     raw = text.strip()
@@ -602,14 +626,6 @@ def parse_perm(text: str) -> tuple[tuple[int, int], ...]:
             )
         pairs.append((int(bits[0]), int(bits[1])))
     return tuple(pairs)
-
-
-def format_size(n: int) -> str:
-    """nccl-style short size: `1K`, `64M`, `1536` ."""
-    for unit, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return str(n)
 
 
 def parse_dims(text: str) -> tuple[int, int, int]:

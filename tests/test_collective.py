@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from shardcli import collective_registry as registry
 from shardcli.cli import app
 from shardcli.collective_registry import COLLECTIVES, CollectiveParams, busbw_factor
-from shardcli.core.collective import CollectiveRequest, run_collective
+from shardcli.core.collective import CollectiveRequest, run_collective, validate_request
 from shardcli.core.program_analysis import find_collectives
 from shardcli.errors import ShardcliError
 from shardcli.json_schema import document_problems
@@ -34,15 +34,23 @@ def request(
         k: kw.pop(k) for k in list(kw) if k in {f.name for f in dataclasses.fields(CollectiveParams)}
     }
     params = CollectiveParams(axes=over or spec.axes, **params_kw)
-    return CollectiveRequest(
-        collective=name,
-        mesh=spec,
-        params=params,
-        dtype=parse_dtype(dtype),
-        set_params=frozenset(params_kw),
-        options=RunOptions(platform=Platform.CPU),
-        **{**FAST, **kw},
+    return _validated(
+        CollectiveRequest(
+            collective=name,
+            mesh=spec,
+            params=params,
+            dtype=parse_dtype(dtype),
+            set_params=frozenset(params_kw),
+            options=RunOptions(platform=Platform.CPU),
+            **{**FAST, **kw},
+        )
     )
+
+
+def _validated(req: CollectiveRequest) -> CollectiveRequest:
+    """run_collective takes a validated request, as the CLI's builder gives it."""
+    validate_request(req)
+    return req
 
 
 MESHES = [
@@ -397,6 +405,54 @@ def test_bad_input_exits_2_with_one_line(args, message):
     assert "Traceback" not in result.output
 
 
+PMEAN_INT_NOTE = "pmean of int32 gives float32, so the result cannot overwrite the input"
+
+
+@pytest.mark.parametrize(
+    ("args", "exit_code", "expected"),
+    [
+        pytest.param(
+            ["pmean", "--dtype", "int32", "--placement", "in"],
+            2,
+            f"--placement in needs pmean's result to fit its input buffer, but {PMEAN_INT_NOTE}; "
+            "use --placement out",
+            id="pmean-int-in-refused",
+        ),
+        pytest.param(
+            ["pmean", "--dtype", "int64", "--placement", "in"],
+            2,
+            "but pmean of int64 gives float64, so the result cannot overwrite the input",
+            id="pmean-int64-in-refused",
+        ),
+        pytest.param(
+            ["pmean", "--dtype", "int32", "--placement", "both"],
+            0,
+            f"in-place: n/a ({PMEAN_INT_NOTE})",
+            id="pmean-int-both-runs-out",
+        ),
+        pytest.param(
+            ["axis_index", "--shape", "4", "--placement", "in"],
+            2,
+            "but axis_index gives int32 whatever the input, so the result cannot overwrite the input",
+            id="axis-index-same-shape",
+        ),
+        pytest.param(
+            ["pmean", "--dtype", "float32", "--placement", "in"], 0, "in (aliased)", id="pmean-float"
+        ),
+        pytest.param(["psum", "--dtype", "int32", "--placement", "both"], 0, "in (aliased)", id="psum-int"),
+    ],
+)
+def test_in_place_needs_the_inputs_shape_and_dtype(args, exit_code, expected):
+    result = invoke(*args, "--mesh", "4", "--iters", "1", "--warmup", "0", "--no-color")
+    assert result.exit_code == exit_code, result.output
+    if exit_code == 2:
+        assert expected in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    else:
+        assert expected in result.stdout
+        assert "in-place: n/a" not in result.stdout or expected.startswith("in-place")
+
+
 def test_human_output_shows_before_after_hlo_and_timing():
     result = invoke("psum", "--mesh", "2x4", "--axes", "data,model", "--axis", "model", "--no-color")
     assert result.exit_code == 0, result.output
@@ -490,8 +546,7 @@ def test_a_collective_is_its_entry_not_its_name(monkeypatch, name, dtype):
     copy = dataclasses.replace(COLLECTIVES[name], name=f"my_{name}")
     monkeypatch.setitem(COLLECTIVES, copy.name, copy)
     kw = dict(perm=((0, 2), (2, 1))) if name == "ppermute" else {}
-    # pmean of integers gives floats, which cannot be fed back in place (a known gap of in_place_possible)
-    kw["placement"] = "out" if name == "pmean" and dtype == "int32" else "both"
+    kw["placement"] = "both"  # pmean of integers gives floats: its in-place run is left out, with why
     mine = run_collective(request(copy.name, "4", dtype=dtype, init="random", **kw))
     theirs = run_collective(request(name, "4", dtype=dtype, init="random", **kw))
     assert mine.wrong == 0

@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 from shardcli import options as opt
 from shardcli.errors import ShardcliError
 from shardcli.requests import (
+    InputFlags,
     build_collective_requests,
     build_matmul_request,
+    build_pipeline_request,
     default_malloc,
     parse_collective_axes,
     parse_collective_names,
@@ -196,7 +198,13 @@ def test_collective_names():
     ("kwargs", "expected"),
     [
         pytest.param(
-            {"name": "psum", "mesh": "2x4", "axes": "data,model", "axis": "model", "size": "1K"},
+            {
+                "name": "psum",
+                "mesh": "2x4",
+                "axes": "data,model",
+                "axis": "model",
+                "array": InputFlags(size="1K"),
+            },
             [("psum", ("model",), frozenset(), (1024,), "reuse")],
             id="psum-size",
         ),
@@ -209,7 +217,13 @@ def test_collective_names():
             id="knob-goes-to-its-collective",
         ),
         pytest.param(
-            {"name": "ppermute", "mesh": "4", "perm": "0:1,1:0", "malloc": "system", "sizes": "1K:4K"},
+            {
+                "name": "ppermute",
+                "mesh": "4",
+                "perm": "0:1,1:0",
+                "malloc": "system",
+                "array": InputFlags(sizes="1K:4K"),
+            },
             [("ppermute", ("x",), {"perm"}, (1024, 2048, 4096), "system")],
             id="perm-parsed-sweep",
         ),
@@ -219,7 +233,7 @@ def test_build_collective_requests(kwargs, expected):
     requests = build_collective_requests(**kwargs)
     got = [(r.collective, r.params.axes, r.set_params, r.sizes, r.options.malloc) for r in requests]
     assert got == expected
-    assert requests[0].sweep == ("sizes" in kwargs)
+    assert requests[0].sweep == (kwargs.get("array", InputFlags()).sizes is not None)
 
 
 def test_build_collective_requests_keeps_the_run_options():
@@ -245,7 +259,7 @@ def test_build_collective_requests_keeps_the_run_options():
             id="malloc",
         ),
         pytest.param(
-            {"name": "psum", "shape": "8", "size": "1K"},
+            {"name": "psum", "array": InputFlags(shape="8", size="1K")},
             "--shape and --size both set the input; give only one of them",
             id="two-inputs",
         ),
@@ -270,7 +284,18 @@ def test_build_collective_requests_keeps_the_run_options():
             id="core-check",
         ),
         pytest.param(
-            {"name": "psum,all_gather", "show_values": True, "sizes": "1K:2K"},
+            {"name": "psum", "placement": "sideways"},
+            "--placement 'sideways' is not valid; choose one of out, in, both",
+            id="placement",
+        ),
+        pytest.param(
+            {"name": "pmean", "placement": "in", "array": InputFlags(dtype="int32")},
+            "--placement in needs pmean's result to fit its input buffer, but pmean of int32 gives "
+            "float32, so the result cannot overwrite the input; use --placement out",
+            id="pmean-int-in-place",
+        ),
+        pytest.param(
+            {"name": "psum,all_gather", "show_values": True, "array": InputFlags(sizes="1K:2K")},
             "--show-values is for a single run; --sizes runs several sizes",
             id="checked-before-any-runs",
         ),
@@ -335,3 +360,76 @@ def test_build_matmul_request_refused(kwargs, message):
     with pytest.raises(ShardcliError) as error:
         build_matmul_request(**kwargs)
     assert str(error.value) == message
+
+
+def test_collective_requests_carry_the_closed_choices_as_enums():
+    from shardcli.specs import OutBuffer, Placement
+
+    [request] = build_collective_requests("psum", placement="both", out_buffer="fresh")
+    assert (request.placement, request.out_buffer) == (Placement.BOTH, OutBuffer.FRESH)
+    assert (type(request.placement), type(request.out_buffer)) == (Placement, OutBuffer)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "mesh", "impls"),
+    [
+        pytest.param({}, MeshSpec(shape=(4, 2), axes=("stage", "model")), ("mpmd",), id="defaults"),
+        pytest.param({"mesh": "8"}, MeshSpec(shape=(8,), axes=("stage",)), ("mpmd",), id="1d-stage"),
+        pytest.param(
+            {"mesh": "2x2x2"}, MeshSpec(shape=(2, 2, 2), axes=("x", "y", "z")), ("mpmd",), id="3d-usual-names"
+        ),
+        pytest.param(
+            {"mesh": "2x4", "axes": "pp,tp", "impl": "spmd"},
+            MeshSpec(shape=(2, 4), axes=("pp", "tp")),
+            ("spmd",),
+            id="axes-given",
+        ),
+        pytest.param(
+            {"impl": "both"}, MeshSpec(shape=(4, 2), axes=("stage", "model")), ("mpmd", "spmd"), id="both"
+        ),
+    ],
+)
+def test_build_pipeline_request(kwargs, mesh, impls):
+    options = RunOptions(format="json")
+    request = build_pipeline_request(microbatches=4, stages=2, forward_only=True, options=options, **kwargs)
+    assert (request.mesh, request.impls) == (mesh, impls)
+    assert (request.microbatches, request.stages, request.forward_only) == (4, 2, True)
+    assert (request.schedule, request.layers, request.width, request.batch) == ("1f1b", 8, 256, 32)
+    assert request.options is options
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"impl": "x"}, "--impl 'x' is not valid; choose one of mpmd, spmd, both", id="impl"),
+        pytest.param(
+            {"mesh": "4x2", "axes": "a"},
+            "--axes 'a' names 1 axes but the mesh has 2; give 2 comma-separated names, such as x,y",
+            id="axes",
+        ),
+    ],
+)
+def test_build_pipeline_request_refused(kwargs, message):
+    with pytest.raises(ShardcliError) as error:
+        build_pipeline_request(**kwargs)
+    assert str(error.value) == message
+
+
+def test_launch_runs_the_commands_given_the_multi_process_options(monkeypatch):
+    from shardcli.cli import app
+    from shardcli.launcher import launchable_commands
+
+    names = launchable_commands()
+    assert {"mesh", "shard", "collective", "matmul", "einsum", "reshard", "recipe"} <= set(names)
+    assert not {"pipeline", "compare", "launch"} & set(names)
+
+    @opt.with_run_options()
+    def extra(*, options: RunOptions) -> None: ...
+
+    @opt.with_run_options(processes=False)
+    def single(*, options: RunOptions) -> None: ...
+
+    monkeypatch.setattr(app, "registered_commands", list(app.registered_commands))
+    app.command("extra")(extra)
+    app.command("single")(single)
+    assert launchable_commands() == (*names, "extra")

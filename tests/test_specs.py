@@ -13,7 +13,9 @@ from shardcli.specs import (
     MeshSpec,
     ShardingSpec,
     check_sharding_fits,
+    format_bytes,
     parse_axes,
+    parse_bytes,
     parse_choice,
     parse_dtype,
     parse_init,
@@ -249,6 +251,24 @@ def test_parse_init_errors(name):
     message = f"--init {name!r} is not supported; choose one of arange, ones, zeros, random"
     with pytest.raises(ShardcliError, match=re.escape(message)):
         parse_init(name)
+
+
+@pytest.mark.parametrize(
+    ("n", "long", "short"),
+    [
+        pytest.param(0, "0 B", "0", id="zero"),
+        pytest.param(1536, "1.5 KiB", "1536", id="not-a-whole-unit"),
+        pytest.param(4096, "4 KiB", "4K", id="kib"),
+        pytest.param(64 * 2**20, "64 MiB", "64M", id="mib"),
+        pytest.param(3 * 2**30, "3 GiB", "3G", id="gib"),
+        pytest.param(2**41, "2 TiB", "2048G", id="tib"),
+    ],
+)
+def test_format_bytes(n, long, short):
+    assert format_bytes(n) == long
+    assert format_bytes(n, short=True) == short
+    if n:
+        assert parse_bytes(short) == n  # the short form is what --size reads
 
 
 def test_parse_choice():

@@ -8,9 +8,8 @@ import typer
 
 from shardcli import options as opt
 from shardcli.collective_registry import COLLECTIVES
-from shardcli.errors import ExitCode, ShardcliError
-from shardcli.render.console import prints_here
-from shardcli.requests import build_collective_requests
+from shardcli.errors import ExitCode
+from shardcli.requests import InputFlags, build_collective_requests
 from shardcli.requests import default_malloc as default_malloc  # bench/ and tests import it from here
 from shardcli.specs import RunOptions
 
@@ -147,18 +146,13 @@ def collective(
     *,
     options: RunOptions,
 ) -> None:
+    array = InputFlags(shape=shape, size=size, sizes=sizes, values=values, spec=spec, dtype=dtype, init=init)
     requests = build_collective_requests(
         name,
+        array,
         mesh=mesh,
         axes=axes,
         axis=axis,
-        shape=shape,
-        size=size,
-        sizes=sizes,
-        values=values,
-        spec=spec,
-        dtype=dtype,
-        init=init,
         tiled=tiled,
         gather_dim=gather_dim,
         scatter_dim=scatter_dim,
@@ -177,31 +171,25 @@ def collective(
         plot_file=plot_file,
         options=options,
     )
-    options = requests[0].options  # with the host allocator chosen
-    results = _run_each(requests, options)
-    from shardcli.render.collective import render_collectives
-
-    render_collectives(results, options)
-    if plot_file is not None and prints_here(options, results[0].session.runtime):
-        _write_plot(plot_file, results)
-    failed = any(r.wrong or r.below_min_busbw for r in results)
-    raise typer.Exit(ExitCode.WRONG_RESULT if failed else ExitCode.OK)
+    results = _run_each(requests)
+    _render(results, plot_file)
+    raise typer.Exit(ExitCode.WRONG_RESULT if any(r.failed for r in results) else ExitCode.OK)
 
 
 def _describe_size(done: int, total: int, size: int) -> str:
-    from shardcli.specs import format_size
+    from shardcli.specs import format_bytes
 
-    return f"{format_size(size)} per device" if done < total else "done"
+    return f"{format_bytes(size, short=True)} per device" if done < total else "done"
 
 
-def _run_each(requests: list[CollectiveRequest], options: RunOptions) -> list[CollectiveResult]:
-    """Run the requests in order on one session, under one progress bar."""
+def _run_each(requests: list[CollectiveRequest]) -> list[CollectiveResult]:
+    """Run the validated requests in order on one session, under one progress bar."""
     from shardcli.core.collective import run_collective
     from shardcli.render.progress import progress_bar
 
     results = []
     session = None
-    with progress_bar(options.shows_progress, _describe_size) as update:
+    with progress_bar(requests[0].options.shows_progress, _describe_size) as update:
         for request in requests:
             result = run_collective(request, progress=update, session=session)
             session = result.session
@@ -209,13 +197,11 @@ def _run_each(requests: list[CollectiveRequest], options: RunOptions) -> list[Co
     return results
 
 
-def _write_plot(plot_file: str, results: list[CollectiveResult]) -> None:
-    from shardcli.render.plotfile import write_plot_file
+def _render(results: list[CollectiveResult], plot_file: str | None) -> None:
+    from shardcli.render.collective import render_collectives
 
-    try:
-        write_plot_file(plot_file, results)
-    except OSError as error:
-        raise ShardcliError(f"could not write --plot-file {plot_file}: {error.strerror or error}") from error
+    # the options the requests carry: the shared ones, with the host allocator chosen
+    render_collectives(results, results[0].request.options, plot_file)
 
 
 collective.__doc__ = _doc()

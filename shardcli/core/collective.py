@@ -23,7 +23,7 @@ from shardcli.collective_registry import (
     busbw_factor,
     get_collective,
     group_size,
-    in_place_possible,
+    in_place_refusal,
 )
 from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
 from shardcli.core.processes import combine_check, combine_timing
@@ -34,22 +34,20 @@ from shardcli.core.verify import compare_exact, compare_within, sum_error_bound
 from shardcli.errors import ShardcliError
 from shardcli.mesh import partition_spec
 from shardcli.roofline import MinBytes, min_bytes, min_bytes_rule
-from shardcli.runtime import check_fits_in_memory, format_bytes
+from shardcli.runtime import check_fits_in_memory
 from shardcli.specs import (
     ArraySpec,
     DType,
     MeshSpec,
+    OutBuffer,
+    Placement,
     RunOptions,
     ShardingSpec,
     check_sharding_fits,
-    format_size,
+    format_bytes,
 )
 from shardcli.tile_math import block_index
 
-PLACEMENTS = ("out", "in", "both")
-# Out of place, where each call's result goes: one preallocated buffer donated to every call and
-# reused (nccl-tests' recvbuff), or a fresh allocation per call (what a plain jit loop times).
-OUT_BUFFERS = ("preallocated", "fresh")
 # Sizes at or above this are bandwidth-bound; the sweep's average busbw uses them.
 AVERAGE_FROM_BYTES = 1024 * 1024
 DEFAULT_LOCAL_ELEMENTS = 4
@@ -68,8 +66,10 @@ class CollectiveRequest:
     sizes: tuple[int, ...] | None = None  # bytes per device, one run each
     values: tuple[float, ...] | None = None
     sharding: ShardingSpec | None = None  # default: the collective's axes on dim 0
-    placement: str = "out"
-    out_buffer: str = "preallocated"  # out of place: OUT_BUFFERS
+    placement: Placement = Placement.OUT
+    # Out of place, where each call's result goes: one preallocated buffer donated to every call and
+    # reused (nccl-tests' recvbuff), or a fresh allocation per call (what a plain jit loop times).
+    out_buffer: OutBuffer = OutBuffer.PREALLOCATED
     warmup: int = 5
     iters: int = 20
     show_values: bool | None = None
@@ -77,6 +77,18 @@ class CollectiveRequest:
     set_params: frozenset[str] = field(default_factory=frozenset)  # params the user gave
     sweep: bool = False  # --sizes (a table of sizes) rather than one run
     options: RunOptions = field(default_factory=RunOptions)
+
+    def __post_init__(self) -> None:
+        # The closed choices become their enums however the request was built; a word outside
+        # them is refused as its flag.
+        for name, flag, choices in (
+            ("placement", "--placement", Placement),
+            ("out_buffer", "--out-buffer", OutBuffer),
+        ):
+            value = getattr(self, name)
+            if value not in tuple(choices):
+                raise ShardcliError(f"{flag} {value!r} is not valid; choose one of {', '.join(choices)}")
+            object.__setattr__(self, name, choices(value))
 
 
 @dataclass(frozen=True)
@@ -114,7 +126,7 @@ class Roofline:
 class PlacementRun:
     """One placement (out of place or in place) of one size."""
 
-    placement: str
+    placement: Placement  # out or in
     timing: Timing | None
     algbw: float | None  # GB/s, 1e9, from the p50 time
     busbw: float | None
@@ -126,7 +138,7 @@ class PlacementRun:
     aliased: bool | None
     hlo: tuple[HloCollective, ...]
     not_run: str | None = None  # why this placement does not apply
-    out_buffer: str | None = None  # out of place: OUT_BUFFERS; in place: None
+    out_buffer: OutBuffer | None = None  # out of place: preallocated or fresh; in place: None
     roofline_fraction: float | None = None  # of the run's Roofline; None where it has none
 
 
@@ -183,6 +195,11 @@ class CollectiveResult:
         values = [v for v in self.avg_busbw.values() if v is not None]
         return not values or min(values) < self.request.min_busbw
 
+    @property
+    def failed(self) -> bool:
+        """A check failed: a wrong result, or an average busbw below --min-busbw (exit 1)."""
+        return bool(self.wrong) or self.below_min_busbw
+
 
 # --- validation (no devices) ----------------------------------------------------------------------
 
@@ -220,7 +237,7 @@ def global_shapes(request: CollectiveRequest, collective: Collective) -> list[tu
         for size in request.sizes:
             if size % itemsize:
                 raise ShardcliError(
-                    f"size {format_size(size)} is not a whole number of {request.dtype.name} "
+                    f"size {format_bytes(size, short=True)} is not a whole number of {request.dtype.name} "
                     f"elements ({itemsize} bytes each); use a multiple of {itemsize} bytes"
                 )
             shapes.append((size // itemsize * parts0,))
@@ -248,14 +265,6 @@ def validate_request(request: CollectiveRequest) -> tuple[Collective, list[tuple
         )
     if collective.numeric_only and request.dtype.kind == "bool":
         raise ShardcliError(f"{collective.name} needs a numeric --dtype, not bool")
-    if request.placement not in PLACEMENTS:
-        raise ShardcliError(
-            f"--placement {request.placement!r} is not valid; choose one of {', '.join(PLACEMENTS)}"
-        )
-    if request.out_buffer not in OUT_BUFFERS:
-        raise ShardcliError(
-            f"--out-buffer {request.out_buffer!r} is not valid; choose one of {', '.join(OUT_BUFFERS)}"
-        )
     if request.iters < 1:
         raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
     if request.warmup < 0:
@@ -280,13 +289,16 @@ def validate_request(request: CollectiveRequest) -> tuple[Collective, list[tuple
         local = local_shape_of(shape, entries, mesh)
         if collective.validate is not None:
             collective.validate(local, request.params, n)
-    if request.placement == "in":
+    if request.placement == Placement.IN:
         local = local_shape_of(shapes[0], entries, mesh)
-        if not in_place_possible(collective, local, request.params, n):
+        why = in_place_refusal(collective, local, request.params, n, request.dtype)
+        if why is not None:
+            out = collective.out_local_shape(local, request.params, n)
+            if out != local:
+                why = f"each device's result has shape {out} and its input {local}"
             raise ShardcliError(
-                f"--placement in needs {collective.name}'s result to fit its input buffer, but each "
-                f"device's result has shape {collective.out_local_shape(local, request.params, n)} "
-                f"and its input {local}; use --placement out"
+                f"--placement in needs {collective.name}'s result to fit its input buffer, but {why}; "
+                "use --placement out"
             )
     if request.show_values and request.sweep:
         raise ShardcliError("--show-values is for a single run; --sizes runs several sizes")
@@ -502,14 +514,16 @@ def run_size(
         assert roofline.bandwidth_bytes_per_s is not None
         roofline_s = need.total / roofline.bandwidth_bytes_per_s
 
-    placements = ("out", "in") if request.placement == "both" else (request.placement,)
+    both = (Placement.OUT, Placement.IN)
+    placements = both if request.placement == Placement.BOTH else (request.placement,)
     runs: list[PlacementRun] = []
     first_outputs: dict[int, np.ndarray] | None = None
     hlo: tuple[HloCollective, ...] = ()
     global_output = None
     for placement in placements:
-        donate = placement == "in"
-        if donate and not in_place_possible(collective, local, params, n):
+        donate = placement == Placement.IN
+        not_run = in_place_refusal(collective, local, params, n, request.dtype) if donate else None
+        if not_run is not None:
             runs.append(
                 PlacementRun(
                     placement,
@@ -521,11 +535,11 @@ def run_size(
                     0.0,
                     None,
                     (),
-                    not_run=f"{collective.name}'s result does not fit its input buffer",
+                    not_run=not_run,
                 )
             )
             continue
-        preallocated = not donate and request.out_buffer == "preallocated"
+        preallocated = not donate and request.out_buffer == OutBuffer.PREALLOCATED
         program = _shard_map_program(
             collective,
             session,
@@ -743,16 +757,21 @@ def run_collective(
 ) -> CollectiveResult:
     """Run the request: one SizeRun per size.
 
+    The request is checked once, where it is built: `shardcli.requests.build_collective_requests`
+    validates every request before any runs, and a request built by hand must pass
+    `validate_request` first; it is not checked again here.
+
     Args:
-        request: the validated request.
+        request: a request `validate_request` accepted.
         progress: called as (done, total, size_bytes) before each size.
         session: a session opened by an earlier run on the same mesh (several collectives in one
             command); default: open one.
 
     Raises:
-        ShardcliError: bad input found before allocating.
+        ShardcliError: the run does not fit in this machine's memory, found before allocating.
     """
-    collective, shapes = validate_request(request)
+    collective = get_collective(request.collective)
+    shapes = global_shapes(request, collective)
     show_values = False
     if not request.sweep:
         from shardcli.core.shard import resolve_show_values
@@ -787,10 +806,10 @@ def run_collective(
     if progress is not None:
         progress(len(shapes), len(shapes), 0)
     big = [r for r in runs if r.bytes_per_device >= AVERAGE_FROM_BYTES]
-    avg_over = f"sizes >= {format_size(AVERAGE_FROM_BYTES)}" if big else "all sizes (none >= 1M)"
+    avg_over = f"sizes >= {format_bytes(AVERAGE_FROM_BYTES, short=True)}" if big else "all sizes (none >= 1M)"
     pool = big or runs
     averages: dict[str, float | None] = {}
-    for placement in ("out", "in"):
+    for placement in (Placement.OUT, Placement.IN):
         values = [
             p.busbw for r in pool for p in r.placements if p.placement == placement and p.busbw is not None
         ]

@@ -14,11 +14,11 @@ from rich.text import Text
 from shardcli import json_schema as schema
 from shardcli.core.collective import CollectiveRequest, CollectiveResult, PlacementRun, Roofline, SizeRun
 from shardcli.core.fit import LatencyBandwidthFit
+from shardcli.errors import ShardcliError
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
-from shardcli.runtime import format_bytes
-from shardcli.specs import RunOptions, format_size
+from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
 
@@ -268,7 +268,7 @@ def sweep_table(result: CollectiveResult) -> Table:
     table.add_column("#wrong", justify="right")
     for run in result.runs:
         row: list[str | Text] = [
-            format_size(run.bytes_per_device),
+            format_bytes(run.bytes_per_device, short=True),
             f"{run.count:,}",
             result.request.dtype.name,
         ]
@@ -426,8 +426,34 @@ def _verdict(console: Console, result: CollectiveResult) -> None:
             )
 
 
-def render_collectives(results: list[CollectiveResult], options: RunOptions) -> None:
-    """Every collective of the command (one, or several joined by commas), then the chart of them all."""
+def render_collectives(
+    results: list[CollectiveResult], options: RunOptions, plot_file: str | None = None
+) -> None:
+    """Every collective of the command (one, or several joined by commas), then the chart of them all.
+
+    Args:
+        results: the command's runs, in the order named.
+        options: the run options the requests carried.
+        plot_file: --plot-file: the sweep's charts are drawn into it too (by the process that prints).
+
+    Raises:
+        ShardcliError: the plot file could not be written.
+    """
+    _print_collectives(results, options)
+    if plot_file is not None and prints_here(options, results[0].session.runtime):
+        _write_plot(plot_file, results)
+
+
+def _write_plot(plot_file: str, results: list[CollectiveResult]) -> None:
+    from shardcli.render.plotfile import write_plot_file
+
+    try:
+        write_plot_file(plot_file, results)
+    except OSError as error:
+        raise ShardcliError(f"could not write --plot-file {plot_file}: {error.strerror or error}") from error
+
+
+def _print_collectives(results: list[CollectiveResult], options: RunOptions) -> None:
     show_warnings(results[0].session.runtime)
     _warn(results)
     if not prints_here(options, results[0].session.runtime):

@@ -22,8 +22,7 @@ from shardcli.render.program import (
     model_json,
     program_json,
 )
-from shardcli.runtime import format_bytes
-from shardcli.specs import RunOptions
+from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
 

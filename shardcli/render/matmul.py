@@ -18,8 +18,7 @@ from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
 from shardcli.render.program import cost_model_text, model_json
-from shardcli.runtime import format_bytes
-from shardcli.specs import RunOptions
+from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from shardcli.specs import format_size
+from shardcli.specs import format_bytes
 
 MARKERS = "ox+*#@%&"
 STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
@@ -57,7 +57,7 @@ def text_chart(
     width: int = 64,
     height: int = 14,
     x_label: str = "size per device (log2)",
-    x_format: Callable[[float], str] = lambda v: format_size(int(v)),
+    x_format: Callable[[float], str] = lambda v: format_bytes(int(v), short=True),
 ) -> Text:
     """A chart of every series against log2(x) (by default bytes per device), with axes and a legend."""
     points = [p for s in series for p in s.points if p[1] > 0 or not log_y]

@@ -13,7 +13,7 @@ import numpy as np
 
 from shardcli.core.collective import CollectiveResult
 from shardcli.core.matmul import MatmulResult
-from shardcli.specs import format_size
+from shardcli.specs import format_bytes
 
 PLACEMENT_NAMES = {"out": "out-of-place", "in": "in-place"}
 
@@ -81,7 +81,7 @@ def _axes(
     if byte_ticks:
         ticks = ax.get_xticks()
         ax.set_xticks(ticks)
-        ax.set_xticklabels([format_size(int(t)) if t >= 1 else "" for t in ticks])
+        ax.set_xticklabels([format_bytes(int(t), short=True) if t >= 1 else "" for t in ticks])
     ax.grid(True, which="major", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")

@@ -13,7 +13,7 @@ from shardcli import json_schema as schema
 from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnalysis
 from shardcli.costmodel import CostEstimate, Hardware
 from shardcli.render.console import DataTable
-from shardcli.runtime import format_bytes
+from shardcli.specs import format_bytes
 
 
 def program_json(analysis: ProgramAnalysis | None) -> dict[str, Any] | None:

@@ -14,8 +14,7 @@ from shardcli.core.reshard import WAY_TEXT, ReshardResult, ReshardWay
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.program import collectives_table, memory_text, program_json
-from shardcli.runtime import format_bytes
-from shardcli.specs import RunOptions
+from shardcli.specs import RunOptions, format_bytes
 from shardcli.tile_math import format_index
 
 FORMATS = ("table", "json", "csv")
