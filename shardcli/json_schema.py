@@ -510,13 +510,26 @@ EINSUM_BODY = Record(("config", EINSUM_CONFIG), ("sizes", ListOf(EINSUM_SIZE)), 
 
 INSPECT_ARRAY = Record("name", "dtype", "shape", "spec", "bytes", "bytes_per_device", "replication")
 FINDING = Record("kind", "message")
+# A compile-only target's verdict: the program's memory per chip against the chip's HBM.
+FIT = Record(
+    "fits",
+    "capacity_bytes",
+    "capacity_source",
+    "needed_bytes",
+    "arguments_bytes",
+    "temporaries_bytes",
+    "compiler_message",
+    "text",
+)
 INSPECT_BODY = Record(
     "target",
+    "compile_target",
     ("arguments", ListOf(INSPECT_ARRAY)),
     ("results", ListOf(INSPECT_ARRAY)),
-    ("program", PROGRAM),
-    ("model", COST_MODEL),
+    ("program", Maybe(PROGRAM)),
+    ("model", Maybe(COST_MODEL)),
     ("hardware", HARDWARE),
+    ("fit", Maybe(FIT)),
     ("findings", ListOf(FINDING)),
     "lower_s",
     "compile_s",

@@ -460,15 +460,21 @@ def build_inspect_request(
     iters: int,
     peak_tflops: float | None,
     link_gbps: float | None,
-    mesh: str,
+    mesh: str | None,
     axes: str | None,
     options: RunOptions,
+    compile_target: str | None = None,
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.core.inspect import InspectRequest
     from shardcli.specs import parse_abstract_arg
+    from shardcli.targets import parse_target
 
-    mesh_spec = parse_mesh(mesh, axes)
+    hardware = parse_target(compile_target) if compile_target is not None else None
+    # With a target the mesh is a reshape of its chips, known once libtpu describes them; the
+    # arguments are checked here against the mesh as typed (or the topology's shape), and again then.
+    shown = mesh if mesh is not None else ("x".join(map(str, hardware.topology)) if hardware else "2x4")
+    mesh_spec = parse_mesh(shown, axes)
     for flag, value in (("--peak-tflops", peak_tflops), ("--link-gbps", link_gbps)):
         if value is not None and not value > 0:
             raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
@@ -477,11 +483,14 @@ def build_inspect_request(
         args=tuple(parse_abstract_arg(a, mesh_spec) for a in args),
         inputs=inputs,
         outs=tuple(parse_sharding(o, mesh_spec, flag="--out") for o in outs),
-        mesh=mesh_spec,
+        mesh=None if hardware else mesh_spec,
         run=run,
         warmup=warmup,
         iters=iters,
         peak_tflops=peak_tflops,
         link_gbps=link_gbps,
         options=options,
+        compile_target=hardware,
+        mesh_text=mesh,
+        axes_text=axes,
     )

@@ -40,9 +40,12 @@ class RuntimeInfo:
     compile_cache: str | None = None  # the persistent compile cache's directory; None: off
     allocator: AllocatorState | None = None  # the host malloc settings of this process
     warnings: tuple[str, ...] = ()  # for the user on stderr (render.console.show_warnings)
+    target: str | None = None  # a compile-only target (`tpu-v5e:16x16`): its chips are described, not run
 
     def describe_devices(self) -> str:
         """`8 faked CPU devices` / `4 of 8 real GPU devices` / `... in 2 processes, 4 each`."""
+        if self.target is not None:
+            return f"{self.device_count} {self.device_kind} chips of the compile-only target {self.target}"
         what = "faked" if self.faked else "real"
         name = self.platform.upper()
         if self.device_count == self.devices_present:

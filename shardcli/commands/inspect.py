@@ -11,7 +11,7 @@ from shardcli.commands.matmul import Iters, LinkGbps, PeakTflops, Warmup
 from shardcli.errors import ExitCode
 from shardcli.specs import RunOptions
 
-Target = Annotated[
+Program = Annotated[
     str,
     typer.Argument(
         help="FILE.py:FUNCTION or package.module:FUNCTION: the function to compile (jitted or not).",
@@ -44,6 +44,24 @@ Out = Annotated[
         show_default=False,
     ),
 ]
+Target = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        help="Compile for hardware you don't own: tpu-v4, tpu-v5e, tpu-v5p or tpu-v6e with a topology "
+        "(tpu-v5e:16x16, tpu-v5p:8x8x16), through the real TPU compiler (the tpu extra: pip install "
+        "'shardcli\\[tpu]'). Nothing runs; the report says whether it fits each chip's HBM (exit 1 if not).",
+    ),
+]
+Mesh = Annotated[
+    str | None,
+    typer.Option(
+        "--mesh",
+        "-m",
+        help="Mesh shape: 8, 2x4 or 2x2x2 ('x'-separated sizes). \\[default: 2x4, or the --target topology's "
+        "shape; with a target, any reshape of its chips]",
+    ),
+]
 Run = Annotated[
     bool,
     typer.Option("--run", help="Also run it on generated inputs (random normal floats) and time it."),
@@ -52,7 +70,7 @@ Run = Annotated[
 
 @opt.with_run_options(formats=("table", "json"))
 def inspect(
-    target: Target,
+    target: Program,
     arg: Arg = None,
     inputs: Inputs = None,
     out: Out = None,
@@ -61,7 +79,8 @@ def inspect(
     iters: Iters = 5,
     peak_tflops: PeakTflops = None,
     link_gbps: LinkGbps = None,
-    mesh: opt.Mesh = "2x4",
+    compile_target: Target = None,
+    mesh: Mesh = None,
     axes: opt.Axes = None,
     *,
     options: RunOptions,
@@ -74,6 +93,10 @@ def inspect(
 
     inspect imports and runs the named file as `python FILE.py` would (its folder first on the
     Python path): only inspect code you trust.
+
+    With --target the program is compiled for a TPU topology by the real TPU compiler: per-chip
+    memory against the chip's HBM ("fits, N GiB free" or "does not fit by N GiB", exit 1), the
+    TPU's own collectives, FLOPs and the cost model with the chip's figures.
 
     Example: shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model
     --arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None'
@@ -93,10 +116,11 @@ def inspect(
         mesh=mesh,
         axes=axes,
         options=options,
+        compile_target=compile_target,
     )
     from shardcli.core.inspect import run_inspect
     from shardcli.render.inspect import render_inspect
 
     result = run_inspect(request)
     render_inspect(result, options)
-    raise typer.Exit(ExitCode.OK)
+    raise typer.Exit(ExitCode.WRONG_RESULT if result.does_not_fit else ExitCode.OK)

@@ -18,10 +18,12 @@ from typing import Any
 
 from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled
 from shardcli.core.session import Session
+from shardcli.core.target import FitVerdict, judge_fit, oom_verdict
 from shardcli.core.timing import Timing
 from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
 from shardcli.errors import ShardcliError
-from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec
+from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec, parse_mesh
+from shardcli.targets import TargetSpec
 from shardcli.tile_math import ShardingLayout, group_tiles, normalize_index
 
 Entries = tuple[tuple[str, ...], ...]
@@ -55,13 +57,16 @@ class InspectRequest:
     args: tuple[AbstractArg, ...]
     inputs: str | None  # FILE.py:NAME, a function of the mesh returning the arguments
     outs: tuple[ShardingSpec, ...]  # the result shardings asked for: checked, not imposed
-    mesh: MeshSpec
+    mesh: MeshSpec | None  # None: the --target topology's shape (or 2x4 without a target)
     run: bool = False
     warmup: int = 2
     iters: int = 5
     peak_tflops: float | None = None
     link_gbps: float | None = None
     options: RunOptions = field(default_factory=RunOptions)
+    compile_target: TargetSpec | None = None  # --target: compile for a TPU topology, run nothing
+    mesh_text: str | None = None  # --mesh as typed, for a target's mesh (a reshape of its chips)
+    axes_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,17 +103,18 @@ class InspectResult:
     target: str
     arguments: tuple[ArrayFact, ...]
     results: tuple[ArrayFact, ...]
-    analysis: ProgramAnalysis
-    model: CostEstimate
+    analysis: ProgramAnalysis | None  # None: the TPU compiler refused it as too big for the chip
+    model: CostEstimate | None
     hardware: Hardware
     findings: tuple[Finding, ...]
     lower_s: float
     compile_s: float
     timing: Timing | None = None
+    fit: FitVerdict | None = None  # --target: the program's memory per chip against its HBM
 
     @property
-    def wrong(self) -> int:
-        return 0
+    def does_not_fit(self) -> bool:
+        return self.fit is not None and not self.fit.fits
 
 
 # --- arguments ------------------------------------------------------------------------------------
@@ -214,7 +220,7 @@ def _where(c: CollectiveOp) -> str:
 def find_mistakes(
     arguments: tuple[ArrayFact, ...],
     results: tuple[ArrayFact, ...],
-    analysis: ProgramAnalysis,
+    analysis: ProgramAnalysis | None,
     asked: tuple[ShardingSpec, ...],
     devices: int,
 ) -> tuple[Finding, ...]:
@@ -238,7 +244,7 @@ def find_mistakes(
                     f"over a mesh axis",
                 )
             )
-    for c in analysis.collectives:
+    for c in analysis.collectives if analysis is not None else ():
         if c.kind == "all-gather":
             whole = [a for a in arguments if not a.replicated and _hlo_type(a) == c.shape]
             for a in whole:
@@ -311,23 +317,42 @@ def cost_of(analysis: ProgramAnalysis, hardware: Hardware) -> CostEstimate:
 # --- compiling ------------------------------------------------------------------------------------
 
 
+class DoesNotFit(Exception):
+    """The TPU compiler refused the program as too big for the chip: a verdict, not an error."""
+
+    def __init__(self, verdict: FitVerdict, lower_s: float) -> None:
+        super().__init__(verdict.text)
+        self.verdict = verdict
+        self.lower_s = lower_s
+
+
 def compile_program(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     roots: tuple[str, ...],
     what: str,
     mesh: Any,
+    target: TargetSpec | None = None,
 ) -> tuple[Any, Any, float, float]:
-    """(jitted, compiled, lower seconds, compile seconds); an error in the user's code is theirs."""
+    """(jitted, compiled, lower seconds, compile seconds); an error in the user's code is theirs.
+
+    Raises:
+        DoesNotFit: compiling for `target`, the TPU compiler ran out of the chip's HBM.
+    """
+    import contextlib
+
     import jax
 
+    from shardcli.core.target import quiet_libtpu
     from shardcli.user_code import raised_in, user_error
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    lower_s = 0.0
+    quiet = quiet_libtpu() if target is not None else contextlib.nullcontext([])
     try:
         # The mesh is the context, as under `with jax.set_mesh(mesh)` in the user's own script:
         # with_sharding_constraint(x, P(...)) and explicit-axes code find it there.
-        with jax.set_mesh(mesh):
+        with quiet, jax.set_mesh(mesh):
             start = time.perf_counter()
             lowered = jitted.lower(*args)
             lower_s = time.perf_counter() - start
@@ -339,6 +364,9 @@ def compile_program(
     except Exception as error:  # noqa: BLE001 - sorted into the user's error or JAX's refusal
         if raised_in(error, roots):
             raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
+        verdict = oom_verdict(error, target) if target is not None else None
+        if verdict is not None:
+            raise DoesNotFit(verdict, lower_s) from None
         lines = str(error).strip().splitlines()
         reason = f"{type(error).__name__}: {lines[0] if lines else ''}"
         raise ShardcliError(f"JAX could not compile {what}: {reason}") from None
@@ -347,7 +375,7 @@ def compile_program(
 
 def inspect_program(
     session: Session,
-    target: str,
+    name: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     *,
@@ -359,6 +387,7 @@ def inspect_program(
     warmup: int = 2,
     iters: int = 5,
     process_timing: str = "max",
+    target: TargetSpec | None = None,
 ) -> InspectResult:
     """Lower and compile `fn` on abstract `args` and read what the compiler made of it.
 
@@ -369,8 +398,25 @@ def inspect_program(
     import jax
 
     args = tuple(as_abstract(a) for a in args)
-    jitted, compiled, lower_s, compile_s = compile_program(fn, args, roots, target, session.mesh)
     arguments = tuple(fact_of(name, leaf) for name, leaf in _leaf_names(getattr(fn, "__wrapped__", fn), args))
+    biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
+    hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
+    try:
+        jitted, compiled, lower_s, compile_s = compile_program(fn, args, roots, name, session.mesh, target)
+    except DoesNotFit as refused:
+        return InspectResult(
+            session=session,
+            target=name,
+            arguments=arguments,
+            results=(),
+            analysis=None,
+            model=None,
+            hardware=hardware,
+            findings=find_mistakes(arguments, (), None, outs, session.mesh.size),
+            lower_s=refused.lower_s,
+            compile_s=0.0,
+            fit=refused.verdict,
+        )
     out_structs = jax.tree_util.tree_leaves(compiled.out_info) if hasattr(compiled, "out_info") else []
     out_shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
     results = tuple(
@@ -378,12 +424,10 @@ def inspect_program(
         for i, (s, sh) in enumerate(zip(out_structs, out_shardings, strict=False))
     )
     analysis = analyze_compiled(compiled, session.mesh)
-    biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
-    hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
     timing = _run(compiled, args, warmup, iters, process_timing, compile_s) if run else None
     return InspectResult(
         session=session,
-        target=target,
+        target=name,
         arguments=arguments,
         results=results,
         analysis=analysis,
@@ -393,6 +437,7 @@ def inspect_program(
         lower_s=lower_s,
         compile_s=compile_s,
         timing=timing,
+        fit=judge_fit(analysis.memory, target) if target is not None else None,
     )
 
 
@@ -450,7 +495,18 @@ def run_inspect(request: InspectRequest) -> InspectResult:
             f"inspect {request.target!r} names a {type(function.value).__name__}, not a function"
         )
     x64 = any(a.dtype.needs_x64 for a in request.args)
-    session = open_session(request.mesh, request.options, x64=x64)
+    if request.compile_target is not None:
+        from shardcli.core.target import open_target_session
+
+        if request.run:
+            raise ShardcliError(
+                f"--run needs devices to run on; --target {request.compile_target.name} only compiles"
+            )
+        session = open_target_session(
+            request.compile_target, request.mesh_text, request.axes_text, request.options, x64=x64
+        )
+    else:
+        session = open_session(request.mesh or parse_mesh("2x4", None), request.options, x64=x64)
     roots = function.roots
     if request.inputs is not None:
         maker = load(request.inputs, flag="--inputs", what="NAME")
@@ -463,7 +519,7 @@ def run_inspect(request: InspectRequest) -> InspectResult:
             )
         args = tuple(args)
     else:
-        args = abstract_args(request.args, session.mesh)
+        args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
     return inspect_program(
         session,
         request.target,
@@ -477,4 +533,20 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         warmup=request.warmup,
         iters=request.iters,
         process_timing=request.options.process_timing,
+        target=request.compile_target,
     )
+
+
+def _checked_on(args: tuple[AbstractArg, ...], mesh: MeshSpec) -> tuple[AbstractArg, ...]:
+    """The --arg specs, checked against the mesh they meet (a target's mesh is known only now)."""
+    from shardcli.specs import check_sharding_fits
+
+    for i, a in enumerate(args):
+        for axis in a.sharding.axes_used():
+            if axis not in mesh.axes:
+                raise ShardcliError(
+                    f"--arg {a.describe()!r} names mesh axis {axis!r}, which is not in the mesh; the mesh "
+                    f"axes are {', '.join(mesh.axes)}"
+                )
+        check_sharding_fits(a.sharding, mesh, a.shape, flag="its spec", what=f"--arg {i} ({a.describe()})")
+    return args

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.inspect import ArrayFact, InspectResult
+from shardcli.core.target import FitVerdict
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
 from shardcli.render.program import collectives_table, cost_model_text, memory_text, model_json, program_json
@@ -40,6 +41,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
         result.session,
         {
             "target": result.target,
+            "compile_target": result.session.runtime.target,
             "arguments": [_array_json(a) for a in result.arguments],
             "results": [_array_json(r) for r in result.results],
             "program": program_json(result.analysis),
@@ -50,12 +52,32 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
                 link_bytes_per_s=hw.link_bytes_per_s,
                 link_source=hw.link_source,
             ),
+            "fit": fit_json(result.fit),
             "findings": [schema.FINDING(kind=f.kind, message=f.message) for f in result.findings],
             "lower_s": result.lower_s,
             "compile_s": result.compile_s,
             "timing": jsonout.timing_json(result.timing),
         },
     )
+
+
+def fit_json(fit: FitVerdict | None) -> dict[str, Any] | None:
+    if fit is None:
+        return None
+    return schema.FIT(
+        fits=fit.fits,
+        capacity_bytes=fit.capacity_bytes,
+        capacity_source=fit.capacity_source,
+        needed_bytes=fit.needed_bytes,
+        arguments_bytes=fit.arguments_bytes,
+        temporaries_bytes=fit.temporaries_bytes,
+        compiler_message=fit.compiler_message,
+        text=fit.text,
+    )
+
+
+def fit_text(fit: FitVerdict) -> Text:
+    return Text(fit.text, style="green" if fit.fits else "bold red")
 
 
 def arrays_table(result: InspectResult) -> Table:
@@ -86,8 +108,12 @@ def report_renderable(result: InspectResult, *, quiet: bool = False, pictures: b
     if not quiet:
         facts = {
             "program": result.target,
-            "compiled": f"from abstract shapes: lowered in {result.lower_s * 1e3:.0f} ms, compiled in "
-            f"{result.compile_s * 1e3:.0f} ms; nothing of the arguments' size was allocated",
+            "compiled": (
+                f"from abstract shapes: lowered in {result.lower_s * 1e3:.0f} ms, compiled in "
+                f"{result.compile_s * 1e3:.0f} ms; nothing of the arguments' size was allocated"
+                if result.analysis is not None
+                else f"lowered in {result.lower_s * 1e3:.0f} ms; the TPU compiler refused it as too big"
+            ),
         }
         parts.append(human.header(result.session, facts))
     section("arguments and results", arrays_table(result))
@@ -97,19 +123,20 @@ def report_renderable(result: InspectResult, *, quiet: bool = False, pictures: b
                 section(
                     f"{f.name}: {f.dtype}{list(f.shape)}, spec {f.spec}", human.sharding_picture(f.layout)
                 )
-    rows = [("", c) for c in result.analysis.collectives]
-    section("collectives the compiler inserted", collectives_table(rows, label=""))
     a = result.analysis
-    flops = f"{a.flops:,.0f}" if a.flops is not None else "unknown"
-    accessed = format_bytes(a.bytes_accessed) if a.bytes_accessed is not None else "unknown"
-    section(
-        "per device",
-        Text(
-            f"memory {memory_text(a.memory)}\nFLOPs {flops}; bytes accessed {accessed}; "
-            f"sent by collectives {format_bytes(a.sent_bytes)}"
-        ),
-    )
-    if not quiet:
+    if a is not None:
+        rows = [("", c) for c in a.collectives]
+        section("collectives the compiler inserted", collectives_table(rows, label=""))
+        flops = f"{a.flops:,.0f}" if a.flops is not None else "unknown"
+        accessed = format_bytes(a.bytes_accessed) if a.bytes_accessed is not None else "unknown"
+        section(
+            "per device",
+            Text(
+                f"memory {memory_text(a.memory)}\nFLOPs {flops}; bytes accessed {accessed}; "
+                f"sent by collectives {format_bytes(a.sent_bytes)}"
+            ),
+        )
+    if not quiet and result.model is not None:
         section(
             "cost model (roofline, per device)", cost_model_text(result.model, result.hardware, "the program")
         )
@@ -123,6 +150,8 @@ def report_renderable(result: InspectResult, *, quiet: bool = False, pictures: b
             ),
         )
     parts.append(Text(""))
+    if result.fit is not None:
+        parts.append(fit_text(result.fit))
     if result.findings:
         for f in result.findings:
             parts.append(Text(f"warning ({f.kind}): {f.message}", style="yellow"))

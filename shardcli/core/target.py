@@ -1,0 +1,237 @@
+"""Compiling for a TPU topology without a TPU: the session, libtpu's noise, and the fit verdict.
+
+`open_target_session` starts JAX on the CPU (quietly: no TPU backend is started), asks libtpu for
+the topology (`jax.experimental.topologies`), and builds the mesh over its chips. Programs are then
+lowered and compiled as usual: the real TPU compiler runs, nothing executes. `judge_fit` holds the
+compiled program's per-chip memory against the chip's HBM; a program the compiler refuses as too
+big (`RESOURCE_EXHAUSTED ... CompileTimeHbmOom`) is a "does not fit" verdict, not an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from shardcli.core.program_analysis import MemoryUse
+from shardcli.core.session import Session
+from shardcli.errors import TRACEBACK_ENV, ShardcliError
+from shardcli.mesh import describe_mesh
+from shardcli.specs import MeshSpec, RunOptions, parse_axes
+from shardcli.targets import INSTALL_HINT, TargetSpec, known_targets
+
+_OOM_RE = re.compile(
+    r"memory required for (?P<what>[^(]+?)\s*\((?P<need>[0-9.]+)(?P<unit>[KMGT])\)?\s*exceeds available HBM "
+    r"\((?P<have>[0-9.]+)(?P<have_unit>[KMGT])\)?"
+)
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+@dataclass(frozen=True)
+class FitVerdict:
+    """Whether a compiled program fits each chip's HBM, and by how much."""
+
+    fits: bool
+    capacity_bytes: int
+    capacity_source: str
+    needed_bytes: int | None  # per chip; None where the compiler refused before saying exactly
+    arguments_bytes: int | None = None
+    temporaries_bytes: int | None = None
+    compiler_message: str | None = None  # the TPU compiler's words when it refused
+
+    @property
+    def text(self) -> str:
+        from shardcli.specs import format_bytes
+
+        cap = f"{format_bytes(self.capacity_bytes)} HBM per chip ({self.capacity_source})"
+        if self.fits:
+            assert self.needed_bytes is not None
+            free = format_bytes(self.capacity_bytes - self.needed_bytes)
+            return f"fits: {format_bytes(self.needed_bytes)} of {cap}, {free} free"
+        if self.needed_bytes is None:
+            return f"does not fit in {cap}: {self.compiler_message}"
+        over = format_bytes(self.needed_bytes - self.capacity_bytes)
+        parts = []
+        if self.arguments_bytes is not None:
+            parts.append(f"arguments {format_bytes(self.arguments_bytes)}")
+        if self.temporaries_bytes is not None:
+            parts.append(f"temporaries {format_bytes(self.temporaries_bytes)}")
+        detail = f": {', '.join(parts)}" if parts else ""
+        said = f" (the TPU compiler: {self.compiler_message})" if self.compiler_message else ""
+        return f"does not fit by {over}{detail}; needs {format_bytes(self.needed_bytes)} of {cap}{said}"
+
+
+def judge_fit(memory: MemoryUse | None, target: TargetSpec) -> FitVerdict | None:
+    """The compiled program's per-chip memory against the chip's HBM."""
+    if memory is None:
+        return None
+    g = target.generation
+    return FitVerdict(
+        fits=memory.total_bytes <= g.hbm_bytes,
+        capacity_bytes=g.hbm_bytes,
+        capacity_source=g.hbm_source,
+        needed_bytes=memory.total_bytes,
+        arguments_bytes=memory.argument_bytes,
+        temporaries_bytes=memory.temp_bytes,
+    )
+
+
+def oom_verdict(error: BaseException, target: TargetSpec) -> FitVerdict | None:
+    """The verdict a compile-time HBM OOM stands for; None for any other error."""
+    text = str(error)
+    if "RESOURCE_EXHAUSTED" not in text and "HbmOom" not in text:
+        return None
+    lines = text.splitlines()
+    line = next((x.strip() for x in lines if "exceeds available HBM" in x), lines[0] if lines else text)
+    line = line.split("Ran out of memory on HBM, ")[-1].rstrip(".")
+    match = _OOM_RE.search(text)
+    g = target.generation
+    if match is None:
+        return FitVerdict(False, g.hbm_bytes, g.hbm_source, None, compiler_message=line)
+    need = int(float(match.group("need")) * _UNITS[match.group("unit")])
+    have = int(float(match.group("have")) * _UNITS[match.group("have_unit")])
+    return FitVerdict(
+        fits=False,
+        capacity_bytes=have,
+        capacity_source=f"what the TPU compiler leaves available of the chip's {g.hbm_bytes >> 30} GiB",
+        needed_bytes=need,
+        temporaries_bytes=need if "temporaries" in match.group("what") else None,
+        compiler_message=line,
+    )
+
+
+@contextlib.contextmanager
+def quiet_libtpu() -> Iterator[list[str]]:
+    """Keep what libtpu writes straight to file descriptor 2 (C++ logging) off the user's screen.
+
+    On a host without a TPU it warns that TPU_ACCELERATOR_TYPE and TPU_WORKER_HOSTNAMES are not
+    set: true, and irrelevant to compiling. The lines are kept for the note (and printed as they
+    came with SHARDCLI_TRACEBACK set).
+    """
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
+            if lines and os.environ.get(TRACEBACK_ENV):
+                sys.stderr.write("\n".join(lines) + "\n")
+
+
+def libtpu_installed() -> bool:
+    return importlib.util.find_spec("libtpu") is not None
+
+
+def open_target_session(
+    target: TargetSpec,
+    mesh_text: str | None,
+    axes_text: str | None,
+    options: RunOptions,
+    *,
+    x64: bool = False,
+) -> Session:
+    """JAX on the CPU (nothing runs), the target's chips from libtpu, and a mesh over them.
+
+    Args:
+        target: the parsed --target.
+        mesh_text: --mesh as typed, or None for the topology's own shape.
+        axes_text: --axes as typed.
+
+    Raises:
+        ShardcliError: libtpu missing, a topology libtpu does not know, a mesh that is not a
+            reshape of the chips (one line each).
+    """
+    if not libtpu_installed():
+        raise ShardcliError(f"--target {target.name} needs the TPU compiler: {INSTALL_HINT}")
+    import jax
+
+    from shardcli.runtime import RuntimeInfo, _backends_started
+
+    if not _backends_started():
+        jax.config.update("jax_platforms", "cpu")  # the TPU is described, never started
+    if x64:
+        jax.config.update("jax_enable_x64", True)
+    from jax.experimental import topologies
+
+    with quiet_libtpu() as noise:
+        try:
+            topology = topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu")
+        except Exception as error:  # noqa: BLE001 - libtpu's reason, as one line
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ShardcliError(
+                f"--target {target.name}: libtpu does not know topology {target.libtpu_name!r} ({reason}); "
+                f"known, for example: {known_targets()}"
+            ) from None
+    devices = list(topology.devices)
+    shape = _mesh_shape(mesh_text, target, len(devices))
+    axes = parse_axes(axes_text, len(shape))
+    spec = MeshSpec(shape=shape, axes=axes)
+    from jax.sharding import AxisType
+
+    try:  # chips laid along the torus's axes, as JAX's own mesh helper lays them
+        mesh = topologies.make_mesh(topology, shape, axes)
+        order = "laid along the torus by jax.experimental.topologies.make_mesh"
+    except (NotImplementedError, ValueError, AssertionError):  # a reshape that splits a physical axis
+        import numpy as np
+
+        mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(shape), axes)
+        order = f"in libtpu's order: --mesh {'x'.join(map(str, shape))} splits a physical axis of the torus"
+    if options.mode == "explicit":
+        mesh = jax.sharding.Mesh(mesh.devices, axes, axis_types=(AxisType.Explicit,) * len(shape))
+    note = f"compile-only: libtpu describes the {len(devices)} chips ({order}); nothing runs, is verified "
+    note += "or timed"
+    if noise:
+        note += (
+            f"; libtpu's {len(noise)} start-up line(s) about this host having no TPU left out "
+            f"({TRACEBACK_ENV}=1 shows them)"
+        )
+    runtime = RuntimeInfo(
+        platform="tpu",
+        device_kind=devices[0].device_kind,
+        device_count=len(devices),
+        devices_present=len(devices),
+        faked=False,
+        note=note,
+        process_count=1,
+        process_index=0,
+        jax_version=jax.__version__,
+        target=target.name,
+    )
+    return Session(
+        runtime=runtime,
+        spec=spec,
+        mesh=mesh,
+        layout=describe_mesh(mesh),
+        mode=str(options.mode),
+        devices=tuple(devices),
+    )
+
+
+def _mesh_shape(text: str | None, target: TargetSpec, chips: int) -> tuple[int, ...]:
+    from shardcli.specs import parse_mesh_shape
+
+    if text is None:
+        return target.topology if target.chips == chips else (chips,)
+    shape = parse_mesh_shape(text)
+    size = 1
+    for d in shape:
+        size *= d
+    if size != chips:
+        own = "x".join(map(str, target.topology))
+        raise ShardcliError(
+            f"--mesh {text} has {size} devices but --target {target.name} has {chips} chips; give a "
+            f"reshape of them, such as {own} or {chips}, or leave --mesh out for the topology's shape"
+        )
+    return shape
