@@ -57,6 +57,22 @@ class RuntimeInfo:
         return text
 
 
+def _only_cpu_with_libtpu() -> bool:
+    """libtpu is installed, but this host has no TPU chip and no GPU JAX could use."""
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is None:
+        return False
+    try:
+        from jax._src import hardware_utils  # JAX's own cheap probes: PCI ids and device files
+
+        chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
+        gpus = hardware_utils.has_visible_nvidia_gpu() or hardware_utils.num_available_amd_gpus(stop_at=1) > 0
+    except Exception:  # noqa: BLE001 - a JAX without these probes: leave the choice to JAX
+        return False
+    return chips == 0 and not gpus
+
+
 def _backends_started() -> bool:
     from jax._src import xla_bridge  # the only way to ask without starting them
 
@@ -445,6 +461,10 @@ def _start_runtime(
             # Harmless when an accelerator wins: it only sizes the CPU client we may fall back to.
             _check_fake_count(fake_count)
             jax.config.update("jax_num_cpu_devices", fake_count)
+            if _only_cpu_with_libtpu():
+                # libtpu (the tpu extra, for --target) makes JAX try a TPU on every start: on a host
+                # with no TPU that costs ~0.5 s and prints libtpu's complaints. Nothing else is here.
+                jax.config.update("jax_platforms", "cpu")
     if x64:
         jax.config.update("jax_enable_x64", True)
     try:
