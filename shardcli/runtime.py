@@ -7,6 +7,7 @@ that call the CLI in-process, or a library user), it uses the first N devices it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -467,10 +468,20 @@ def _start_runtime(
                 jax.config.update("jax_platforms", "cpu")
     if x64:
         jax.config.update("jax_enable_x64", True)
-    try:
-        jax.devices()  # starts every backend JAX is set up for, here where a failure can be named
-    except Exception as error:  # noqa: BLE001 - a broken set-up raises RuntimeError, or worse
-        raise ShardcliError(_backends_failed(error, complaints)) from error
+    from shardcli.core.target import libtpu_complaint, libtpu_installed, quiet_libtpu
+
+    # libtpu writes its start-up complaints straight to file descriptor 2: kept as one complaint
+    quiet = not started and libtpu_installed()
+    with quiet_libtpu() if quiet else contextlib.nullcontext([]) as libtpu_lines:
+        try:
+            jax.devices()  # starts every backend JAX is set up for, here where a failure can be named
+        except Exception as error:  # noqa: BLE001 - a broken set-up raises RuntimeError, or worse
+            failed: Exception | None = error
+        else:
+            failed = None
+    complaints.extend(libtpu_complaint(libtpu_lines))
+    if failed is not None:
+        raise ShardcliError(_backends_failed(failed, complaints)) from failed
 
     note = None
     if platform in ACCELERATORS or platform == "auto":

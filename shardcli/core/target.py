@@ -130,6 +130,15 @@ def quiet_libtpu() -> Iterator[list[str]]:
                 sys.stderr.write("\n".join(lines) + "\n")
 
 
+def libtpu_complaint(lines: list[str]) -> list[str]:
+    """libtpu's start-up lines as at most one complaint for the run's note or error."""
+    if not lines:
+        return []
+    if any("could not determine TPU" in line for line in lines):
+        return ["libtpu found no TPU on this host (it could not determine the TPU accelerator type)"]
+    return [f"libtpu: {lines[0].strip()}"]
+
+
 def libtpu_installed() -> bool:
     return importlib.util.find_spec("libtpu") is not None
 
