@@ -466,6 +466,17 @@ PROGRAM = Record(
     "sent_bytes_per_device",
 )
 
+# A compile-only target's verdict: the program's memory per chip against the chip's HBM.
+FIT = Record(
+    "fits",
+    "capacity_bytes",
+    "capacity_source",
+    "needed_bytes",
+    "arguments_bytes",
+    "temporaries_bytes",
+    "compiler_message",
+    "text",
+)
 EINSUM_CONFIG = Record(
     "subscripts",
     "canonical",
@@ -478,6 +489,7 @@ EINSUM_CONFIG = Record(
     "scales",
     "warmup",
     "iters",
+    "compile_target",
     ("hardware", HARDWARE),
 )
 EINSUM_ARRAY = Record("name", "subscripts", "shape", "spec")
@@ -493,6 +505,7 @@ EINSUM_IMPL = Record(
     "max_rel_err",
     "wrong",
     "wrong_devices",
+    ("fit", Maybe(FIT)),
 )
 EINSUM_SIZE = Record(
     "scale",
@@ -510,17 +523,6 @@ EINSUM_BODY = Record(("config", EINSUM_CONFIG), ("sizes", ListOf(EINSUM_SIZE)), 
 
 INSPECT_ARRAY = Record("name", "dtype", "shape", "spec", "bytes", "bytes_per_device", "replication")
 FINDING = Record("kind", "message")
-# A compile-only target's verdict: the program's memory per chip against the chip's HBM.
-FIT = Record(
-    "fits",
-    "capacity_bytes",
-    "capacity_source",
-    "needed_bytes",
-    "arguments_bytes",
-    "temporaries_bytes",
-    "compiler_message",
-    "text",
-)
 INSPECT_BODY = Record(
     "target",
     "compile_target",

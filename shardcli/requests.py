@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from shardcli.core.pipeline import PipelineRequest
     from shardcli.core.reshard import ReshardRequest
     from shardcli.specs import OutBuffer, Placement
+    from shardcli.targets import TargetSpec
 
 
 def parse_collective_names(text: str) -> list[str]:
@@ -369,6 +370,18 @@ def build_pipeline_request(
     )
 
 
+def target_and_mesh(
+    compile_target: str | None, mesh: str | None, axes: str | None
+) -> tuple[TargetSpec | None, MeshSpec]:
+    """--target and the mesh the flags are checked against before libtpu describes its chips: --mesh
+    as typed, else the target's topology, else 2x4 (checked again on the target's real mesh)."""
+    from shardcli.targets import parse_target
+
+    hardware = parse_target(compile_target) if compile_target is not None else None
+    shown = mesh if mesh is not None else ("x".join(map(str, hardware.topology)) if hardware else "2x4")
+    return hardware, parse_mesh(shown, axes)
+
+
 def parse_ways(text: str, choices: tuple[str, ...]) -> tuple[str, ...]:
     """`--impl auto`, `--impl auto,explicit` or `--impl all` for einsum and reshard."""
     if text.strip() == "all":
@@ -390,14 +403,15 @@ def build_einsum_request_from_flags(
     iters: int,
     peak_tflops: float | None,
     link_gbps: float | None,
-    mesh: str,
+    mesh: str | None,
     axes: str | None,
     options: RunOptions,
+    compile_target: str | None = None,
 ) -> EinsumRequest:
     """`shardcli einsum`'s flags as its request; every check that needs no devices."""
     from shardcli.core.einsum import WAYS, build_einsum_request
 
-    mesh_spec = parse_mesh(mesh, axes)
+    hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
     return build_einsum_request(
         subscripts,
         tuple(parse_shape(s) for s in shapes),
@@ -413,6 +427,9 @@ def build_einsum_request_from_flags(
         peak_tflops=peak_tflops,
         link_gbps=link_gbps,
         options=options,
+        compile_target=hardware,
+        mesh_text=mesh,
+        axes_text=axes,
     )
 
 
@@ -468,13 +485,8 @@ def build_inspect_request(
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.core.inspect import InspectRequest
     from shardcli.specs import parse_abstract_arg
-    from shardcli.targets import parse_target
 
-    hardware = parse_target(compile_target) if compile_target is not None else None
-    # With a target the mesh is a reshape of its chips, known once libtpu describes them; the
-    # arguments are checked here against the mesh as typed (or the topology's shape), and again then.
-    shown = mesh if mesh is not None else ("x".join(map(str, hardware.topology)) if hardware else "2x4")
-    mesh_spec = parse_mesh(shown, axes)
+    hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
     for flag, value in (("--peak-tflops", peak_tflops), ("--link-gbps", link_gbps)):
         if value is not None and not value > 0:
             raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")

@@ -46,6 +46,22 @@ Impl = Annotated[
     ),
 ]
 Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16 or float64.")]
+Target = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        help="Compile for a TPU topology you don't own (tpu-v5e:16x16, tpu-v5p:8x8x16; the tpu extra): "
+        "nothing runs or is verified; the report says whether each way fits the chip's HBM (exit 1 if not).",
+    ),
+]
+Mesh = Annotated[
+    str | None,
+    typer.Option(
+        "--mesh",
+        "-m",
+        help="Mesh shape: 8, 2x4 or 2x2x2. \\[default: 2x4, or the --target topology's shape]",
+    ),
+]
 
 
 def _describe(done: int, total: int, label: str) -> str:
@@ -66,7 +82,8 @@ def einsum(
     iters: Iters = 20,
     peak_tflops: PeakTflops = None,
     link_gbps: LinkGbps = None,
-    mesh: opt.Mesh = "2x4",
+    compile_target: Target = None,
+    mesh: Mesh = None,
     axes: opt.Axes = None,
     *,
     options: RunOptions,
@@ -97,6 +114,7 @@ def einsum(
         mesh=mesh,
         axes=axes,
         options=options,
+        compile_target=compile_target,
     )
     from shardcli.core.einsum import run_einsum
     from shardcli.render.einsum import render_einsum
@@ -105,4 +123,4 @@ def einsum(
     with progress_bar(options.shows_progress, _describe) as update:
         result = run_einsum(request, progress=update)
     render_einsum(result, options)
-    raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong else ExitCode.OK)
+    raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong or result.does_not_fit else ExitCode.OK)

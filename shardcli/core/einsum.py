@@ -22,6 +22,7 @@ from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
 from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
+from shardcli.core.target import FitVerdict, compile_for_target, judge_fit
 from shardcli.core.timing import Timing, compile_timed
 from shardcli.core.verify import dot_input_roundoff, float_eps
 from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate
@@ -30,6 +31,7 @@ from shardcli.errors import ShardcliError, refusal_text
 from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
 from shardcli.specs import ArraySpec, DType, MeshSpec, Mode, RunOptions, ShardingSpec, check_sharding_fits
+from shardcli.targets import TargetSpec
 
 WAYS = ("auto", "explicit")
 WAY_TEXT = {
@@ -58,6 +60,9 @@ class EinsumRequest:
     peak_tflops: float | None = None
     link_gbps: float | None = None
     options: RunOptions = field(default_factory=RunOptions)
+    compile_target: TargetSpec | None = None  # --target: compile for a TPU topology, run nothing
+    mesh_text: str | None = None  # --mesh as typed: with a target, a reshape of its chips
+    axes_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class WayRun:
     max_rel_err: float
     wrong: int
     wrong_devices: tuple[int, ...]
+    fit: FitVerdict | None = None  # --target: this way's memory per chip against the chip's HBM
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,10 @@ class EinsumResult:
     @property
     def wrong(self) -> int:
         return sum(s.wrong for s in self.sizes)
+
+    @property
+    def does_not_fit(self) -> bool:
+        return any(w.fit is not None and not w.fit.fits for s in self.sizes for w in s.ways)
 
 
 # --- parsing and validation (no devices) ----------------------------------------------------------
@@ -246,24 +256,37 @@ def _program(notation: EinsumNotation, out_spec: Any | None) -> Callable[..., An
 
 
 def _build(
-    way: str, session: Session, explicit_mesh: Any, request: EinsumRequest, notation: EinsumNotation, hosts
-):
-    """(jitted program, placed operands, the mesh to trace under or None)."""
+    way: str,
+    session: Session,
+    explicit_mesh: Any,
+    request: EinsumRequest,
+    notation: EinsumNotation,
+    hosts: list[np.ndarray] | None,
+) -> tuple[Any, tuple[Any, ...], Any]:
+    """(jitted program, placed operands, the mesh to trace under or None); hosts None: abstract."""
     import jax
+    import jax.numpy as jnp
     from jax.sharding import NamedSharding
 
     out = request.out_spec
+
+    def operands(mesh: Any) -> tuple[Any, ...]:
+        """Placed host arrays, or (compile-only) ShapeDtypeStructs: nothing allocated."""
+        shardings = [NamedSharding(mesh, partition_spec(s.entries)) for s in request.in_specs]
+        if hosts is None:
+            dtype = jnp.dtype(request.dtype.name)
+            return tuple(
+                jax.ShapeDtypeStruct(notation.operand_shape(i), dtype, sharding=s)
+                for i, s in enumerate(shardings)
+            )
+        return tuple(place_array(h, s) for h, s in zip(hosts, shardings, strict=True))
+
     if way == "explicit":
-        mesh = explicit_mesh
-        args = tuple(
-            place_array(h, NamedSharding(mesh, partition_spec(s.entries)))
-            for h, s in zip(hosts, request.in_specs, strict=True)
-        )
         program = _program(notation, partition_spec(out.entries) if out is not None else None)
-        return jax.jit(program), args, mesh
+        return jax.jit(program), operands(explicit_mesh), explicit_mesh
     mesh = session.mesh
     shardings = tuple(NamedSharding(mesh, partition_spec(s.entries)) for s in request.in_specs)
-    args = tuple(place_array(h, s) for h, s in zip(hosts, shardings, strict=True))
+    args = operands(mesh)
     out_sharding = NamedSharding(mesh, partition_spec(out.entries)) if out is not None else None
     return jax.jit(_program(notation, None), in_shardings=shardings, out_shardings=out_sharding), args, None
 
@@ -335,6 +358,50 @@ def run_way(
     )
 
 
+def compile_way(
+    way: str,
+    session: Session,
+    explicit_mesh: Any,
+    request: EinsumRequest,
+    notation: EinsumNotation,
+    model_flops: int,
+    hardware: Hardware,
+    target: TargetSpec,
+) -> WayRun:
+    """Compile one way for the target from abstract operands: nothing runs or is verified."""
+    try:
+        program, args, trace_mesh = _build(way, session, explicit_mesh, request, notation, None)
+        mesh = trace_mesh if trace_mesh is not None else session.mesh
+        compiled, verdict = compile_for_target(program, args, mesh, target)
+    except Exception as error:  # noqa: BLE001 - JAX's refusal is the lesson the user came to see
+        return WayRun(way, "refused", refusal_text(error), None, None, None, None, None, 0.0, 0, ())
+    if compiled is None:
+        assert verdict is not None
+        return WayRun(
+            way, "does not fit", verdict.text, None, None, None, None, None, 0.0, 0, (), fit=verdict
+        )
+    analysis = analyze_compiled(compiled, mesh)
+    (out,) = (
+        compiled.output_shardings
+        if isinstance(compiled.output_shardings, (tuple, list))
+        else (compiled.output_shardings,)
+    )
+    return WayRun(
+        way=way,
+        status="compiled",
+        message=None,
+        out_entries=entries_of(out, len(notation.output)),
+        analysis=analysis,
+        model=program_cost(analysis, model_flops / session.spec.size, hardware),
+        timing=None,
+        achieved_flops=None,
+        max_rel_err=0.0,
+        wrong=0,
+        wrong_devices=(),
+        fit=judge_fit(analysis.memory, target),
+    )
+
+
 def _arrays(notation: EinsumNotation, request: EinsumRequest) -> tuple[tuple[EinsumArray, ...], EinsumArray]:
     names = "ABCD"
     operands = tuple(
@@ -353,7 +420,24 @@ def run_size(
     hardware: Hardware,
     request: EinsumRequest,
 ) -> EinsumSize:
-    """Every requested way at one size, against one float64 NumPy reference."""
+    """Every requested way at one size, against one float64 NumPy reference (compile-only for a target)."""
+    operands, result = _arrays(notation, request)
+    if request.compile_target is not None:
+        ways = tuple(
+            compile_way(
+                way,
+                session,
+                explicit_mesh,
+                request,
+                notation,
+                notation.model_flops(),
+                hardware,
+                request.compile_target,
+            )
+            for way in request.ways
+        )
+        text = f"not verified: compile-only for {request.compile_target.name}, nothing ran"
+        return EinsumSize(scale, notation, operands, result, notation.model_flops(), text, ways)
     hosts = [
         make_host_array(
             ArraySpec(shape=notation.operand_shape(i), dtype=request.dtype, init=request.init), seed=i
@@ -379,7 +463,6 @@ def run_size(
         )
         for way in request.ways
     )
-    operands, result = _arrays(notation, request)
     return EinsumSize(
         scale=scale,
         notation=notation,
@@ -428,21 +511,24 @@ def run_einsum(
         ShardcliError: bad input, found before allocating.
     """
     validate_einsum_request(request)
-    per_device, total, what = memory_estimate(request)
-    session = open_session(
-        request.mesh, replace(request.options, mode=Mode.AUTO), x64=request.dtype.needs_x64
-    )
-    check_fits_in_memory(
-        session.runtime, list(session.devices), per_device=per_device, total=total, what=what
-    )
-    explicit_mesh = None
-    if "explicit" in request.ways:
-        from shardcli.mesh import build_mesh
+    if request.compile_target is not None:
+        session, explicit_mesh, hardware = _target_session(request, request.compile_target)
+    else:
+        per_device, total, what = memory_estimate(request)
+        session = open_session(
+            request.mesh, replace(request.options, mode=Mode.AUTO), x64=request.dtype.needs_x64
+        )
+        check_fits_in_memory(
+            session.runtime, list(session.devices), per_device=per_device, total=total, what=what
+        )
+        explicit_mesh = None
+        if "explicit" in request.ways:
+            from shardcli.mesh import build_mesh
 
-        explicit_mesh = build_mesh(request.mesh, list(session.devices), mode="explicit")
-    from shardcli.core.matmul import resolve_hardware
+            explicit_mesh = build_mesh(request.mesh, list(session.devices), mode="explicit")
+        from shardcli.core.matmul import resolve_hardware
 
-    hardware = resolve_hardware(session, request)
+        hardware = resolve_hardware(session, request)
     scales = request.scales if request.scales is not None else (1.0,)
     sizes = []
     for n, (scale, notation) in enumerate(zip(scales, notations(request), strict=True)):
@@ -457,6 +543,34 @@ def run_einsum(
         hardware=hardware,
         sizes=tuple(sizes),
         fits=flop_fits(tuple(sizes)) if len(sizes) > 1 else {},
+    )
+
+
+def _target_session(request: EinsumRequest, target: TargetSpec) -> tuple[Session, Any, Hardware]:
+    """The target's session, its mesh with Explicit axes for the explicit way, and the chip's figures."""
+    import jax
+    from jax.sharding import AxisType
+
+    from shardcli.core.inspect import hardware_for
+    from shardcli.core.target import open_target_session
+
+    session = open_target_session(
+        target,
+        request.mesh_text,
+        request.axes_text,
+        replace(request.options, mode=Mode.AUTO),
+        x64=request.dtype.needs_x64,
+    )
+    for i, spec in enumerate(request.in_specs):  # the mesh as built from the chips
+        check_sharding_fits(spec, session.spec, request.notation.operand_shape(i), flag=f"--in (operand {i})")
+    mesh = session.mesh
+    explicit = jax.sharding.Mesh(
+        mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * len(mesh.axis_names)
+    )
+    return (
+        session,
+        explicit,
+        hardware_for(session, request.dtype.name, request.peak_tflops, request.link_gbps),
     )
 
 

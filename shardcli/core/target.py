@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from shardcli.core.program_analysis import MemoryUse
 from shardcli.core.session import Session
@@ -244,3 +245,26 @@ def _mesh_shape(text: str | None, target: TargetSpec, chips: int) -> tuple[int, 
             f"reshape of them, such as {own} or {chips}, or leave --mesh out for the topology's shape"
         )
     return shape
+
+
+def compile_for_target(
+    jitted: Any, args: tuple[Any, ...], mesh: Any, target: TargetSpec
+) -> tuple[Any, FitVerdict | None]:
+    """Lower and compile for the target under its mesh, libtpu kept quiet.
+
+    Returns:
+        (the compiled program, None), or (None, the verdict) when the TPU compiler ran out of HBM.
+
+    Raises:
+        Exception: anything else JAX raises (a refusal the caller reports).
+    """
+    import jax
+
+    try:
+        with quiet_libtpu(), jax.set_mesh(mesh):
+            return jitted.lower(*args).compile(), None
+    except Exception as error:
+        verdict = oom_verdict(error, target)
+        if verdict is None:
+            raise
+        return None, verdict

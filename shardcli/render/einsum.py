@@ -14,11 +14,12 @@ from shardcli import json_schema as schema
 from shardcli.core.einsum import WAY_TEXT, EinsumArray, EinsumResult, EinsumSize, WayRun
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.inspect import fit_json, fit_text
 from shardcli.render.matmul import flop_fit_json, format_flops, ratio_text
 from shardcli.render.program import (
     collectives_table,
     cost_model_text,
-    memory_text,
+    memory_clauses,
     model_json,
     program_json,
 )
@@ -50,6 +51,7 @@ def _way_json(run: WayRun) -> dict[str, Any]:
         max_rel_err=run.max_rel_err,
         wrong=run.wrong,
         wrong_devices=list(run.wrong_devices),
+        fit=fit_json(run.fit),
     )
 
 
@@ -73,6 +75,7 @@ def einsum_json(result: EinsumResult) -> dict[str, Any]:
                 scales=list(req.scales) if req.scales is not None else [1.0],
                 warmup=req.warmup,
                 iters=req.iters,
+                compile_target=req.compile_target.name if req.compile_target is not None else None,
                 hardware=schema.HARDWARE(
                     peak_flop_per_s=hw.peak_flops,
                     peak_source=hw.peak_source,
@@ -164,6 +167,10 @@ def einsum_csv(result: EinsumResult) -> str:
 def _status(run: WayRun) -> Text:
     if run.status == "ok":
         return Text("ok", style="green")
+    if run.status == "compiled":
+        return Text("compiled", style="green")
+    if run.status == "does not fit":
+        return Text("does not fit", style="bold red")
     return Text("refused (lesson)", style="yellow")
 
 
@@ -171,8 +178,15 @@ def ways_table(size: EinsumSize) -> Table:
     """Per way: the result's sharding, what the compiled program needs and moves, timing, #wrong."""
     table = DataTable(box=None, header_style="bold")
     numbers = ("memory/device", "FLOPs/device", "sends/device", "p50 (us)", "FLOP/s", "x bound", "#wrong")
+    # Left out first where narrow: FLOPs/device, FLOP/s, memory/device and x bound, status.
+    priorities = {"status": 1, "memory/device": 2, "x bound": 2, "FLOP/s": 3, "FLOPs/device": 4}
     for name in ("impl", "status", "result spec", *numbers):
-        table.add_column(name, justify="right" if name in numbers else "left", no_wrap=True)
+        table.add_column(
+            name,
+            justify="right" if name in numbers else "left",
+            no_wrap=True,
+            priority=priorities.get(name, 0),
+        )
     for w in size.ways:
         a = w.analysis
         bound = w.model.t_bound_s if w.model else None
@@ -240,14 +254,16 @@ def render_einsum(result: EinsumResult, options: RunOptions) -> None:
             + (
                 human.spec_text(req.out_spec.entries) if req.out_spec is not None else "the compiler's choice"
             ),
-            "impls": "; ".join(f"{w}: {WAY_TEXT[w]}" for w in req.ways),
             "input": f"{req.dtype.name}, init {req.init}"
             + (f"; scales {', '.join(f'{s:g}' for s in req.scales)}" if req.scales else ""),
+        }
+        details = {
+            "impls": "; ".join(f"{w}: {WAY_TEXT[w]}" for w in req.ways),
             "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed iterations"
             + human.timing_across(result.session),
             "verify": first.tolerance_text,
         }
-        console.print(human.header(result.session, facts))
+        console.print(human.header(result.session, facts, details=details, verbose=options.verbose))
         _pictures(console, first, result)
     for size in result.sizes:
         where = f" (scale {size.scale:g}: {', '.join('x'.join(map(str, a.shape)) for a in size.operands)})"
@@ -258,7 +274,7 @@ def render_einsum(result: EinsumResult, options: RunOptions) -> None:
         if not options.quiet:
             for w in size.ways:
                 if w.analysis is not None:
-                    console.print(Text(f"{w.way} memory: {memory_text(w.analysis.memory)}", style="dim"))
+                    console.print(memory_clauses(f"{w.way} memory:", w.analysis.memory))
     if not options.quiet:
         last = result.sizes[-1]
         model_way = next((w for w in last.ways if w.model is not None), None)
@@ -275,6 +291,8 @@ def render_einsum(result: EinsumResult, options: RunOptions) -> None:
                 console.print(
                     Text(f"{w.way} refused this layout (JAX's lesson): {w.message}", style="yellow")
                 )
+            if w.fit is not None:
+                console.print(Text(f"{w.way}: ", style="bold") + fit_text(w.fit))
     _verdict(console, result)
 
 
@@ -287,6 +305,13 @@ def _verdict(console: Console, result: EinsumResult) -> None:
             if w.wrong
         ]
         console.print(Text(f"WRONG: elements beyond the tolerance in {'; '.join(bad)}", style="bold red"))
+    elif result.request.compile_target is not None:
+        console.print(
+            Text(
+                f"compile-only for {result.request.compile_target.name}: nothing ran, nothing was verified",
+                style="dim",
+            )
+        )
     elif not any(w.timing for size in result.sizes for w in size.ways):
         console.print(Text("nothing ran: JAX refused every way asked for (see above)", style="yellow"))
     else:
