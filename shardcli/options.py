@@ -51,6 +51,23 @@ Init = Annotated[str, typer.Option("--init", help="arange, ones, zeros or random
 Format = Annotated[str, typer.Option("--format", "-f", help="table (for people) or json (for scripts).")]
 NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text; NO_COLOR is honoured too.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the results: no header, no pictures.")]
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="The header's full provenance: allocator, how bandwidth was measured, buffer policy, "
+        "tolerance (always in JSON).",
+    ),
+]
+Wide = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Every table column at its natural width, however wide the terminal. \\[default: the "
+        "columns that fit; a line under each table names the others]",
+    ),
+]
 
 Save = Annotated[
     str | None,
@@ -161,6 +178,8 @@ def run_options(
     process_timing: str = "max",
     compile_cache: bool = False,
     save: str | None = None,
+    verbose: bool = False,
+    wide: bool = False,
 ) -> RunOptions:
     """Validate the shared options into a RunOptions."""
     return RunOptions(
@@ -177,6 +196,8 @@ def run_options(
         process_timing=specs.ProcessTiming(parse_choice(process_timing, "--process-timing", PROCESS_TIMINGS)),
         compile_cache=compile_cache,
         save=parse_save(save),
+        verbose=verbose,
+        wide=wide,
     )
 
 
@@ -186,6 +207,8 @@ _OUTPUT = (
     ("format", Format, "table"),
     ("no_color", NoColor, False),
     ("quiet", Quiet, False),
+    ("verbose", Verbose, False),
+    ("wide", Wide, False),
     ("save", Save, None),
 )
 _PROCESSES = (
@@ -264,8 +287,8 @@ def with_run_options(
     """Give a command the shared run options, declared once here, and call it with a `RunOptions`.
 
     The decorated command declares its own flags and a keyword-only `options: RunOptions`; Typer
-    sees its flags followed by --platform, --devices, --mode, --format, --no-color, --quiet, --save,
-    --no-compile-cache and the multi-process panel. They are validated (as `run_options` does)
+    sees its flags followed by --platform, --devices, --mode, --format, --no-color, --quiet,
+    --verbose, --wide, --save, --no-compile-cache and the multi-process panel. They are validated (as `run_options` does)
     before the command runs.
 
     Example:
@@ -318,6 +341,8 @@ def with_run_options(
                 process_timing=given.get("process_timing", "max"),
                 compile_cache=not given.get("no_compile_cache", True),
                 save=given["save"],
+                verbose=given["verbose"],
+                wide=given["wide"],
             )
             return command(**flags, options=options)
 

@@ -266,6 +266,8 @@ class RunOptions:
     process_timing: ProcessTiming = ProcessTiming.MAX  # how per-process timings combine, per iteration
     compile_cache: bool = False  # JAX's persistent compile cache (the compiling commands turn it on)
     save: str | None = None  # --save: also write what is printed to this .svg, .html or .txt file
+    verbose: bool = False  # -v: the header's full provenance (allocator, bandwidth, buffers, tolerance)
+    wide: bool = False  # --wide: every table column at its natural width, however wide the terminal
     # CPU host allocator: "reuse" keeps freed buffers in glibc malloc (shardcli.allocator);
     # "system" leaves malloc alone. Commands that time large buffers (collective) turn reuse on.
     malloc: Malloc = Malloc.SYSTEM

@@ -7,7 +7,7 @@ import io
 import sys
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -16,7 +16,7 @@ from shardcli.core.collective import CollectiveRequest, CollectiveResult, Placem
 from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.errors import ShardcliError
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
 from shardcli.specs import RunOptions, format_bytes
 
@@ -257,14 +257,16 @@ def sweep_table(result: CollectiveResult) -> Table:
         title="time is the p50 of per-iteration times, each iteration blocked until ready; "
         + roofline_label(result.roofline),
     )
-    for name in ("size", "count", "dtype"):
-        table.add_column(name, justify="right")
+    # The key columns: size, p50, busbw and #wrong; in a narrow terminal the rest go first.
+    table.add_column("size", justify="right")
+    table.add_column("count", justify="right", priority=2)
+    table.add_column("dtype", justify="right", priority=3)
     for placement in placements:
         tag = f" {placement}" if len(placements) > 1 else ""
         table.add_column(f"time p50 (us){tag}", justify="right")
-        table.add_column(f"algbw (GB/s){tag}", justify="right")
+        table.add_column(f"algbw (GB/s){tag}", justify="right", priority=1)
         table.add_column(f"busbw (GB/s){tag}", justify="right")
-        table.add_column(f"roofline %{tag}", justify="right")
+        table.add_column(f"roofline %{tag}", justify="right", priority=1)
     table.add_column("#wrong", justify="right")
     for run in result.runs:
         row: list[str | Text] = [
@@ -317,21 +319,25 @@ def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
         collapse_padding=True,  # eleven columns: one space between them keeps 100 columns enough
         title="per-iteration times, each iteration blocked until ready; " + roofline_label(roofline),
     )
-    for name in (
-        "placement",
-        "compile (ms)",
-        "min (us)",
-        "p50 (us)",
-        "p90 (us)",
-        "max (us)",
-        "stdev (us)",
-        "algbw (GB/s)",
-        "busbw (GB/s)",
-        "roofline %",
-        "#wrong",
+    # (name, priority): placement, p50, busbw and #wrong always; the spread goes first.
+    for name, priority in (
+        ("placement", 0),
+        ("compile (ms)", 2),
+        ("min (us)", 4),
+        ("p50 (us)", 0),
+        ("p90 (us)", 3),
+        ("max (us)", 5),
+        ("stdev (us)", 6),
+        ("algbw (GB/s)", 1),
+        ("busbw (GB/s)", 0),
+        ("roofline %", 1),
+        ("#wrong", 0),
     ):
         table.add_column(
-            name, justify="left" if name == "placement" else "right", no_wrap=name == "placement"
+            name,
+            justify="left" if name == "placement" else "right",
+            no_wrap=name == "placement",
+            priority=priority,
         )
     for p in run.placements:
         if p.timing is None:
@@ -358,16 +364,21 @@ def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
 def blocks_table(run: SizeRun, result: CollectiveResult) -> Table:
     axes = result.session.layout.axes
     table = DataTable(box=None, header_style="bold")
-    for name in (
-        "device",
-        "mesh coords",
-        "group",
-        "pos",
-        "BEFORE (input block)",
-        "AFTER (output block)",
-        "#wrong",
+    # (name, priority): where too wide even so, each device becomes `column  value` lines.
+    for name, priority in (
+        ("device", 0),
+        ("mesh coords", 1),
+        ("group", 2),
+        ("pos", 2),
+        ("BEFORE (input block)", 0),
+        ("AFTER (output block)", 0),
+        ("#wrong", 0),
     ):
-        table.add_column(name, justify="right" if name in ("device", "group", "pos", "#wrong") else "left")
+        table.add_column(
+            name,
+            justify="right" if name in ("device", "group", "pos", "#wrong") else "left",
+            priority=priority,
+        )
     for d in run.devices:
         table.add_row(
             str(d.device_id),
@@ -502,6 +513,8 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
                     "input": f"{req.dtype.name}, "
                     + ("--values" if req.values is not None else f"init {req.init}")
                     + f", spec {human.spec_text(first.in_entries)}",
+                },
+                details={
                     "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed "
                     "iterations, each blocked until ready" + human.timing_across(result.session),
                     "buffers": buffers_text(req),
@@ -513,6 +526,7 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
                         else {}
                     ),
                 },
+                verbose=options.verbose,
             )
         )
     if not req.sweep:
@@ -541,13 +555,14 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
                 if first.global_output is not None:
                     human.section(console, "global result", human.format_values(first.global_output))
         human.section(console, "compiled HLO collectives", _hlo_text(first))
-        fact = f"{format_bytes(first.bytes_per_device)} per device ({first.count:,} elements)" + (
-            f"; S = {first.algbw_bytes:,} B; busbw factor {coll.bus_factor(n):.3f}; "
-            f"each device sends {first.sent_bytes:,} B"
-            if coll.bus_factor
-            else ""
-        )
-        human.section(console, "timing", Text(fact, style="dim"))
+        facts = [f"{format_bytes(first.bytes_per_device)} per device ({first.count:,} elements)"]
+        if coll.bus_factor:
+            facts += [
+                f"S = {first.algbw_bytes:,} B",
+                f"busbw factor {coll.bus_factor(n):.3f}",
+                f"each device sends {first.sent_bytes:,} B",
+            ]
+        human.section(console, "timing", Clauses(facts, style="dim"))
         console.print(timing_table(first, result.roofline))
         for p in first.placements:
             if p.not_run:
@@ -637,30 +652,38 @@ def time_chart(result: CollectiveResult) -> Text:
     return text_chart(series, y_label="p50 (us)", log_y=True)
 
 
-def fit_text(result: CollectiveResult) -> Text:
-    """One line per placement: alpha, beta and how well the model fits."""
-    text = Text()
+def fit_text(result: CollectiveResult) -> RenderableType:
+    """One line per placement: alpha, beta and how well the model fits (lines broken between
+    clauses, never inside a figure)."""
     if not result.fits:
-        text.append(f"no fit: {result.collective.name} moves no data, so its time has no bandwidth term")
-        return text
+        return Text(f"no fit: {result.collective.name} moves no data, so its time has no bandwidth term")
+    lines: list[RenderableType] = []
     size = "nccl-tests' S" if result.runs[0].algbw_bytes is not None else "bytes per device"
     for placement, fit in result.fits.items():
         label = {"out": "out-of-place", "in": "in-place"}[placement]
         if fit is None:
-            text.append(f"fit {label}: needs two sizes or more\n", style="dim")
+            lines.append(Text(f"fit {label}: needs two sizes or more", style="dim"))
             continue
         beta = (
             "none (time does not grow with size)"
             if fit.beta_bytes_per_s is None
             else (f"{fit.beta_bytes_per_s / 1e9:.3g} GB/s")
         )
-        text.append(
-            f"fit {label}: t(S) = alpha + S / beta, alpha = {fit.alpha_s * 1e6:.3g} us, beta = {beta}\n"
+        lines.append(
+            Clauses(
+                [
+                    f"fit {label}: t(S) = alpha + S / beta",
+                    f"alpha = {fit.alpha_s * 1e6:.3g} us",
+                    f"beta = {beta}",
+                ],
+                sep=", ",
+            )
         )
-        text.append(
-            f"  R^2 {fit.r2:.3f}, worst residual {fit.max_rel_residual:.0%}, "
-            f"{fit.points} sizes, S = {size}\n",
-            style="dim",
+        lines.append(
+            Text(
+                f"  R^2 {fit.r2:.3f}, worst residual {fit.max_rel_residual:.0%}, "
+                f"{fit.points} sizes, S = {size}",
+                style="dim",
+            )
         )
-    text.rstrip()
-    return text
+    return Group(*lines)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import io
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.cells import cell_len
 from rich.columns import Columns
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -25,22 +27,106 @@ WIDEST_TABLE = 1 << 16
 
 
 class DataTable(Table):
-    """A rich Table that never cuts a cell: figures are printed whole or not at all.
+    """A rich Table that fits the console by leaving columns out, and never cuts a cell.
 
-    Where the console is narrower than the table, rich shrinks columns and ends what no longer
-    fits with '…' ("4.78e…" for 4.78e-05, in an 80-column terminal and the collective's eleven
-    timing columns), or cuts a column that may not wrap without a mark. Such a table is laid out
-    at its natural width instead, one line per row, and the terminal wraps the lines; the
-    consoles of `make_console` do not crop them. Only for tables printed on their own: inside
-    another layout (Columns, a grid) the parent would crop the wider table.
+    Each column has a priority (`add_column(..., priority=N)`): 0, the default, is a key column,
+    always shown; a higher number is left out sooner. Where the console is narrower than the
+    table's natural width, the columns of the highest priority are left out, the rightmost first,
+    until the table fits, and one dim line under it names them and says `--wide` shows them.
+    Where even the key columns do not fit, every row is printed as `column  value` lines instead
+    (one block per row), so nothing wraps mid-row.
+
+    rich itself would shrink the columns and end what no longer fits with '…' ("4.78e…" for
+    4.78e-05), so a figure is printed whole or not at all. Under --wide (a console made with
+    `wide=True`, see `make_console`) every column is printed at its natural width, one line per
+    row, however wide the console; the consoles of `make_console` do not crop such lines. Only for
+    tables printed on their own: inside another layout (Columns, a grid) the parent would crop a
+    wider table.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.priorities: list[int] = []
+        super().__init__(*args, **kwargs)
+
+    def add_column(self, header: RenderableType = "", *, priority: int = 0, **kwargs: Any) -> None:  # type: ignore[override]
+        """`Table.add_column`, with the column's priority: 0 always shown, higher left out sooner."""
+        super().add_column(header, **kwargs)
+        self.priorities.append(priority)
+
+    def _natural(self, console: Console, options: ConsoleOptions, table: Table) -> int:
+        return Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
+
+    def _keeping(self, kept: list[int]) -> Table:
+        """This table with only the columns at the indexes `kept` (their cells shared)."""
+        table = copy.copy(self)
+        table.columns = [dataclasses.replace(self.columns[i], _index=n) for n, i in enumerate(kept)]
+        return table
+
+    def fitted(self, console: Console, options: ConsoleOptions) -> tuple[Table, list[str]] | None:
+        """The table cut down to fit `options.max_width` and the headers left out; None when even
+        its key columns do not fit."""
+        kept = list(range(len(self.columns)))
+        table: Table = self
+        # Highest priority first, the rightmost first among equals.
+        order = sorted((i for i in kept if self.priorities[i] > 0), key=lambda i: (-self.priorities[i], -i))
+        left_out: list[int] = []
+        while self._natural(console, options, table) > options.max_width:
+            if not order:
+                return None
+            left_out.append(order.pop(0))
+            kept = [i for i in kept if i != left_out[-1]]
+            table = self._keeping(kept)
+        return table, [_plain(self.columns[i].header) for i in sorted(left_out)]
+
+    def _records(self) -> RenderableType:
+        """Every row as `column  value` lines, a blank line between rows."""
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="fold")
+        headers = [_plain(column.header) for column in self.columns]
+        cells = [list(column.cells) for column in self.columns]
+        for row in range(len(self.rows)):
+            if row:
+                grid.add_row("", "")
+            for header, column in zip(headers, cells, strict=True):
+                grid.add_row(header, column[row])
+        parts: list[RenderableType] = []
+        if self.title:
+            parts.append(Text(self.title, style="italic") if isinstance(self.title, str) else self.title)
+        parts.append(grid)
+        if self.caption:
+            parts.append(self.caption)
+        return Group(*parts)
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if self.width is None:
-            natural = Measurement.get(console, options.update_width(WIDEST_TABLE), self).maximum
+        if self.width is not None:
+            yield from super().__rich_console__(console, options)
+            return
+        if getattr(console, "wide", False):
+            natural = self._natural(console, options, self)
             if natural > options.max_width:
                 options = options.update_width(natural)
-        yield from super().__rich_console__(console, options)
+            yield from super().__rich_console__(console, options)
+            return
+        fitted = self.fitted(console, options)
+        if fitted is None:
+            yield from console.render(self._records(), options)
+            return
+        table, left_out = fitted
+        if table is self:
+            yield from super().__rich_console__(console, options)
+        else:
+            yield from Table.__rich_console__(table, console, options)
+        if left_out:
+            them = "them" if len(left_out) > 1 else "it"
+            note = f"not shown: {', '.join(left_out)} (--wide shows {them})"
+            yield from console.render(Text(note, style="dim"), options)
+
+
+def _plain(header: RenderableType) -> str:
+    """A column header as plain text, on one line."""
+    text = header.plain if isinstance(header, Text) else str(header)
+    return " ".join(text.split())
 
 
 class ColumnBlocks:
@@ -163,6 +249,35 @@ class WholeLines:
         yield from console.render(self.text, options.update(width=width, no_wrap=True))
 
 
+class Clauses:
+    """Clauses joined by `sep` (`16 B per device; S = 16 B; ...`), a line broken only between them.
+
+    rich wraps prose at any space, which parts a figure from its unit ("24" at the end of one line,
+    "B" at the start of the next); here each clause stays whole on its line, unless it alone is
+    wider than the console, when it wraps at its words.
+    """
+
+    def __init__(self, clauses: Sequence[str | Text], sep: str = "; ", style: str = "") -> None:
+        self.clauses = [c if isinstance(c, Text) else Text(c) for c in clauses if c]
+        self.sep, self.style = sep, style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines: list[Text] = []
+        line = Text()
+        for clause in self.clauses:
+            if line and cell_len(line.plain + self.sep + clause.plain) > options.max_width:
+                line.append(self.sep.rstrip())
+                lines.append(line)
+                line = Text()
+            elif line:
+                line.append(self.sep)
+            line.append_text(clause)
+        lines.append(line)
+        text = Text("\n", style=self.style).join(lines)
+        text.stylize(self.style)
+        yield from console.render(text, options)
+
+
 class SideBySide:
     """Pictures side by side where they fit (rich's Columns), else one under the other.
 
@@ -184,7 +299,12 @@ class SideBySide:
 
 
 class _Console(Console):
-    """A console whose print does not crop lines at the terminal's width (see DataTable)."""
+    """A console whose print does not crop lines at the terminal's width (see DataTable).
+
+    `wide` (--wide): DataTables show every column at their natural width instead of fitting.
+    """
+
+    wide = False
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         kwargs.setdefault("crop", False)
@@ -206,6 +326,7 @@ def make_console(options: RunOptions, *, stderr: bool = False) -> Console:
         highlight=False,
         record=record,
     )
+    console.wide = options.wide
     if record:
         _recording.update(console=console, path=options.save)
     return console

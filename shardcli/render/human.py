@@ -27,16 +27,38 @@ def coords_text(axes: tuple[str, ...], coords: tuple[int, ...]) -> str:
     return " ".join(f"{a}={c}" for a, c in zip(axes, coords, strict=True))
 
 
-def header(session: Session, extra: dict[str, str] | None = None) -> RenderableType:
-    """The facts every human run starts with."""
+def header(
+    session: Session,
+    extra: dict[str, str] | None = None,
+    *,
+    details: dict[str, str] | None = None,
+    verbose: bool = False,
+) -> RenderableType:
+    """The facts every human run starts with: what was run, on what mesh and platform.
+
+    Args:
+        session: the run's runtime and mesh.
+        extra: the command's own facts, always shown (what it runs, on what input).
+        details: provenance shown only under --verbose (how it was timed, the buffer policy, the
+            tolerance, the allocator); JSON always holds it.
+        verbose: --verbose: also shardcli's and JAX's versions, the process count and `details`.
+
+    Returns:
+        A grid of `key  value` rows.
+    """
     rt = session.runtime
     rows = [
-        ("shardcli", f"{__version__} (jax {rt.jax_version})"),
+        *([("shardcli", f"{__version__} (jax {rt.jax_version})")] if verbose else []),
         ("platform", f"{rt.platform}, {rt.describe_devices()}, kind {rt.device_kind}"),
         ("mesh", f"{session.spec.describe()}, {session.mode} axes"),
-        ("processes", f"{rt.process_count} (this is process {rt.process_index})"),
+        *(
+            [("processes", f"{rt.process_count} (this is process {rt.process_index})")]
+            if verbose or rt.process_count > 1
+            else []
+        ),
         *([("note", rt.note)] if rt.note else []),
         *(extra or {}).items(),
+        *((details or {}).items() if verbose else ()),
     ]
     table = Table.grid(padding=(0, 2))
     # In a narrow terminal the values wrap; a key is never cut ("process…").

@@ -12,8 +12,14 @@ from shardcli import json_schema as schema
 from shardcli.core.inspect import ArrayFact, InspectResult
 from shardcli.core.target import FitVerdict
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
-from shardcli.render.program import collectives_table, cost_model_text, memory_text, model_json, program_json
+from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
+from shardcli.render.program import (
+    collectives_table,
+    cost_model_text,
+    memory_clauses,
+    model_json,
+    program_json,
+)
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
 
@@ -82,8 +88,14 @@ def fit_text(fit: FitVerdict) -> Text:
 
 def arrays_table(result: InspectResult) -> Table:
     table = DataTable(box=None, header_style="bold")
+    # Left out first where narrow: the global bytes, then the copies.
+    priorities = {"bytes": 2, "copies": 1}
     for name in ("", "name", "type", "spec", "bytes", "per device", "copies"):
-        table.add_column(name, justify="right" if name in ("bytes", "per device", "copies") else "left")
+        table.add_column(
+            name,
+            justify="right" if name in ("bytes", "per device", "copies") else "left",
+            priority=priorities.get(name, 0),
+        )
     for kind, facts in (("arg", result.arguments), ("result", result.results)):
         for f in facts:
             table.add_row(
@@ -98,8 +110,11 @@ def arrays_table(result: InspectResult) -> Table:
     return table
 
 
-def report_renderable(result: InspectResult, *, quiet: bool = False, pictures: bool = True) -> RenderableType:
-    """The whole report as one renderable: the same for the terminal and for Jupyter."""
+def report_renderable(
+    result: InspectResult, *, quiet: bool = False, pictures: bool = True, verbose: bool = False
+) -> RenderableType:
+    """The whole report as one renderable: the same for the terminal and for Jupyter (`verbose`:
+    the header's versions and process count too)."""
     parts: list[RenderableType] = []
 
     def section(title: str, body: RenderableType) -> None:
@@ -115,7 +130,7 @@ def report_renderable(result: InspectResult, *, quiet: bool = False, pictures: b
                 else f"lowered in {result.lower_s * 1e3:.0f} ms; the TPU compiler refused it as too big"
             ),
         }
-        parts.append(human.header(result.session, facts))
+        parts.append(human.header(result.session, facts, verbose=verbose))
     section("arguments and results", arrays_table(result))
     if pictures and not quiet:
         for f in (*result.arguments, *result.results)[:MAX_PICTURES]:
@@ -131,9 +146,15 @@ def report_renderable(result: InspectResult, *, quiet: bool = False, pictures: b
         accessed = format_bytes(a.bytes_accessed) if a.bytes_accessed is not None else "unknown"
         section(
             "per device",
-            Text(
-                f"memory {memory_text(a.memory)}\nFLOPs {flops}; bytes accessed {accessed}; "
-                f"sent by collectives {format_bytes(a.sent_bytes)}"
+            Group(
+                memory_clauses("memory", a.memory, style=""),
+                Clauses(
+                    [
+                        f"FLOPs {flops}",
+                        f"bytes accessed {accessed}",
+                        f"sent by collectives {format_bytes(a.sent_bytes)}",
+                    ]
+                ),
             ),
         )
     if not quiet and result.model is not None:
@@ -144,9 +165,12 @@ def report_renderable(result: InspectResult, *, quiet: bool = False, pictures: b
         s = result.timing.stats
         section(
             "run on generated inputs",
-            Text(
-                f"compile {human.compile_text(result.timing)} ms; p50 {s.p50 * 1e6:,.1f} us, "
-                f"min {s.min * 1e6:,.1f} us over {len(result.timing.samples)} iterations"
+            Clauses(
+                [
+                    f"compile {human.compile_text(result.timing)} ms",
+                    f"p50 {s.p50 * 1e6:,.1f} us, min {s.min * 1e6:,.1f} us "
+                    f"over {len(result.timing.samples)} iterations",
+                ]
             ),
         )
     parts.append(Text(""))
@@ -168,4 +192,4 @@ def render_inspect(result: InspectResult, options: RunOptions) -> None:
         jsonout.write_json(inspect_json(result), options)
         return
     console = make_console(options)
-    console.print(report_renderable(result, quiet=options.quiet))
+    console.print(report_renderable(result, quiet=options.quiet, verbose=options.verbose))

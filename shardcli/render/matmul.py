@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -15,7 +15,7 @@ from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
 from shardcli.render.program import cost_model_text, model_json
 from shardcli.specs import RunOptions, format_bytes
@@ -233,7 +233,10 @@ def matmul_csv(result: MatmulResult) -> str:
 # --- people ---------------------------------------------------------------------------------------
 
 
-def _table(columns: tuple[str, ...], left: tuple[str, ...], title: str | None = None) -> Table:
+def _table(
+    columns: tuple[str, ...], left: tuple[str, ...], priorities: dict[str, int], title: str | None = None
+) -> Table:
+    """A table of `columns`; those in `priorities` are left out, highest first, where it is too wide."""
     table = DataTable(box=None, header_style="bold", padding=(0, 1), title=title)
     for name in columns:
         table.add_column(
@@ -242,6 +245,7 @@ def _table(columns: tuple[str, ...], left: tuple[str, ...], title: str | None = 
             no_wrap=not name.startswith("HLO collectives"),
             min_width=14 if name.startswith("HLO collectives") else None,
             overflow="fold",
+            priority=priorities.get(name, 0),
         )
     return table
 
@@ -256,7 +260,7 @@ def compiled_table(run: CaseRun) -> Table:
         "XLA flops/device",
         "XLA bytes/device",
     )
-    table = _table(columns, columns[:4])
+    table = _table(columns, columns[:4], {"output spec": 1, "XLA flops/device": 2, "XLA bytes/device": 3})
     for i in run.impls:
         table.add_row(
             i.impl,
@@ -282,7 +286,8 @@ def timing_table(run: CaseRun) -> Table:
         "max rel err",
         "#wrong",
     )
-    table = _table(columns, ("impl",))
+    priorities = {"achieved FLOP/s": 1, "max rel err": 1, "p50/bound": 2, "compile (ms)": 3, "min (us)": 4}
+    table = _table(columns, ("impl",), priorities | {"p90 (us)": 5})
     for i in run.impls:
         if i.timing is None:
             continue
@@ -308,7 +313,10 @@ def comparison_table(result: MatmulResult) -> Table:
     columns: tuple[str, ...] = ("dims",) if sweep else ()
     columns += ("case", "impl", "status", "HLO collectives", "p50 us", "FLOP/s", "bound us", "by", "x bound")
     columns += ("rel err", "#wrong")
-    table = _table(columns, ("case", "impl", "status", "HLO collectives", "by"))
+    priorities = {"x bound": 1, "status": 2, "FLOP/s": 2, "rel err": 3, "HLO collectives": 3}
+    table = _table(
+        columns, ("case", "impl", "status", "HLO collectives", "by"), priorities | {"bound us": 4, "by": 5}
+    )
     table.title = (
         "p50 of per-iteration times; bound = max(T_math, T_comm) of the cost model, by compute or comm; "
         "x bound = p50 / bound"
@@ -345,7 +353,7 @@ def _bound_by(model: CostEstimate | None) -> str:
     return "comm" if model.dominant == "communication" else "compute"
 
 
-def cost_text(run: CaseRun, result: MatmulResult) -> Text:
+def cost_text(run: CaseRun, result: MatmulResult) -> RenderableType:
     if run.model is None:
         return Text("n/a")
     return cost_model_text(run.model, result.hardware, "matmul")
@@ -416,19 +424,21 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
                 if axes.y
                 else "; no Y axis: dims split over Y stay whole"
             ),
-            "meshes": "manual and auto on Auto axes"
-            + (", explicit on the same devices with Explicit axes" if _has_explicit(result) else ""),
             "dims": f"I,J,K = {','.join(map(str, req.dims))}"
             + (f" x scales {', '.join(f'{s:g}' for s in req.scales)}" if req.scales else ""),
             "input": f"{req.dtype.name}, init {req.init}",
+        }
+        details = {
+            "meshes": "manual and auto on Auto axes"
+            + (", explicit on the same devices with Explicit axes" if _has_explicit(result) else ""),
             "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed iterations, "
             "each blocked until ready" + human.timing_across(result.session),
         }
         if single:
             run = result.runs[0]
             facts = {"case": f"{run.case.name}: {run.case.notation()}", "what": run.case.summary, **facts}
-            facts["verify"] = run.tolerance_text
-        console.print(human.header(result.session, facts))
+            details["verify"] = run.tolerance_text
+        console.print(human.header(result.session, facts, details=details, verbose=options.verbose))
     if single:
         run = result.runs[0]
         if not options.quiet:
@@ -452,9 +462,11 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
         if not options.quiet:
             hw = result.hardware
             console.print(
-                Text(
-                    f"model: peak {format_flops(hw.peak_flops)} ({hw.peak_source}); "
-                    f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})",
+                Clauses(
+                    [
+                        f"model: peak {format_flops(hw.peak_flops)} ({hw.peak_source})",
+                        f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})",
+                    ],
                     style="dim",
                 )
             )
@@ -502,14 +514,19 @@ def flops_chart(result: MatmulResult) -> Text:
     )
 
 
-def flop_fit_text(result: MatmulResult) -> Text:
-    text = Text()
+def flop_fit_text(result: MatmulResult) -> RenderableType:
+    """One line per case and impl (broken between clauses where narrow, never inside a figure)."""
+    lines: list[RenderableType] = []
     for key, fit in result.fits.items():
         if fit is None:
-            text.append(f"fit {key}: needs two sizes or more\n", style="dim")
+            lines.append(Text(f"fit {key}: needs two sizes or more", style="dim"))
             continue
         rate = "none" if fit.beta_bytes_per_s is None else f"{fit.beta_bytes_per_s / 1e12:.3g} TFLOP/s"
-        text.append(f"fit {key}: t(F) = alpha + F / rate, alpha = {fit.alpha_s * 1e6:.3g} us, rate = {rate}")
-        text.append(f" (R^2 {fit.r2:.3f}, worst residual {fit.max_rel_residual:.0%})\n", style="dim")
-    text.rstrip()
-    return text
+        quality = Text(f"(R^2 {fit.r2:.3f}, worst residual {fit.max_rel_residual:.0%})", style="dim")
+        clauses = [
+            f"fit {key}: t(F) = alpha + F / rate",
+            f"alpha = {fit.alpha_s * 1e6:.3g} us",
+            f"rate = {rate}",
+        ]
+        lines.append(Clauses([*clauses[:-1], Text.assemble(clauses[-1], " ", quality)], sep=", "))
+    return Group(*lines)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnalysis
 from shardcli.costmodel import CostEstimate, Hardware
-from shardcli.render.console import DataTable
+from shardcli.render.console import Clauses, DataTable
 from shardcli.specs import format_bytes
 
 
@@ -94,8 +95,18 @@ def collectives_table(rows: list[tuple[str, CollectiveOp]], label: str = "impl")
         return Text("none: every device computes its block from what it holds", style="dim")
     table = DataTable(box=None, header_style="bold")
     numbers = ("bytes/device", "sends/device", "runs")
-    for name in (label, "collective", "mesh axes", "result", *numbers, "from"):
-        table.add_column(name, justify="right" if name in numbers else "left")
+    # (name, priority): what, over which axes and how much it sends always; the line it came from next.
+    for name, priority in (
+        (label, 0),
+        ("collective", 0),
+        ("mesh axes", 0),
+        ("result", 3),
+        ("bytes/device", 2),
+        ("sends/device", 0),
+        ("runs", 4),
+        ("from", 1),
+    ):
+        table.add_column(name, justify="right" if name in numbers else "left", priority=priority)
     for owner, c in rows:
         table.add_row(
             owner,
@@ -108,6 +119,11 @@ def collectives_table(rows: list[tuple[str, CollectiveOp]], label: str = "impl")
             _where(c),
         )
     return table
+
+
+def memory_clauses(label: str, memory: MemoryUse | None, style: str = "dim") -> RenderableType:
+    """`auto memory: 1.2 MiB per device (arguments 512 KiB, ...)`, broken only between its parts."""
+    return Clauses(f"{label} {memory_text(memory)}".split(", "), sep=", ", style=style)
 
 
 def memory_text(memory: MemoryUse | None) -> str:
@@ -125,32 +141,43 @@ def memory_text(memory: MemoryUse | None) -> str:
     return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)})"
 
 
-def cost_model_text(model: CostEstimate, hw: Hardware, what: str) -> Text:
+def cost_model_text(model: CostEstimate, hw: Hardware, what: str) -> RenderableType:
     """The roofline per device: FLOPs and what each collective sends, the peak and link figures
-    with their sources, T_math, T_comm and the bounds."""
+    with their sources, T_math, T_comm and the bounds (lines broken between clauses where the
+    terminal is narrow, never inside a figure)."""
     from shardcli.render.matmul import format_flops, format_seconds
 
-    text = Text()
-    comm = "; ".join(
+    comm = [
         f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
         for c in model.comm
-    )
-    text.append(
-        f"per device: {format_flops(model.flops_per_device, 'FLOP')} of {what}; "
-        + (comm if comm else "no communication")
-        + "\n"
-    )
-    text.append(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})\n", style="dim")
-    text.append(f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})\n", style="dim")
+    ]
+    lines: list[RenderableType] = [
+        Clauses(
+            [
+                f"per device: {format_flops(model.flops_per_device, 'FLOP')} of {what}",
+                *(comm or ["no communication"]),
+            ]
+        ),
+        Text(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})", style="dim"),
+        Text(f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})", style="dim"),
+    ]
     if model.t_bound_s is None:
-        text.append("T_math / T_comm: n/a without a peak and a link bandwidth", style="yellow")
-        return text
-    text.append(
-        f"T_math = FLOPs / peak = {format_seconds(model.t_math_s)}; "
-        f"T_comm = bytes / link = {format_seconds(model.t_comm_s)}\n"
+        lines.append(Text("T_math / T_comm: n/a without a peak and a link bandwidth", style="yellow"))
+        return Group(*lines)
+    lines.append(
+        Clauses(
+            [
+                f"T_math = FLOPs / peak = {format_seconds(model.t_math_s)}",
+                f"T_comm = bytes / link = {format_seconds(model.t_comm_s)}",
+            ]
+        )
     )
-    text.append(
-        f"bound max(T_math, T_comm) = {format_seconds(model.t_bound_s)} ({model.dominant}); "
-        f"no overlap at all: {format_seconds(model.t_sum_s)}"
+    lines.append(
+        Clauses(
+            [
+                f"bound max(T_math, T_comm) = {format_seconds(model.t_bound_s)} ({model.dominant})",
+                f"no overlap at all: {format_seconds(model.t_sum_s)}",
+            ]
+        )
     )
-    return text
+    return Group(*lines)

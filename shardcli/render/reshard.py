@@ -12,8 +12,8 @@ from rich.text import Text
 from shardcli import json_schema as schema
 from shardcli.core.reshard import WAY_TEXT, ReshardResult, ReshardWay
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
-from shardcli.render.program import collectives_table, memory_text, program_json
+from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.program import collectives_table, memory_clauses, program_json
 from shardcli.specs import RunOptions, format_bytes
 from shardcli.tile_math import format_index
 
@@ -121,7 +121,12 @@ def moves_table(result: ReshardResult) -> Table:
     coords = {c.device_id: c.coords for c in result.session.layout.cells}
     table = DataTable(box=None, header_style="bold")
     for name in ("device", "mesh coords", "holds before", "holds after", "must receive"):
-        table.add_column(name, justify="right" if name == "must receive" else "left", no_wrap=True)
+        table.add_column(
+            name,
+            justify="right" if name == "must receive" else "left",
+            no_wrap=True,
+            priority=1 if name == "mesh coords" else 0,
+        )
     for m in result.moves:
         table.add_row(
             str(m.device_id),
@@ -136,8 +141,15 @@ def moves_table(result: ReshardResult) -> Table:
 def ways_table(result: ReshardResult) -> Table:
     table = DataTable(box=None, header_style="bold")
     numbers = ("sends/device", "memory/device", "compile (ms)", "p50 (us)", "algbw (GB/s)", "#wrong")
+    # Left out first where narrow: compile, memory/device, result spec, status and algbw.
+    priorities = {"status": 1, "algbw (GB/s)": 1, "result spec": 2, "memory/device": 3, "compile (ms)": 4}
     for name in ("impl", "status", "result spec", *numbers):
-        table.add_column(name, justify="right" if name in numbers else "left", no_wrap=True)
+        table.add_column(
+            name,
+            justify="right" if name in numbers else "left",
+            no_wrap=True,
+            priority=priorities.get(name, 0),
+        )
     for w in result.ways:
         a = w.analysis
         table.add_row(
@@ -172,12 +184,14 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
             "array": f"{'x'.join(map(str, shape))} {req.array.dtype.name} "
             f"({format_bytes(req.array.nbytes)}), init {req.array.init}",
             "move": f"{req.source.describe()}  ->  {req.target.describe()}",
+        }
+        details = {
             "impls": "; ".join(f"{w}: {WAY_TEXT[w]}" for w in req.ways),
             "timing": f"{req.warmup} warm-up + {req.iters} timed moves; algbw = array bytes / p50"
             + human.timing_across(result.session),
             "verify": "exact (bit for bit) against the NumPy array",
         }
-        console.print(human.header(result.session, facts))
+        console.print(human.header(result.session, facts, details=details, verbose=options.verbose))
         for title, entries in (("before", req.source.entries), ("after", req.target.entries)):
             human.section(
                 console,
@@ -195,14 +209,20 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
     if not options.quiet:
         for w in result.ways:
             if w.analysis is not None:
-                console.print(Text(f"{w.way} memory: {memory_text(w.analysis.memory)}", style="dim"))
+                console.print(memory_clauses(f"{w.way} memory:", w.analysis.memory))
     console.print()
     if not result.needs_communication:
         console.print("no communication needed: every device already holds its new block")
     else:
         console.print(
-            f"every way must bring at least {format_bytes(result.min_receive_bytes)} to the busiest device "
-            "(the part of its new block it did not hold)"
+            Clauses(
+                [
+                    f"every way must bring at least {format_bytes(result.min_receive_bytes)} "
+                    "to the busiest device",
+                    "(the part of its new block it did not hold)",
+                ],
+                sep=" ",
+            )
         )
     for w in result.ways:
         if w.status == "refused":
