@@ -539,7 +539,7 @@ INSPECT_BODY = Record(
 )
 
 RESHARD_CONFIG = Record(
-    "shape", "dtype", "init", "nbytes", "from_spec", "to_spec", "impls", "warmup", "iters"
+    "shape", "dtype", "init", "nbytes", "from_spec", "to_spec", "impls", "warmup", "iters", "compile_target"
 )
 RESHARD_DEVICE = Record("device_id", "before", "after", "receive_bytes")
 RESHARD_IMPL = Record(
@@ -552,6 +552,7 @@ RESHARD_IMPL = Record(
     "algbw_gbps",
     "wrong",
     "wrong_devices",
+    ("fit", Maybe(FIT)),
 )
 RESHARD_SUMMARY = Record("wrong", "needs_communication", "min_receive_bytes_per_device")
 RESHARD_BODY = Record(

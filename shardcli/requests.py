@@ -443,24 +443,37 @@ def build_reshard_request_from_flags(
     init: str,
     warmup: int,
     iters: int,
-    mesh: str,
+    mesh: str | None,
     axes: str | None,
     options: RunOptions,
+    compile_target: str | None = None,
 ) -> ReshardRequest:
     """`shardcli reshard`'s flags as its request; every check that needs no devices."""
     from shardcli.core.reshard import WAYS, ReshardRequest, validate_reshard_request
     from shardcli.specs import ArraySpec
 
-    mesh_spec = parse_mesh(mesh, axes)
+    hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
+    ways = parse_ways(impl, WAYS)
+    if hardware is not None:
+        if impl.strip() == "all":
+            ways = tuple(w for w in ways if w != "device_put")  # the report says why it is left out
+        elif "device_put" in ways:
+            raise ShardcliError(
+                f"--impl device_put moves the array eagerly on devices; --target {hardware.name} only "
+                f"compiles: use --impl reshard,jit"
+            )
     request = ReshardRequest(
         array=ArraySpec(shape=parse_shape(shape), dtype=parse_dtype(dtype), init=parse_init(init)),
         source=parse_sharding(source, mesh_spec, flag="--from"),
         target=parse_sharding(target, mesh_spec, flag="--to"),
         mesh=mesh_spec,
-        ways=parse_ways(impl, WAYS),
+        ways=ways,
         warmup=warmup,
         iters=iters,
         options=options,
+        compile_target=hardware,
+        mesh_text=mesh,
+        axes_text=axes,
     )
     validate_reshard_request(request)
     return request

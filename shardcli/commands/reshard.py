@@ -18,7 +18,7 @@ Source = Annotated[
         help="The PartitionSpec the array starts in, as shard --spec takes it. \\[default: replicated]",
     ),
 ]
-Target = Annotated[
+Destination = Annotated[
     str | None,
     typer.Option("--to", help="The PartitionSpec to move it to. \\[default: replicated]"),
 ]
@@ -31,19 +31,35 @@ Impl = Annotated[
     ),
 ]
 Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")]
+CompileTarget = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        help="Compile the move for a TPU topology you don't own (tpu-v5e:16x16; the tpu extra): the "
+        "collectives the TPU compiler uses and the memory per chip against its HBM (exit 1 if it does not "
+        "fit); nothing runs, so device_put (eager) is left out.",
+    ),
+]
+Mesh = Annotated[
+    str | None,
+    typer.Option(
+        "--mesh", "-m", help="Mesh shape: 8, 2x4 or 2x2x2. \\[default: 2x4, or the --target topology's shape]"
+    ),
+]
 
 
 @opt.with_run_options(formats=("table", "json", "csv"), mode=False)
 def reshard(
     shape: Annotated[str, typer.Option("--shape", "-s", help="Global array shape: 8x1024.")] = "8x1024",
     source: Source = None,
-    target: Target = None,
+    target: Destination = None,
     impl: Impl = "all",
     dtype: Dtype = "float32",
     init: opt.Init = "arange",
     warmup: Warmup = 5,
     iters: Iters = 20,
-    mesh: opt.Mesh = "2x4",
+    compile_target: CompileTarget = None,
+    mesh: Mesh = None,
     axes: opt.Axes = None,
     *,
     options: RunOptions,
@@ -68,6 +84,7 @@ def reshard(
         mesh=mesh,
         axes=axes,
         options=options,
+        compile_target=compile_target,
     )
     from shardcli.core.reshard import run_reshard
     from shardcli.render.progress import progress_bar
@@ -76,4 +93,4 @@ def reshard(
     with progress_bar(options.shows_progress, lambda d, t, label: label) as update:
         result = run_reshard(request, progress=update)
     render_reshard(result, options)
-    raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong else ExitCode.OK)
+    raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong or result.does_not_fit else ExitCode.OK)

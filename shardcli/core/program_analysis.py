@@ -43,7 +43,7 @@ _ELEMENT_BYTES = {
 # `%all-reduce.3 = f32[4]{0} all-reduce(...)`, also tuple results (whose long forms carry
 # `/*index=5*/` comments) and async `-start` forms.
 _OP_RE = re.compile(
-    r"=\s*(?P<shape>\([^()]*\)|[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)\s+"
+    r"=\s*(?P<shape>\((?:[^()]|\([^()]*\))*\)|[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)\s+"
     r"(?P<op>" + "|".join(HLO_COLLECTIVE_OPS) + r")(?P<start>-start)?\("
 )
 _ARRAY_RE = re.compile(r"([a-z0-9]+)\[([0-9,]*)\]")
@@ -117,7 +117,10 @@ class CollectiveOp:
     @property
     def op(self) -> str | None:
         """The JAX operation alone: `dot_general` of `jit(step)/transpose(jvp(dot_general))`."""
-        names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", self.op_name or "")
+        text = self.op_name or ""
+        while re.search(r"\[[^\[\]]*\]", text):  # parameters: reshard[dst_sharding=...]
+            text = re.sub(r"\[[^\[\]]*\]", "", text)
+        names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text.rsplit("/", 1)[-1])
         return names[-1] if names else None
 
     @property
@@ -291,7 +294,8 @@ def parse_collectives(
 def _result_bytes(op: str, shape: str, is_async: bool) -> int:
     """The result's bytes; an async `-start` returns (operands, results) tuples: count the results."""
     if is_async and shape.startswith("("):
-        arrays = _ARRAY_RE.findall(shape)
+        # (operands..., results..., and on a TPU scalar u32 sync flags): the results' bytes
+        arrays = [(t, d) for t, d in _ARRAY_RE.findall(re.sub(r"\{[^}]*\}", "", shape)) if d]
         if len(arrays) >= 2 and op in ("all-gather", "collective-permute", "all-to-all"):
             half = arrays[len(arrays) // 2 :]
             return sum(shape_bytes(f"{t}[{d}]") for t, d in half)

@@ -20,11 +20,13 @@ from shardcli.arrays import make_host_array, place_array
 from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
+from shardcli.core.target import FitVerdict, compile_for_target, judge_fit
 from shardcli.core.timing import Timing, compile_timed
 from shardcli.errors import ShardcliError, refusal_text
 from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
 from shardcli.specs import ArraySpec, MeshSpec, Mode, RunOptions, ShardingSpec, check_sharding_fits
+from shardcli.targets import TargetSpec
 from shardcli.tile_math import block_index
 
 WAYS = ("reshard", "jit", "device_put")
@@ -49,6 +51,9 @@ class ReshardRequest:
     warmup: int = 5
     iters: int = 20
     options: RunOptions = field(default_factory=RunOptions)
+    compile_target: TargetSpec | None = None  # --target: compile the moves for a TPU topology only
+    mesh_text: str | None = None
+    axes_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class ReshardWay:
     algbw: float | None  # array bytes / p50, bytes/s
     wrong: int
     wrong_devices: tuple[int, ...]
+    fit: FitVerdict | None = None  # --target: the compiled move's memory per chip against its HBM
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ class ReshardResult:
     def min_receive_bytes(self) -> int:
         """The most any one device must receive: the bound every way pays at least."""
         return max((m.receive_bytes for m in self.moves), default=0)
+
+    @property
+    def does_not_fit(self) -> bool:
+        return any(w.fit is not None and not w.fit.fits for w in self.ways)
 
     @property
     def needs_communication(self) -> bool:
@@ -195,6 +205,46 @@ def run_way(
     )
 
 
+def compile_way(
+    way: str, session: Session, explicit_mesh: Any, request: ReshardRequest, target: TargetSpec
+) -> ReshardWay:
+    """Compile one way's move for the target from an abstract array: nothing runs."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+
+    dst_spec = partition_spec(request.target.entries)
+    mesh = explicit_mesh if way == "reshard" else session.mesh
+    src = NamedSharding(mesh, partition_spec(request.source.entries))
+    x = jax.ShapeDtypeStruct(request.array.shape, jnp.dtype(request.array.dtype.name), sharding=src)
+    if way == "reshard":
+        program = jax.jit(lambda a: jax.sharding.reshard(a, dst_spec))
+    else:
+        program = jax.jit(lambda a: a, in_shardings=src, out_shardings=NamedSharding(mesh, dst_spec))
+    try:
+        compiled, verdict = compile_for_target(program, (x,), mesh, target)
+    except Exception as error:  # noqa: BLE001 - JAX's refusal is the lesson
+        return ReshardWay(way, "refused", refusal_text(error), None, None, None, None, 0, ())
+    if compiled is None:
+        assert verdict is not None
+        return ReshardWay(way, "does not fit", verdict.text, None, None, None, None, 0, (), fit=verdict)
+    analysis = analyze_compiled(compiled, mesh)
+    out = compiled.output_shardings
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    return ReshardWay(
+        way=way,
+        status="compiled",
+        message=None,
+        out_entries=entries_of(out, len(request.array.shape)),
+        analysis=analysis,
+        timing=None,
+        algbw=None,
+        wrong=0,
+        wrong_devices=(),
+        fit=judge_fit(analysis.memory, target),
+    )
+
+
 def run_reshard(
     request: ReshardRequest, progress: Callable[[int, int, str], None] | None = None
 ) -> ReshardResult:
@@ -204,6 +254,8 @@ def run_reshard(
         ShardcliError: bad input, found before allocating.
     """
     validate_reshard_request(request)
+    if request.compile_target is not None:
+        return _compile_only(request, request.compile_target)
     item_blocks = sum(
         math.prod(request.array.shape) // math.prod(request.mesh.axis_sizes[a] for a in spec.axes_used())
         for spec in (request.source, request.target)
@@ -239,3 +291,26 @@ def run_reshard(
     return ReshardResult(
         session=session, request=request, moves=plan_moves(request, coords), ways=tuple(ways)
     )
+
+
+def _compile_only(request: ReshardRequest, target: TargetSpec) -> ReshardResult:
+    import jax
+    from jax.sharding import AxisType
+
+    from shardcli.core.target import open_target_session
+
+    session = open_target_session(
+        target, request.mesh_text, request.axes_text, replace(request.options, mode=Mode.AUTO)
+    )
+    check_sharding_fits(request.source, session.spec, request.array.shape, flag="--from")
+    check_sharding_fits(request.target, session.spec, request.array.shape, flag="--to")
+    mesh = session.mesh
+    explicit = jax.sharding.Mesh(
+        mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * len(mesh.axis_names)
+    )
+    request = replace(request, mesh=session.spec)
+    coords = {
+        c.device_id: dict(zip(session.layout.axes, c.coords, strict=True)) for c in session.layout.cells
+    }
+    ways = tuple(compile_way(way, session, explicit, request, target) for way in request.ways)
+    return ReshardResult(session=session, request=request, moves=plan_moves(request, coords), ways=ways)

@@ -165,6 +165,9 @@ def open_target_session(
     """
     if not libtpu_installed():
         raise ShardcliError(f"--target {target.name} needs the TPU compiler: {INSTALL_HINT}")
+    # libtpu takes a host-wide lock (/tmp/libtpu_lockfile) for the chips it drives; compiling for a
+    # described topology drives none, so a second shardcli (or a notebook) may compile at once.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     import jax
 
     from shardcli.runtime import RuntimeInfo, _backends_started

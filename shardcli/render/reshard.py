@@ -13,6 +13,7 @@ from shardcli import json_schema as schema
 from shardcli.core.reshard import WAY_TEXT, ReshardResult, ReshardWay
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.inspect import fit_json, fit_text
 from shardcli.render.program import collectives_table, memory_clauses, program_json
 from shardcli.specs import RunOptions, format_bytes
 from shardcli.tile_math import format_index
@@ -35,6 +36,7 @@ def _way_json(way: ReshardWay) -> dict[str, Any]:
         algbw_gbps=way.algbw / 1e9 if way.algbw is not None else None,
         wrong=way.wrong,
         wrong_devices=list(way.wrong_devices),
+        fit=fit_json(way.fit),
     )
 
 
@@ -54,6 +56,7 @@ def reshard_json(result: ReshardResult) -> dict[str, Any]:
                 impls=list(req.ways),
                 warmup=req.warmup,
                 iters=req.iters,
+                compile_target=req.compile_target.name if req.compile_target is not None else None,
             ),
             "devices": [
                 schema.RESHARD_DEVICE(
@@ -116,6 +119,11 @@ def reshard_csv(result: ReshardResult) -> str:
     return buffer.getvalue()
 
 
+def _status(way: ReshardWay) -> Text:
+    style = {"ok": "green", "compiled": "green", "does not fit": "bold red"}.get(way.status, "yellow")
+    return Text(way.status, style=style)
+
+
 def moves_table(result: ReshardResult) -> Table:
     axes = result.session.layout.axes
     coords = {c.device_id: c.coords for c in result.session.layout.cells}
@@ -154,7 +162,7 @@ def ways_table(result: ReshardResult) -> Table:
         a = w.analysis
         table.add_row(
             w.way,
-            Text("ok", style="green") if w.status == "ok" else Text("refused", style="yellow"),
+            _status(w),
             human.spec_text(w.out_entries),
             format_bytes(a.sent_bytes) if a else "-",
             format_bytes(a.memory.total_bytes) if a and a.memory else "-",
@@ -227,7 +235,15 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
     for w in result.ways:
         if w.status == "refused":
             console.print(Text(f"{w.way} refused: {w.message}", style="yellow"))
-    if result.wrong:
+        if w.fit is not None:
+            console.print(Text(f"{w.way}: ", style="bold") + fit_text(w.fit))
+    target = result.request.compile_target
+    if target is not None:
+        left = "; device_put (eager) left out" if "device_put" not in result.request.ways else ""
+        console.print(
+            Text(f"compile-only for {target.name}: nothing ran, nothing was verified{left}", style="dim")
+        )
+    elif result.wrong:
         bad = [
             f"{w.way} ({w.wrong} on device(s) {', '.join(map(str, w.wrong_devices))})"
             for w in result.ways
