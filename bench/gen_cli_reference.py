@@ -1,55 +1,129 @@
-"""Regenerate the generated parts of README.md from the app itself.
+"""Regenerate the console examples of README.md and the docs site (docs/**/*.md) from the app itself.
 
-Each part lies between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers:
-- `cli-reference`: `shardcli --help` and `shardcli COMMAND [SUBCOMMAND] --help` for every registered
-  command.
-  New commands are picked up from the app, not from a list here.
-- `quickstart-*`, `example-*`: the commands in EXAMPLES and what they print (those in VOLATILE print
-  timings: `--check` compares them with the digits masked).
-- `ci-run`: the text of `.ci/run`, so the README shows exactly what CI runs.
+Each generated part lies between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers, in any of
+those files (a part may appear in several; each is run once):
+- `quickstart-*`, `example-*`: the shell sessions in EXAMPLES and what they print. Each line runs in
+  one bash session in a fresh temporary folder (with `examples/` linked in and `shardcli` on PATH),
+  stdout and stderr together, and is shown as `$ LINE` followed by its output; the folder's path
+  reads as /home/me/shardcli. Those in VOLATILE print timings: `--check` compares them with the
+  digits masked; those in CHARTS also draw charts or timelines whose shape follows the timings,
+  and `--check` leaves out the lines that draw them.
+- `ci-run`: the text of `.ci/run`, so the docs show exactly what CI runs.
+
+The command reference is not here: docs/hooks/generate.py builds it from the app (with
+`command_paths` and `run_shardcli` below) every time the site is built.
+
+`--check` also fails on a console example that no marker covers (a fenced block with a `$ ` line),
+so every example in README and docs is produced here. tests/test_docs.py runs `--check` in CI.
 
 Everything is rendered 100 columns wide without color, in fresh processes. Run it on a machine
-without accelerators, so the quick start shows faked CPU devices as a new user's laptop would.
+without accelerators, so the examples show faked CPU devices as a new user's laptop would.
 
 Usage:
-    python bench/gen_cli_reference.py           # rewrite README.md
-    python bench/gen_cli_reference.py --check   # exit 1 if README.md is out of date
+    python bench/gen_cli_reference.py           # rewrite the generated parts
+    python bench/gen_cli_reference.py --check   # exit 1 if any is out of date or not generated
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 CI_RUN = ROOT / ".ci" / "run"
 # Runs the app under the name users type, whichever way this script was started.
 RUN_APP = "from shardcli.cli import app; app(prog_name='shardcli')"
 PLAIN_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
-EXAMPLES = {
-    "quickstart-mesh": "mesh --mesh 2x4 --axes data,model --no-color",
-    "quickstart-shard": "shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model "
+# Where a session's temporary folder appears in its output.
+SHOWN_CWD = "/home/me/shardcli"
+# Each example: the lines of one shell session (a string is one line).
+EXAMPLES: dict[str, str | list[str]] = {
+    "quickstart-mesh": "shardcli mesh --mesh 2x4 --axes data,model --no-color",
+    "quickstart-shard": "shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model "
     "--no-color --no-show-values",
-    "quickstart-launch": "launch -n 2 -- mesh --mesh 2x2 --axes host,local --no-color",
-    "quickstart-recipe": "recipe axis-index --mesh 2x2 --axes data,model --no-color",
-    "example-einsum": "einsum 'bsd,df->bsf' --shape 8x128x512 --shape 512x2048 --in data,None,None "
+    "quickstart-launch": "shardcli launch -n 2 -- mesh --mesh 2x2 --axes host,local --no-color",
+    "quickstart-recipe": "shardcli recipe axis-index --mesh 2x2 --axes data,model --no-color",
+    "example-shard-json": "shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec model --format json"
+    " | jq -c '{spec: .array.spec, replication, tile0: .tiles[0], verified}'",
+    "example-bad-input": ["shardcli mesh --mesh 0", "echo $?"],
+    "example-collective": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
+    "--no-color",
+    "example-collective-sweep": "shardcli collective all_gather --mesh 8 --sizes 64K:1M:x4 --no-color -q",
+    "example-collective-json": "shardcli collective psum --mesh 8 --sizes 1M --format json --iters 5 | jq -c "
+    "'{busbw: .sizes[0].placements[0].busbw_gbps, p50_s: .sizes[0].placements[0].timing.stats_s.p50, "
+    "wrong: .summary.wrong, out_buffer: .sizes[0].placements[0].out_buffer, "
+    "aliased: .sizes[0].placements[0].aliased, hlo: .sizes[0].placements[0].hlo_collectives}'",
+    "example-matmul": "shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all --no-color",
+    "example-matmul-cases": "shardcli matmul --mesh 2x4 --axes data,model --no-color -q",
+    "example-einsum": "shardcli einsum 'bsd,df->bsf' --shape 8x128x512 --shape 512x2048 --in data,None,None "
     "--in None,model --out data,None,model --mesh 2x4 --axes data,model --no-color",
-    "example-einsum-lesson": "einsum 'bsd,df->bsf' --shape 8x128x512 --shape 512x2048 --in data,None,model"
-    " --in model,None --mesh 2x4 --axes data,model --no-color --quiet",
-    "example-reshard": "reshard --shape 8x1024 --from data,model --to model,data --mesh 2x4 "
+    "example-einsum-lesson": "shardcli einsum 'bsd,df->bsf' --shape 8x128x512 --shape 512x2048 "
+    "--in data,None,model --in model,None --mesh 2x4 --axes data,model --no-color --quiet",
+    "example-reshard": "shardcli reshard --shape 8x1024 --from data,model --to model,data --mesh 2x4 "
     "--axes data,model --no-color",
+    "readme-matmul": "shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all --no-color -q",
+    "readme-inspect": "shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model "
+    "--arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None' "
+    "--no-color -q",
+    "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
+    "--target tpu-v5e:4x4 --axes data,model --no-color -q",
+    "example-pipeline": "shardcli pipeline --mesh 4x2 --microbatches 8 --schedule 1f1b --impl both "
+    "--no-color -q",
+    "example-model": [
+        "shardcli model train --mesh 2x4 --axes data,model --depth 1024 --batch 8 --steps 5 "
+        "--checkpoint ckpt --no-color -q",
+        "shardcli model restore ckpt --mesh 4x2 --axes data,model --no-color -q",
+    ],
+    "example-compare": [
+        "shardcli collective psum --mesh 8 --sizes 64K:1M:x4 --format json > before.json",
+        "jq '.sizes[1].placements[0].busbw_gbps *= 0.5' before.json > after.json   # as if 256K got slower",
+        "shardcli compare before.json after.json --no-color",
+        "echo $?",
+        "shardcli compare before.json after.json --format json "
+        "| jq -c '{regressions, worst_ratio, row1: .rows[1]}'",
+    ],
+    "example-compare-errors": [
+        "shardcli collective psum --mesh 8 --size 64K --iters 2 --format json > before.json",
+        "shardcli collective psum --mesh 4 --size 64K --iters 2 --format json > m4.json",
+        "shardcli compare before.json m4.json",
+        "shardcli matmul --case allreduce --mesh 4 --iters 2 --format json > mm.json",
+        "shardcli compare mm.json mm.json --metric busbw",
+        "shardcli compare before.json nope.json",
+    ],
 }
 # Examples whose output holds timings (and figures measured from them): --check compares them with
-# every digit masked and runs of spaces joined, so a new run's times do not make the README stale,
+# every digit masked and runs of spaces joined, so a new run's times do not make a page stale,
 # while a changed table, picture or message still does.
-VOLATILE = {"example-einsum", "example-einsum-lesson", "example-reshard"}
+VOLATILE = {
+    "example-collective",
+    "example-collective-sweep",
+    "example-collective-json",
+    "example-matmul",
+    "example-matmul-cases",
+    "readme-matmul",
+    "example-einsum",
+    "example-einsum-lesson",
+    "example-reshard",
+    "example-pipeline",
+    "example-model",
+    "example-compare",
+}
+# Examples that draw charts or timelines from their timings: --check also leaves out those lines.
+CHARTS = {"example-collective-sweep", "example-pipeline"}
+# Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
+NEEDS_TPU = {"readme-tpu"}
+CHART_GLYPHS = re.compile(r"[┤│└·]")
 GENERATED_NOTE = "<!-- generated by bench/gen_cli_reference.py; do not edit by hand -->"
 
 
@@ -72,9 +146,7 @@ def run_shardcli(args: list[str]) -> str:
     Raises:
         subprocess.CalledProcessError: when the command fails.
     """
-    env = {**os.environ, **PLAIN_ENV}
-    for name in ("FORCE_COLOR", "JAX_PLATFORMS", "XLA_FLAGS"):
-        env.pop(name, None)
+    env = plain_env()
     out = subprocess.run(
         [sys.executable, "-c", RUN_APP, *args],
         capture_output=True,
@@ -86,20 +158,56 @@ def run_shardcli(args: list[str]) -> str:
     return "\n".join(line.rstrip() for line in out.splitlines()).strip("\n")
 
 
-def cli_reference() -> str:
-    """Every command's `--help`, one text block each."""
-    parts = [GENERATED_NOTE]
-    for args in [[], *command_paths()]:
-        title = " ".join(["shardcli", *args, "--help"])
-        parts.append(f"`{title}`\n\n```text\n{run_shardcli([*args, '--help'])}\n```")
-    return "\n\n".join(parts)
+def plain_env() -> dict[str, str]:
+    """This environment, rendering plain 100-column text, on faked CPU devices unless told."""
+    env = {**os.environ, **PLAIN_ENV}
+    for name in ("FORCE_COLOR", "JAX_PLATFORMS", "XLA_FLAGS"):
+        env.pop(name, None)
+    return env
 
 
-def example(command: str) -> Callable[[], str]:
-    """A block showing `shardcli COMMAND` and its output."""
+def run_session(lines: list[str]) -> str:
+    """What each line of one bash session prints, as `$ LINE` and its output.
+
+    Raises:
+        RuntimeError: when bash itself fails (a line failing is part of the example).
+    """
+    with tempfile.TemporaryDirectory(prefix="shardcli-docs-") as tmp:
+        work = Path(tmp)
+        (work / "bin").mkdir()
+        shim = work / "bin" / "shardcli"
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "{RUN_APP}" "$@"\n')
+        shim.chmod(0o755)
+        (work / "run").mkdir()
+        if (ROOT / "examples").is_dir():
+            (work / "run" / "examples").symlink_to(ROOT / "examples")
+        script = ["exec 2>&1", "__rc=0"]
+        for i, line in enumerate(lines):
+            script += [f"echo '@@@ {i}'", f"(exit $__rc); {line}", "__rc=$?"]
+        env = {**plain_env(), "PATH": f"{work / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        done = subprocess.run(
+            ["bash", "-c", "\n".join(script)], capture_output=True, text=True, env=env, cwd=work / "run"
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"bash failed ({done.returncode}): {done.stdout[-2000:]}")
+        out = done.stdout.replace(str((work / "run").resolve()), SHOWN_CWD).replace(
+            str(work / "run"), SHOWN_CWD
+        )
+    chunks = re.split(r"^@@@ (\d+)\n", out, flags=re.MULTILINE)[1:]
+    shown = []
+    for i, line in enumerate(lines):
+        text = chunks[2 * i + 1] if 2 * i + 1 < len(chunks) else ""
+        text = "\n".join(row.rstrip() for row in text.splitlines()).strip("\n")
+        shown.append(f"$ {line}" + (f"\n{text}" if text else ""))
+    return "\n".join(shown)
+
+
+def example(lines: str | list[str]) -> Callable[[], str]:
+    """A console block showing a session's lines and their output."""
 
     def block() -> str:
-        return f"```console\n$ shardcli {command}\n{run_shardcli(shlex.split(command))}\n```"
+        return f"```console\n{run_session([lines] if isinstance(lines, str) else lines)}\n```"
 
     return block
 
@@ -110,16 +218,35 @@ def ci_run() -> str:
 
 
 BLOCKS: dict[str, Callable[[], str]] = {
-    **{name: example(command) for name, command in EXAMPLES.items()},
-    "cli-reference": cli_reference,
+    **{name: example(lines) for name, lines in EXAMPLES.items()},
     "ci-run": ci_run,
 }
 
 
-def masked(text: str) -> str:
+def masked(text: str, charts: bool = False) -> str:
     """`text` with every number as `#`, no compile-cache marks and every run of spaces as one: what
-    stays when times change."""
-    return re.sub(r" +", " ", re.sub(r"[0-9][0-9.,]*", "#", text.replace(" (cache)", "")))
+    stays when times change. With `charts`, the lines that draw a chart or timeline are left out."""
+    lines = text.replace(" (cache)", "").replace("(cache)", "").splitlines()
+    if charts:
+        lines = [line for line in lines if not CHART_GLYPHS.search(line)]
+    text = "\n".join(line for line in lines if line.strip())
+    return re.sub(r" +", " ", re.sub(r"[0-9][0-9.,]*", "#", text))
+
+
+def same(name: str, old: str, new: str) -> bool:
+    """Whether a block's new text says what its old one says (for VOLATILE ones: but for times)."""
+    if name in VOLATILE or name in CHARTS:
+        return masked(old, name in CHARTS) == masked(new, name in CHARTS)
+    return old == new
+
+
+MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")
+
+
+def doc_files() -> list[Path]:
+    """README.md and every page of the docs site."""
+    pages = sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.relative_to(DOCS).parts)
+    return [README, *pages] if README.exists() else pages
 
 
 def current(text: str, name: str) -> str:
@@ -138,43 +265,83 @@ def fill(text: str, name: str, body: str) -> str:
     head, sep, rest = text.partition(start)
     _, sep2, tail = rest.partition(end)
     if not sep or not sep2:
-        raise ValueError(f"{README.name}: markers {start} ... {end} not found")
+        raise ValueError(f"markers {start} ... {end} not found")
     return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def unchecked_examples(text: str) -> list[str]:
+    """The first line of each fenced block with a `$ ` line that no marker covers."""
+    found, inside, covered, block = [], False, False, []
+    for line in text.splitlines():
+        if MARKER.search(line):
+            covered = True
+        elif re.search(r"<!-- [a-z0-9-]+:end -->", line):
+            covered = False
+        elif line.startswith("```"):
+            if inside and not covered and any(b.startswith("$ ") for b in block):
+                found.append(next(b for b in block if b.startswith("$ ")))
+            inside, block = not inside, []
+        elif inside:
+            block.append(line)
+    return found
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a generated part is out of date")
+    parser.add_argument("--only", help="comma-separated block names: regenerate or check only these")
     args = parser.parse_args()
 
-    text = README.read_text(encoding="utf-8")
-    new, stale = text, []
-    try:
-        for name, make in BLOCKS.items():
-            body = make()
-            if name in VOLATILE and masked(current(new, name)) == masked(body):
-                continue  # only its times differ: keep the block as it is
-            filled = fill(new, name, body)
-            if filled != new:
-                stale.append(name)
-            new = filled
-    except ValueError as e:
-        sys.stderr.write(f"{e}\n")
-        return 2
+    texts = {path: path.read_text(encoding="utf-8") for path in doc_files()}
+    wanted = {name for text in texts.values() for name in MARKER.findall(text)}
+    problems = [
+        f"{p.relative_to(ROOT)}: no block named {n!r}"
+        for p, t in texts.items()
+        for n in MARKER.findall(t)
+        if n not in BLOCKS
+    ]
+    problems += [
+        f"{p.relative_to(ROOT)}: a console example no test checks: {line[:80]}"
+        for p, t in texts.items()
+        for line in unchecked_examples(t)
+    ]
+    names = sorted(n for n in wanted if n in BLOCKS and (not args.only or n in args.only.split(",")))
+    if importlib.util.find_spec("libtpu") is None:
+        skipped = sorted(set(names) & NEEDS_TPU)
+        if skipped:
+            sys.stderr.write(f"skipped (no libtpu: pip install -e '.[tpu]'): {', '.join(skipped)}\n")
+        names = [n for n in names if n not in NEEDS_TPU]
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        try:
+            bodies = dict(zip(names, pool.map(lambda n: BLOCKS[n](), names), strict=True))
+        except (subprocess.CalledProcessError, RuntimeError) as e:
+            sys.stderr.write(f"an example failed to run: {e}\n")
+            return 2
+    stale: list[str] = []
+    for path, text in texts.items():
+        new = text
+        for name in names:
+            if f"<!-- {name}:start -->" not in new:
+                continue
+            if same(name, current(new, name), bodies[name]):
+                continue  # for a VOLATILE block: only its times differ, so keep it as it is
+            new = fill(new, name, bodies[name])
+            stale.append(f"{path.relative_to(ROOT)}:{name}")
+        if new != text and not args.check:
+            path.write_text(new, encoding="utf-8")
     if args.check:
-        if stale:
-            sys.stderr.write(
-                f"{README.name}: out of date ({', '.join(stale)}); run python bench/gen_cli_reference.py\n"
-            )
+        if stale or problems:
+            for line in problems:
+                sys.stderr.write(f"{line}\n")
+            if stale:
+                sys.stderr.write(f"out of date: {', '.join(stale)}; run python bench/gen_cli_reference.py\n")
             return 1
-        print(f"{README.name}: generated parts are up to date")
+        print(f"{len(names)} generated parts in {len(texts)} files are up to date")
         return 0
-    if stale:
-        README.write_text(new, encoding="utf-8")
-        print(f"{README.name}: rewrote {', '.join(stale)}")
-    else:
-        print(f"{README.name}: generated parts already up to date")
-    return 0
+    for line in problems:
+        sys.stderr.write(f"{line}\n")
+    print(f"rewrote {', '.join(stale)}" if stale else "generated parts already up to date")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

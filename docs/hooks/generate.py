@@ -26,7 +26,9 @@ SCHEMA_MARKER = "<!-- shardcli:json-schema -->"
 
 def _generator() -> Any:
     """bench/gen_cli_reference.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("gen_cli_reference", ROOT / "bench" / "gen_cli_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_cli_reference", ROOT / "bench" / "gen_cli_reference.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("gen_cli_reference", module)
@@ -139,7 +141,9 @@ def json_schema_reference() -> str:
     for name, kind in js.DOCUMENTS.items():
         writers = ", ".join(f"`shardcli {c} --format json`" for c in kind.commands)
         after = "after the envelope, `runtime` and `mesh`" if kind.on_devices else "after the envelope"
-        body = "\n".join(_describe(kind.body, shared, kinds, 0)) or "Nothing more: the envelope is the document."
+        body = (
+            "\n".join(_describe(kind.body, shared, kinds, 0)) or "Nothing more: the envelope is the document."
+        )
         parts.append(f"## `{name}` {{#{name}}}\n\nWritten by {writers}. Its keys {after}:\n\n{body}")
     parts.append("## Shared records\n\nRecords that several documents (or several places) hold.")
     for name in sorted(shared.values()):
