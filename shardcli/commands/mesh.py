@@ -2,22 +2,49 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from shardcli import options as opt
 from shardcli.specs import RunOptions, parse_mesh
 
+Target = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        help="Show the mesh over a TPU topology you don't own (tpu-v5e:16x16; the tpu extra): which chip "
+        "of the torus sits at each mesh coordinate.",
+    ),
+]
+Mesh = Annotated[
+    str | None,
+    typer.Option(
+        "--mesh", "-m", help="Mesh shape: 8, 2x4 or 2x2x2. \\[default: 8, or the --target topology's]"
+    ),
+]
+
 
 @opt.with_run_options(compile_cache=False, process_timing=False)
-def mesh(mesh: opt.Mesh = "8", axes: opt.Axes = None, *, options: RunOptions) -> None:
+def mesh(mesh: Mesh = None, axes: opt.Axes = None, target: Target = None, *, options: RunOptions) -> None:
     """Show a device mesh: each device's id, mesh coordinates and process.
 
     Example: shardcli mesh --mesh 2x4 --axes data,model
     """
-    spec = parse_mesh(mesh, axes)
+    from shardcli.render.mesh import render_mesh
+
+    if target is not None:
+        from shardcli.core.target import open_target_session
+        from shardcli.targets import parse_target
+
+        hardware = parse_target(target)
+        if mesh is not None:
+            parse_mesh(mesh, axes)  # flags first: one line before libtpu starts
+        render_mesh(open_target_session(hardware, mesh, axes, options), options)
+        raise typer.Exit(0)
+    spec = parse_mesh(mesh if mesh is not None else "8", axes)
 
     from shardcli.core.session import open_session
-    from shardcli.render.mesh import render_mesh
 
     render_mesh(open_session(spec, options), options)
     raise typer.Exit(0)
