@@ -5,7 +5,8 @@
 
 `inputs(mesh)` returns the block's arguments as jax.ShapeDtypeStructs with shardings: nothing is
 allocated, so the sizes below (set BATCH, SEQ, D_MODEL, ...) may be far beyond this machine's memory.
-The layout is Megatron's: heads and the MLP's hidden dim over `model`, the batch over `data`.
+The layout is Megatron's: heads and the MLP's hidden dim over `model`, the batch over `data` (the
+defaults divide over meshes up to 16x16, so `--target tpu-v5e:16x16` takes them as they are).
 """
 
 import jax
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-BATCH, SEQ, D_MODEL, HEADS, D_FF = 8, 512, 1024, 16, 4096
+BATCH, SEQ, D_MODEL, HEADS, D_FF = 32, 512, 1024, 16, 4096
 DTYPE = jnp.bfloat16
 
 

@@ -398,7 +398,13 @@ def inspect_program(
     import jax
 
     args = tuple(as_abstract(a) for a in args)
-    arguments = tuple(fact_of(name, leaf) for name, leaf in _leaf_names(getattr(fn, "__wrapped__", fn), args))
+    try:
+        arguments = tuple(fact_of(n, leaf) for n, leaf in _leaf_names(getattr(fn, "__wrapped__", fn), args))
+    except ShardcliError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a sharding that does not divide its array, say
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ShardcliError(f"the arguments of {name} cannot be laid out on this mesh: {reason}") from None
     biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
     hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
     try:

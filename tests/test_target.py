@@ -1,0 +1,220 @@
+"""Compile-only targets: `--target tpu-v5e:16x16` compiles through the real TPU compiler (libtpu)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import run_shardcli
+
+from shardcli import json_schema as schema
+from shardcli.errors import ShardcliError
+from shardcli.targets import GIB, parse_target
+
+pytest.importorskip("libtpu", reason="the tpu extra: pip install -e '.[tpu]' (CI installs it)")
+
+ROOT = Path(__file__).resolve().parent.parent
+TRANSFORMER = str(ROOT / "examples" / "transformer.py")
+REPLICATED = """
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def step(x, w):
+    return jnp.tanh(x @ w)
+
+
+def inputs(mesh):
+    x = jax.ShapeDtypeStruct((4096, 65536), jnp.float32, sharding=NamedSharding(mesh, P("data", None)))
+    w = jax.ShapeDtypeStruct((65536, 65536), jnp.float32, sharding=NamedSharding(mesh, P()))  # 16 GiB, whole
+    return x, w
+"""
+
+
+def json_of(cli, *args: str, code: int = 0) -> dict:
+    out = cli([*args, "--format", "json"])
+    assert out.exit_code == code, out.output
+    doc = json.loads(out.stdout)
+    assert schema.document_problems(doc) == []
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "libtpu", "chips", "hbm"),
+    [
+        ("tpu-v5e:16x16", "tpu-v5e:16x16", "v5e:16x16", 256, 16),
+        ("TPU-V5P:8x8x16", "tpu-v5p:8x8x16", "v5p:8x8x16", 1024, 95),
+        ("tpu-v6e:8x8", "tpu-v6e:8x8", "v6e:8x8", 64, 32),
+        ("tpu-v4:2x2x2", "tpu-v4:2x2x2", "v4:2x2x2", 8, 32),
+    ],
+)
+def test_target_names(text, name, libtpu, chips, hbm):
+    target = parse_target(text)
+    assert (target.name, target.libtpu_name, target.chips, target.generation.hbm_bytes) == (
+        name,
+        libtpu,
+        chips,
+        hbm * GIB,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "tpu-v9:4x4",
+            "--target 'tpu-v9:4x4' is not a known target; choose a TPU generation and its topology: tpu-v4",
+        ),
+        ("h100:8", "is not a known target"),
+        ("tpu-v5e", "needs a topology of chips after the ':'"),
+        ("tpu-v5e:4x", "needs a topology of chips after the ':'"),
+        ("tpu-v5e:0x4", "needs a topology of chips after the ':'"),
+    ],
+)
+def test_bad_target_names_are_one_line(text, message):
+    with pytest.raises(ShardcliError) as error:
+        parse_target(text)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_transformer_block_on_v5e_16x16_fits_with_the_tpu_collectives(cli):
+    doc = json_of(cli, "inspect", f"{TRANSFORMER}:block", "--inputs", f"{TRANSFORMER}:inputs",
+                  "--target", "tpu-v5e:16x16", "--axes", "data,model")  # fmt: skip
+    assert doc["compile_target"] == "tpu-v5e:16x16" and doc["runtime"]["device_kind"] == "TPU v5 lite"
+    assert doc["mesh"]["shape"] == [16, 16] and len(doc["mesh"]["devices"]) == 256
+    assert doc["fit"]["fits"] and doc["fit"]["capacity_bytes"] == 16 * GIB
+    assert doc["fit"]["needed_bytes"] == doc["program"]["memory"]["total_bytes"] < 16 * GIB
+    kinds = {(c["kind"], tuple(c["mesh_axes"])) for c in doc["program"]["collectives"]}
+    assert kinds and all(axes == ("model",) for _, axes in kinds), kinds
+    assert doc["model"]["t_math_s"] > 0 and "TPU v5e" in doc["hardware"]["peak_source"]
+    assert doc["timing"] is None
+
+
+def test_a_replicated_large_weight_does_not_fit_and_exits_1(cli, tmp_path):
+    path = tmp_path / "replicated.py"
+    path.write_text(textwrap.dedent(REPLICATED))
+    doc = json_of(cli, "inspect", f"{path}:step", "--inputs", f"{path}:inputs", "--target", "tpu-v5e:4x4",
+                  "--axes", "data,model", code=1)  # fmt: skip
+    assert not doc["fit"]["fits"] and doc["fit"]["text"].startswith("does not fit by")
+    assert any(f["kind"] == "replicated" for f in doc["findings"])
+    table = cli(["inspect", f"{path}:step", "--inputs", f"{path}:inputs", "--target", "tpu-v5e:4x4", "--axes",
+                 "data,model", "--quiet"])  # fmt: skip
+    assert table.exit_code == 1 and "does not fit by" in table.stdout
+
+
+def test_the_mesh_may_be_any_reshape_of_the_chips(cli):
+    doc = json_of(cli, "inspect", f"{TRANSFORMER}:block", "--inputs", f"{TRANSFORMER}:inputs",
+                  "--target", "tpu-v5e:16x16", "--mesh", "32x8", "--axes", "data,model")  # fmt: skip
+    assert doc["mesh"]["shape"] == [32, 8] and "splits a physical axis" in doc["runtime"]["note"]
+    out = cli(["inspect", f"{TRANSFORMER}:block", "--inputs", f"{TRANSFORMER}:inputs", "--target", "tpu-v5e:4x4",
+               "--mesh", "4x8", "--axes", "data,model"])  # fmt: skip
+    assert (
+        out.exit_code == 2 and "--mesh 4x8 has 32 devices but --target tpu-v5e:4x4 has 16 chips" in out.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--target", "tpu-v5e:3x3"), "libtpu does not know topology 'v5e:3x3'"),
+        (("--target", "tpu-v9:2x2"), "is not a known target"),
+        (
+            ("--target", "tpu-v5e:4x4", "--run"),
+            "--run needs devices to run on; --target tpu-v5e:4x4 only compiles",
+        ),
+    ],
+)
+def test_target_errors_are_one_line(cli, args, message):
+    out = cli(
+        [
+            "inspect",
+            f"{TRANSFORMER}:block",
+            "--inputs",
+            f"{TRANSFORMER}:inputs",
+            "--axes",
+            "data,model",
+            *args,
+        ]
+    )
+    assert out.exit_code == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, (
+        out.output
+    )
+
+
+def test_without_the_extra_target_says_how_to_install_it(cli, monkeypatch):
+    from shardcli.core import target
+
+    monkeypatch.setattr(target, "libtpu_installed", lambda: False)
+    out = cli(["mesh", "--target", "tpu-v5e:4x4"])
+    assert out.exit_code == 2
+    assert out.stderr.strip() == (
+        "shardcli: error: --target tpu-v5e:4x4 needs the TPU compiler: pip install 'shardcli[tpu]' "
+        "(libtpu, the TPU compiler: about 0.5 GB)"
+    )
+
+
+def test_einsum_and_reshard_compile_for_a_target(cli):
+    doc = json_of(cli, "einsum", "bsd,df->bsf", "--shape", "64x2048x8192", "--shape", "8192x32768", "--in",
+                  "data,None,model", "--in", "model,None", "--out", "data,None,None", "--target", "tpu-v5e:4x4",
+                  "--axes", "data,model", "--dtype", "bfloat16")  # fmt: skip
+    ways = {w["impl"]: w for w in doc["sizes"][0]["impls"]}
+    assert (
+        ways["auto"]["status"] == "compiled"
+        and ways["auto"]["timing"] is None
+        and ways["auto"]["fit"]["fits"]
+    )
+    assert any(c["mesh_axes"] == ["model"] for c in ways["auto"]["program"]["collectives"])
+    assert ways["explicit"]["status"] == "compiled" and ways["explicit"]["out_spec"] == [["data"], None, None]
+    doc = json_of(cli, "reshard", "--shape", "8192x65536", "--from", "data,model", "--to", "model,data",
+                  "--target", "tpu-v5e:4x4", "--axes", "data,model")  # fmt: skip
+    assert [w["impl"] for w in doc["impls"]] == ["reshard", "jit"]
+    assert all(w["status"] == "compiled" and w["program"]["collectives"] for w in doc["impls"])
+    out = cli(["reshard", "--impl", "device_put", "--target", "tpu-v5e:4x4", "--axes", "data,model"])
+    assert out.exit_code == 2 and "--impl device_put moves the array eagerly" in out.stderr
+
+
+def test_an_einsum_too_big_for_the_chip_is_a_verdict(cli):
+    doc = json_of(cli, "einsum", "bsd,df->bsf", "--shape", "64x2048x8192", "--shape", "8192x262144",
+                  "--in", "data,None,None", "--target", "tpu-v5e:4x4", "--axes", "data,model", "--impl", "auto",
+                  code=1)  # fmt: skip
+    (way,) = doc["sizes"][0]["impls"]
+    assert way["status"] == "does not fit" and "exceeds available HBM" in way["fit"]["compiler_message"]
+
+
+def test_mesh_target_shows_the_chips(cli):
+    out = cli(["mesh", "--target", "tpu-v5e:4x4", "--axes", "data,model"], env={"COLUMNS": "160"})
+    assert out.exit_code == 0, out.output
+    assert "16 TPU v5 lite chips of the compile-only target tpu-v5e:4x4" in out.stdout
+    assert "chips of the torus at each mesh coordinate" in out.stdout and "3,3,0" in out.stdout
+
+
+def test_compare_two_targets(cli, tmp_path):
+    args = ("inspect", f"{TRANSFORMER}:block", "--inputs", f"{TRANSFORMER}:inputs", "--axes", "data,model")
+    v5e = json_of(cli, *args, "--target", "tpu-v5e:4x4")
+    v6e = json_of(cli, *args, "--target", "tpu-v6e:4x4")
+    a, b = tmp_path / "v5e.json", tmp_path / "v6e.json"
+    a.write_text(json.dumps(v5e))
+    b.write_text(json.dumps(v6e))
+    out = cli(["compare", str(a), str(b), "--metric", "memory", "--format", "json", "--tolerance", "1000%"])
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.stdout)["rows"]
+    assert (
+        row["base"] == v5e["program"]["memory"]["total_bytes"]
+        and row["new"] == v6e["program"]["memory"]["total_bytes"]
+    )
+    v6e["program"]["memory"]["total_bytes"] *= 100
+    b.write_text(json.dumps(v6e))
+    assert cli(["compare", str(a), str(b), "--metric", "memory"]).exit_code == 1
+
+
+def test_libtpu_never_reaches_the_screen_and_plain_runs_stay_quiet():
+    """In a fresh process (where libtpu writes to the real stderr): a target run and a plain run."""
+    target = run_shardcli("mesh", "--target", "tpu-v5e:4x4", "--quiet")
+    assert target.returncode == 0 and target.stderr == "", target.stderr
+    plain = run_shardcli("mesh", "--mesh", "4", "--format", "json")
+    assert plain.returncode == 0 and plain.stderr == "", plain.stderr
+    assert json.loads(plain.stdout)["runtime"]["note"] is None
