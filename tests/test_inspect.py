@@ -84,11 +84,17 @@ def test_hundreds_of_gib_per_device_are_inspected_without_allocating(cli):
     doc = inspect_json(
         cli,
         f"{MLP}:train_step",
-        "--arg", f"f32[{1 << 12},{big}]@data,None",
-        "--arg", f"f32[{big},{big}]@None,model",
-        "--arg", f"f32[{big},{big}]@model,None",
-        "--mesh", "2x4", "--axes", "data,model",
-    )  # fmt: skip
+        "--arg",
+        f"f32[{1 << 12},{big}]@data,None",
+        "--arg",
+        f"f32[{big},{big}]@None,model",
+        "--arg",
+        f"f32[{big},{big}]@model,None",
+        "--mesh",
+        "2x4",
+        "--axes",
+        "data,model",
+    )
     weights = 2 * big * big * 4 // 4
     assert doc["program"]["memory"]["argument_bytes"] == weights + (1 << 12) // 2 * big * 4
     assert doc["arguments"][1]["bytes_per_device"] == big * big

@@ -82,8 +82,17 @@ def test_bad_target_names_are_one_line(text, message):
 
 
 def test_the_transformer_block_on_v5e_16x16_fits_with_the_tpu_collectives(cli):
-    doc = json_of(cli, "inspect", f"{TRANSFORMER}:block", "--inputs", f"{TRANSFORMER}:inputs",
-                  "--target", "tpu-v5e:16x16", "--axes", "data,model")  # fmt: skip
+    doc = json_of(
+        cli,
+        "inspect",
+        f"{TRANSFORMER}:block",
+        "--inputs",
+        f"{TRANSFORMER}:inputs",
+        "--target",
+        "tpu-v5e:16x16",
+        "--axes",
+        "data,model",
+    )
     assert doc["compile_target"] == "tpu-v5e:16x16" and doc["runtime"]["device_kind"] == "TPU v5 lite"
     assert doc["mesh"]["shape"] == [16, 16] and len(doc["mesh"]["devices"]) == 256
     assert doc["fit"]["fits"] and doc["fit"]["capacity_bytes"] == 16 * GIB
@@ -97,21 +106,65 @@ def test_the_transformer_block_on_v5e_16x16_fits_with_the_tpu_collectives(cli):
 def test_a_replicated_large_weight_does_not_fit_and_exits_1(cli, tmp_path):
     path = tmp_path / "replicated.py"
     path.write_text(textwrap.dedent(REPLICATED))
-    doc = json_of(cli, "inspect", f"{path}:step", "--inputs", f"{path}:inputs", "--target", "tpu-v5e:4x4",
-                  "--axes", "data,model", code=1)  # fmt: skip
+    doc = json_of(
+        cli,
+        "inspect",
+        f"{path}:step",
+        "--inputs",
+        f"{path}:inputs",
+        "--target",
+        "tpu-v5e:4x4",
+        "--axes",
+        "data,model",
+        code=1,
+    )
     assert not doc["fit"]["fits"] and doc["fit"]["text"].startswith("does not fit by")
     assert any(f["kind"] == "replicated" for f in doc["findings"])
-    table = cli(["inspect", f"{path}:step", "--inputs", f"{path}:inputs", "--target", "tpu-v5e:4x4", "--axes",
-                 "data,model", "--quiet"])  # fmt: skip
+    table = cli(
+        [
+            "inspect",
+            f"{path}:step",
+            "--inputs",
+            f"{path}:inputs",
+            "--target",
+            "tpu-v5e:4x4",
+            "--axes",
+            "data,model",
+            "--quiet",
+        ]
+    )
     assert table.exit_code == 1 and "does not fit by" in table.stdout
 
 
 def test_the_mesh_may_be_any_reshape_of_the_chips(cli):
-    doc = json_of(cli, "inspect", f"{TRANSFORMER}:block", "--inputs", f"{TRANSFORMER}:inputs",
-                  "--target", "tpu-v5e:16x16", "--mesh", "32x8", "--axes", "data,model")  # fmt: skip
+    doc = json_of(
+        cli,
+        "inspect",
+        f"{TRANSFORMER}:block",
+        "--inputs",
+        f"{TRANSFORMER}:inputs",
+        "--target",
+        "tpu-v5e:16x16",
+        "--mesh",
+        "32x8",
+        "--axes",
+        "data,model",
+    )
     assert doc["mesh"]["shape"] == [32, 8] and "splits a physical axis" in doc["runtime"]["note"]
-    out = cli(["inspect", f"{TRANSFORMER}:block", "--inputs", f"{TRANSFORMER}:inputs", "--target", "tpu-v5e:4x4",
-               "--mesh", "4x8", "--axes", "data,model"])  # fmt: skip
+    out = cli(
+        [
+            "inspect",
+            f"{TRANSFORMER}:block",
+            "--inputs",
+            f"{TRANSFORMER}:inputs",
+            "--target",
+            "tpu-v5e:4x4",
+            "--mesh",
+            "4x8",
+            "--axes",
+            "data,model",
+        ]
+    )
     assert (
         out.exit_code == 2 and "--mesh 4x8 has 32 devices but --target tpu-v5e:4x4 has 16 chips" in out.stderr
     )
@@ -158,9 +211,27 @@ def test_without_the_extra_target_says_how_to_install_it(cli, monkeypatch):
 
 
 def test_einsum_and_reshard_compile_for_a_target(cli):
-    doc = json_of(cli, "einsum", "bsd,df->bsf", "--shape", "64x2048x8192", "--shape", "8192x32768", "--in",
-                  "data,None,model", "--in", "model,None", "--out", "data,None,None", "--target", "tpu-v5e:4x4",
-                  "--axes", "data,model", "--dtype", "bfloat16")  # fmt: skip
+    doc = json_of(
+        cli,
+        "einsum",
+        "bsd,df->bsf",
+        "--shape",
+        "64x2048x8192",
+        "--shape",
+        "8192x32768",
+        "--in",
+        "data,None,model",
+        "--in",
+        "model,None",
+        "--out",
+        "data,None,None",
+        "--target",
+        "tpu-v5e:4x4",
+        "--axes",
+        "data,model",
+        "--dtype",
+        "bfloat16",
+    )
     ways = {w["impl"]: w for w in doc["sizes"][0]["impls"]}
     assert (
         ways["auto"]["status"] == "compiled"
@@ -169,8 +240,20 @@ def test_einsum_and_reshard_compile_for_a_target(cli):
     )
     assert any(c["mesh_axes"] == ["model"] for c in ways["auto"]["program"]["collectives"])
     assert ways["explicit"]["status"] == "compiled" and ways["explicit"]["out_spec"] == [["data"], None, None]
-    doc = json_of(cli, "reshard", "--shape", "8192x65536", "--from", "data,model", "--to", "model,data",
-                  "--target", "tpu-v5e:4x4", "--axes", "data,model")  # fmt: skip
+    doc = json_of(
+        cli,
+        "reshard",
+        "--shape",
+        "8192x65536",
+        "--from",
+        "data,model",
+        "--to",
+        "model,data",
+        "--target",
+        "tpu-v5e:4x4",
+        "--axes",
+        "data,model",
+    )
     assert [w["impl"] for w in doc["impls"]] == ["reshard", "jit"]
     assert all(w["status"] == "compiled" and w["program"]["collectives"] for w in doc["impls"])
     out = cli(["reshard", "--impl", "device_put", "--target", "tpu-v5e:4x4", "--axes", "data,model"])
@@ -178,9 +261,24 @@ def test_einsum_and_reshard_compile_for_a_target(cli):
 
 
 def test_an_einsum_too_big_for_the_chip_is_a_verdict(cli):
-    doc = json_of(cli, "einsum", "bsd,df->bsf", "--shape", "64x2048x8192", "--shape", "8192x262144",
-                  "--in", "data,None,None", "--target", "tpu-v5e:4x4", "--axes", "data,model", "--impl", "auto",
-                  code=1)  # fmt: skip
+    doc = json_of(
+        cli,
+        "einsum",
+        "bsd,df->bsf",
+        "--shape",
+        "64x2048x8192",
+        "--shape",
+        "8192x262144",
+        "--in",
+        "data,None,None",
+        "--target",
+        "tpu-v5e:4x4",
+        "--axes",
+        "data,model",
+        "--impl",
+        "auto",
+        code=1,
+    )
     (way,) = doc["sizes"][0]["impls"]
     assert way["status"] == "does not fit" and "exceeds available HBM" in way["fit"]["compiler_message"]
 
