@@ -106,6 +106,7 @@ EXAMPLES: dict[str, str | list[str]] = {
 # every digit masked and runs of spaces joined, so a new run's times do not make a page stale,
 # while a changed table, picture or message still does.
 VOLATILE = {
+    "quickstart-launch",  # its pids and port
     "example-collective",
     "example-collective-sweep",
     "example-collective-json",
@@ -194,6 +195,8 @@ def run_session(lines: list[str]) -> str:
         out = done.stdout.replace(str((work / "run").resolve()), SHOWN_CWD).replace(
             str(work / "run"), SHOWN_CWD
         )
+        # launch's log folder is a new temporary one every run
+        out = re.sub(r"(/shardcli-launch-)[A-Za-z0-9_]+", r"\1XXXXXXXX", out)
     chunks = re.split(r"^@@@ (\d+)\n", out, flags=re.MULTILINE)[1:]
     shown = []
     for i, line in enumerate(lines):
@@ -230,7 +233,10 @@ def masked(text: str, charts: bool = False) -> str:
     if charts:
         lines = [line for line in lines if not CHART_GLYPHS.search(line)]
     text = "\n".join(line for line in lines if line.strip())
-    return re.sub(r" +", " ", re.sub(r"[0-9][0-9.,]*", "#", text))
+    # A number with its unit's prefix (`4 MiB` and `512 KiB`, `2.4 ms` and `381 us`, `1.4 GB/s`) is
+    # one `#`: a unit that changes with the figure is not a change in what the output says.
+    text = re.sub(r"[0-9][0-9.,]*(?:e[-+]?[0-9]+)?(?: ?(?:[kKMGTP]i?|[mµun])(?=[A-Za-z/]))?", "#", text)
+    return re.sub(r"# ", "#", re.sub(r" +", " ", text))
 
 
 def same(name: str, old: str, new: str) -> bool:
