@@ -138,7 +138,7 @@ def check_page(browser: str, page: Path, shot: Path) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "bench" / "out" / "docs", help="screenshots go here"
+        "--out", type=Path, default=Path(tempfile.gettempdir()) / "shardcli-docs", help="screenshots go here"
     )
     parser.add_argument("--page", default="tutorials/meshes-and-shardings/", help="the tutorial to look at")
     args = parser.parse_args()
