@@ -61,9 +61,10 @@ def launch(
 
     def announce(coordinator: str, logs: str, pids: tuple[int, ...]) -> None:
         kept = "" if log_dir else " (kept if a process fails)"
+        # Two lines, each within 80 columns for a few processes and a temporary log folder.
         sys.stderr.write(
             f"shardcli launch: {len(pids)} process{'es' * (len(pids) != 1)} (pids "
-            f"{', '.join(map(str, pids))}), coordinator {coordinator}, logs in {logs}{kept}\n"
+            f"{', '.join(map(str, pids))}), coordinator {coordinator}\n  logs in {logs}{kept}\n"
         )
         sys.stderr.flush()
 

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.compare import CompareResult, CompareRow, DocFacts, Metric
-from shardcli.render.console import DataTable, emit, make_console
+from shardcli.render.console import Clauses, DataTable, emit, make_console
 from shardcli.specs import RunOptions
 
 FORMATS = ("table", "json")
@@ -42,19 +42,26 @@ def format_tolerance(tolerance: float) -> str:
 
 def summary_text(result: CompareResult) -> str:
     """`6 rows, 1 regression, worst new/base 0.80x (size 1K, placement out); tolerance 10%`."""
+    return ", ".join(summary_clauses(result))
+
+
+def summary_clauses(result: CompareResult) -> list[str]:
+    """The verdict's clauses, `6 rows`, `1 regression`, ..., the last ending `; tolerance 10%`."""
     n = len(result.rows)
     bad = len(result.regressions)
-    text = f"{n} row{'s' if n != 1 else ''}, {bad} regression{'s' if bad != 1 else ''}"
+    clauses = [f"{n} row{'s' if n != 1 else ''}", f"{bad} regression{'s' if bad != 1 else ''}"]
     worst = result.worst
     if worst is None:
-        text += ", none with a value in both files"
-        if result.metric.name == "busbw":
-            text += " (--metric time compares times)"
+        clauses.append(
+            "none with a value in both files"
+            + (" (--metric time compares times)" if result.metric.name == "busbw" else "")
+        )
     else:
-        text += f", worst new/base {format_ratio(worst.ratio)} ({result.describe_key(worst.key)})"
+        clauses.append(f"worst new/base {format_ratio(worst.ratio)} ({result.describe_key(worst.key)})")
         if n > result.compared:
-            text += f", {n - result.compared} without a value in both (-)"
-    return text + f"; tolerance {format_tolerance(result.tolerance)}"
+            clauses.append(f"{n - result.compared} without a value in both (-)")
+    clauses[-1] += f"; tolerance {format_tolerance(result.tolerance)}"
+    return clauses
 
 
 # --- JSON -----------------------------------------------------------------------------------------
@@ -119,8 +126,9 @@ def _facts_text(facts: DocFacts) -> str:
 def header(result: CompareResult) -> Table:
     metric = result.metric
     table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
+    # In a narrow terminal the values wrap at their words (a long file name folds, never ends in '…').
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
     table.add_row("compare", f"{result.command} {result.what}")
     table.add_row("mesh", result.mesh)
     table.add_row("base", _facts_text(result.base))
@@ -159,7 +167,8 @@ def rows_table(result: CompareResult) -> Table:
 
 def _verdict(console: Console, result: CompareResult) -> None:
     style = "bold red" if result.regressions else "green"
-    console.print(Text(summary_text(result), style=style), soft_wrap=True)  # one line, however long
+    # One line where it fits, else broken between its clauses (never inside a figure).
+    console.print(Clauses(summary_clauses(result), sep=", ", style=style))
 
 
 def render_compare(result: CompareResult, options: RunOptions) -> None:

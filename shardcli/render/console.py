@@ -24,6 +24,8 @@ from shardcli.specs import RunOptions
 # The width natural widths are measured at: wide enough never to bound one (rich caps a measurement
 # at the width it is given, and a terminal may be wider than any small figure chosen here).
 WIDEST_TABLE = 1 << 16
+# The narrowest a DataTable's prose column (a sentence) is wrapped to before columns are left out.
+PROSE_WIDTH = 24
 
 
 class DataTable(Table):
@@ -46,36 +48,61 @@ class DataTable(Table):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.priorities: list[int] = []
+        self.prose: set[int] = set()
         super().__init__(*args, **kwargs)
 
-    def add_column(self, header: RenderableType = "", *, priority: int = 0, **kwargs: Any) -> None:  # type: ignore[override]
-        """`Table.add_column`, with the column's priority: 0 always shown, higher left out sooner."""
+    def add_column(  # type: ignore[override]
+        self, header: RenderableType = "", *, priority: int = 0, prose: bool = False, **kwargs: Any
+    ) -> None:
+        """`Table.add_column`, with the column's priority (0 always shown, higher left out sooner);
+        a `prose` column (a sentence, not a figure) wraps at its words, down to PROSE_WIDTH, before
+        any column is left out."""
+        if prose:
+            self.prose.add(len(self.columns))
         super().add_column(header, **kwargs)
         self.priorities.append(priority)
 
     def _natural(self, console: Console, options: ConsoleOptions, table: Table) -> int:
         return Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
 
-    def _keeping(self, kept: list[int]) -> Table:
-        """This table with only the columns at the indexes `kept` (their cells shared)."""
+    def _keeping(self, kept: list[int], prose_width: int | None = None) -> Table:
+        """This table with only the columns at the indexes `kept` (their cells shared), its prose
+        columns at most `prose_width` wide."""
         table = copy.copy(self)
-        table.columns = [dataclasses.replace(self.columns[i], _index=n) for n, i in enumerate(kept)]
+        table.columns = [
+            dataclasses.replace(
+                self.columns[i],
+                _index=n,
+                max_width=prose_width if i in self.prose else self.columns[i].max_width,
+            )
+            for n, i in enumerate(kept)
+        ]
         return table
+
+    def _fitting(self, console: Console, options: ConsoleOptions, kept: list[int]) -> Table | None:
+        """The table of the `kept` columns if it fits, its prose columns narrowed if need be."""
+        table = self._keeping(kept)
+        if self._natural(console, options, table) <= options.max_width:
+            return table
+        prose = [i for i in kept if i in self.prose]
+        if not prose:
+            return None
+        rest = self._natural(console, options, self._keeping(kept, 1)) - len(prose)
+        width = (options.max_width - rest) // len(prose)
+        return self._keeping(kept, width) if width >= PROSE_WIDTH else None
 
     def fitted(self, console: Console, options: ConsoleOptions) -> tuple[Table, list[str]] | None:
         """The table cut down to fit `options.max_width` and the headers left out; None when even
         its key columns do not fit."""
         kept = list(range(len(self.columns)))
-        table: Table = self
         # Highest priority first, the rightmost first among equals.
         order = sorted((i for i in kept if self.priorities[i] > 0), key=lambda i: (-self.priorities[i], -i))
         left_out: list[int] = []
-        while self._natural(console, options, table) > options.max_width:
+        while (table := self._fitting(console, options, kept)) is None:
             if not order:
                 return None
             left_out.append(order.pop(0))
             kept = [i for i in kept if i != left_out[-1]]
-            table = self._keeping(kept)
         return table, [_plain(self.columns[i].header) for i in sorted(left_out)]
 
     def _records(self) -> RenderableType:
@@ -113,14 +140,13 @@ class DataTable(Table):
             yield from console.render(self._records(), options)
             return
         table, left_out = fitted
-        if table is self:
-            yield from super().__rich_console__(console, options)
-        else:
-            yield from Table.__rich_console__(table, console, options)
+        yield from Table.__rich_console__(table, console, options)
         if left_out:
             them = "them" if len(left_out) > 1 else "it"
-            note = f"not shown: {', '.join(left_out)} (--wide shows {them})"
-            yield from console.render(Text(note, style="dim"), options)
+            note = Clauses(
+                [f"not shown: {', '.join(left_out)}", f"(--wide shows {them})"], sep=" ", style="dim"
+            )
+            yield from console.render(note, options)
 
 
 def _plain(header: RenderableType) -> str:

@@ -177,8 +177,8 @@ def report_renderable(
     if result.fit is not None:
         parts.append(fit_text(result.fit))
     if result.findings:
-        for f in result.findings:
-            parts.append(Text(f"warning ({f.kind}): {f.message}", style="yellow"))
+        for finding in result.findings:
+            parts.append(Text(f"warning ({finding.kind}): {finding.message}", style="yellow"))
     else:
         parts.append(Text("no classic sharding mistakes found", style="green"))
     return Group(*parts)

@@ -17,7 +17,7 @@ def render_mesh(session: Session, options: RunOptions) -> None:
         return
     console = make_console(options)
     if not options.quiet:
-        console.print(human.header(session))
+        console.print(human.header(session, verbose=options.verbose))
         console.print()
     console.print(human.mesh_grids(session.layout))
     if session.runtime.target is not None and not options.quiet:

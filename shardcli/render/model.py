@@ -64,8 +64,16 @@ def model_json(result: ModelResult) -> dict[str, Any]:
 
 def _params_table(result: ModelResult) -> Table:
     table = DataTable(box=None, header_style="bold")
-    for name in ("parameter", "shape", "annotation", "resolves to", "sharding", ""):
-        table.add_column(name)
+    # Left out first where narrow: what the annotation resolves to, then the annotation and shape.
+    for name, priority in (
+        ("parameter", 0),
+        ("shape", 1),
+        ("annotation", 2),
+        ("resolves to", 3),
+        ("sharding", 0),
+        ("", 0),
+    ):
+        table.add_column(name, priority=priority)
     for p in result.params:
         mark = Text("ok", style="green") if p.ok else Text("DIFFERS", style="bold red")
         table.add_row(p.name, "x".join(map(str, p.shape)), p.annotation, p.expected, p.actual, mark)
@@ -112,7 +120,7 @@ def render_model(result: ModelResult, options: RunOptions) -> None:
         }
         if result.saved_mesh is not None:
             extra["saved on"] = result.saved_mesh
-        console.print(human.header(result.session, extra))
+        console.print(human.header(result.session, extra, verbose=options.verbose))
         if ann.rules is not None:
             human.section(console, "rules: logical axis -> mesh axis", _rules_table(result))
         title = (

@@ -10,7 +10,7 @@ from rich.text import Text
 from shardcli import json_schema as schema
 from shardcli.core.pipeline import Event, PipelineResult, bubble_text
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, show_warnings
+from shardcli.render.console import Clauses, DataTable, make_console, show_warnings
 from shardcli.specs import RunOptions
 
 TIMELINE_WIDTH = 96
@@ -80,8 +80,13 @@ def schedule_text(result: PipelineResult) -> str:
 
 def stage_table(result: PipelineResult) -> Table:
     table = DataTable(box=None, header_style="bold")
+    priorities = {"sub-mesh": 1, "layers": 2, "devices": 3}
     for name in ("stage", "devices", "sub-mesh", "layers", "compute (ms)", "transfer (ms)", "busy"):
-        table.add_column(name, justify="right" if name not in ("devices", "sub-mesh", "layers") else "left")
+        table.add_column(
+            name,
+            justify="right" if name not in ("devices", "sub-mesh", "layers") else "left",
+            priority=priorities.get(name, 0),
+        )
     run = result.mpmd
     assert run is not None
     for st in run.stages:
@@ -170,6 +175,7 @@ def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
                     "schedule": schedule_text(result),
                     "impls": ", ".join(req.impls),
                 },
+                verbose=options.verbose,
             )
         )
     if result.mpmd is not None:
@@ -180,16 +186,24 @@ def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
         human.section(console, "timeline (mpmd)", timeline(result))
         measured, textbook = bubble_text(result)
         console.print(
-            f"makespan {run.makespan_s * 1e3:.2f} ms (compile {run.compile_s * 1e3:.0f} ms, separate); "
-            f"bubble {measured:.0%} measured, {textbook:.0%} textbook (S-1)/(M+S-1)"
+            Clauses(
+                [
+                    f"makespan {run.makespan_s * 1e3:.2f} ms "
+                    f"(compile {run.compile_s * 1e3:.0f} ms, separate)",
+                    f"bubble {measured:.0%} measured, {textbook:.0%} textbook (S-1)/(M+S-1)",
+                ]
+            )
         )
     if result.spmd is not None:
         human.section(
             console,
             "spmd (one shard_map, ppermute between stages)",
-            Text(
-                f"step p50 {result.spmd.step_s * 1e3:.2f} ms (compile {result.spmd.compile_s * 1e3:.0f} ms)"
-                + (f"; mpmd makespan {result.mpmd.makespan_s * 1e3:.2f} ms" if result.mpmd else "")
+            Clauses(
+                [
+                    f"step p50 {result.spmd.step_s * 1e3:.2f} ms "
+                    f"(compile {result.spmd.compile_s * 1e3:.0f} ms)",
+                    f"mpmd makespan {result.mpmd.makespan_s * 1e3:.2f} ms" if result.mpmd else "",
+                ]
             ),
         )
     console.print()

@@ -93,7 +93,9 @@ def render_recipe(result: RecipeResult, options: RunOptions) -> None:
     console = make_console(options)
     r = result.recipe
     if not options.quiet:
-        console.print(human.header(result.session, {"recipe": f"{r.name}: {r.summary}"}))
+        console.print(
+            human.header(result.session, {"recipe": f"{r.name}: {r.summary}"}, verbose=options.verbose)
+        )
         for section in result.sections:
             human.section(console, _title(section), _section_body(section))
         console.print()
@@ -115,7 +117,7 @@ def render_recipe_list(options: RunOptions) -> None:
         return
     table = DataTable(box=None, header_style="bold")
     for name in ("recipe", "default mesh", "what it shows"):
-        table.add_column(name)
+        table.add_column(name, prose=name == "what it shows")
     for r in RECIPES.values():
         table.add_row(r.name, r.default, r.summary)
     make_console(options).print(table)

@@ -52,8 +52,12 @@ def shard_table(result: ShardResult) -> Table:
     axes = result.session.layout.axes
     show_values = any(s.values is not None for s in result.shards)
     table = DataTable(box=None, header_style="bold")
+    # Left out first where narrow: proc, bytes, local shape, mesh coords; the values never.
+    priorities = {"mesh coords": 1, "local shape": 2, "bytes": 3, "proc": 4}
     for name in ("device", "mesh coords", "proc", "index", "local shape", "bytes"):
-        table.add_column(name, justify="right" if name in ("bytes", "proc") else "left")
+        table.add_column(
+            name, justify="right" if name in ("bytes", "proc") else "left", priority=priorities.get(name, 0)
+        )
     if show_values:
         table.add_column("local values")
     for s in result.shards:
@@ -88,9 +92,10 @@ def render_shard(result: ShardResult, options: RunOptions) -> None:
                 {
                     "array": f"{shape} {req.array.dtype.name}, init {req.array.init}",
                     "spec": req.sharding.describe(),
-                    "sharding": str(result.jax_sharding.spec),
                     "type": result.jax_type,
                 },
+                details={"sharding": str(result.jax_sharding.spec)},
+                verbose=options.verbose,
             )
         )
         picture = human.jax_picture(req.array.shape, result.jax_sharding)

@@ -1,0 +1,307 @@
+"""The first screen (issue 25): every command's default view fits the terminal, 80 columns and up.
+
+Each command is rendered at 80, 100 and 120 columns (rich sizes its console from COLUMNS): no
+line is wider than the terminal, no figure is cut ('…'), every column a table leaves out is named
+in the dim line under it and shown by --wide; the header is short, its provenance under -v.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from rich.text import Text
+
+from shardcli.render.console import Clauses, DataTable
+
+MLP = str(Path(__file__).resolve().parents[1] / "examples" / "mlp.py")
+MESH = ("--mesh", "2x4", "--axes", "data,model")
+FAST = ("--warmup", "1", "--iters", "2")
+WIDTHS = (80, 100, 120)
+
+# id: the arguments of a default run (a checkpoint or compare's inputs are made by `prepare`).
+COMMANDS = {
+    "mesh": ("mesh", *MESH),
+    "shard": ("shard", *MESH, "--shape", "8x8", "--spec", "data,model"),
+    "collective": ("collective", "psum", "--mesh", "4", *FAST),
+    "collective 2x4": ("collective", "all_gather", *MESH, "--axis", "model", "--placement", "both", *FAST),
+    "collective sweep": ("collective", "psum", "--mesh", "8", "--sizes", "1K:16K:x4", *FAST),
+    "matmul": ("matmul", "--case", "allreduce", "--impl", "all", *MESH, "--dims", "64,128,64", *FAST),
+    "matmul sweep": (
+        "matmul",
+        "--case",
+        "allreduce,gather-a",
+        *MESH,
+        "--dims",
+        "32,64,32",
+        "--sizes",
+        "1:2",
+        *FAST,
+    ),
+    "einsum": (
+        "einsum",
+        "bsd,df->bsf",
+        "--shape",
+        "8x16x64",
+        "--shape",
+        "64x128",
+        "--in",
+        "data,None,None",
+        "--in",
+        "None,model",
+        "--out",
+        "data,None,model",
+        *MESH,
+        *FAST,
+    ),
+    "reshard": ("reshard", "--shape", "8x1024", "--from", "data,model", "--to", "model,data", *MESH, *FAST),
+    "inspect": (
+        "inspect",
+        f"{MLP}:train_step",
+        *MESH,
+        "--arg",
+        "f32[256,1024]@data,None",
+        "--arg",
+        "f32[1024,4096]@None,model",
+        "--arg",
+        "f32[4096,1024]@model,None",
+    ),
+    "recipe": ("recipe", "axis-index", "--mesh", "2x2", "--axes", "data,model"),
+    "recipe list": ("recipe", "list"),
+    "pipeline": (
+        "pipeline",
+        "--mesh",
+        "4x2",
+        "--layers",
+        "4",
+        "--width",
+        "16",
+        "--batch",
+        "8",
+        "--microbatches",
+        "4",
+    ),
+    "model train": (
+        "model",
+        "train",
+        *MESH,
+        "--depth",
+        "32",
+        "--batch",
+        "8",
+        "--steps",
+        "2",
+        "--checkpoint",
+        "{ckpt}",
+    ),
+    "model restore": ("model", "restore", "{ckpt}", "--mesh", "4x2", "--axes", "data,model"),
+    "compare": ("compare", "{base}", "{new}"),
+}
+
+
+@pytest.fixture(scope="module")
+def inputs(cli, tmp_path_factory) -> dict[str, str]:
+    """A checkpoint for `model restore` and two collective results for `compare`."""
+    folder = tmp_path_factory.mktemp("screen")
+    ckpt = folder / "ckpt"
+    made = cli(
+        ["model", "train", *MESH, "--depth", "32", "--batch", "8", "--steps", "2", "--checkpoint", str(ckpt)]
+    )
+    assert made.exit_code == 0, made.output
+    paths = {"ckpt": str(ckpt)}
+    for name in ("base", "new"):
+        run = cli(["collective", "psum", "--mesh", "4", *FAST, "--format", "json"])
+        assert run.exit_code == 0, run.output
+        paths[name] = str(folder / f"{name}.json")
+        Path(paths[name]).write_text(run.stdout)
+    return paths
+
+
+def run(cli, name: str, inputs: dict[str, str], columns: int, *flags: str, tmp_path: Path | None = None):
+    args = [a.format(**inputs) for a in COMMANDS[name]]
+    if name == "model train":  # a fresh folder each time: train refuses one that holds a checkpoint
+        assert tmp_path is not None
+        args[args.index("{ckpt}".format(**inputs))] = str(tmp_path / f"ckpt-{columns}-{len(flags)}")
+    result = cli([*args, "--no-color", *flags], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def hidden_columns(out: str) -> list[str]:
+    """The columns each `not shown: a, b (--wide shows them)` line names."""
+    named = []
+    for line in out.splitlines():
+        if line.startswith("not shown: "):
+            named += line.removeprefix("not shown: ").split(" (--wide shows", 1)[0].strip().split(", ")
+    return named
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_default_view_fits_the_terminal(cli, inputs, tmp_path, name, columns):
+    out = run(cli, name, inputs, columns, tmp_path=tmp_path)
+    too_wide = [line for line in out.splitlines() if len(line) > columns]
+    assert too_wide == [], out
+    assert [line for line in out.splitlines() if "…" in line] == [], out
+    hidden = hidden_columns(out)
+    if hidden:
+        wide = run(cli, name, inputs, columns, "--wide", tmp_path=tmp_path)
+        assert hidden_columns(wide) == []
+        for column in hidden:
+            assert column in wide, (column, wide)
+
+
+@pytest.mark.parametrize(
+    ("name", "columns", "hidden", "kept"),
+    [
+        pytest.param(
+            "collective",
+            80,
+            ["min (us)", "p90 (us)", "max (us)", "stdev (us)"],
+            ["placement", "p50 (us)", "busbw (GB/s)", "#wrong"],
+            id="collective-timing",
+        ),
+        pytest.param(
+            "matmul", 80, ["compile (ms)", "min (us)", "p90 (us)"], ["p50 (us)", "#wrong"], id="matmul-timing"
+        ),
+    ],
+)  # fmt: skip
+def test_low_priority_columns_go_first_and_are_named(cli, inputs, name, columns, hidden, kept):
+    out = run(cli, name, inputs, columns)
+    named = hidden_columns(out)
+    for column in hidden:
+        assert column in named, out
+    for column in kept:
+        assert column not in named and column in out, out
+
+
+def test_wide_keeps_todays_full_tables(cli, inputs):
+    """--wide prints every column at its natural width, however narrow the terminal (today's
+    tables: one line per row, the terminal wraps them)."""
+    out = run(cli, "collective", inputs, 80, "--wide")
+    header = next(line for line in out.splitlines() if "stdev (us)" in line)
+    for column in (
+        "placement",
+        "compile (ms)",
+        "min (us)",
+        "p50 (us)",
+        "p90 (us)",
+        "max (us)",
+        "busbw (GB/s)",
+    ):
+        assert column in header
+    assert len(header) > 80 and "not shown" not in out
+
+
+def test_header_is_short_and_verbose_has_the_provenance(cli, inputs):
+    out = run(cli, "collective", inputs, 80)
+    head = out.split("\n\n", 1)[0].splitlines()
+    keys = [line.split()[0] for line in head if line[:1].strip()]
+    # (a note says the in-process run uses 4 of the 8 devices the tests start)
+    assert [key for key in keys if key != "note"] == ["platform", "mesh", "collective", "groups", "input"]
+    for key in ("allocator", "buffers", "roofline", "verify", "timing ", "shardcli "):
+        assert not any(line.startswith(key) for line in head), head
+    for flag in ("-v", "--verbose"):
+        verbose = run(cli, "collective", inputs, 80, flag)
+        keys = {line.split()[0] for line in verbose.split("\n\n", 1)[0].splitlines() if line[:1].strip()}
+        assert {"shardcli", "processes", "timing", "buffers", "verify", "roofline"} <= keys, verbose
+        assert max(len(line) for line in verbose.splitlines()) <= 80
+
+
+def test_json_keeps_the_provenance(cli):
+    """The header's provenance is always in JSON, whatever the flags."""
+    doc = json.loads(cli(["collective", "psum", "--mesh", "4", *FAST, "--format", "json"]).stdout)
+    quiet = json.loads(cli(["collective", "psum", "--mesh", "4", *FAST, "--format", "json", "--wide"]).stdout)
+    assert doc.keys() == quiet.keys()
+    text = json.dumps(doc)
+    for fact in ("tolerance", "allocator", "out_buffer"):
+        assert fact in text
+
+
+def test_a_figure_is_never_parted_from_its_unit(cli, inputs):
+    """`each device sends 24 B` stays on one line in 80 columns (it wrapped before "B")."""
+    out = run(cli, "collective", inputs, 80)
+    assert re.search(r"each device sends [\d,]+ B\n", out), out
+
+
+# --- the mechanism --------------------------------------------------------------------------------
+
+
+def render(renderable, width: int, wide: bool = False) -> list[str]:
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console.wide = wide  # type: ignore[attr-defined]
+    console.print(renderable, crop=False)
+    return console.export_text().splitlines()
+
+
+def figures_table() -> DataTable:
+    table = DataTable(box=None)
+    table.add_column("key")
+    table.add_column("spread", priority=2, justify="right")
+    table.add_column("rate", priority=1, justify="right")
+    table.add_column("figure", justify="right")
+    for k in range(3):
+        table.add_row(f"row{k}", f"{k * 1234.5678:.4f}", f"{k / 7:.6e}", f"{k * 1e9:.3e}")
+    return table
+
+
+@pytest.mark.parametrize(
+    ("width", "hidden"),
+    [
+        pytest.param(120, [], id="all-fit"),
+        pytest.param(41, ["spread"], id="highest-first"),
+        pytest.param(30, ["spread", "rate"], id="then-the-next"),
+    ],
+)
+def test_data_table_leaves_out_the_highest_priority_first(width, hidden):
+    lines = render(figures_table(), width)
+    assert max(len(line) for line in lines) <= width
+    assert hidden_columns("\n".join(lines)) == hidden
+    assert any("row2" in line and "2.000e+09" in line for line in lines)
+
+
+def test_data_table_prints_key_value_rows_when_its_key_columns_do_not_fit():
+    table = DataTable(box=None)
+    table.add_column("device")
+    table.add_column("BEFORE (input block)")
+    values = " ".join(f"{v}." for v in range(10, 22))
+    for device in range(2):
+        table.add_row(str(device), f"[{values}]")
+    lines = [line.rstrip() for line in render(table, 30)]
+    assert max(len(line) for line in lines) <= 30
+    assert lines[0] == "device                0" and lines[1].startswith("BEFORE (input block)  [10.")
+    assert "" in lines and "device                1" in lines
+    # the values wrap at their spaces: every figure whole
+    assert sorted(re.findall(r"\d+\.", "\n".join(lines))) == sorted(re.findall(r"\d+\.", values) * 2)
+
+
+def test_data_table_wide_is_natural_width():
+    lines = render(figures_table(), 20, wide=True)
+    assert "spread" in lines[0] and "rate" in lines[0] and len(lines[0]) > 20
+
+
+def test_a_prose_column_wraps_before_columns_go():
+    table = DataTable(box=None)
+    table.add_column("name")
+    table.add_column("what it shows", prose=True)
+    table.add_column("extra", priority=1)
+    table.add_row(
+        "reduce", "x.sum(axis=0) under jit: the sharding the compiler picks, then one forced", "yes"
+    )
+    lines = render(table, 60)
+    assert max(len(line) for line in lines) <= 60
+    assert "extra" in lines[0] and hidden_columns("\n".join(lines)) == []
+    assert render(table, 20)[0].startswith("name")  # too narrow for prose of 24: key/value rows
+
+
+def test_clauses_break_only_between_clauses():
+    clauses = Clauses(
+        ["16 B per device (4 elements)", "S = 16 B", "busbw factor 1.500", "each device sends 24 B"]
+    )
+    lines = render(clauses, 60)
+    assert lines == ["16 B per device (4 elements); S = 16 B; busbw factor 1.500;", "each device sends 24 B"]
+    assert render(Clauses([Text("a"), "b"]), 80) == ["a; b"]
