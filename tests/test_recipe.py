@@ -117,7 +117,7 @@ def test_sharded_mac_needs_no_communication(cli):
 def test_table_output_shows_pictures_and_checks(cli):
     result = cli(["recipe", "sharded-mac", "--no-color"])
     assert result.exit_code == 0, result.output
-    assert "recipe     sharded-mac:" in result.stdout
+    assert "\nrecipe    sharded-mac:" in result.stdout
     assert (
         "y = x @ W + b under jit (the compiler's choice): global (4, 8), P('data', 'model')" in result.stdout
     )

@@ -383,7 +383,8 @@ def test_resolve_roofline_off_the_host(platform, kind, processes, basis, gbps, t
 
 
 def test_table_shows_the_roofline_column_and_the_timing_mode(cli):
-    result = cli(["collective", "psum", "--mesh", "4", "--size", "64K", "--iters", "2", "--no-color"])
+    """The roofline's basis and the allocator are provenance: in the header under -v."""
+    result = cli(["collective", "psum", "--mesh", "4", "--size", "64K", "--iters", "2", "--no-color", "-v"])
     assert result.exit_code == 0, result.output
     for needle in (
         "roofline %",
