@@ -467,7 +467,7 @@ PROGRAM = Record(
 )
 
 # A compile-only target's verdict: the program's memory per chip against the chip's HBM.
-FIT = Record(
+FIT_VERDICT = Record(
     "fits",
     "capacity_bytes",
     "capacity_source",
@@ -505,7 +505,7 @@ EINSUM_IMPL = Record(
     "max_rel_err",
     "wrong",
     "wrong_devices",
-    ("fit", Maybe(FIT)),
+    ("fit", Maybe(FIT_VERDICT)),
 )
 EINSUM_SIZE = Record(
     "scale",
@@ -531,7 +531,7 @@ INSPECT_BODY = Record(
     ("program", Maybe(PROGRAM)),
     ("model", Maybe(COST_MODEL)),
     ("hardware", HARDWARE),
-    ("fit", Maybe(FIT)),
+    ("fit", Maybe(FIT_VERDICT)),
     ("findings", ListOf(FINDING)),
     "lower_s",
     "compile_s",
@@ -552,7 +552,7 @@ RESHARD_IMPL = Record(
     "algbw_gbps",
     "wrong",
     "wrong_devices",
-    ("fit", Maybe(FIT)),
+    ("fit", Maybe(FIT_VERDICT)),
 )
 RESHARD_SUMMARY = Record("wrong", "needs_communication", "min_receive_bytes_per_device")
 RESHARD_BODY = Record(

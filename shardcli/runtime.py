@@ -58,11 +58,12 @@ class RuntimeInfo:
         return text
 
 
-def _only_cpu_with_libtpu() -> bool:
-    """libtpu is installed, but this host has no TPU chip and no GPU JAX could use."""
-    import importlib.util
+def _only_cpu_with_compile_plugins() -> bool:
+    """A compiler for --target is installed (libtpu, JAX's CUDA plugin), but this host has no TPU
+    chip and no GPU JAX could use."""
+    from shardcli.core.target import compiler_installed
 
-    if importlib.util.find_spec("libtpu") is None:
+    if not (compiler_installed("tpu") or compiler_installed("cuda")):
         return False
     try:
         from jax._src import hardware_utils  # JAX's own cheap probes: PCI ids and device files
@@ -411,8 +412,26 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
     Raises:
         ShardcliError: too few devices, or an accelerator that is not there.
     """
+    import_jax_quietly()
     with jax_start_complaints() as complaints:
         return _start_runtime(needed, options, x64=x64, complaints=complaints)
+
+
+def import_jax_quietly() -> None:
+    """`import jax`, keeping what JAX's CUDA plugin prints at import (C++ logging on descriptor 2,
+    "Could not find cuda drivers") off the screen when no GPU is here: the gpu extra, installed for
+    --target gpu-..., must not make every run noisy. With SHARDCLI_TRACEBACK set it is printed."""
+    if "jax" in sys.modules:
+        return
+    from shardcli.core.target import compiler_installed, quiet_native_logs
+
+    if not compiler_installed("cuda"):
+        return
+    # JAX's own test for a visible NVIDIA GPU (hardware_utils), without importing JAX to ask it
+    if any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")):
+        return  # a real GPU: whatever the plugin says may matter
+    with quiet_native_logs():
+        import jax  # noqa: F401
 
 
 def _start_runtime(
@@ -452,6 +471,7 @@ def _start_runtime(
                 f"{share} or a smaller mesh"
             )
     started = _backends_started()
+    forced_cpu = False  # auto on a host with only a CPU, where the --target compilers are installed
     fake_count = requested or share
     if not started:
         if platform == "cpu":
@@ -462,24 +482,28 @@ def _start_runtime(
             # Harmless when an accelerator wins: it only sizes the CPU client we may fall back to.
             _check_fake_count(fake_count)
             jax.config.update("jax_num_cpu_devices", fake_count)
-            if _only_cpu_with_libtpu():
-                # libtpu (the tpu extra, for --target) makes JAX try a TPU on every start: on a host
-                # with no TPU that costs ~0.5 s and prints libtpu's complaints. Nothing else is here.
+            # Only where the user left the choice to JAX (JAX_PLATFORMS unset)
+            forced_cpu = not jax.config.jax_platforms and _only_cpu_with_compile_plugins()
+            if forced_cpu:
+                # libtpu and the CUDA plugin (the tpu and gpu extras, for --target) make JAX try a TPU
+                # and a GPU on every start: on a host with neither that costs ~0.5 s and prints their
+                # complaints. Nothing but the CPU is here.
                 jax.config.update("jax_platforms", "cpu")
     if x64:
         jax.config.update("jax_enable_x64", True)
-    from shardcli.core.target import libtpu_complaint, libtpu_installed, quiet_libtpu
+    from shardcli.core.target import compiler_installed, native_complaint, quiet_native_logs
 
-    # libtpu writes its start-up complaints straight to file descriptor 2: kept as one complaint
-    quiet = not started and libtpu_installed()
-    with quiet_libtpu() if quiet else contextlib.nullcontext([]) as libtpu_lines:
+    # libtpu and the CUDA plugin write their start-up complaints straight to file descriptor 2: one complaint
+    quiet = not started and (compiler_installed("tpu") or compiler_installed("cuda"))
+    with quiet_native_logs() if quiet else contextlib.nullcontext([]) as libtpu_lines:
         try:
             jax.devices()  # starts every backend JAX is set up for, here where a failure can be named
         except Exception as error:  # noqa: BLE001 - a broken set-up raises RuntimeError, or worse
             failed: Exception | None = error
         else:
             failed = None
-    complaints.extend(libtpu_complaint(libtpu_lines))
+    if not forced_cpu:  # forced: they only said that no GPU or TPU is here, as we knew
+        complaints.extend(native_complaint(libtpu_lines))
     if failed is not None:
         raise ShardcliError(_backends_failed(failed, complaints)) from failed
 

@@ -50,6 +50,8 @@ def json_of(cli, *args: str, code: int = 0) -> dict:
         ("TPU-V5P:8x8x16", "tpu-v5p:8x8x16", "v5p:8x8x16", 1024, 95),
         ("tpu-v6e:8x8", "tpu-v6e:8x8", "v6e:8x8", 64, 32),
         ("tpu-v4:2x2x2", "tpu-v4:2x2x2", "v4:2x2x2", 8, 32),
+        ("gpu-h100:8", "gpu-h100:8", "1x1x8", 8, 80e9 / GIB),
+        ("gpu-h200:2x8", "gpu-h200:2x8", "1x2x8", 16, 141e9 / GIB),
     ],
 )
 def test_target_names(text, name, libtpu, chips, hbm):
@@ -67,12 +69,13 @@ def test_target_names(text, name, libtpu, chips, hbm):
     [
         (
             "tpu-v9:4x4",
-            "--target 'tpu-v9:4x4' is not a known target; choose a TPU generation and its topology: tpu-v4",
+            "--target 'tpu-v9:4x4' is not a known target; choose a generation and its topology: tpu-v4:2x2x2",
         ),
         ("h100:8", "is not a known target"),
-        ("tpu-v5e", "needs a topology of chips after the ':'"),
-        ("tpu-v5e:4x", "needs a topology of chips after the ':'"),
-        ("tpu-v5e:0x4", "needs a topology of chips after the ':'"),
+        ("gpu-h100:8x8x8", "needs a topology after the ':', GPUS or HOSTSxGPUS, such as gpu-h100:8"),
+        ("tpu-v5e", "needs a topology after the ':', two or three sizes, such as tpu-v5e:4x4"),
+        ("tpu-v5e:4x", "needs a topology after the ':', two or three sizes, such as tpu-v5e:4x4"),
+        ("tpu-v5e:0x4", "needs a topology after the ':', two or three sizes, such as tpu-v5e:4x4"),
     ],
 )
 def test_bad_target_names_are_one_line(text, message):
@@ -201,7 +204,7 @@ def test_target_errors_are_one_line(cli, args, message):
 def test_without_the_extra_target_says_how_to_install_it(cli, monkeypatch):
     from shardcli.core import target
 
-    monkeypatch.setattr(target, "libtpu_installed", lambda: False)
+    monkeypatch.setattr(target, "compiler_installed", lambda platform: False)
     out = cli(["mesh", "--target", "tpu-v5e:4x4"])
     assert out.exit_code == 2
     assert out.stderr.strip() == (
@@ -316,3 +319,38 @@ def test_libtpu_never_reaches_the_screen_and_plain_runs_stay_quiet():
     plain = run_shardcli("mesh", "--mesh", "4", "--format", "json")
     assert plain.returncode == 0 and plain.stderr == "", plain.stderr
     assert json.loads(plain.stdout)["runtime"]["note"] is None
+
+
+@pytest.fixture
+def cuda_plugin():
+    pytest.importorskip("jax_cuda12_plugin", reason="the gpu extra: pip install -e '.[gpu]' (CI installs it)")
+
+
+def test_a_gpu_target_compiles_without_a_gpu(cli, cuda_plugin):
+    doc = json_of(
+        cli,
+        "inspect",
+        f"{TRANSFORMER}:block",
+        "--inputs",
+        f"{TRANSFORMER}:inputs",
+        "--target",
+        "gpu-h100:8",
+        "--mesh",
+        "2x4",
+        "--axes",
+        "data,model",
+    )
+    assert doc["runtime"]["device_kind"] == "NVIDIA H100 80GB HBM3" and doc["compile_target"] == "gpu-h100:8"
+    assert doc["fit"]["fits"] and doc["fit"]["capacity_bytes"] == 80 * 10**9
+    assert {(c["kind"], tuple(c["mesh_axes"])) for c in doc["program"]["collectives"]} == {
+        ("all-reduce", ("model",))
+    }
+    assert "table: H100 SXM" in doc["hardware"]["link_source"]
+
+
+def test_a_gpu_target_without_the_extra_says_how_to_install_it(cli, monkeypatch):
+    from shardcli.core import target
+
+    monkeypatch.setattr(target, "compiler_installed", lambda platform: False)
+    out = cli(["mesh", "--target", "gpu-h200:8"])
+    assert out.exit_code == 2 and "needs XLA's GPU compiler: pip install 'shardcli[gpu]'" in out.stderr

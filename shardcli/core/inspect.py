@@ -343,12 +343,12 @@ def compile_program(
 
     import jax
 
-    from shardcli.core.target import quiet_libtpu
+    from shardcli.core.target import quiet_native_logs
     from shardcli.user_code import raised_in, user_error
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     lower_s = 0.0
-    quiet = quiet_libtpu() if target is not None else contextlib.nullcontext([])
+    quiet = quiet_native_logs() if target is not None else contextlib.nullcontext([])
     try:
         # The mesh is the context, as under `with jax.set_mesh(mesh)` in the user's own script:
         # with_sharding_constraint(x, P(...)) and explicit-axes code find it there.
@@ -495,6 +495,9 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
     if request.args and request.inputs:
         raise ShardcliError("give the arguments with --arg or with --inputs, not both")
+    from shardcli.runtime import import_jax_quietly
+
+    import_jax_quietly()  # before the user's file imports it
     function = load(request.target)
     if not callable(function.value):
         raise ShardcliError(

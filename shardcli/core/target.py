@@ -16,7 +16,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shardcli.core.program_analysis import MemoryUse
@@ -24,7 +24,7 @@ from shardcli.core.session import Session
 from shardcli.errors import TRACEBACK_ENV, ShardcliError
 from shardcli.mesh import describe_mesh
 from shardcli.specs import MeshSpec, RunOptions, parse_axes
-from shardcli.targets import INSTALL_HINT, TargetSpec, known_targets
+from shardcli.targets import COMPILER_MODULES, GIB, TargetSpec, known_targets
 
 _OOM_RE = re.compile(
     r"memory required for (?P<what>[^(]+?)\s*\((?P<need>[0-9.]+)(?P<unit>[KMGT])\)?\s*exceeds available HBM "
@@ -99,7 +99,7 @@ def oom_verdict(error: BaseException, target: TargetSpec) -> FitVerdict | None:
     return FitVerdict(
         fits=False,
         capacity_bytes=have,
-        capacity_source=f"what the TPU compiler leaves available of the chip's {g.hbm_bytes >> 30} GiB",
+        capacity_source=f"what the compiler leaves available of the {g.chip}'s {g.hbm_bytes / GIB:.0f} GiB",
         needed_bytes=need,
         temporaries_bytes=need if "temporaries" in match.group("what") else None,
         compiler_message=line,
@@ -107,12 +107,13 @@ def oom_verdict(error: BaseException, target: TargetSpec) -> FitVerdict | None:
 
 
 @contextlib.contextmanager
-def quiet_libtpu() -> Iterator[list[str]]:
-    """Keep what libtpu writes straight to file descriptor 2 (C++ logging) off the user's screen.
+def quiet_native_logs() -> Iterator[list[str]]:
+    """Keep what libtpu or the CUDA plugin write straight to file descriptor 2 (C++ logging) off the
+    user's screen.
 
-    On a host without a TPU it warns that TPU_ACCELERATOR_TYPE and TPU_WORKER_HOSTNAMES are not
-    set: true, and irrelevant to compiling. The lines are kept for the note (and printed as they
-    came with SHARDCLI_TRACEBACK set).
+    On a host without a TPU libtpu warns that TPU_ACCELERATOR_TYPE and TPU_WORKER_HOSTNAMES are not
+    set; without a GPU the CUDA plugin says it found no driver: true, and irrelevant to compiling.
+    The lines are kept for the note (and printed as they came with SHARDCLI_TRACEBACK set).
     """
     lines: list[str] = []
     sys.stderr.flush()
@@ -131,17 +132,24 @@ def quiet_libtpu() -> Iterator[list[str]]:
                 sys.stderr.write("\n".join(lines) + "\n")
 
 
-def libtpu_complaint(lines: list[str]) -> list[str]:
-    """libtpu's start-up lines as at most one complaint for the run's note or error."""
+def native_complaint(lines: list[str]) -> list[str]:
+    """libtpu's or the CUDA plugin's start-up lines as at most one complaint for the note or error."""
     if not lines:
         return []
     if any("could not determine TPU" in line for line in lines):
         return ["libtpu found no TPU on this host (it could not determine the TPU accelerator type)"]
-    return [f"libtpu: {lines[0].strip()}"]
+    if any("Could not find cuda drivers" in line for line in lines):
+        return ["the CUDA plugin found no CUDA driver on this host"]
+    return [f"at start-up: {lines[0].strip()}"]
+
+
+def compiler_installed(platform: str) -> bool:
+    """Whether the compiler for `platform` (tpu: libtpu, cuda: JAX's CUDA plugin) is installed."""
+    return importlib.util.find_spec(COMPILER_MODULES[platform]) is not None
 
 
 def libtpu_installed() -> bool:
-    return importlib.util.find_spec("libtpu") is not None
+    return compiler_installed("tpu")
 
 
 def open_target_session(
@@ -152,7 +160,37 @@ def open_target_session(
     *,
     x64: bool = False,
 ) -> Session:
-    """JAX on the CPU (nothing runs), the target's chips from libtpu, and a mesh over them.
+    """JAX on the CPU (nothing runs), the target's chips from its compiler, and a mesh over them.
+
+    Everything the compilers' native code prints while they load (at `import jax` and the first
+    backend start, as well as the topology) is kept off the screen and counted in the note.
+
+    Raises:
+        ShardcliError: the compiler missing, a topology it does not know, a mesh that is not a
+            reshape of the chips (one line each).
+    """
+    with quiet_native_logs() as noise:
+        session = _open_target_session(target, mesh_text, axes_text, options, x64=x64)
+    if not noise:
+        return session
+    platform = target.generation.platform
+    who = "libtpu" if platform == "tpu" else "the CUDA plugin"
+    note = (
+        f"{session.runtime.note}; {who}'s {len(noise)} start-up line(s) about this host having no "
+        f"{'TPU' if platform == 'tpu' else 'GPU'} left out ({TRACEBACK_ENV}=1 shows them)"
+    )
+    return replace(session, runtime=replace(session.runtime, note=note))
+
+
+def _open_target_session(
+    target: TargetSpec,
+    mesh_text: str | None,
+    axes_text: str | None,
+    options: RunOptions,
+    *,
+    x64: bool = False,
+) -> Session:
+    """JAX on the CPU (nothing runs), the target's chips from its compiler, and a mesh over them.
 
     Args:
         target: the parsed --target.
@@ -163,8 +201,10 @@ def open_target_session(
         ShardcliError: libtpu missing, a topology libtpu does not know, a mesh that is not a
             reshape of the chips (one line each).
     """
-    if not libtpu_installed():
-        raise ShardcliError(f"--target {target.name} needs the TPU compiler: {INSTALL_HINT}")
+    platform = target.generation.platform
+    if not compiler_installed(platform):
+        what = "the TPU compiler" if platform == "tpu" else "XLA's GPU compiler"
+        raise ShardcliError(f"--target {target.name} needs {what}: {target.install_hint}")
     # libtpu takes a host-wide lock (/tmp/libtpu_lockfile) for the chips it drives; compiling for a
     # described topology drives none, so a second shardcli (or a notebook) may compile at once.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -178,15 +218,16 @@ def open_target_session(
         jax.config.update("jax_enable_x64", True)
     from jax.experimental import topologies
 
-    with quiet_libtpu() as noise:
-        try:
-            topology = topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu")
-        except Exception as error:  # noqa: BLE001 - libtpu's reason, as one line
-            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise ShardcliError(
-                f"--target {target.name}: libtpu does not know topology {target.libtpu_name!r} ({reason}); "
-                f"known, for example: {known_targets()}"
-            ) from None
+    jax.devices()  # the CPU backend's start loads the compilers' plugins too
+    try:
+        topology = _topology(target)
+    except Exception as error:  # noqa: BLE001 - the compiler's reason, as one line
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        who = "libtpu" if platform == "tpu" else "the CUDA plugin"
+        raise ShardcliError(
+            f"--target {target.name}: {who} does not know topology {target.libtpu_name!r} ({reason}); "
+            f"known, for example: {known_targets()}"
+        ) from None
     devices = list(topology.devices)
     shape = _mesh_shape(mesh_text, target, len(devices))
     axes = parse_axes(axes_text, len(shape))
@@ -203,15 +244,11 @@ def open_target_session(
         order = f"in libtpu's order: --mesh {'x'.join(map(str, shape))} splits a physical axis of the torus"
     if options.mode == "explicit":
         mesh = jax.sharding.Mesh(mesh.devices, axes, axis_types=(AxisType.Explicit,) * len(shape))
-    note = f"compile-only: libtpu describes the {len(devices)} chips ({order}); nothing runs, is verified "
-    note += "or timed"
-    if noise:
-        note += (
-            f"; libtpu's {len(noise)} start-up line(s) about this host having no TPU left out "
-            f"({TRACEBACK_ENV}=1 shows them)"
-        )
+    who = "libtpu" if platform == "tpu" else "the CUDA plugin"
+    note = f"compile-only: {who} describes the {len(devices)} {target.generation.chip}s ({order}); nothing "
+    note += "runs, is verified or timed"
     runtime = RuntimeInfo(
-        platform="tpu",
+        platform="tpu" if platform == "tpu" else "gpu",
         device_kind=devices[0].device_kind,
         device_count=len(devices),
         devices_present=len(devices),
@@ -232,10 +269,24 @@ def open_target_session(
     )
 
 
+def _topology(target: TargetSpec) -> Any:
+    """The compiler's description of the target's devices."""
+    from jax.experimental import topologies
+
+    if target.generation.platform == "tpu":
+        return topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu")
+    from importlib import resources
+
+    spec = resources.files("shardcli").joinpath("gpu_specs", target.generation.compiler_name).read_text()
+    return topologies.get_topology_desc(platform="cuda", target_config=spec, topology=target.libtpu_name)
+
+
 def _mesh_shape(text: str | None, target: TargetSpec, chips: int) -> tuple[int, ...]:
     from shardcli.specs import parse_mesh_shape
 
     if text is None:
+        if target.generation.platform == "cuda":
+            return (chips,)  # one axis over every GPU of every host
         return target.topology if target.chips == chips else (chips,)
     shape = parse_mesh_shape(text)
     size = 1
@@ -264,7 +315,7 @@ def compile_for_target(
     import jax
 
     try:
-        with quiet_libtpu(), jax.set_mesh(mesh):
+        with quiet_native_logs(), jax.set_mesh(mesh):
             return jitted.lower(*args).compile(), None
     except Exception as error:
         verdict = oom_verdict(error, target)

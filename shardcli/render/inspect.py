@@ -70,7 +70,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
 def fit_json(fit: FitVerdict | None) -> dict[str, Any] | None:
     if fit is None:
         return None
-    return schema.FIT(
+    return schema.FIT_VERDICT(
         fits=fit.fits,
         capacity_bytes=fit.capacity_bytes,
         capacity_source=fit.capacity_source,
