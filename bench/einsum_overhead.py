@@ -55,7 +55,7 @@ def hand_run(args: argparse.Namespace) -> None:
     xs = [jax.device_put(h, s) for h, s in zip(hosts, ins, strict=True)]
     f = jax.jit(lambda *ops: jnp.einsum(args.subscripts, *ops), in_shardings=ins, out_shardings=out)
     compiled = f.lower(*xs).compile()
-    for i in range(args.warmup + args.iters):
+    for _ in range(args.warmup + args.iters):
         y = compiled(*xs)
         y.block_until_ready()
     ref = np.einsum(args.subscripts, *(h.astype(np.float64) for h in hosts))

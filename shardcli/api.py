@@ -35,11 +35,13 @@ class InspectReport(JupyterMixin):
 
     @property
     def collectives(self) -> tuple[Any, ...]:
-        return self.result.analysis.collectives
+        """Every collective the compiler inserted (none where a target's compiler refused it)."""
+        return self.result.analysis.collectives if self.result.analysis is not None else ()
 
     @property
     def memory(self) -> Any:
-        return self.result.analysis.memory
+        """Per-device memory (`MemoryUse`); None where there is no compiled program."""
+        return self.result.analysis.memory if self.result.analysis is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         from shardcli.render.inspect import inspect_json
@@ -139,7 +141,7 @@ def inspect(
 
 def _entries(spec: Any) -> tuple[tuple[str, ...], ...]:
     """A PartitionSpec (or a tuple like one) as mesh axes per dim."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for entry in tuple(spec):
         if entry is None:
             out.append(())

@@ -483,7 +483,7 @@ def _start_runtime(
             _check_fake_count(fake_count)
             jax.config.update("jax_num_cpu_devices", fake_count)
             # Only where the user left the choice to JAX (JAX_PLATFORMS unset)
-            forced_cpu = not jax.config.jax_platforms and _only_cpu_with_compile_plugins()
+            forced_cpu = not getattr(jax.config, "jax_platforms", None) and _only_cpu_with_compile_plugins()
             if forced_cpu:
                 # libtpu and the CUDA plugin (the tpu and gpu extras, for --target) make JAX try a TPU
                 # and a GPU on every start: on a host with neither that costs ~0.5 s and prints their
@@ -493,9 +493,12 @@ def _start_runtime(
         jax.config.update("jax_enable_x64", True)
     from shardcli.core.target import compiler_installed, native_complaint, quiet_native_logs
 
-    # libtpu and the CUDA plugin write their start-up complaints straight to file descriptor 2: one complaint
+    # libtpu and the CUDA plugin write their start-up complaints straight to descriptor 2: one complaint
     quiet = not started and (compiler_installed("tpu") or compiler_installed("cuda"))
-    with quiet_native_logs() if quiet else contextlib.nullcontext([]) as libtpu_lines:
+    native: contextlib.AbstractContextManager[list[str]] = (
+        quiet_native_logs() if quiet else contextlib.nullcontext([])
+    )
+    with native as libtpu_lines:
         try:
             jax.devices()  # starts every backend JAX is set up for, here where a failure can be named
         except Exception as error:  # noqa: BLE001 - a broken set-up raises RuntimeError, or worse

@@ -348,7 +348,9 @@ def compile_program(
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     lower_s = 0.0
-    quiet = quiet_native_logs() if target is not None else contextlib.nullcontext([])
+    quiet: contextlib.AbstractContextManager[list[str]] = (
+        quiet_native_logs() if target is not None else contextlib.nullcontext([])
+    )
     try:
         # The mesh is the context, as under `with jax.set_mesh(mesh)` in the user's own script:
         # with_sharding_constraint(x, P(...)) and explicit-axes code find it there.
@@ -450,7 +452,6 @@ def inspect_program(
 def _run(compiled: Any, args: tuple[Any, ...], warmup: int, iters: int, how: str, compile_s: float) -> Timing:
     """Generate inputs on their devices (random normal floats, zeros otherwise) and time the program."""
     import jax
-    import jax.numpy as jnp
 
     from shardcli.core.program_run import time_compiled
 
@@ -461,11 +462,7 @@ def _run(compiled: Any, args: tuple[Any, ...], warmup: int, iters: int, how: str
         if not isinstance(leaf, jax.ShapeDtypeStruct):
             made.append(leaf)
             continue
-        if jnp.issubdtype(leaf.dtype, jnp.floating):
-            make = lambda k=jax.random.fold_in(key, i), s=leaf: jax.random.normal(k, s.shape, s.dtype)  # noqa: E731
-        else:
-            make = lambda s=leaf: jnp.zeros(s.shape, s.dtype)  # noqa: E731
-        made.append(jax.jit(make, out_shardings=leaf.sharding)())
+        made.append(jax.jit(_generator(leaf, jax.random.fold_in(key, i)), out_shardings=leaf.sharding)())
     placed = jax.tree_util.tree_unflatten(tree, made)
     timing, _ = time_compiled(
         compiled,
@@ -477,6 +474,16 @@ def _run(compiled: Any, args: tuple[Any, ...], warmup: int, iters: int, how: str
         process_timing=how,
     )
     return timing
+
+
+def _generator(leaf: Any, key: Any) -> Callable[[], Any]:
+    """A jitted-able function making one input: random normal floats, zeros otherwise."""
+    import jax
+    import jax.numpy as jnp
+
+    if jnp.issubdtype(leaf.dtype, jnp.floating):
+        return lambda: jax.random.normal(key, leaf.shape, leaf.dtype)
+    return lambda: jnp.zeros(leaf.shape, leaf.dtype)
 
 
 def run_inspect(request: InspectRequest) -> InspectResult:
