@@ -292,7 +292,7 @@ def render_einsum(result: EinsumResult, options: RunOptions) -> None:
                     Text(f"{w.way} refused this layout (JAX's lesson): {w.message}", style="yellow")
                 )
             if w.fit is not None:
-                console.print(Text(f"{w.way}: ", style="bold") + fit_text(w.fit))
+                console.print(fit_text(w.fit, f"{w.way}: "))
     _verdict(console, result)
 
 

@@ -82,8 +82,12 @@ def fit_json(fit: FitVerdict | None) -> dict[str, Any] | None:
     )
 
 
-def fit_text(fit: FitVerdict) -> Text:
-    return Text(fit.text, style="green" if fit.fits else "bold red")
+def fit_text(fit: FitVerdict, label: str = "") -> RenderableType:
+    """The fit verdict after a bold `label`, broken between its clauses where narrow (`16.0 GiB
+    free` stays whole)."""
+    first, *rest = fit.text.split(", ")
+    clauses: list[str | Text] = [Text.assemble((label, "bold"), first), *rest]
+    return Clauses(clauses, sep=", ", style="green" if fit.fits else "bold red")
 
 
 def arrays_table(result: InspectResult) -> Table:
