@@ -478,14 +478,20 @@ def parse_sharding(text: str | None, mesh: MeshSpec, flag: str = "--spec") -> Sh
 
 
 def check_sharding_fits(
-    sharding: ShardingSpec, mesh: MeshSpec, shape: tuple[int, ...], flag: str = "--spec"
+    sharding: ShardingSpec,
+    mesh: MeshSpec,
+    shape: tuple[int, ...],
+    flag: str = "--spec",
+    what: str | None = None,
 ) -> None:
-    """Check that a sharding applies to an array of this shape on this mesh (`flag` gave it).
+    """Check that a sharding applies to an array of this shape on this mesh (`flag` gave it; `what`
+    names the array in messages, `--shape 8x8` by default).
 
     Raises:
         ShardcliError: a spec longer than the rank, or a dim not divisible by its axes' sizes.
     """
     shape_text = "x".join(map(str, shape))
+    what = what or f"--shape {shape_text}"
     if len(sharding.entries) > len(shape):
         raise ShardcliError(
             f"{flag} {sharding.describe()!r} has {len(sharding.entries)} entries but the array has "
@@ -499,7 +505,7 @@ def check_sharding_fits(
         if shape[dim] % parts:
             over = "+".join(entry)
             raise ShardcliError(
-                f"--shape {shape_text}: dim {dim} ({shape[dim]}) is not divisible by {parts}, the "
+                f"{what}: dim {dim} ({shape[dim]}) is not divisible by {parts}, the "
                 f"size of mesh axis {over!r} that {flag} shards it over; use a multiple of {parts}"
             )
 
@@ -847,3 +853,69 @@ def parse_tolerance(text: str) -> float:
             f"write {number}% for {number} percent, or a fraction such as 0.1"
         )
     return value
+
+
+# JAX's short dtype names (and HLO's), as `--arg` takes them beside the long ones `--dtype` takes.
+SHORT_DTYPES = {
+    "f32": "float32",
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "f64": "float64",
+    "i8": "int8",
+    "s8": "int8",
+    "i16": "int16",
+    "s16": "int16",
+    "i32": "int32",
+    "s32": "int32",
+    "i64": "int64",
+    "s64": "int64",
+    "u8": "uint8",
+    "u32": "uint32",
+    "pred": "bool",
+}
+_ARG_RE = re.compile(r"^\s*(?P<dtype>[A-Za-z0-9_]+)\[(?P<shape>[0-9,\s]*)\]\s*(?:@(?P<spec>.*))?$")
+
+
+@dataclass(frozen=True)
+class AbstractArg:
+    """One argument given as `DTYPE[SHAPE]@SPEC` (`bf16[256,4096]@data,None`): nothing allocated."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    sharding: ShardingSpec
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def describe(self) -> str:
+        return f"{self.dtype.name}[{','.join(map(str, self.shape))}]@{self.sharding.describe()}"
+
+
+def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> AbstractArg:
+    """Parse `--arg 'bf16[256,4096]@data,None'`; `@SPEC` left out is replicated.
+
+    Raises:
+        ShardcliError: a malformed argument, an unknown dtype, an axis the mesh lacks, a dim not
+            divisible by its axes.
+    """
+    match = _ARG_RE.match(text)
+    if match is None:
+        raise ShardcliError(
+            f"{flag} {text!r} is not DTYPE[SHAPE]@SPEC; e.g. 'bf16[256,4096]@data,None' "
+            f"(@SPEC left out: replicated)"
+        )
+    name = match.group("dtype").lower()
+    name = SHORT_DTYPES.get(name, name)
+    if name not in DTYPES:
+        raise ShardcliError(
+            f"{flag} {text!r}: dtype {match.group('dtype')!r} is not supported; choose one of "
+            f"{', '.join(DTYPES)} or {', '.join(SHORT_DTYPES)}"
+        )
+    dims = [d.strip() for d in match.group("shape").split(",")] if match.group("shape").strip() else []
+    if any(not d.isdigit() for d in dims):
+        raise ShardcliError(f"{flag} {text!r}: the shape holds sizes separated by commas, e.g. [256,4096]")
+    shape = tuple(int(d) for d in dims)
+    sharding = parse_sharding(match.group("spec"), mesh, flag=f"{flag} {text!r}: spec")
+    check_sharding_fits(sharding, mesh, shape, flag="its spec", what=f"{flag} {text!r}")
+    return AbstractArg(dtype=DTYPES[name], shape=shape, sharding=sharding)

@@ -75,10 +75,14 @@ def model_json(model: CostEstimate | None) -> dict[str, Any] | None:
     )
 
 
+_OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _where(c: CollectiveOp) -> str:
-    """`dot_general at step.py:12`: the JAX operation without its jit(...) path, and the line."""
-    op = c.op_name.rsplit("/", 1)[-1] if c.op_name else "inserted by the partitioner"
-    if c.source is None:
+    """`dot_general at step.py:12`: the JAX operation without its jit(...) path, and the user's line
+    (a line of shardcli's own programs, as einsum and reshard build them, says nothing new)."""
+    op = c.op or "inserted by the partitioner"
+    if c.source is None or os.path.abspath(c.source).startswith(_OWN_FILES + os.sep):
         return op
     path, _, line = c.source.rpartition(":")
     return f"{op} at {os.path.basename(path)}:{line}"
