@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 # Raise it when a key of a document kind scripts already read is renamed, added or removed.
-SCHEMA_VERSION = 1
+# 2: matmul's config has compile_target and each impl its fit (--target); einsum, reshard and inspect
+# documents are new.
+SCHEMA_VERSION = 2
 
 
 class SchemaError(ValueError):
@@ -294,6 +296,17 @@ COLLECTIVE_BODY = Record(
 )
 
 HARDWARE = Record("peak_flop_per_s", "peak_source", "link_bytes_per_s", "link_source")
+# A compile-only target's verdict: the program's memory per chip against the chip's HBM.
+FIT_VERDICT = Record(
+    "fits",
+    "capacity_bytes",
+    "capacity_source",
+    "needed_bytes",
+    "arguments_bytes",
+    "temporaries_bytes",
+    "compiler_message",
+    "text",
+)
 MATMUL_CONFIG = Record(
     "cases",
     "impls",
@@ -305,6 +318,7 @@ MATMUL_CONFIG = Record(
     "iters",
     "x_axis",
     "y_axis",
+    "compile_target",
     ("hardware", HARDWARE),
 )
 MATMUL_ARRAY = Record("name", "shape", "spec", "local_shape")
@@ -335,6 +349,7 @@ MATMUL_IMPL = Record(
     "max_rel_err",
     "wrong",
     "wrong_devices",
+    ("fit", Maybe(FIT_VERDICT)),
 )
 MATMUL_RUN = Record(
     "case",
@@ -466,17 +481,6 @@ PROGRAM = Record(
     "sent_bytes_per_device",
 )
 
-# A compile-only target's verdict: the program's memory per chip against the chip's HBM.
-FIT_VERDICT = Record(
-    "fits",
-    "capacity_bytes",
-    "capacity_source",
-    "needed_bytes",
-    "arguments_bytes",
-    "temporaries_bytes",
-    "compiler_message",
-    "text",
-)
 EINSUM_CONFIG = Record(
     "subscripts",
     "canonical",

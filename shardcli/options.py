@@ -288,8 +288,8 @@ def with_run_options(
 
     The decorated command declares its own flags and a keyword-only `options: RunOptions`; Typer
     sees its flags followed by --platform, --devices, --mode, --format, --no-color, --quiet,
-    --verbose, --wide, --save, --no-compile-cache and the multi-process panel. They are validated (as `run_options` does)
-    before the command runs.
+    --verbose, --wide, --save, --no-compile-cache and the multi-process panel. They are validated
+    (as `run_options` does) before the command runs.
 
     Example:
         @with_run_options(formats=("table", "json", "csv"), mode=False)
@@ -344,6 +344,10 @@ def with_run_options(
                 verbose=given["verbose"],
                 wide=given["wide"],
             )
+            if devices:  # a command that starts JAX: its compilers' import-time noise kept off the screen
+                from shardcli.runtime import import_jax_quietly
+
+                import_jax_quietly()
             return command(**flags, options=options)
 
         # Typer reads the parameters from the signature and their types from __annotations__.

@@ -284,10 +284,11 @@ def build_matmul_request(
     iters: int = 20,
     peak_tflops: float | None = None,
     link_gbps: float | None = None,
-    mesh: str = "2x4",
+    mesh: str | None = None,
     axes: str | None = None,
     plot_file: str | None = None,
     options: RunOptions | None = None,
+    compile_target: str | None = None,
 ) -> MatmulRequest:
     """`shardcli matmul`'s flags as its request (the checks that need the plan run in the core).
 
@@ -299,9 +300,12 @@ def build_matmul_request(
     """
     from shardcli.core.matmul import MatmulRequest
 
+    hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
+    if hardware is not None and plot_file is not None:
+        raise ShardcliError(f"--plot-file draws measured times; --target {hardware.name} only compiles")
     request = MatmulRequest(
         cases=parse_cases(case),
-        mesh=parse_mesh(mesh, axes),
+        mesh=mesh_spec,
         dtype=parse_dtype(dtype),
         impls=parse_impls(impl),
         dims=parse_dims(dims),
@@ -312,6 +316,9 @@ def build_matmul_request(
         peak_tflops=peak_tflops,
         link_gbps=link_gbps,
         options=options or RunOptions(),
+        compile_target=hardware,
+        mesh_text=mesh,
+        axes_text=axes,
     )
     check_sweep_plot(plot_file, sizes, "1:8")
     return request

@@ -505,7 +505,7 @@ def _start_runtime(
             failed: Exception | None = error
         else:
             failed = None
-    if not forced_cpu:  # forced: they only said that no GPU or TPU is here, as we knew
+    if platform in ACCELERATORS:  # asked for a GPU or TPU: what their plugins said is the reason
         complaints.extend(native_complaint(libtpu_lines))
     if failed is not None:
         raise ShardcliError(_backends_failed(failed, complaints)) from failed

@@ -282,7 +282,7 @@ def test_mesh_explicit_mode(cli):
 
 
 def test_shard_2d_with_values(cli):
-    result = cli(["shard", *MESH_2X4, "--shape", "8x8", "--spec", "data,model"])
+    result = cli(["shard", *MESH_2X4, "--shape", "8x8", "--spec", "data,model", "-v"])  # -v: JAX's spec
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
     out = result.stdout
@@ -324,7 +324,7 @@ def test_shard_replicated(cli):
 
 
 def test_shard_joined_axes(cli):
-    result = cli(["shard", *MESH_2X4, "--shape", "16x4", "--spec", "data+model,None"])
+    result = cli(["shard", *MESH_2X4, "--shape", "16x4", "--spec", "data+model,None", "-v"])
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "data+model,None" in out

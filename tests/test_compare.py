@@ -364,7 +364,7 @@ NOT_COMPARABLE = [
         "several-collectives",
         "psum",
         None,
-        '{"schema": 1, "command": "collective", "collectives": []}',
+        '{"schema": 2, "command": "collective", "collectives": []}',
         "{new} holds several collectives in one document; compare takes one collective per file: save each "
         "collective's run on its own",
     ),
@@ -372,16 +372,16 @@ NOT_COMPARABLE = [
         "schema-differs",
         "psum",
         None,
-        setitem("schema", value=2),
-        "{base} has schema version 1 but {new} has 2; "
+        setitem("schema", value=1),
+        "{base} has schema version 2 but {new} has 1; "
         "compare needs files written by the same shardcli version",
     ),
     bad(
         "schema-unknown",
         "psum",
-        setitem("schema", value=2),
-        setitem("schema", value=2),
-        "{base} and {new} have schema version 2, but this shardcli reads schema 1; "
+        setitem("schema", value=3),
+        setitem("schema", value=3),
+        "{base} and {new} have schema version 3, but this shardcli reads schema 2; "
         "compare them with the shardcli that wrote them",
     ),
     bad(
@@ -404,7 +404,8 @@ NOT_COMPARABLE = [
         "mesh",
         None,
         None,
-        "{base} is a result of shardcli mesh; compare knows collective, matmul, einsum, reshard results",
+        "{base} is a result of shardcli mesh; compare knows collective, matmul, einsum, reshard, inspect "
+        "results",
     ),
     bad(
         "mesh-shape",
@@ -517,7 +518,7 @@ NOT_COMPARABLE = [
         "psum",
         None,
         None,
-        "--metric 'algbw' is not valid; choose one of busbw, time, memory, sent",
+        "--metric 'algbw' is not valid; choose one of busbw, time, memory, sent, collectives",
         args=["--metric", "algbw"],
     ),
     bad(

@@ -50,24 +50,46 @@ def _flags(**kwargs: object) -> list[str]:
     [
         pytest.param(
             {},
-            ["platform", "devices", "mode", "format", "no_color", "quiet", "save", "no_compile_cache"]
+            [
+                "platform",
+                "devices",
+                "mode",
+                "format",
+                "no_color",
+                "quiet",
+                "verbose",
+                "wide",
+                "save",
+                "no_compile_cache",
+            ]
             + MULTI_PROCESS
             + ["process_timing"],
             id="everything",
         ),
         pytest.param(
             {"compile_cache": False, "process_timing": False},
-            ["platform", "devices", "mode", "format", "no_color", "quiet", "save"] + MULTI_PROCESS,
+            ["platform", "devices", "mode", "format", "no_color", "quiet", "verbose", "wide", "save"]
+            + MULTI_PROCESS,
             id="mesh-shard",
         ),
         pytest.param(
             {"mode": False, "processes": False},
-            ["platform", "devices", "format", "no_color", "quiet", "save", "no_compile_cache"],
+            [
+                "platform",
+                "devices",
+                "format",
+                "no_color",
+                "quiet",
+                "verbose",
+                "wide",
+                "save",
+                "no_compile_cache",
+            ],
             id="model-pipeline",
         ),
         pytest.param(
             {"mode": False, "devices": False, "compile_cache": False, "processes": False},
-            ["format", "no_color", "quiet", "save"],
+            ["format", "no_color", "quiet", "verbose", "wide", "save"],
             id="compare",
         ),
     ],

@@ -354,3 +354,34 @@ def test_a_gpu_target_without_the_extra_says_how_to_install_it(cli, monkeypatch)
     monkeypatch.setattr(target, "compiler_installed", lambda platform: False)
     out = cli(["mesh", "--target", "gpu-h200:8"])
     assert out.exit_code == 2 and "needs XLA's GPU compiler: pip install 'shardcli[gpu]'" in out.stderr
+
+
+def test_matmul_cases_compile_for_a_target(cli):
+    doc = json_of(
+        cli,
+        "matmul",
+        "--case",
+        "allreduce,illegal",
+        "--impl",
+        "all",
+        "--dims",
+        "4096,8192,4096",
+        "--dtype",
+        "bfloat16",
+        "--target",
+        "tpu-v5e:4x4",
+        "--axes",
+        "data,model",
+    )
+    assert doc["config"]["compile_target"] == "tpu-v5e:4x4" and doc["mesh"]["shape"] == [4, 4]
+    runs = {r["case"]: {i["impl"]: i for i in r["impls"]} for r in doc["runs"]}
+    for impl in runs["allreduce"].values():
+        assert impl["status"] == "compiled" and impl["timing"] is None and impl["fit"]["fits"]
+        assert [h["op"] for h in impl["hlo_collectives"]] == ["all-reduce"]
+    assert (
+        runs["illegal"]["explicit"]["status"] == "refused" and runs["illegal"]["explicit"]["expected_refusal"]
+    )
+    out = cli(["matmul", "--case", "allreduce", "--target", "tpu-v5e:4x4", "--mesh", "2x4"])
+    assert (
+        out.exit_code == 2 and "--mesh 2x4 has 8 devices but --target tpu-v5e:4x4 has 16 chips" in out.stderr
+    )

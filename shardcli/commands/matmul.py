@@ -52,6 +52,21 @@ PeakTflops = Annotated[
         help="Peak TFLOP/s per device for the cost model. \\[default: the device table; measured on CPU]",
     ),
 ]
+Target = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        help="Compile every case for a TPU or GPU topology you don't own (tpu-v5e:16x16, gpu-h100:8; the "
+        "tpu or gpu extra): nothing runs or is verified; each impl's fit against the chip's memory "
+        "(exit 1 if one does not fit).",
+    ),
+]
+Mesh = Annotated[
+    str | None,
+    typer.Option(
+        "--mesh", "-m", help="Mesh shape: 8, 2x4 or 2x2x2. \\[default: 2x4, or the --target topology's]"
+    ),
+]
 LinkGbps = Annotated[
     float | None,
     typer.Option(
@@ -89,7 +104,8 @@ def matmul(
     iters: Iters = 20,
     peak_tflops: PeakTflops = None,
     link_gbps: LinkGbps = None,
-    mesh: opt.Mesh = "2x4",
+    compile_target: Target = None,
+    mesh: Mesh = None,
     axes: opt.Axes = None,
     *,
     options: RunOptions,
@@ -109,6 +125,7 @@ def matmul(
         axes=axes,
         plot_file=plot_file,
         options=options,
+        compile_target=compile_target,
     )
     from shardcli.core.matmul import run_matmul
     from shardcli.render.matmul import render_matmul
@@ -119,7 +136,7 @@ def matmul(
     render_matmul(result, options)
     if plot_file is not None and prints_here(options, result.session.runtime):
         _write_plot(plot_file, result)
-    raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong else ExitCode.OK)
+    raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong or result.does_not_fit else ExitCode.OK)
 
 
 def _write_plot(plot_file: str, result: MatmulResult) -> None:

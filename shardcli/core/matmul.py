@@ -20,6 +20,7 @@ from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
 from shardcli.core.program_analysis import HloCollective, analyze_compiled
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
+from shardcli.core.target import FitVerdict, compile_for_target, judge_fit
 from shardcli.core.timing import Timing, compile_timed
 from shardcli.core.verify import dot_input_roundoff, float_eps
 from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
@@ -41,6 +42,7 @@ from shardcli.matmul_registry import (
 from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
 from shardcli.specs import ArraySpec, DType, MeshSpec, Mode, RunOptions, scale_dims
+from shardcli.targets import TargetSpec
 
 DEFAULT_DIMS = (256, 512, 256)
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -64,6 +66,9 @@ class MatmulRequest:
     peak_tflops: float | None = None
     link_gbps: float | None = None
     options: RunOptions = field(default_factory=RunOptions)
+    compile_target: TargetSpec | None = None  # --target: compile every case for a TPU or GPU topology
+    mesh_text: str | None = None  # --mesh as typed: with a target, a reshape of its chips
+    axes_text: str | None = None
 
     @property
     def sweep(self) -> bool:
@@ -97,6 +102,7 @@ class ImplRun:
     max_rel_err: float
     wrong: int
     wrong_devices: tuple[int, ...]
+    fit: FitVerdict | None = None  # --target: memory per chip against its HBM
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,10 @@ class MatmulResult:
     @property
     def wrong(self) -> int:
         return sum(r.wrong for r in self.runs)
+
+    @property
+    def does_not_fit(self) -> bool:
+        return any(i.fit is not None and not i.fit.fits for r in self.runs for i in r.impls)
 
 
 @dataclass(frozen=True)
@@ -285,25 +295,39 @@ def _matmul_fn(case: MatmulCase, out_spec: Any | None) -> Callable[..., Any]:
 
 
 def _build(
-    case: MatmulCase, impl: str, session: Session, explicit_mesh: Any, axes: Axes, hosts: list[np.ndarray]
+    case: MatmulCase,
+    impl: str,
+    session: Session,
+    explicit_mesh: Any,
+    axes: Axes,
+    hosts: list[np.ndarray] | None,
+    dims: tuple[int, int, int] = DEFAULT_DIMS,
+    dtype: str = "float32",
 ) -> tuple[Any, tuple[Any, ...], Any]:
-    """(jitted program, placed operands, mesh to trace under or None)."""
+    """(jitted program, placed operands, mesh to trace under or None); hosts None: abstract operands
+    of `dims` and `dtype` (a compile-only target)."""
     import jax
+    import jax.numpy as jnp
     from jax.sharding import NamedSharding
 
     in_entries = [operand_entries(op, axes) for op in case.operands]
     out_entries = operand_entries(case.result, axes)
+
+    def place(i: int, sharding: Any) -> Any:
+        if hosts is None:
+            return jax.ShapeDtypeStruct(
+                operand_shape(case.operands[i], dims), jnp.dtype(dtype), sharding=sharding
+            )
+        return place_array(hosts[i], sharding)
+
     if impl == "explicit":
         mesh = explicit_mesh
-        args = tuple(
-            place_array(h, NamedSharding(mesh, partition_spec(e)))
-            for h, e in zip(hosts, in_entries, strict=True)
-        )
+        args = tuple(place(i, NamedSharding(mesh, partition_spec(e))) for i, e in enumerate(in_entries))
         # The direct form of the illegal case has no out_sharding to give: that is the lesson.
         return jax.jit(_matmul_fn(case, None if case.illegal else partition_spec(out_entries))), args, mesh
     mesh = session.mesh
     shardings = [NamedSharding(mesh, partition_spec(e)) for e in in_entries]
-    args = tuple(place_array(h, s) for h, s in zip(hosts, shardings, strict=True))
+    args = tuple(place(i, s) for i, s in enumerate(shardings))
     if impl == "auto":
         # For the illegal case leave the output to the compiler: it resolves the conflict itself.
         out = None if case.illegal else NamedSharding(mesh, partition_spec(out_entries))
@@ -408,6 +432,43 @@ def cost_of(
     return estimate(flops_per_device(case, dims, axes), comm, hw)
 
 
+def compile_impl(
+    case: MatmulCase,
+    impl: str,
+    session: Session,
+    explicit_mesh: Any,
+    axes: Axes,
+    dims: tuple[int, int, int],
+    request: MatmulRequest,
+    target: TargetSpec,
+) -> ImplRun:
+    """Compile one implementation for the target from abstract operands: nothing runs or is verified."""
+    refused = ImplRun(impl, "refused", None, case.illegal, None, (), None, None, None, None, 0.0, 0, ())
+    try:
+        program, args, trace_mesh = _build(
+            case, impl, session, explicit_mesh, axes, None, dims, request.dtype.name
+        )
+        mesh = trace_mesh if trace_mesh is not None else session.mesh
+        compiled, verdict = compile_for_target(program, args, mesh, target)
+    except Exception as error:  # noqa: BLE001 - JAX's refusal is what the user came to see
+        return replace(refused, message=refusal_text(error))
+    if compiled is None:
+        assert verdict is not None
+        return replace(refused, status="does not fit", message=verdict.text, fit=verdict)
+    analysis = analyze_compiled(compiled, mesh)
+    out = compiled.output_shardings
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    return replace(
+        refused,
+        status="compiled",
+        out_entries=entries_of(out, 2),
+        hlo=analysis.by_kind(),
+        xla_flops=analysis.flops,
+        xla_bytes=analysis.bytes_accessed,
+        fit=judge_fit(analysis.memory, target),
+    )
+
+
 def run_case(
     case: MatmulCase,
     impls: tuple[str, ...],
@@ -423,6 +484,23 @@ def run_case(
     i, j, k = dims
     model_flops = 2 * i * j * k + (i * k if case.bias else 0)
     tol, tol_text = tolerance_for(case, dims, axes, request.dtype, session.runtime.platform)
+    if request.compile_target is not None:
+        runs = tuple(
+            compile_impl(case, impl, session, explicit_mesh, axes, dims, request, request.compile_target)
+            for impl in impls
+        )
+        return CaseRun(
+            case=case,
+            scale=scale_factor,
+            dims=dims,
+            operands=tuple(_layout(op, dims, axes) for op in case.operands),
+            result=_layout(case.result, dims, axes),
+            model=None if case.illegal else cost_of(case, dims, axes, request.dtype.itemsize, hardware),
+            model_flops=model_flops,
+            tolerance=tol,
+            tolerance_text=f"not verified: compile-only for {request.compile_target.name}, nothing ran",
+            impls=runs,
+        )
     hosts = _host_operands(case, dims, request)
     ref, scale = _reference(case, hosts)
     bound = tol * scale
@@ -537,19 +615,22 @@ def run_matmul(
         ShardcliError: bad input, found before allocating.
     """
     plan = validate_request(request)
-    per_device, total, what = _memory_estimate(plan, request)
-    session = open_session(
-        request.mesh, replace(request.options, mode=Mode.AUTO), x64=request.dtype.needs_x64
-    )
-    check_fits_in_memory(
-        session.runtime, list(session.devices), per_device=per_device, total=total, what=what
-    )
-    explicit_mesh = None
-    if any("explicit" in impls for impls in plan.impls.values()):
-        from shardcli.mesh import build_mesh
+    if request.compile_target is not None:
+        session, explicit_mesh, hardware = _target_session(request, request.compile_target)
+    else:
+        per_device, total, what = _memory_estimate(plan, request)
+        session = open_session(
+            request.mesh, replace(request.options, mode=Mode.AUTO), x64=request.dtype.needs_x64
+        )
+        check_fits_in_memory(
+            session.runtime, list(session.devices), per_device=per_device, total=total, what=what
+        )
+        explicit_mesh = None
+        if any("explicit" in impls for impls in plan.impls.values()):
+            from shardcli.mesh import build_mesh
 
-        explicit_mesh = build_mesh(request.mesh, list(session.devices), mode="explicit")
-    hardware = resolve_hardware(session, request)
+            explicit_mesh = build_mesh(request.mesh, list(session.devices), mode="explicit")
+        hardware = resolve_hardware(session, request)
     runs = []
     jobs = [(scale, dims, case, skipped) for scale, dims in plan.sizes for case, skipped in plan.cases]
     for n, (scale, dims, case, skipped) in enumerate(jobs):
@@ -573,6 +654,38 @@ def run_matmul(
         impls=plan.impls,
         runs=tuple(runs),
         fits=flop_fits(tuple(runs)) if len(plan.sizes) > 1 else {},
+    )
+
+
+def _target_session(request: MatmulRequest, target: TargetSpec) -> tuple[Session, Any, Hardware]:
+    """The target's session (its mesh must be the one the cases were checked on), the same chips with
+    Explicit axes for the explicit impl, and the chip's figures from the device table."""
+    import jax
+    from jax.sharding import AxisType
+
+    from shardcli.core.inspect import hardware_for
+    from shardcli.core.target import open_target_session
+
+    session = open_target_session(
+        target,
+        request.mesh_text,
+        request.axes_text,
+        replace(request.options, mode=Mode.AUTO),
+        x64=request.dtype.needs_x64,
+    )
+    if session.spec != request.mesh:
+        raise ShardcliError(
+            f"--target {target.name} has {session.spec.size} devices, not the {request.mesh.size} of mesh "
+            f"{request.mesh.describe()}; give --mesh as a reshape of its chips"
+        )
+    mesh = session.mesh
+    explicit = jax.sharding.Mesh(
+        mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * len(mesh.axis_names)
+    )
+    return (
+        session,
+        explicit,
+        hardware_for(session, request.dtype.name, request.peak_tflops, request.link_gbps),
     )
 
 

@@ -14,7 +14,6 @@ from shardcli import json_schema as schema
 from shardcli.core.einsum import WAY_TEXT, EinsumArray, EinsumResult, EinsumSize, WayRun
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
-from shardcli.render.inspect import fit_json, fit_text
 from shardcli.render.matmul import flop_fit_json, format_flops, ratio_text
 from shardcli.render.program import (
     collectives_table,
@@ -22,6 +21,8 @@ from shardcli.render.program import (
     memory_clauses,
     model_json,
     program_json,
+    verdict_json,
+    verdict_text,
 )
 from shardcli.specs import RunOptions, format_bytes
 
@@ -51,7 +52,7 @@ def _way_json(run: WayRun) -> dict[str, Any]:
         max_rel_err=run.max_rel_err,
         wrong=run.wrong,
         wrong_devices=list(run.wrong_devices),
-        fit=fit_json(run.fit),
+        fit=verdict_json(run.fit),
     )
 
 
@@ -292,7 +293,7 @@ def render_einsum(result: EinsumResult, options: RunOptions) -> None:
                     Text(f"{w.way} refused this layout (JAX's lesson): {w.message}", style="yellow")
                 )
             if w.fit is not None:
-                console.print(fit_text(w.fit, f"{w.way}: "))
+                console.print(verdict_text(w.fit, f"{w.way}: "))
     _verdict(console, result)
 
 

@@ -10,7 +10,6 @@ from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.inspect import ArrayFact, InspectResult
-from shardcli.core.target import FitVerdict
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
 from shardcli.render.program import (
@@ -19,6 +18,8 @@ from shardcli.render.program import (
     memory_clauses,
     model_json,
     program_json,
+    verdict_json,
+    verdict_text,
 )
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
@@ -58,36 +59,13 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
                 link_bytes_per_s=hw.link_bytes_per_s,
                 link_source=hw.link_source,
             ),
-            "fit": fit_json(result.fit),
+            "fit": verdict_json(result.fit),
             "findings": [schema.FINDING(kind=f.kind, message=f.message) for f in result.findings],
             "lower_s": result.lower_s,
             "compile_s": result.compile_s,
             "timing": jsonout.timing_json(result.timing),
         },
     )
-
-
-def fit_json(fit: FitVerdict | None) -> dict[str, Any] | None:
-    if fit is None:
-        return None
-    return schema.FIT_VERDICT(
-        fits=fit.fits,
-        capacity_bytes=fit.capacity_bytes,
-        capacity_source=fit.capacity_source,
-        needed_bytes=fit.needed_bytes,
-        arguments_bytes=fit.arguments_bytes,
-        temporaries_bytes=fit.temporaries_bytes,
-        compiler_message=fit.compiler_message,
-        text=fit.text,
-    )
-
-
-def fit_text(fit: FitVerdict, label: str = "") -> RenderableType:
-    """The fit verdict after a bold `label`, broken between its clauses where narrow (`16.0 GiB
-    free` stays whole)."""
-    first, *rest = fit.text.split(", ")
-    clauses: list[str | Text] = [Text.assemble((label, "bold"), first), *rest]
-    return Clauses(clauses, sep=", ", style="green" if fit.fits else "bold red")
 
 
 def arrays_table(result: InspectResult) -> Table:
@@ -179,7 +157,7 @@ def report_renderable(
         )
     parts.append(Text(""))
     if result.fit is not None:
-        parts.append(fit_text(result.fit))
+        parts.append(verdict_text(result.fit))
     if result.findings:
         for finding in result.findings:
             parts.append(Text(f"warning ({finding.kind}): {finding.message}", style="yellow"))

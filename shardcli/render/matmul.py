@@ -17,7 +17,7 @@ from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
-from shardcli.render.program import cost_model_text, model_json
+from shardcli.render.program import cost_model_text, model_json, verdict_json, verdict_text
 from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
@@ -59,6 +59,10 @@ def hlo_text(run: ImplRun, with_bytes: bool = False) -> str:
 def status_text(run: ImplRun) -> Text:
     if run.status == "ok":
         return Text("ok", style="green")
+    if run.status == "compiled":
+        return Text("compiled", style="green")
+    if run.status == "does not fit":
+        return Text("does not fit", style="bold red")
     if run.expected_refusal:
         return Text("refused*", style="yellow")
     return Text("refused!", style="bold yellow")
@@ -104,6 +108,7 @@ def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
         max_rel_err=run.max_rel_err,
         wrong=run.wrong,
         wrong_devices=list(run.wrong_devices),
+        fit=verdict_json(run.fit),
     )
 
 
@@ -149,6 +154,7 @@ def matmul_json(result: MatmulResult) -> dict[str, Any]:
                 iters=req.iters,
                 x_axis=axes.x,
                 y_axis=axes.y,
+                compile_target=req.compile_target.name if req.compile_target is not None else None,
                 hardware=schema.HARDWARE(
                     peak_flop_per_s=hw.peak_flops,
                     peak_source=hw.peak_source,
@@ -365,6 +371,8 @@ def _notes(console: Console, result: MatmulResult) -> None:
             if i.status == "refused":
                 label = "refused* (as expected)" if i.expected_refusal else "refused! (JAX refused this form)"
                 console.print(Text(f"{run.case.name}/{i.impl} {label}: {i.message}", style="yellow"))
+            if i.fit is not None:
+                console.print(verdict_text(i.fit, f"{run.case.name}/{i.impl}: "))
         if not run.skipped and any(
             i.xla_flops is not None and run.model and i.xla_flops < 0.9 * run.model.flops_per_device
             for i in run.impls
@@ -380,6 +388,10 @@ def _notes(console: Console, result: MatmulResult) -> None:
 
 
 def _verdict(console: Console, result: MatmulResult) -> None:
+    target = result.request.compile_target
+    if target is not None:
+        console.print(Text(f"compile-only for {target.name}: nothing ran, nothing was verified", style="dim"))
+        return
     if result.wrong:
         bad = [
             f"{r.case.name}/{i.impl} ({i.wrong} on device(s) {', '.join(map(str, i.wrong_devices))})"

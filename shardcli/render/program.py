@@ -12,6 +12,7 @@ from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnalysis
+from shardcli.core.target import FitVerdict
 from shardcli.costmodel import CostEstimate, Hardware
 from shardcli.render.console import Clauses, DataTable
 from shardcli.specs import format_bytes
@@ -185,3 +186,26 @@ def cost_model_text(model: CostEstimate, hw: Hardware, what: str) -> RenderableT
         )
     )
     return Group(*lines)
+
+
+def verdict_json(fit: FitVerdict | None) -> dict[str, Any] | None:
+    if fit is None:
+        return None
+    return schema.FIT_VERDICT(
+        fits=fit.fits,
+        capacity_bytes=fit.capacity_bytes,
+        capacity_source=fit.capacity_source,
+        needed_bytes=fit.needed_bytes,
+        arguments_bytes=fit.arguments_bytes,
+        temporaries_bytes=fit.temporaries_bytes,
+        compiler_message=fit.compiler_message,
+        text=fit.text,
+    )
+
+
+def verdict_text(fit: FitVerdict, label: str = "") -> RenderableType:
+    """The fit verdict after a bold `label`, broken between its clauses where narrow (`16.0 GiB
+    free` stays whole)."""
+    first, *rest = fit.text.split(", ")
+    clauses: list[str | Text] = [Text.assemble((label, "bold"), first), *rest]
+    return Clauses(clauses, sep=", ", style="green" if fit.fits else "bold red")

@@ -13,8 +13,13 @@ from shardcli import json_schema as schema
 from shardcli.core.reshard import WAY_TEXT, ReshardResult, ReshardWay
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
-from shardcli.render.inspect import fit_json, fit_text
-from shardcli.render.program import collectives_table, memory_clauses, program_json
+from shardcli.render.program import (
+    collectives_table,
+    memory_clauses,
+    program_json,
+    verdict_json,
+    verdict_text,
+)
 from shardcli.specs import RunOptions, format_bytes
 from shardcli.tile_math import format_index
 
@@ -36,7 +41,7 @@ def _way_json(way: ReshardWay) -> dict[str, Any]:
         algbw_gbps=way.algbw / 1e9 if way.algbw is not None else None,
         wrong=way.wrong,
         wrong_devices=list(way.wrong_devices),
-        fit=fit_json(way.fit),
+        fit=verdict_json(way.fit),
     )
 
 
@@ -236,7 +241,7 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
         if w.status == "refused":
             console.print(Text(f"{w.way} refused: {w.message}", style="yellow"))
         if w.fit is not None:
-            console.print(Text(f"{w.way}: ", style="bold") + fit_text(w.fit))
+            console.print(verdict_text(w.fit, f"{w.way}: "))
     target = result.request.compile_target
     if target is not None:
         left = "; device_put (eager) left out" if "device_put" not in result.request.ways else ""
