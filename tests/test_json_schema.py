@@ -60,6 +60,7 @@ def _model(cli, tmp_path) -> list[dict[str, Any]]:
 
 
 # Each kind of document, as real runs write it. A new kind in DOCUMENTS needs its entry here.
+EXAMPLES = str(Path(__file__).resolve().parent.parent / "examples")
 REAL_DOCUMENTS: dict[str, Callable[[Any, Any], list[dict[str, Any]]]] = {
     "mesh": lambda cli, _: [run_json(cli, ["mesh", "--mesh", "2x4", "--format", "json"])],
     "shard": lambda cli, _: [
@@ -119,8 +120,6 @@ REAL_DOCUMENTS: dict[str, Callable[[Any, Any], list[dict[str, Any]]]] = {
 
 # Each kind's keys, digested (see `key_tree`), per SCHEMA_VERSION. A kind whose keys change breaks
 # the scripts that read it: raise SCHEMA_VERSION and record the new digests under it.
-EXAMPLES = str(Path(__file__).resolve().parent.parent / "examples")
-
 PINNED_KEYS = {
     1: {
         "mesh": "de3af678d1033ecc",
