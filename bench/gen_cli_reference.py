@@ -150,6 +150,14 @@ EXAMPLES: dict[str, str | list[str]] = {
 # while a changed table, picture or message still does.
 VOLATILE = {
     "quickstart-launch",  # its pids and port
+    # inspect's header says how long lowering and compiling took
+    "tutorial-inspect-mlp",
+    "tutorial-inspect-transformer",
+    "tutorial-tpu-pod",
+    "tutorial-tpu-einsum",
+    "tutorial-gpu",
+    "readme-inspect",
+    "readme-tpu",
     "example-collective",
     "example-collective-sweep",
     "example-collective-json",
