@@ -344,10 +344,6 @@ def with_run_options(
                 verbose=given["verbose"],
                 wide=given["wide"],
             )
-            if devices:  # a command that starts JAX: its compilers' import-time noise kept off the screen
-                from shardcli.runtime import import_jax_quietly
-
-                import_jax_quietly()
             return command(**flags, options=options)
 
         # Typer reads the parameters from the signature and their types from __annotations__.

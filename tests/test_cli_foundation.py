@@ -427,7 +427,7 @@ def json_of(result) -> dict:
 def test_mesh_json_contract(cli):
     doc = json_of(cli(["mesh", "--mesh", "2x4", "--axes", "data,model", "--format", "json"]))
     assert document_problems(doc, "mesh") == []  # exactly the keys shardcli/json_schema.py gives
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert doc["command"] == "mesh"
     assert doc["shardcli_version"] == shardcli.__version__
     assert doc["runtime"]["platform"] == "cpu"

@@ -475,7 +475,7 @@ def test_json_contract():
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert document_problems(doc, "collective") == []  # exactly the keys shardcli/json_schema.py gives
-    assert doc["schema"] == 1 and doc["command"] == "collective"
+    assert doc["schema"] == 2 and doc["command"] == "collective"
     size = doc["sizes"][0]
     out, inplace = size["placements"]
     assert doc["config"]["out_buffer"] == "preallocated"

@@ -68,7 +68,7 @@ Run = Annotated[
 ]
 
 
-@opt.with_run_options(formats=("table", "json"))
+@opt.with_run_options(formats=("table", "json"), compile_cache=False)
 def inspect(
     target: Program,
     arg: Arg = None,

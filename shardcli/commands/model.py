@@ -16,6 +16,7 @@ from shardcli.model_spec import (
     validate_restore,
     validate_train,
 )
+from shardcli.runtime import import_jax_quietly
 from shardcli.specs import MeshSpec, RunOptions, parse_mesh
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ def train(
         options=options,
     )
     validate_train(request)  # bad input answers before JAX and Flax load
+    import_jax_quietly()
     from shardcli.core.model import run_train
 
     _report(run_train(request), options)
@@ -127,6 +129,7 @@ def restore(
         options=options,
     )
     validate_restore(request)  # bad input answers before JAX and Flax load
+    import_jax_quietly()
     from shardcli.core.model import run_restore
 
     _report(run_restore(request), options)

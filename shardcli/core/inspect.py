@@ -342,6 +342,7 @@ def compile_program(
     import contextlib
 
     import jax
+    from jax._src import config as jax_config
 
     from shardcli.core.target import quiet_native_logs
     from shardcli.user_code import raised_in, user_error
@@ -354,7 +355,9 @@ def compile_program(
     try:
         # The mesh is the context, as under `with jax.set_mesh(mesh)` in the user's own script:
         # with_sharding_constraint(x, P(...)) and explicit-axes code find it there.
-        with quiet, jax.set_mesh(mesh):
+        # Not from the persistent compile cache: a program compiled before from another copy of the
+        # same file would bring that copy's source lines (the cache key leaves locations out).
+        with quiet, jax.set_mesh(mesh), jax_config.enable_compilation_cache(False):
             start = time.perf_counter()
             lowered = jitted.lower(*args)
             lower_s = time.perf_counter() - start
