@@ -411,3 +411,17 @@ def test_api_show_and_inspect():
     Console(file=buffer, width=120).print(report)
     assert "collectives the compiler inserted" in buffer.getvalue()
     assert report.memory.argument_bytes == (4 * 2 + 8 * 256) * 4
+
+
+def test_inspect_over_two_processes():
+    from conftest import run_shardcli
+
+    proc = run_shardcli(
+        "launch", "-n", "2", "--", "inspect", f"{MLP}:train_step", "--mesh", "2x2", "--axes", "data,model",
+        "--arg", "f32[16,32]@data,None", "--arg", "f32[32,64]@None,model", "--arg", "f32[64,32]@model,None",
+        "--format", "json", timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["runtime"]["process_count"] == 2
+    assert [c["mesh_axes"] for c in doc["program"]["collectives"]] == [["model"], ["data"]]
