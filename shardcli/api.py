@@ -128,25 +128,13 @@ def inspect(
     """
     from shardcli.core.inspect import inspect_program
     from shardcli.core.session import session_of_mesh
+    from shardcli.mesh import entries_of_spec
     from shardcli.specs import ShardingSpec
 
     session = session_of_mesh(mesh if mesh is not None else _mesh_of(args))
-    specs = tuple(ShardingSpec(_entries(spec)) for spec in outs)
+    specs = tuple(ShardingSpec(entries_of_spec(spec, len(tuple(spec)))) for spec in outs)
     name = getattr(fn, "__name__", None) or type(fn).__name__
     result = inspect_program(
         session, name, fn, tuple(args), outs=specs, peak_tflops=peak_tflops, link_gbps=link_gbps, run=run
     )
     return InspectReport(result)
-
-
-def _entries(spec: Any) -> tuple[tuple[str, ...], ...]:
-    """A PartitionSpec (or a tuple like one) as mesh axes per dim."""
-    out: list[tuple[str, ...]] = []
-    for entry in tuple(spec):
-        if entry is None:
-            out.append(())
-        elif isinstance(entry, str):
-            out.append((entry,))
-        else:
-            out.append(tuple(entry))
-    return tuple(out)

@@ -21,8 +21,11 @@ def partition_spec(entries: tuple[tuple[str, ...], ...]) -> Any:
 def entries_of(sharding: Any, rank: int) -> tuple[tuple[str, ...], ...] | None:
     """The mesh axes per dim of a JAX sharding (None where it has no PartitionSpec)."""
     spec = getattr(sharding, "spec", None)
-    if spec is None:
-        return None
+    return None if spec is None else entries_of_spec(spec, rank)
+
+
+def entries_of_spec(spec: Any, rank: int) -> tuple[tuple[str, ...], ...]:
+    """A PartitionSpec (or a tuple like one) as the mesh axes of each of `rank` dims."""
     out: list[tuple[str, ...]] = []
     for i in range(rank):
         entry = spec[i] if i < len(spec) else None

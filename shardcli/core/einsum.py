@@ -164,18 +164,9 @@ def validate_einsum_request(request: EinsumRequest) -> None:
     Raises:
         ShardcliError: anything the run cannot do as asked.
     """
-    if request.dtype.name not in FLOAT_DTYPES:
-        raise ShardcliError(
-            f"--dtype {request.dtype.name} is not supported by einsum; "
-            f"choose one of {', '.join(FLOAT_DTYPES)}"
-        )
-    if request.iters < 1:
-        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
-    if request.warmup < 0:
-        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
-    for flag, value in (("--peak-tflops", request.peak_tflops), ("--link-gbps", request.link_gbps)):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
+    from shardcli.core.matmul import check_run_settings
+
+    check_run_settings(request, "einsum")
     bad = [w for w in request.ways if w not in WAYS]
     if bad or not request.ways:
         raise ShardcliError(f"--way {','.join(request.ways)!r} is not valid; choose auto, explicit or both")

@@ -180,15 +180,15 @@ def _check_divisible(case: MatmulCase, dims: tuple[int, int, int], axes: Axes, f
                 )
 
 
-def validate_request(request: MatmulRequest) -> Plan:
-    """Every check that needs no devices.
+def check_run_settings(request: RunSettings, command: str) -> None:
+    """The settings matmul and einsum share: a float dtype, timing counts, the cost model's figures.
 
     Raises:
-        ShardcliError: anything the run cannot do as asked.
+        ShardcliError: one of them cannot be used.
     """
     if request.dtype.name not in FLOAT_DTYPES:
         raise ShardcliError(
-            f"--dtype {request.dtype.name} is not supported by matmul; "
+            f"--dtype {request.dtype.name} is not supported by {command}; "
             f"choose one of {', '.join(FLOAT_DTYPES)}"
         )
     if request.iters < 1:
@@ -198,6 +198,15 @@ def validate_request(request: MatmulRequest) -> Plan:
     for flag, value in (("--peak-tflops", request.peak_tflops), ("--link-gbps", request.link_gbps)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
+
+
+def validate_request(request: MatmulRequest) -> Plan:
+    """Every check that needs no devices.
+
+    Raises:
+        ShardcliError: anything the run cannot do as asked.
+    """
+    check_run_settings(request, "matmul")
     every = request.cases == ("all",)
     names = tuple(MATMUL_CASES) if every else request.cases
     cases = [get_case(name) for name in names]
@@ -485,29 +494,13 @@ def run_case(
     model_flops = 2 * i * j * k + (i * k if case.bias else 0)
     tol, tol_text = tolerance_for(case, dims, axes, request.dtype, session.runtime.platform)
     if request.compile_target is not None:
+        tol_text = f"not verified: compile-only for {request.compile_target.name}, nothing ran"
         runs = tuple(
             compile_impl(case, impl, session, explicit_mesh, axes, dims, request, request.compile_target)
             for impl in impls
         )
-        return CaseRun(
-            case=case,
-            scale=scale_factor,
-            dims=dims,
-            operands=tuple(_layout(op, dims, axes) for op in case.operands),
-            result=_layout(case.result, dims, axes),
-            model=None if case.illegal else cost_of(case, dims, axes, request.dtype.itemsize, hardware),
-            model_flops=model_flops,
-            tolerance=tol,
-            tolerance_text=f"not verified: compile-only for {request.compile_target.name}, nothing ran",
-            impls=runs,
-        )
-    hosts = _host_operands(case, dims, request)
-    ref, scale = _reference(case, hosts)
-    bound = tol * scale
-    runs = tuple(
-        run_impl(case, impl, session, explicit_mesh, axes, hosts, ref, bound, scale, model_flops, request)
-        for impl in impls
-    )
+    else:
+        runs = _run_impls(case, impls, dims, session, explicit_mesh, axes, tol, model_flops, request)
     return CaseRun(
         case=case,
         scale=scale_factor,
@@ -520,6 +513,27 @@ def run_case(
         tolerance=tol,
         tolerance_text=tol_text,
         impls=runs,
+    )
+
+
+def _run_impls(
+    case: MatmulCase,
+    impls: tuple[str, ...],
+    dims: tuple[int, int, int],
+    session: Session,
+    explicit_mesh: Any,
+    axes: Axes,
+    tol: float,
+    model_flops: int,
+    request: MatmulRequest,
+) -> tuple[ImplRun, ...]:
+    """Each implementation run, timed and checked against one float64 NumPy product."""
+    hosts = _host_operands(case, dims, request)
+    ref, scale = _reference(case, hosts)
+    bound = tol * scale
+    return tuple(
+        run_impl(case, impl, session, explicit_mesh, axes, hosts, ref, bound, scale, model_flops, request)
+        for impl in impls
     )
 
 
@@ -548,6 +562,15 @@ class HardwareFlags(Protocol):
     def peak_tflops(self) -> float | None: ...
     @property
     def link_gbps(self) -> float | None: ...
+
+
+class RunSettings(HardwareFlags, Protocol):
+    """What check_run_settings reads: the hardware flags and the timing counts."""
+
+    @property
+    def iters(self) -> int: ...
+    @property
+    def warmup(self) -> int: ...
 
 
 def resolve_hardware(session: Session, request: HardwareFlags) -> Hardware:

@@ -18,6 +18,7 @@ from shardcli.render.matmul import flop_fit_json, format_flops, ratio_text
 from shardcli.render.program import (
     collectives_table,
     cost_model_text,
+    hardware_json,
     memory_clauses,
     model_json,
     program_json,
@@ -77,12 +78,7 @@ def einsum_json(result: EinsumResult) -> dict[str, Any]:
                 warmup=req.warmup,
                 iters=req.iters,
                 compile_target=req.compile_target.name if req.compile_target is not None else None,
-                hardware=schema.HARDWARE(
-                    peak_flop_per_s=hw.peak_flops,
-                    peak_source=hw.peak_source,
-                    link_bytes_per_s=hw.link_bytes_per_s,
-                    link_source=hw.link_source,
-                ),
+                hardware=hardware_json(hw),
             ),
             "sizes": [
                 schema.EINSUM_SIZE(

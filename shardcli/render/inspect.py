@@ -15,6 +15,7 @@ from shardcli.render.console import Clauses, DataTable, make_console, prints_her
 from shardcli.render.program import (
     collectives_table,
     cost_model_text,
+    hardware_json,
     memory_clauses,
     model_json,
     program_json,
@@ -53,12 +54,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
             "results": [_array_json(r) for r in result.results],
             "program": program_json(result.analysis),
             "model": model_json(result.model),
-            "hardware": schema.HARDWARE(
-                peak_flop_per_s=hw.peak_flops,
-                peak_source=hw.peak_source,
-                link_bytes_per_s=hw.link_bytes_per_s,
-                link_source=hw.link_source,
-            ),
+            "hardware": hardware_json(hw),
             "fit": verdict_json(result.fit),
             "findings": [schema.FINDING(kind=f.kind, message=f.message) for f in result.findings],
             "lower_s": result.lower_s,

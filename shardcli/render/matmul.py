@@ -17,7 +17,7 @@ from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
-from shardcli.render.program import cost_model_text, model_json, verdict_json, verdict_text
+from shardcli.render.program import cost_model_text, hardware_json, model_json, verdict_json, verdict_text
 from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
@@ -155,12 +155,7 @@ def matmul_json(result: MatmulResult) -> dict[str, Any]:
                 x_axis=axes.x,
                 y_axis=axes.y,
                 compile_target=req.compile_target.name if req.compile_target is not None else None,
-                hardware=schema.HARDWARE(
-                    peak_flop_per_s=hw.peak_flops,
-                    peak_source=hw.peak_source,
-                    link_bytes_per_s=hw.link_bytes_per_s,
-                    link_source=hw.link_source,
-                ),
+                hardware=hardware_json(hw),
             ),
             "runs": [_case_json(r, devices) for r in result.runs],
             "summary": schema.MATMUL_SUMMARY(

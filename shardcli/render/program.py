@@ -58,6 +58,16 @@ def memory_json(memory: MemoryUse | None) -> dict[str, Any] | None:
     )
 
 
+def hardware_json(hw: Hardware) -> dict[str, Any]:
+    """The cost model's figures and where each came from."""
+    return schema.HARDWARE(
+        peak_flop_per_s=hw.peak_flops,
+        peak_source=hw.peak_source,
+        link_bytes_per_s=hw.link_bytes_per_s,
+        link_source=hw.link_source,
+    )
+
+
 def model_json(model: CostEstimate | None) -> dict[str, Any] | None:
     if model is None:
         return None
