@@ -18,6 +18,16 @@ def partition_spec(entries: tuple[tuple[str, ...], ...]) -> Any:
     return PartitionSpec(*ShardingSpec(tuple(entries)).to_partition_spec_args())
 
 
+def explicit_twin(mesh: Any) -> Any:
+    """The same devices and axis names with Explicit axes (for the explicit-axes way of a program)."""
+    import jax
+    from jax.sharding import AxisType
+
+    return jax.sharding.Mesh(
+        mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * len(mesh.axis_names)
+    )
+
+
 def entries_of(sharding: Any, rank: int) -> tuple[tuple[str, ...], ...] | None:
     """The mesh axes per dim of a JAX sharding (None where it has no PartitionSpec)."""
     spec = getattr(sharding, "spec", None)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardcli.arrays import make_host_array, place_array
-from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
+from shardcli.core.fit import LatencyBandwidthFit, fit_each
 from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
@@ -539,11 +539,9 @@ def run_einsum(
 
 def _target_session(request: EinsumRequest, target: TargetSpec) -> tuple[Session, Any, Hardware]:
     """The target's session, its mesh with Explicit axes for the explicit way, and the chip's figures."""
-    import jax
-    from jax.sharding import AxisType
-
     from shardcli.core.inspect import hardware_for
     from shardcli.core.target import open_target_session
+    from shardcli.mesh import explicit_twin
 
     session = open_target_session(
         target,
@@ -554,15 +552,8 @@ def _target_session(request: EinsumRequest, target: TargetSpec) -> tuple[Session
     )
     for i, spec in enumerate(request.in_specs):  # the mesh as built from the chips
         check_sharding_fits(spec, session.spec, request.notation.operand_shape(i), flag=f"--in (operand {i})")
-    mesh = session.mesh
-    explicit = jax.sharding.Mesh(
-        mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * len(mesh.axis_names)
-    )
-    return (
-        session,
-        explicit,
-        hardware_for(session, request.dtype.name, request.peak_tflops, request.link_gbps),
-    )
+    hardware = hardware_for(session, request.dtype.name, request.peak_tflops, request.link_gbps)
+    return session, explicit_twin(session.mesh), hardware
 
 
 def flop_fits(sizes: tuple[EinsumSize, ...]) -> dict[str, LatencyBandwidthFit | None]:
@@ -572,4 +563,4 @@ def flop_fits(sizes: tuple[EinsumSize, ...]) -> dict[str, LatencyBandwidthFit | 
         for run in size.ways:
             if run.timing is not None:
                 points.setdefault(run.way, []).append((size.model_flops, run.timing.stats.p50))
-    return {key: fit_latency_bandwidth([f for f, _ in p], [t for _, t in p]) for key, p in points.items()}
+    return fit_each(points)

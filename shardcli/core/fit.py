@@ -53,3 +53,8 @@ def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float]) -> Lat
         max_rel_residual=float(np.max(np.abs(t - model) / t)),
         points=len(s),
     )
+
+
+def fit_each(points: dict[str, list[tuple[float, float]]]) -> dict[str, LatencyBandwidthFit | None]:
+    """t(x) = alpha + x / beta for each named series of (x, seconds) points (None under two points)."""
+    return {key: fit_latency_bandwidth([x for x, _ in p], [t for _, t in p]) for key, p in points.items()}

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shardcli.arrays import make_host_array, place_array
-from shardcli.core.fit import LatencyBandwidthFit, fit_latency_bandwidth
+from shardcli.core.fit import LatencyBandwidthFit, fit_each
 from shardcli.core.program_analysis import HloCollective, analyze_compiled
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
@@ -683,11 +683,9 @@ def run_matmul(
 def _target_session(request: MatmulRequest, target: TargetSpec) -> tuple[Session, Any, Hardware]:
     """The target's session (its mesh must be the one the cases were checked on), the same chips with
     Explicit axes for the explicit impl, and the chip's figures from the device table."""
-    import jax
-    from jax.sharding import AxisType
-
     from shardcli.core.inspect import hardware_for
     from shardcli.core.target import open_target_session
+    from shardcli.mesh import explicit_twin
 
     session = open_target_session(
         target,
@@ -701,15 +699,8 @@ def _target_session(request: MatmulRequest, target: TargetSpec) -> tuple[Session
             f"--target {target.name} has {session.spec.size} devices, not the {request.mesh.size} of mesh "
             f"{request.mesh.describe()}; give --mesh as a reshape of its chips"
         )
-    mesh = session.mesh
-    explicit = jax.sharding.Mesh(
-        mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * len(mesh.axis_names)
-    )
-    return (
-        session,
-        explicit,
-        hardware_for(session, request.dtype.name, request.peak_tflops, request.link_gbps),
-    )
+    hardware = hardware_for(session, request.dtype.name, request.peak_tflops, request.link_gbps)
+    return session, explicit_twin(session.mesh), hardware
 
 
 def flop_fits(runs: tuple[CaseRun, ...]) -> dict[str, LatencyBandwidthFit | None]:
@@ -721,6 +712,4 @@ def flop_fits(runs: tuple[CaseRun, ...]) -> dict[str, LatencyBandwidthFit | None
                 points.setdefault(f"{run.case.name}/{impl.impl}", []).append(
                     (run.model_flops, impl.timing.stats.p50)
                 )
-    return {
-        key: fit_latency_bandwidth([f for f, _ in pts], [t for _, t in pts]) for key, pts in points.items()
-    }
+    return fit_each(points)

@@ -294,10 +294,8 @@ def run_reshard(
 
 
 def _compile_only(request: ReshardRequest, target: TargetSpec) -> ReshardResult:
-    import jax
-    from jax.sharding import AxisType
-
     from shardcli.core.target import open_target_session
+    from shardcli.mesh import explicit_twin
 
     session = open_target_session(
         target, request.mesh_text, request.axes_text, replace(request.options, mode=Mode.AUTO)
@@ -305,9 +303,7 @@ def _compile_only(request: ReshardRequest, target: TargetSpec) -> ReshardResult:
     check_sharding_fits(request.source, session.spec, request.array.shape, flag="--from")
     check_sharding_fits(request.target, session.spec, request.array.shape, flag="--to")
     mesh = session.mesh
-    explicit = jax.sharding.Mesh(
-        mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * len(mesh.axis_names)
-    )
+    explicit = explicit_twin(mesh)
     request = replace(request, mesh=session.spec)
     coords = {
         c.device_id: dict(zip(session.layout.axes, c.coords, strict=True)) for c in session.layout.cells
