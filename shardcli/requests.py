@@ -504,12 +504,10 @@ def build_inspect_request(
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.core.inspect import InspectRequest
-    from shardcli.specs import parse_abstract_arg
+    from shardcli.specs import check_cost_figures, parse_abstract_arg
 
     hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
-    for flag, value in (("--peak-tflops", peak_tflops), ("--link-gbps", link_gbps)):
-        if value is not None and not value > 0:
-            raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
+    check_cost_figures(peak_tflops, link_gbps)
     return InspectRequest(
         target=target,
         args=tuple(parse_abstract_arg(a, mesh_spec) for a in args),

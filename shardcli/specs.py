@@ -919,3 +919,26 @@ def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> Abstra
     sharding = parse_sharding(match.group("spec"), mesh, flag=f"{flag} {text!r}: spec")
     check_sharding_fits(sharding, mesh, shape, flag="its spec", what=f"{flag} {text!r}")
     return AbstractArg(dtype=DTYPES[name], shape=shape, sharding=sharding)
+
+
+def check_timing(iters: int, warmup: int) -> None:
+    """--iters and --warmup, as every timed command takes them.
+
+    Raises:
+        ShardcliError: fewer than one timed iteration, or a negative warm-up.
+    """
+    if iters < 1:
+        raise ShardcliError(f"--iters {iters} is not valid; give at least 1")
+    if warmup < 0:
+        raise ShardcliError(f"--warmup {warmup} is not valid; give 0 or more")
+
+
+def check_cost_figures(peak_tflops: float | None, link_gbps: float | None) -> None:
+    """--peak-tflops and --link-gbps, the cost model's figures: positive and finite where given.
+
+    Raises:
+        ShardcliError: a figure that is zero, negative, infinite or NaN.
+    """
+    for flag, value in (("--peak-tflops", peak_tflops), ("--link-gbps", link_gbps)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")

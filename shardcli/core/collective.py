@@ -44,6 +44,7 @@ from shardcli.specs import (
     RunOptions,
     ShardingSpec,
     check_sharding_fits,
+    check_timing,
     format_bytes,
 )
 from shardcli.tile_math import block_index
@@ -265,10 +266,7 @@ def validate_request(request: CollectiveRequest) -> tuple[Collective, list[tuple
         )
     if collective.numeric_only and request.dtype.kind == "bool":
         raise ShardcliError(f"{collective.name} needs a numeric --dtype, not bool")
-    if request.iters < 1:
-        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
-    if request.warmup < 0:
-        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
+    check_timing(request.iters, request.warmup)
     if request.values is not None:
         _check_values_fit(request.values, request.dtype)
     mesh = request.mesh

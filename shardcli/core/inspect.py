@@ -22,7 +22,7 @@ from shardcli.core.target import FitVerdict, judge_fit, oom_verdict
 from shardcli.core.timing import Timing
 from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
 from shardcli.errors import ShardcliError
-from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec, parse_mesh
+from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec, check_timing, parse_mesh
 from shardcli.targets import TargetSpec
 from shardcli.tile_math import ShardingLayout, group_tiles, normalize_index
 
@@ -499,10 +499,7 @@ def run_inspect(request: InspectRequest) -> InspectResult:
     from shardcli.core.session import open_session
     from shardcli.user_code import call_user, load
 
-    if request.iters < 1:
-        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
-    if request.warmup < 0:
-        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
+    check_timing(request.iters, request.warmup)
     if request.args and request.inputs:
         raise ShardcliError("give the arguments with --arg or with --inputs, not both")
     from shardcli.runtime import import_jax_quietly

@@ -41,7 +41,16 @@ from shardcli.matmul_registry import (
 )
 from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
-from shardcli.specs import ArraySpec, DType, MeshSpec, Mode, RunOptions, scale_dims
+from shardcli.specs import (
+    ArraySpec,
+    DType,
+    MeshSpec,
+    Mode,
+    RunOptions,
+    check_cost_figures,
+    check_timing,
+    scale_dims,
+)
 from shardcli.targets import TargetSpec
 
 DEFAULT_DIMS = (256, 512, 256)
@@ -191,13 +200,8 @@ def check_run_settings(request: RunSettings, command: str) -> None:
             f"--dtype {request.dtype.name} is not supported by {command}; "
             f"choose one of {', '.join(FLOAT_DTYPES)}"
         )
-    if request.iters < 1:
-        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
-    if request.warmup < 0:
-        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
-    for flag, value in (("--peak-tflops", request.peak_tflops), ("--link-gbps", request.link_gbps)):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise ShardcliError(f"{flag} {value:g} is not valid; give a positive number")
+    check_timing(request.iters, request.warmup)
+    check_cost_figures(request.peak_tflops, request.link_gbps)
 
 
 def validate_request(request: MatmulRequest) -> Plan:

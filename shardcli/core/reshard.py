@@ -25,7 +25,15 @@ from shardcli.core.timing import Timing, compile_timed
 from shardcli.errors import ShardcliError, refusal_text
 from shardcli.mesh import entries_of, partition_spec
 from shardcli.runtime import check_fits_in_memory
-from shardcli.specs import ArraySpec, MeshSpec, Mode, RunOptions, ShardingSpec, check_sharding_fits
+from shardcli.specs import (
+    ArraySpec,
+    MeshSpec,
+    Mode,
+    RunOptions,
+    ShardingSpec,
+    check_sharding_fits,
+    check_timing,
+)
 from shardcli.targets import TargetSpec
 from shardcli.tile_math import block_index
 
@@ -113,10 +121,7 @@ def validate_reshard_request(request: ReshardRequest) -> None:
     """
     check_sharding_fits(request.source, request.mesh, request.array.shape, flag="--from")
     check_sharding_fits(request.target, request.mesh, request.array.shape, flag="--to")
-    if request.iters < 1:
-        raise ShardcliError(f"--iters {request.iters} is not valid; give at least 1")
-    if request.warmup < 0:
-        raise ShardcliError(f"--warmup {request.warmup} is not valid; give 0 or more")
+    check_timing(request.iters, request.warmup)
     if not request.ways or any(w not in WAYS for w in request.ways):
         raise ShardcliError(
             f"--impl {','.join(request.ways)!r} is not valid; choose {', '.join(WAYS)} or all"
