@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import csv
 import dataclasses
 import io
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -360,6 +361,15 @@ def make_console(options: RunOptions, *, stderr: bool = False) -> Console:
 
 # What this run printed, for --save: written by the CLI once the command has finished.
 _recording: dict[str, Console | str | None] = {"console": None, "path": None}
+
+
+def csv_text(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A CSV document: the header row, then `rows`, with `\n` line ends."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
+    return buffer.getvalue()
 
 
 def emit(text: str, options: RunOptions) -> None:

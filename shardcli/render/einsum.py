@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import io
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -13,9 +12,10 @@ from rich.text import Text
 from shardcli import json_schema as schema
 from shardcli.core.einsum import WAY_TEXT, EinsumArray, EinsumResult, EinsumSize, WayRun
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.console import DataTable, csv_text, emit, make_console, prints_here, show_warnings
 from shardcli.render.matmul import flop_fit_json, format_flops, ratio_text
 from shardcli.render.program import (
+    collectives_cell,
     collectives_table,
     cost_model_text,
     hardware_json,
@@ -128,34 +128,32 @@ CSV_COLUMNS = (
 
 
 def einsum_csv(result: EinsumResult) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    return csv_text(CSV_COLUMNS, _csv_rows(result))
+
+
+def _csv_rows(result: EinsumResult) -> Iterator[list[Any]]:
     for size in result.sizes:
         shapes = ",".join("x".join(map(str, a.shape)) for a in size.operands)
         for w in size.ways:
             a = w.analysis
-            writer.writerow(
-                [
-                    size.notation.canonical,
-                    w.way,
-                    f"{size.scale:g}",
-                    shapes,
-                    result.request.dtype.name,
-                    w.status,
-                    human.spec_text(w.out_entries) if w.out_entries is not None else "",
-                    f"{w.timing.stats.p50 * 1e6:.3f}" if w.timing else "",
-                    f"{w.achieved_flops / 1e12:.6g}" if w.achieved_flops else "",
-                    f"{a.flops:.6g}" if a and a.flops is not None else "",
-                    a.memory.total_bytes if a and a.memory else "",
-                    ";".join(f"{c.kind}@{c.axes_text}x{c.runs}" for c in a.collectives) if a else "",
-                    a.sent_bytes if a else "",
-                    f"{w.model.t_bound_s * 1e6:.3f}" if w.model and w.model.t_bound_s is not None else "",
-                    f"{w.max_rel_err:.3e}" if w.timing else "",
-                    w.wrong,
-                ]
-            )
-    return buffer.getvalue()
+            yield [
+                size.notation.canonical,
+                w.way,
+                f"{size.scale:g}",
+                shapes,
+                result.request.dtype.name,
+                w.status,
+                human.spec_text(w.out_entries) if w.out_entries is not None else "",
+                f"{w.timing.stats.p50 * 1e6:.3f}" if w.timing else "",
+                f"{w.achieved_flops / 1e12:.6g}" if w.achieved_flops else "",
+                f"{a.flops:.6g}" if a and a.flops is not None else "",
+                a.memory.total_bytes if a and a.memory else "",
+                collectives_cell(a),
+                a.sent_bytes if a else "",
+                f"{w.model.t_bound_s * 1e6:.3f}" if w.model and w.model.t_bound_s is not None else "",
+                f"{w.max_rel_err:.3e}" if w.timing else "",
+                w.wrong,
+            ]
 
 
 # --- people ---------------------------------------------------------------------------------------

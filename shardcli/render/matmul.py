@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import io
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -15,7 +14,15 @@ from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.costmodel import CostEstimate
 from shardcli.render import human, jsonout
-from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.console import (
+    Clauses,
+    DataTable,
+    csv_text,
+    emit,
+    make_console,
+    prints_here,
+    show_warnings,
+)
 from shardcli.render.plot import Series, text_chart
 from shardcli.render.program import cost_model_text, hardware_json, model_json, verdict_json, verdict_text
 from shardcli.specs import RunOptions, format_bytes
@@ -197,38 +204,35 @@ CSV_COLUMNS = (
 
 
 def matmul_csv(result: MatmulResult) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    return csv_text(CSV_COLUMNS, _csv_rows(result))
+
+
+def _csv_rows(result: MatmulResult) -> Iterator[list[Any]]:
     for run in result.runs:
         bound = run.model.t_bound_s if run.model else None
-        rows = run.impls or ()
         if run.skipped:
-            writer.writerow(
+            yield (
                 [run.case.name, "", f"{run.scale:g}", *run.dims, result.request.dtype.name, "skipped"]
                 + [""] * 6
                 + [0]
             )
-        for i in rows:
+        for i in run.impls:
             timing = i.timing
-            writer.writerow(
-                [
-                    run.case.name,
-                    i.impl,
-                    f"{run.scale:g}",
-                    *run.dims,
-                    result.request.dtype.name,
-                    i.status,
-                    f"{timing.stats.p50 * 1e6:.3f}" if timing is not None else "",
-                    f"{i.achieved_flops / 1e12:.6g}" if i.achieved_flops else "",
-                    f"{bound * 1e6:.3f}" if bound is not None else "",
-                    run.model.dominant if run.model and run.model.dominant else "",
-                    ";".join(f"{h.op}:{h.count}" for h in i.hlo),
-                    f"{i.max_rel_err:.3e}" if timing is not None else "",
-                    i.wrong,
-                ]
-            )
-    return buffer.getvalue()
+            yield [
+                run.case.name,
+                i.impl,
+                f"{run.scale:g}",
+                *run.dims,
+                result.request.dtype.name,
+                i.status,
+                f"{timing.stats.p50 * 1e6:.3f}" if timing is not None else "",
+                f"{i.achieved_flops / 1e12:.6g}" if i.achieved_flops else "",
+                f"{bound * 1e6:.3f}" if bound is not None else "",
+                run.model.dominant if run.model and run.model.dominant else "",
+                ";".join(f"{h.op}:{h.count}" for h in i.hlo),
+                f"{i.max_rel_err:.3e}" if timing is not None else "",
+                i.wrong,
+            ]
 
 
 # --- people ---------------------------------------------------------------------------------------

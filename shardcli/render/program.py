@@ -99,6 +99,13 @@ def _where(c: CollectiveOp) -> str:
     return f"{op} at {os.path.basename(path)}:{line}"
 
 
+def collectives_cell(analysis: ProgramAnalysis | None) -> str:
+    """A CSV cell of a program's collectives: `all-reduce@model x1;all-gather@data x3`."""
+    if analysis is None:
+        return ""
+    return ";".join(f"{c.kind}@{c.axes_text}x{c.runs}" for c in analysis.collectives)
+
+
 def runs_text(c: CollectiveOp) -> str:
     return f"{c.runs}" if c.runs_known else f"{c.runs}?"
 

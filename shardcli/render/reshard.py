@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Any
 
 from rich.table import Table
@@ -12,8 +10,17 @@ from rich.text import Text
 from shardcli import json_schema as schema
 from shardcli.core.reshard import WAY_TEXT, ReshardResult, ReshardWay
 from shardcli.render import human, jsonout
-from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
+from shardcli.render.console import (
+    Clauses,
+    DataTable,
+    csv_text,
+    emit,
+    make_console,
+    prints_here,
+    show_warnings,
+)
 from shardcli.render.program import (
+    collectives_cell,
     collectives_table,
     memory_clauses,
     program_json,
@@ -100,28 +107,24 @@ CSV_COLUMNS = (
 
 def reshard_csv(result: ReshardResult) -> str:
     req = result.request
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for w in result.ways:
-        a = w.analysis
-        writer.writerow(
-            [
-                w.way,
-                "x".join(map(str, req.array.shape)),
-                req.array.dtype.name,
-                req.source.describe(),
-                req.target.describe(),
-                w.status,
-                ";".join(f"{c.kind}@{c.axes_text}x{c.runs}" for c in a.collectives) if a else "",
-                a.sent_bytes if a else "",
-                result.min_receive_bytes,
-                f"{w.timing.stats.p50 * 1e6:.3f}" if w.timing else "",
-                f"{w.algbw / 1e9:.6g}" if w.algbw is not None else "",
-                w.wrong,
-            ]
-        )
-    return buffer.getvalue()
+    rows = (
+        [
+            w.way,
+            "x".join(map(str, req.array.shape)),
+            req.array.dtype.name,
+            req.source.describe(),
+            req.target.describe(),
+            w.status,
+            collectives_cell(w.analysis),
+            w.analysis.sent_bytes if w.analysis else "",
+            result.min_receive_bytes,
+            f"{w.timing.stats.p50 * 1e6:.3f}" if w.timing else "",
+            f"{w.algbw / 1e9:.6g}" if w.algbw is not None else "",
+            w.wrong,
+        ]
+        for w in result.ways
+    )
+    return csv_text(CSV_COLUMNS, rows)
 
 
 def _status(way: ReshardWay) -> Text:
