@@ -19,13 +19,13 @@ import numpy as np
 
 from shardcli.arrays import make_host_array, place_array
 from shardcli.core.fit import LatencyBandwidthFit, fit_each
-from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled
+from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled, program_cost
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
 from shardcli.core.target import FitVerdict, compile_for_target, judge_fit
 from shardcli.core.timing import Timing, compile_timed
 from shardcli.core.verify import dot_input_roundoff, float_eps
-from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate
+from shardcli.costmodel import CostEstimate, Hardware
 from shardcli.einsum_notation import EinsumNotation, parse_einsum
 from shardcli.errors import ShardcliError, refusal_text
 from shardcli.mesh import entries_of, partition_spec
@@ -282,26 +282,6 @@ def _build(
     return jax.jit(_program(notation, None), in_shardings=shardings, out_shardings=out_sharding), args, None
 
 
-def comm_of(analysis: ProgramAnalysis) -> tuple[CommCost, ...]:
-    """The cost model's collectives: what the compiler inserted, each device's bytes sent per run
-    times its runs."""
-    return tuple(
-        CommCost(
-            op=c.kind, axis=c.axes_text, group_size=c.group_size or 1, bytes_per_device=c.sent_bytes * c.runs
-        )
-        for c in analysis.collectives
-    )
-
-
-def program_cost(
-    analysis: ProgramAnalysis, model_flops_per_device: float, hardware: Hardware
-) -> CostEstimate:
-    """T_math from the compiled program's FLOPs per device (XLA's count, else the model's share),
-    T_comm from the bytes its collectives send."""
-    flops = analysis.flops if analysis.flops is not None else model_flops_per_device
-    return estimate(int(flops), comm_of(analysis), hardware)
-
-
 def run_way(
     way: str,
     session: Session,
@@ -340,7 +320,7 @@ def run_way(
         message=None,
         out_entries=entries_of(y.sharding, y.ndim),
         analysis=analysis,
-        model=program_cost(analysis, model_flops / request.mesh.size, hardware),
+        model=program_cost(analysis, hardware, model_flops / request.mesh.size),
         timing=timing,
         achieved_flops=model_flops / timing.stats.p50 if timing.stats.p50 > 0 else None,
         max_rel_err=check.max_rel_err,
@@ -383,7 +363,7 @@ def compile_way(
         message=None,
         out_entries=entries_of(out, len(notation.output)),
         analysis=analysis,
-        model=program_cost(analysis, model_flops / session.spec.size, hardware),
+        model=program_cost(analysis, hardware, model_flops / session.spec.size),
         timing=None,
         achieved_flops=None,
         max_rel_err=0.0,

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled
+from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled, program_cost
 from shardcli.core.session import Session
 from shardcli.core.target import FitVerdict, judge_fit, oom_verdict
 from shardcli.core.timing import Timing
-from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate, table_hardware
+from shardcli.costmodel import CostEstimate, Hardware, table_hardware
 from shardcli.errors import ShardcliError
 from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec, check_timing, parse_mesh
 from shardcli.targets import TargetSpec
@@ -304,16 +304,6 @@ def hardware_for(
     )
 
 
-def cost_of(analysis: ProgramAnalysis, hardware: Hardware) -> CostEstimate:
-    comm = tuple(
-        CommCost(
-            op=c.kind, axis=c.axes_text, group_size=c.group_size or 1, bytes_per_device=c.sent_bytes * c.runs
-        )
-        for c in analysis.collectives
-    )
-    return estimate(int(analysis.flops or 0), comm, hardware)
-
-
 # --- compiling ------------------------------------------------------------------------------------
 
 
@@ -442,7 +432,7 @@ def inspect_program(
         arguments=arguments,
         results=results,
         analysis=analysis,
-        model=cost_of(analysis, hardware),
+        model=program_cost(analysis, hardware),
         hardware=hardware,
         findings=find_mistakes(arguments, results, analysis, outs, session.mesh.size),
         lower_s=lower_s,

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardcli.costmodel import CommCost, CostEstimate, Hardware, estimate
+
 HLO_COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 _ELEMENT_BYTES = {
     "pred": 1,
@@ -163,6 +165,19 @@ class ProgramAnalysis:
     def sent_bytes(self) -> int:
         """Bytes each device sends in one execution, over every collective and its runs."""
         return sum(c.sent_bytes * c.runs for c in self.collectives)
+
+
+def program_cost(analysis: ProgramAnalysis, hardware: Hardware, fallback_flops: float = 0.0) -> CostEstimate:
+    """The cost model of a compiled program: T_math from its FLOPs per device (XLA's count, else
+    `fallback_flops`), T_comm from what each collective sends per run times its runs."""
+    comm = tuple(
+        CommCost(
+            op=c.kind, axis=c.axes_text, group_size=c.group_size or 1, bytes_per_device=c.sent_bytes * c.runs
+        )
+        for c in analysis.collectives
+    )
+    flops = analysis.flops if analysis.flops is not None else fallback_flops
+    return estimate(int(flops), comm, hardware)
 
 
 def summarize_by_kind(collectives: Sequence[CollectiveOp]) -> tuple[HloCollective, ...]:

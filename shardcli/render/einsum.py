@@ -30,13 +30,12 @@ from shardcli.specs import RunOptions, format_bytes
 FORMATS = ("table", "json", "csv")
 
 
-def _spec_json(entries: tuple[tuple[str, ...], ...] | None) -> list[list[str] | None] | None:
-    return None if entries is None else [list(e) if e else None for e in entries]
-
-
 def _array_json(array: EinsumArray) -> dict[str, Any]:
     return schema.EINSUM_ARRAY(
-        name=array.name, subscripts=array.letters, shape=list(array.shape), spec=_spec_json(array.entries)
+        name=array.name,
+        subscripts=array.letters,
+        shape=list(array.shape),
+        spec=jsonout.spec_json(array.entries),
     )
 
 
@@ -45,7 +44,7 @@ def _way_json(run: WayRun) -> dict[str, Any]:
         impl=run.way,
         status=run.status,
         message=run.message,
-        out_spec=_spec_json(run.out_entries),
+        out_spec=jsonout.spec_json(run.out_entries),
         program=program_json(run.analysis),
         model=model_json(run.model),
         timing=jsonout.timing_json(run.timing),
@@ -69,8 +68,8 @@ def einsum_json(result: EinsumResult) -> dict[str, Any]:
                 subscripts=notation.text,
                 canonical=notation.canonical,
                 shapes=[list(notation.operand_shape(i)) for i in range(len(notation.inputs))],
-                in_specs=[_spec_json(s.entries) for s in req.in_specs],
-                out_spec=_spec_json(req.out_spec.entries) if req.out_spec is not None else None,
+                in_specs=[jsonout.spec_json(s.entries) for s in req.in_specs],
+                out_spec=jsonout.spec_json(req.out_spec.entries) if req.out_spec is not None else None,
                 impls=list(req.ways),
                 dtype=req.dtype.name,
                 init=req.init,

@@ -35,7 +35,7 @@ def _array_json(fact: ArrayFact) -> dict[str, Any]:
         name=fact.name,
         dtype=fact.dtype,
         shape=list(fact.shape),
-        spec=None if fact.entries is None else [list(e) if e else None for e in fact.entries],
+        spec=jsonout.spec_json(fact.entries),
         bytes=fact.bytes_global,
         bytes_per_device=fact.bytes_per_device,
         replication=fact.layout.replication,

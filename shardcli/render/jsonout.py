@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -60,6 +60,11 @@ def _samples_json(timing: Timing) -> dict[str, Any]:
         samples_s=list(timing.samples),
         stats_s=schema.STATS(min=s.min, p50=s.p50, p90=s.p90, max=s.max, mean=s.mean, stdev=s.stdev),
     )
+
+
+def spec_json(entries: Sequence[Sequence[str]] | None) -> list[list[str] | None] | None:
+    """A spec as JSON: per dim the list of its mesh axes, or null for a dim not split (null for none)."""
+    return None if entries is None else [list(e) if e else None for e in entries]
 
 
 def index_json(index: Index) -> list[list[int]]:

@@ -94,7 +94,7 @@ def _array_json(layout: ArrayLayout) -> dict[str, Any]:
     return schema.MATMUL_ARRAY(
         name=layout.name,
         shape=list(layout.shape),
-        spec=[list(e) if e else None for e in layout.entries],
+        spec=jsonout.spec_json(layout.entries),
         local_shape=list(layout.local_shape),
     )
 
@@ -105,7 +105,7 @@ def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
         status=run.status,
         message=run.message,
         expected_refusal=run.expected_refusal,
-        out_spec=None if run.out_entries is None else [list(e) if e else None for e in run.out_entries],
+        out_spec=jsonout.spec_json(run.out_entries),
         hlo_collectives=jsonout.hlo_json(run.hlo),
         xla_cost=schema.XLA_COST(flops_per_device=run.xla_flops, bytes_accessed_per_device=run.xla_bytes),
         timing=jsonout.timing_json(run.timing),

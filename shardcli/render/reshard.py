@@ -33,16 +33,12 @@ from shardcli.tile_math import format_index
 FORMATS = ("table", "json", "csv")
 
 
-def _spec_json(entries: tuple[tuple[str, ...], ...] | None) -> list[list[str] | None] | None:
-    return None if entries is None else [list(e) if e else None for e in entries]
-
-
 def _way_json(way: ReshardWay) -> dict[str, Any]:
     return schema.RESHARD_IMPL(
         impl=way.way,
         status=way.status,
         message=way.message,
-        out_spec=_spec_json(way.out_entries),
+        out_spec=jsonout.spec_json(way.out_entries),
         program=program_json(way.analysis),
         timing=jsonout.timing_json(way.timing),
         algbw_gbps=way.algbw / 1e9 if way.algbw is not None else None,
@@ -63,8 +59,8 @@ def reshard_json(result: ReshardResult) -> dict[str, Any]:
                 dtype=req.array.dtype.name,
                 init=req.array.init,
                 nbytes=req.array.nbytes,
-                from_spec=_spec_json(req.source.entries),
-                to_spec=_spec_json(req.target.entries),
+                from_spec=jsonout.spec_json(req.source.entries),
+                to_spec=jsonout.spec_json(req.target.entries),
                 impls=list(req.ways),
                 warmup=req.warmup,
                 iters=req.iters,

@@ -25,7 +25,7 @@ def shard_json(result: ShardResult) -> dict:
                 dtype=req.array.dtype.name,
                 init=req.array.init,
                 nbytes=req.array.nbytes,
-                spec=[list(e) if e else None for e in req.sharding.entries],
+                spec=jsonout.spec_json(req.sharding.entries),
                 jax_type=result.jax_type,
                 values=jsonout.values_json(result.global_values),
             ),
