@@ -22,6 +22,7 @@ from shardcli.render.program import (
     memory_clauses,
     model_json,
     program_json,
+    status_text,
     verdict_json,
     verdict_text,
 )
@@ -158,16 +159,6 @@ def _csv_rows(result: EinsumResult) -> Iterator[list[Any]]:
 # --- people ---------------------------------------------------------------------------------------
 
 
-def _status(run: WayRun) -> Text:
-    if run.status == "ok":
-        return Text("ok", style="green")
-    if run.status == "compiled":
-        return Text("compiled", style="green")
-    if run.status == "does not fit":
-        return Text("does not fit", style="bold red")
-    return Text("refused (lesson)", style="yellow")
-
-
 def ways_table(size: EinsumSize) -> Table:
     """Per way: the result's sharding, what the compiled program needs and moves, timing, #wrong."""
     table = DataTable(box=None, header_style="bold")
@@ -187,7 +178,7 @@ def ways_table(size: EinsumSize) -> Table:
         ratio = w.timing.stats.p50 / bound if w.timing and bound else None
         table.add_row(
             w.way,
-            _status(w),
+            status_text(w.status, "refused (lesson)"),
             human.spec_text(w.out_entries),
             format_bytes(a.memory.total_bytes) if a and a.memory else "-",
             format_flops(a.flops, "") if a and a.flops is not None else "-",

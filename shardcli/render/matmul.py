@@ -24,7 +24,14 @@ from shardcli.render.console import (
     show_warnings,
 )
 from shardcli.render.plot import Series, text_chart
-from shardcli.render.program import cost_model_text, hardware_json, model_json, verdict_json, verdict_text
+from shardcli.render.program import (
+    cost_model_text,
+    hardware_json,
+    model_json,
+    status_text,
+    verdict_json,
+    verdict_text,
+)
 from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
@@ -63,16 +70,11 @@ def hlo_text(run: ImplRun, with_bytes: bool = False) -> str:
     )
 
 
-def status_text(run: ImplRun) -> Text:
-    if run.status == "ok":
-        return Text("ok", style="green")
-    if run.status == "compiled":
-        return Text("compiled", style="green")
-    if run.status == "does not fit":
-        return Text("does not fit", style="bold red")
+def impl_status(run: ImplRun) -> Text:
+    """A refusal the case expects (its lesson) is `refused*`; one it does not, `refused!`."""
     if run.expected_refusal:
-        return Text("refused*", style="yellow")
-    return Text("refused!", style="bold yellow")
+        return status_text(run.status, "refused*")
+    return status_text(run.status, "refused!", "bold yellow")
 
 
 def ratio_text(ratio: float | None) -> str:
@@ -269,7 +271,7 @@ def compiled_table(run: CaseRun) -> Table:
     for i in run.impls:
         table.add_row(
             i.impl,
-            status_text(i),
+            impl_status(i),
             human.spec_text(i.out_entries),
             hlo_text(i, with_bytes=True),
             format_flops(i.xla_flops, "") if i.xla_flops is not None else "-",
@@ -339,7 +341,7 @@ def comparison_table(result: MatmulResult) -> Table:
                 *lead,
                 run.case.name,
                 i.impl,
-                status_text(i),
+                impl_status(i),
                 hlo_text(i),
                 f"{timing.stats.p50 * 1e6:.1f}" if timing is not None else "-",
                 format_flops(i.achieved_flops, ""),

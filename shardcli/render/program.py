@@ -106,6 +106,17 @@ def collectives_cell(analysis: ProgramAnalysis | None) -> str:
     return ";".join(f"{c.kind}@{c.axes_text}x{c.runs}" for c in analysis.collectives)
 
 
+_STATUS_STYLES = {"ok": "green", "compiled": "green", "does not fit": "bold red"}
+
+
+def status_text(status: str, refused: str = "refused", refused_style: str = "yellow") -> Text:
+    """A way's status as the tables show it: ok and compiled in green, does not fit in red, and a
+    refusal by JAX as `refused` (each command words its own)."""
+    if status in _STATUS_STYLES:
+        return Text(status, style=_STATUS_STYLES[status])
+    return Text(refused, style=refused_style)
+
+
 def runs_text(c: CollectiveOp) -> str:
     return f"{c.runs}" if c.runs_known else f"{c.runs}?"
 

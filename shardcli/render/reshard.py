@@ -24,6 +24,7 @@ from shardcli.render.program import (
     collectives_table,
     memory_clauses,
     program_json,
+    status_text,
     verdict_json,
     verdict_text,
 )
@@ -123,11 +124,6 @@ def reshard_csv(result: ReshardResult) -> str:
     return csv_text(CSV_COLUMNS, rows)
 
 
-def _status(way: ReshardWay) -> Text:
-    style = {"ok": "green", "compiled": "green", "does not fit": "bold red"}.get(way.status, "yellow")
-    return Text(way.status, style=style)
-
-
 def moves_table(result: ReshardResult) -> Table:
     axes = result.session.layout.axes
     coords = {c.device_id: c.coords for c in result.session.layout.cells}
@@ -166,7 +162,7 @@ def ways_table(result: ReshardResult) -> Table:
         a = w.analysis
         table.add_row(
             w.way,
-            _status(w),
+            status_text(w.status),
             human.spec_text(w.out_entries),
             format_bytes(a.sent_bytes) if a else "-",
             format_bytes(a.memory.total_bytes) if a and a.memory else "-",
