@@ -393,22 +393,15 @@ def run_size(
 ) -> EinsumSize:
     """Every requested way at one size, against one float64 NumPy reference (compile-only for a target)."""
     operands, result = _arrays(notation, request)
+    model_flops = notation.model_flops()  # NumPy's contraction path: once per size
     if request.compile_target is not None:
+        target = request.compile_target
         ways = tuple(
-            compile_way(
-                way,
-                session,
-                explicit_mesh,
-                request,
-                notation,
-                notation.model_flops(),
-                hardware,
-                request.compile_target,
-            )
+            compile_way(way, session, explicit_mesh, request, notation, model_flops, hardware, target)
             for way in request.ways
         )
-        text = f"not verified: compile-only for {request.compile_target.name}, nothing ran"
-        return EinsumSize(scale, notation, operands, result, notation.model_flops(), text, ways)
+        text = f"not verified: compile-only for {target.name}, nothing ran"
+        return EinsumSize(scale, notation, operands, result, model_flops, text, ways)
     hosts = [
         make_host_array(
             ArraySpec(shape=notation.operand_shape(i), dtype=request.dtype, init=request.init), seed=i
@@ -419,7 +412,6 @@ def run_size(
     ref = np.asarray(np.einsum(notation.canonical, *wide), dtype=np.float64)
     scale_of = np.asarray(np.einsum(notation.canonical, *(np.abs(w) for w in wide)), dtype=np.float64)
     tol, tol_text = tolerance_for(notation, request, session.runtime.platform)
-    model_flops = notation.model_flops()
     ways = tuple(
         run_way(
             way,
