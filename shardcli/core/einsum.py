@@ -470,10 +470,12 @@ def run_einsum(
 ) -> EinsumResult:
     """Run every (size, way) of the request.
 
+    The request is checked once, where it is built (`build_einsum_request`); a request built by hand
+    must pass `validate_einsum_request` first: it is not checked again here.
+
     Raises:
-        ShardcliError: bad input, found before allocating.
+        ShardcliError: what only the devices tell (too little memory, a target's mesh), before allocating.
     """
-    validate_einsum_request(request)
     if request.compile_target is not None:
         session, explicit_mesh, hardware = _target_session(request, request.compile_target)
     else:

@@ -255,10 +255,12 @@ def run_reshard(
 ) -> ReshardResult:
     """Run every way of the request.
 
+    The request is checked once, where it is built (`shardcli.requests.build_reshard_request_from_flags`);
+    a request built by hand must pass `validate_reshard_request` first: it is not checked again here.
+
     Raises:
-        ShardcliError: bad input, found before allocating.
+        ShardcliError: what only the devices tell (too little memory, a target's mesh), before allocating.
     """
-    validate_reshard_request(request)
     if request.compile_target is not None:
         return _compile_only(request, request.compile_target)
     item_blocks = sum(

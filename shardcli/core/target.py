@@ -148,10 +148,6 @@ def compiler_installed(platform: str) -> bool:
     return importlib.util.find_spec(COMPILER_MODULES[platform]) is not None
 
 
-def libtpu_installed() -> bool:
-    return compiler_installed("tpu")
-
-
 def open_target_session(
     target: TargetSpec,
     mesh_text: str | None,
