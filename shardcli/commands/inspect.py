@@ -130,6 +130,5 @@ def inspect(
 
 def _typed(ctx: typer.Context, name: str) -> bool:
     """Whether the user gave the option (on the command line or in the environment)."""
-    from click.core import ParameterSource
-
-    return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled, program_cost
-from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf
+from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf, jit_of
 from shardcli.core.session import Session
 from shardcli.core.target import FitVerdict, judge_fit, oom_verdict
 from shardcli.core.timing import Timing
@@ -310,8 +310,14 @@ class DoesNotFit(Exception):
 _ASKS_FOR_MESH = ("jax.set_mesh", "mesh in context", "context mesh cannot be empty", "under a mesh context")
 
 
-def asks_for_context_mesh(error: BaseException) -> bool:
-    """Whether JAX refused the program only because no context mesh (`jax.set_mesh`) was set."""
+def asks_for_context_mesh(error: BaseException, explicit: bool = False) -> bool:
+    """Whether JAX refused the program only because no context mesh (`jax.set_mesh`) was set.
+
+    On a mesh with explicit axes any refusal counts: explicit-axes code is written to run under
+    `jax.set_mesh` (`out_sharding=P(...)`, indexing, `reshard`), and fails in many ways without it.
+    """
+    if explicit:
+        return True
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -348,8 +354,8 @@ def compile_program(
     A function already jitted is compiled with its own configuration (in/out shardings, donated and
     static arguments). The program is traced without a context mesh, as plain `jax.jit` traces it;
     only where JAX asks for one (a bare PartitionSpec in `with_sharding_constraint`, a `shard_map`
-    without a mesh, explicit-axes code) is it traced again under `jax.set_mesh(mesh)`, as the user's
-    own script would run it.
+    without a mesh), or where explicit-axes code fails without one, is it traced again under
+    `jax.set_mesh(mesh)`, as the user's own script runs it.
 
     Raises:
         DoesNotFit: compiling for `target`, the TPU compiler ran out of the chip's HBM.
@@ -362,10 +368,8 @@ def compile_program(
     from shardcli.core.target import quiet_native_logs
     from shardcli.user_code import guarded, raised_in, user_error
 
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    kwargs = kwargs or {}
+    jitted, args, kwargs = jit_of(fn, args, kwargs or {})
     lower_s = 0.0
-    context_mesh = False
     quiet: contextlib.AbstractContextManager[list[str]] = (
         quiet_native_logs() if target is not None else contextlib.nullcontext([])
     )
@@ -374,10 +378,12 @@ def compile_program(
         # same file would bring that copy's source lines (the cache key leaves locations out).
         with quiet, guarded(f"tracing {what}"), jax_config.enable_compilation_cache(False):
             start = time.perf_counter()
+            context_mesh = False
             try:
                 lowered = jitted.lower(*args, **kwargs)
             except Exception as error:  # noqa: BLE001 - retried only where JAX asked for a mesh
-                if not asks_for_context_mesh(error):
+                explicit = any(getattr(t, "name", "") == "Explicit" for t in mesh.axis_types)
+                if not asks_for_context_mesh(error, explicit):
                     raise
                 context_mesh = True
                 with jax.set_mesh(mesh):
@@ -430,12 +436,15 @@ def inspect_program(
     process_timing: str = "max",
     target: TargetSpec | None = None,
     mode: str | None = None,
+    mesh_given: bool = True,
 ) -> InspectResult:
     """Lower and compile `fn` on abstract `args` and read what the compiler made of it.
 
     Args:
         mode: "auto" or "explicit" axes for the mesh (--mode typed); None: as the arguments' mesh
             has them.
+        mesh_given: the session's mesh was asked for (--mesh, --axes); else arguments on an abstract
+            mesh bring its shape and names.
 
     Raises:
         ShardcliError: JAX could not compile it (one line).
@@ -451,6 +460,7 @@ def inspect_program(
         (tuple(as_abstract(a) for a in args), as_abstract(dict(kwargs or {}))),
         mode,
         f"the arguments of {name}",
+        mesh_given=mesh_given,
     )
     named = _leaf_names(getattr(fn, "__wrapped__", fn), args, kwargs)
     unplaced = NamedSharding(session.mesh, PartitionSpec())  # until the compiler says otherwise
@@ -481,9 +491,7 @@ def inspect_program(
         )
     compiled = built.compiled
     if built.context_mesh:
-        session = _noted(
-            session, "traced under jax.set_mesh(mesh): the program names shardings by PartitionSpec"
-        )
+        session = _noted(session, "traced under jax.set_mesh(mesh), as JAX asked for this program")
     placed = _compiled_input_shardings(compiled, len(named))
     if placed is not None:
         arguments = tuple(
@@ -641,6 +649,7 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         process_timing=request.options.process_timing,
         target=request.compile_target,
         mode=str(request.options.mode) if request.mode_given or request.inputs is None else None,
+        mesh_given=request.mesh_text is not None or request.axes_text is not None,
     )
 
 

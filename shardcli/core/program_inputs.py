@@ -94,7 +94,7 @@ class ProgramMesh:
 
     @property
     def explicit(self) -> bool:
-        return any(str(t) == "Explicit" for t in getattr(self.mesh, "axis_types", ()))
+        return any(getattr(t, "name", "") == "Explicit" for t in getattr(self.mesh, "axis_types", ()))
 
     def describe(self) -> str:
         sizes = "x".join(str(s) for s in self.mesh.axis_sizes)
@@ -205,7 +205,7 @@ def _is_step(x: Any) -> bool:
     """A function to compile (jitted or not), not an argument: callables that hold no arrays."""
     import jax
 
-    return callable(x) and not jax.tree_util.tree_leaves(x, is_leaf=is_array_leaf)
+    return callable(x) and not any(is_array_leaf(leaf) for leaf in jax.tree_util.tree_leaves(x))
 
 
 def call_inputs(maker: Any, flag: str, mesh: Any) -> GivenInputs:
@@ -248,3 +248,59 @@ def call_inputs(maker: Any, flag: str, mesh: Any) -> GivenInputs:
     if len(made) == 2 and _is_step(made[0]) and isinstance(made[1], (tuple, list)):
         return GivenInputs(made[0], tuple(made[1]), {})
     return GivenInputs(None, tuple(made), {})
+
+
+_PLAIN_LEAVES = (int, float, complex, bool, type(None))
+
+
+def _filtered_jit(fn: Any) -> bool:
+    """An equinox `filter_jit` function: arrays are its traced arguments, every other leaf static."""
+    return type(fn).__module__.split(".")[0] == "equinox" and hasattr(fn, "__wrapped__")
+
+
+def jit_of(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The jitted function `lower` is called on, with its arguments, computing what `fn` computes.
+
+    A `jax.jit` function is taken as it is (its shardings, donated and static arguments). A plain
+    function is `jax.jit`-ed, as `jax.jit(fn).lower(*args)` would. Where the arguments hold leaves
+    that are no JAX type (an equinox module's activation function), or `fn` is an equinox
+    `filter_jit` function (which takes abstract arrays as static values), the arrays are traced and
+    every other leaf is held static, as `eqx.filter_jit` does; its `donate` is kept.
+    """
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    filtered = _filtered_jit(fn)
+    if not filtered and (
+        hasattr(fn, "lower") or all(is_array_leaf(x) or isinstance(x, _PLAIN_LEAVES) for x in leaves)
+    ):
+        return (fn if hasattr(fn, "lower") else jax.jit(fn)), args, kwargs
+    inner = fn.__wrapped__ if filtered else fn
+    traced = [is_array_leaf(x) for x in leaves]
+    held = [None if t else x for x, t in zip(leaves, traced, strict=True)]
+    first = len(jax.tree_util.tree_leaves(args[0])) if args else 0
+    donate = []
+    for i, t in enumerate(traced):
+        if t and (
+            (getattr(fn, "donate_first", False) and i < first)
+            or (getattr(fn, "donate_rest", False) and i >= first)
+        ):
+            donate.append(sum(traced[:i]))
+
+    def call(*arrays: Any) -> Any:
+        given = iter(arrays)
+        a, k = jax.tree_util.tree_unflatten(
+            tree, [next(given) if t else h for t, h in zip(traced, held, strict=True)]
+        )
+        out = inner(*a, **k)
+        return [x for x in jax.tree_util.tree_leaves(out) if is_array_leaf(x)]
+
+    call.__name__ = getattr(inner, "__name__", "step")
+    call.__wrapped__ = inner  # type: ignore[attr-defined]
+    return (
+        jax.jit(call, donate_argnums=tuple(donate)),
+        tuple(x for x, t in zip(leaves, traced, strict=True) if t),
+        {},
+    )

@@ -58,7 +58,11 @@ def session_of_mesh(mesh: Any) -> Session:
     )
     layout = describe_mesh(mesh)
     spec = MeshSpec(shape=tuple(mesh.devices.shape), axes=tuple(str(a) for a in mesh.axis_names))
-    mode = "explicit" if any(str(t) == "Explicit" for t in getattr(mesh, "axis_types", ())) else "auto"
+    mode = (
+        "explicit"
+        if any(getattr(t, "name", "") == "Explicit" for t in getattr(mesh, "axis_types", ()))
+        else "auto"
+    )
     return Session(runtime=runtime, spec=spec, mesh=mesh, layout=layout, mode=mode, devices=tuple(devices))
 
 
@@ -68,7 +72,7 @@ def session_on(session: Session, mesh: Any) -> Session:
 
     if mesh is session.mesh:
         return session
-    explicit = any(str(t) == "Explicit" for t in getattr(mesh, "axis_types", ()))
+    explicit = any(getattr(t, "name", "") == "Explicit" for t in getattr(mesh, "axis_types", ()))
     return replace(
         session,
         runtime=replace(session.runtime, device_count=mesh.size),
@@ -79,12 +83,15 @@ def session_on(session: Session, mesh: Any) -> Session:
     )
 
 
-def on_program_mesh(session: Session, tree: Any, mode: str | None, where: str) -> tuple[Session, Any]:
+def on_program_mesh(
+    session: Session, tree: Any, mode: str | None, where: str, *, mesh_given: bool = True
+) -> tuple[Session, Any]:
     """The program's arguments and the session on the mesh they name.
 
     Arguments sharded on a concrete mesh (one the user's file built) bring it: the session takes it,
     its devices being the run's. Arguments on an AbstractMesh (`nnx.eval_shape` under `jax.set_mesh`)
-    are bound to the run's mesh by axis names and sizes. The axis types follow the arguments' mesh
+    are bound to the run's mesh by axis names and sizes; where no mesh was given (`mesh_given`), the
+    run's devices take the abstract mesh's shape and names. The axis types follow the arguments' mesh
     (explicit inputs give an explicit run); `mode` (--mode typed) overrides them.
 
     Raises:
@@ -95,6 +102,12 @@ def on_program_mesh(session: Session, tree: Any, mode: str | None, where: str) -
     found = program_mesh(tree)
     mesh = session.mesh
     if found is not None and found.abstract:
+        if not mesh_given and found.mesh.size <= len(session.devices):
+            import jax
+            import numpy as np
+
+            devices = np.asarray(session.devices[: found.mesh.size], dtype=object)
+            mesh = jax.sharding.Mesh(devices.reshape(found.mesh.axis_sizes), found.mesh.axis_names)
         check_binds(found, mesh, where)
     elif found is not None:
         own = {(d.platform, d.id) for d in session.devices}
