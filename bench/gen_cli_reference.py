@@ -92,8 +92,8 @@ EXAMPLES: dict[str, str | list[str]] = {
         "'f32[64,1024]@data,None' "
         "--arg 'f32[1024,1024]' --no-color -q | tail -2",
     ],
-    "readme-real-model": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:tiny_inputs "
-    "--axes data,model --no-color -q | head -8",
+    "readme-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
+    "examples/llama.py:tiny_inputs --axes data,model --no-color -q | head -8",
     "tutorial-inspect-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
     "examples/llama.py:tiny_inputs --axes data,model --format json | jq -c '.program.memory, "
     '[.arguments[] | select(.name | startswith("params.layers.w_")) | {name, spec}]\'',
