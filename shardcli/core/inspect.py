@@ -18,6 +18,7 @@ from typing import Any
 
 from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled, program_cost
 from shardcli.core.session import Session
+from shardcli.core.step_time import StepEstimate, step_time_of
 from shardcli.core.target import FitVerdict, judge_fit, oom_verdict
 from shardcli.core.timing import Timing
 from shardcli.costmodel import CostEstimate, Hardware, table_hardware
@@ -111,6 +112,7 @@ class InspectResult:
     compile_s: float
     timing: Timing | None = None
     fit: FitVerdict | None = None  # --target: the program's memory per chip against its HBM
+    step: StepEstimate | None = None  # the step-time estimate, on a device kind the hardware table knows
 
     @property
     def does_not_fit(self) -> bool:
@@ -439,6 +441,27 @@ def inspect_program(
         compile_s=compile_s,
         timing=timing,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
+        step=_step_time(analysis, session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps),
+    )
+
+
+def _step_time(
+    analysis: ProgramAnalysis,
+    session: Session,
+    dtype_name: str,
+    peak_tflops: float | None,
+    link_gbps: float | None,
+) -> StepEstimate | None:
+    """The step-time estimate, with --peak-tflops/--link-gbps in place of the table's figures."""
+    from shardcli.hardware import Figure
+
+    return step_time_of(
+        analysis,
+        session.mesh,
+        session.runtime.device_kind,
+        dtype_name,
+        peak=Figure(peak_tflops * 1e12, "FLOP/s", "--peak-tflops") if peak_tflops is not None else None,
+        link=Figure(link_gbps * 1e9, "B/s", "--link-gbps") if link_gbps is not None else None,
     )
 
 
