@@ -464,6 +464,7 @@ COMPARE_BODY = Record(
 PROGRAM_COLLECTIVE = Record(
     "kind",
     "mesh_axes",
+    "axis_slices",
     "group_size",
     "shape",
     "result_bytes",

@@ -76,7 +76,9 @@ class CollectiveOp:
 
     `mesh_axes` names the mesh axes its groups run over, read from its replica groups (or, for a
     collective-permute, the axes its source/target pairs step along); None where the groups do not
-    follow mesh axes (or no mesh was given). `runs` counts how often one execution of the program
+    follow mesh axes (or no mesh was given). A group that takes a regular part of an axis (every
+    2nd device of it, or blocks of neighbours) still names that axis, with the part in
+    `axis_slices`. `runs` counts how often one execution of the program
     runs it: a collective in a loop body counts the loop's trip count where the compiler knows it
     (`runs_known` False where it does not: then `runs` counts one trip).
     """
@@ -91,6 +93,9 @@ class CollectiveOp:
     op_name: str | None  # the JAX operation, e.g. "jit(step)/dot_general"
     source: str | None  # "file.py:LINE" where JAX recorded it
     is_async: bool
+    # Where a group takes part of an axis: each of `mesh_axes` as the slice of it one group takes
+    # (`data[::2]`: every 2nd device along data); empty where the groups span their axes whole.
+    axis_slices: tuple[str, ...] = ()
 
     @property
     def sent_bytes(self) -> int:
@@ -122,9 +127,10 @@ class CollectiveOp:
 
     @property
     def axes_text(self) -> str:
+        """`data+model`; a subgroup of an axis as its slice, `data[::2]`; `?` for groups along no axes."""
         if self.mesh_axes is None:
             return "?"
-        return "+".join(self.mesh_axes) if self.mesh_axes else "-"
+        return "+".join(self.axis_slices or self.mesh_axes) if self.mesh_axes else "-"
 
 
 @dataclass(frozen=True)
@@ -377,7 +383,7 @@ def parse_collectives(
                 continue
             count, known = runs.get(computation.name, (1, True))
             groups = _groups(line)
-            axes, size = _mesh_axes(
+            axes, size, slices = _mesh_axes(
                 groups, mesh_shape, axis_names, permute=match.group("op") == "collective-permute"
             )
             shape = re.sub(r"\{[^}]*\}", "", match.group("shape"))
@@ -391,6 +397,7 @@ def parse_collectives(
                     ),
                     mesh_axes=axes,
                     group_size=size,
+                    axis_slices=slices,
                     runs=count,
                     runs_known=known,
                     op_name=op_name.group("name") if op_name else None,
@@ -642,25 +649,66 @@ def _mesh_axes(
     axis_names: tuple[str, ...] | None,
     *,
     permute: bool,
-) -> tuple[tuple[str, ...] | None, int | None]:
-    """(the mesh axes the groups span, the group size); (None, size) where they follow no axes."""
+) -> tuple[tuple[str, ...] | None, int | None, tuple[str, ...]]:
+    """(the mesh axes the groups span, the group size, each axis's slice where a group takes part of
+    it); (None, size, ()) where the groups follow no axes."""
     import numpy as np
 
     if mesh_shape is None or axis_names is None:
-        return None, (len(groups[0]) if groups and not permute else None)
+        return None, (len(groups[0]) if groups and not permute else None), ()
     n = math.prod(mesh_shape)
     if groups is None or groups == [[]] or not groups:  # one group of every device
         groups = [list(range(n))]
     if any(i >= n for g in groups for i in g):
-        return None, None
+        return None, None, ()
     varying: set[int] = set()
+    coords_of = []
     for group in groups:
         coords = np.array(np.unravel_index(np.array(group), mesh_shape)).T
+        coords_of.append(coords)
         varying |= {d for d in range(len(mesh_shape)) if len(set(coords[:, d].tolist())) > 1}
     axes = tuple(axis_names[d] for d in sorted(varying))
     size = math.prod(mesh_shape[d] for d in varying)
     if permute:
-        return axes, size
-    if any(len(g) != size for g in groups):
-        return None, len(groups[0])
-    return axes, size
+        return axes, size, ()
+    if all(len(g) == size for g in groups):
+        return axes, size, ()
+    slices = _subgroup_slices(coords_of, mesh_shape, axis_names, sorted(varying))
+    if slices is None:
+        return None, len(groups[0]), ()
+    return axes, len(groups[0]), slices
+
+
+def _subgroup_slices(
+    coords_of: list[Any], mesh_shape: tuple[int, ...], axis_names: tuple[str, ...], varying: list[int]
+) -> tuple[str, ...] | None:
+    """Each varying axis as the slice of it a group takes, in Python's slice notation: `data[::2]`
+    (every 2nd device of the axis), `data[:2]` (blocks of 2 neighbours), `data[:8:2]` (4 devices
+    2 apart within blocks of 8); None where the groups are no such product of slices."""
+    patterns = {}
+    for d in varying:
+        seen = set()
+        for coords in coords_of:
+            values = sorted(set(coords[:, d].tolist()))
+            steps = {b - a for a, b in zip(values, values[1:], strict=False)}
+            if len(steps) > 1:
+                return None
+            seen.add((len(values), steps.pop() if steps else 1))
+        if len(seen) != 1:
+            return None
+        patterns[d] = seen.pop()
+    if any(len(c) != math.prod(patterns[d][0] for d in varying) for c in coords_of):
+        return None
+    names = []
+    for d in varying:
+        count, stride = patterns[d]
+        axis = axis_names[d]
+        if count == mesh_shape[d]:
+            names.append(axis)
+        elif stride == 1:
+            names.append(f"{axis}[:{count}]")
+        elif count * stride == mesh_shape[d]:
+            names.append(f"{axis}[::{stride}]")
+        else:
+            names.append(f"{axis}[:{count * stride}:{stride}]")
+    return tuple(names)

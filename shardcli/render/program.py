@@ -97,6 +97,7 @@ def collective_json(c: CollectiveOp) -> dict[str, Any]:
     return schema.PROGRAM_COLLECTIVE(
         kind=c.kind,
         mesh_axes=list(c.mesh_axes) if c.mesh_axes is not None else None,
+        axis_slices=list(c.axis_slices),
         group_size=c.group_size,
         shape=c.shape,
         result_bytes=c.result_bytes,
