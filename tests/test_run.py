@@ -84,9 +84,15 @@ def test_parse_run_arg_refuses(text, message):
     [
         pytest.param(np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32), True, 0, id="int-equal"),
         pytest.param(np.array([1, 2], np.int32), np.array([1, 3], np.int32), True, 1, id="int-off-by-one"),
-        pytest.param(np.float32([1.0, 2.0]), np.float32([1.0, 2.0001]), True, 0, id="float-within"),
-        pytest.param(np.float32([1.0, 2.0]), np.float32([1.0, 2.01]), True, 1, id="float-beyond"),
-        pytest.param(np.float32([1.0, np.nan]), np.float32([1.0, 2.0]), True, 1, id="nan-is-wrong"),
+        pytest.param(
+            np.array([1.0, 2.0], np.float32), np.array([1.0, 2.0001], np.float32), True, 0, id="float-within"
+        ),
+        pytest.param(
+            np.array([1.0, 2.0], np.float32), np.array([1.0, 2.01], np.float32), True, 1, id="float-beyond"
+        ),
+        pytest.param(
+            np.array([1.0, np.nan], np.float32), np.array([1.0, 2.0], np.float32), True, 1, id="nan-is-wrong"
+        ),
         pytest.param(np.arange(8), np.array([28]), False, 0, id="shape-depends-on-mesh"),
     ],
 )
@@ -153,7 +159,7 @@ def test_a_per_shard_result_is_shown_not_compared(cli):
 
 
 def test_three_ways_reproduce_the_lesson(cli):
-    expected = np.float32([0.02138916, 0.8931118, 0.5989196, 0.9774251])
+    expected = np.array([0.02138916, 0.8931118, 0.5989196, 0.9774251], np.float32)
     for fn, inputs in (
         ("layer", "layer_inputs_sharded"),
         ("layer_auto", "layer_inputs"),
@@ -222,3 +228,50 @@ def test_an_error_in_the_users_function_shows_their_frames(cli, tmp_path):
     assert result.exit_code == 2, result.output
     assert "Traceback (most recent call last; your frames only)" in result.stderr
     assert "wrong.py" in result.stderr and "shardcli/core" not in result.stderr
+
+
+# --- the user's op names (psum, pmean), not JAX's primitives ----------------------------------------
+
+
+def _user_ops(body) -> set[str | None]:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AxisType
+    from jax.sharding import PartitionSpec as P
+
+    from shardcli.core.program_analysis import analyze_compiled
+
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
+    program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P()))
+    compiled = program.lower(jnp.zeros(8)).compile()
+    return {c.op for c in analyze_compiled(compiled, mesh).collectives}
+
+
+def _psum(b):
+    return jax_lax().psum(b.sum(), "x")
+
+
+def _pmean(b):
+    return jax_lax().pmean(b.sum(), "x")
+
+
+def _pmax(b):
+    return jax_lax().pmax(b.sum(), "x")
+
+
+def jax_lax():
+    import jax
+
+    return jax.lax
+
+
+@pytest.mark.parametrize(
+    ("body", "op"),
+    [
+        pytest.param(_psum, "psum", id="psum"),
+        pytest.param(_pmean, "pmean", id="pmean"),
+        pytest.param(_pmax, "pmax", id="pmax"),
+    ],
+)
+def test_collectives_carry_the_users_op_name(body, op):
+    assert _user_ops(body) == {op}
