@@ -17,7 +17,6 @@ from rich.jupyter import JupyterMixin
 from shardcli.core.inspect import InspectResult
 from shardcli.errors import ShardcliError
 
-
 TEXT_WIDTH = 100  # print(report) and str(report): the text report at this width, without colour
 
 
