@@ -24,8 +24,9 @@ from typing import Any
 
 # Raise it when a key of a document kind scripts already read is renamed, added or removed.
 # 2: matmul's config has compile_target and each impl its fit (--target); einsum, reshard and inspect
-# documents are new.
-SCHEMA_VERSION = 2
+# documents are new. 3: each matmul and einsum impl has its result's `values` (global and per device,
+# null for results over 256 elements).
+SCHEMA_VERSION = 3
 
 
 class SchemaError(ValueError):
@@ -222,6 +223,10 @@ DIMS = Record("I", "J", "K")
 SHARD_ARRAY = Record("shape", "dtype", "init", "nbytes", "spec", "jax_type", "values")
 SHARD = Record("device_id", "coords", "process_index", "index", "local_shape", "nbytes", "values")
 VERIFIED = Record("ok", "wrong_devices")
+# A small result's values (null where it is over 256 elements or --no-show-values): the global array
+# and each device's block, with the block's global index ranges.
+VALUE_BLOCK = Record("device_id", "index", "values")
+RESULT_VALUES = Record("global_values", ("blocks", ListOf(VALUE_BLOCK)))
 SHARD_BODY = Record(
     ("array", SHARD_ARRAY),
     ("tiles", ListOf(TILE)),
@@ -350,6 +355,7 @@ MATMUL_IMPL = Record(
     "wrong",
     "wrong_devices",
     ("fit", Maybe(FIT_VERDICT)),
+    ("values", Maybe(RESULT_VALUES)),
 )
 MATMUL_RUN = Record(
     "case",
@@ -510,6 +516,7 @@ EINSUM_IMPL = Record(
     "wrong",
     "wrong_devices",
     ("fit", Maybe(FIT_VERDICT)),
+    ("values", Maybe(RESULT_VALUES)),
 )
 EINSUM_SIZE = Record(
     "scale",

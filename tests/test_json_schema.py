@@ -163,6 +163,21 @@ PINNED_KEYS = {
         "pipeline": "624ff9ba959f3e42",
         "compare": "53b1ec01214a6068",
     },
+    # 3: each matmul and einsum impl has its result's values (null over 256 elements)
+    3: {
+        "mesh": "de3af678d1033ecc",
+        "shard": "d661276611ead749",
+        "collective": "8563d3ab0490d6eb",
+        "collectives": "b9bffef9a3aac720",
+        "matmul": "5100a47dbdb9dcd0",
+        "einsum": "f5e139eb82a985d9",
+        "reshard": "fedbaa33db8385f7",
+        "inspect": "6cbe4627ad1e55e9",
+        "recipe": "1bec5160fc75c434",
+        "model": "bd734e2164339f19",
+        "pipeline": "624ff9ba959f3e42",
+        "compare": "53b1ec01214a6068",
+    },
 }
 
 
@@ -264,7 +279,7 @@ def _set(*path: str | int, value: Any) -> Callable[[dict[str, Any]], None]:
             ["summary.fit.out: missing 'model', 'alpha_us', 'beta_gbps', 'max_rel_residual', 'points'"],
             id="map-value",
         ),
-        pytest.param(_set("schema", value=1), ["schema: 1, not 2"], id="schema-version"),
+        pytest.param(_set("schema", value=1), [f"schema: 1, not {SCHEMA_VERSION}"], id="schema-version"),
         pytest.param(
             _set("command", value="frobnicate"),
             ["command: no document kind is written by 'frobnicate'"],

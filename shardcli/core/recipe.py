@@ -29,6 +29,8 @@ class RecipeRequest:
     options: RunOptions = field(default_factory=RunOptions)
     steps: int | None = None  # pipeline-ring: how many ring steps
     show_values: bool = True
+    shape: tuple[int, ...] | None = None  # --shape: the recipe's input (recipes with `input` only)
+    init: str | None = None  # --init: how that input is filled
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,15 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
         from shardcli.errors import ShardcliError
 
         raise ShardcliError(f"--steps {request.steps} is not valid; give at least 1")
+    if (request.shape is not None or request.init is not None) and recipe.input is None:
+        from shardcli.errors import ShardcliError
+        from shardcli.recipe_registry import RECIPES
+
+        flag = "--shape" if request.shape is not None else "--init"
+        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None)
+        raise ShardcliError(f"{flag} sets the input of {takes}; recipe {recipe.name} builds its own inputs")
     session = open_session(request.mesh, request.options)
-    output = recipe.program(Lab(session, steps=request.steps))
+    output = recipe.program(Lab(session, steps=request.steps, shape=request.shape, init=request.init))
     # Several processes: each checked its own devices; a check fails if it failed anywhere.
     oks = gather_from_processes(np.array([c.ok for c in output.checks], dtype=np.int32)).min(axis=0)
     checks = tuple(

@@ -174,11 +174,25 @@ def memory_text(memory: MemoryUse | None) -> str:
     return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)})"
 
 
-def cost_model_text(model: CostEstimate, hw: Hardware, what: str) -> RenderableType:
+def cost_model_text(model: CostEstimate, hw: Hardware, what: str, flops_known: bool = True) -> RenderableType:
     """The roofline per device: FLOPs and what each collective sends, the peak and link figures
     with their sources, T_math, T_comm and the bounds (lines broken between clauses where the
-    terminal is narrow, never inside a figure)."""
+    terminal is narrow, never inside a figure). `flops_known` False: the compiler counted no FLOPs,
+    so they, and T_math, are "unknown" (never 0)."""
     from shardcli.render.matmul import format_flops, format_seconds
+
+    if not flops_known:
+        flops = f"per device: FLOPs of {what} unknown (the compiler's cost analysis gave none)"
+        comm_only = [
+            f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
+            for c in model.comm
+        ]
+        return Group(
+            Clauses([flops, *(comm_only or ["no communication"])]),
+            Text(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})", style="dim"),
+            Text(f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})", style="dim"),
+            Text("T_math unknown, so no bound: the FLOPs are unknown", style="yellow"),
+        )
 
     comm = [
         f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
