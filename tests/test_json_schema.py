@@ -157,7 +157,6 @@ PINNED_KEYS = {
         "einsum": "7ce4b37eafb1c421",
         "reshard": "fedbaa33db8385f7",
         "inspect": "6cbe4627ad1e55e9",
-        "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
         "pipeline": "624ff9ba959f3e42",
@@ -173,6 +172,7 @@ PINNED_KEYS = {
         "einsum": "f5e139eb82a985d9",
         "reshard": "fedbaa33db8385f7",
         "inspect": "6cbe4627ad1e55e9",
+        "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
         "pipeline": "624ff9ba959f3e42",

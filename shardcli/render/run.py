@@ -86,8 +86,8 @@ def run_json(result: RunResult) -> dict[str, Any]:
 
 def _values_text(values: Any) -> str:
     if isinstance(values, tuple):
-        return " | ".join(human.format_values(v) for v in values)
-    return human.format_values(values)
+        return " | ".join(_values_text(v) for v in values)
+    return str(human.format_values(values))
 
 
 def _block_text(array: ArrayValues, device: int) -> str:
@@ -128,7 +128,7 @@ def blocks_table(result: RunResult) -> DataTable:
         table.add_row(
             str(cell.device_id),
             human.coords_text(axes, cell.coords),
-            *(_block_text(a, cell.device_id) for _, a in arrays),
+            *(Text(_block_text(a, cell.device_id)) for _, a in arrays),
         )
     return table
 
@@ -150,7 +150,7 @@ def probes_table(result: RunResult, probes: list[ProbeValues]) -> DataTable:
                 if block is None
                 else ("(not shown)" if block.values is None else _values_text(block.values))
             )
-        table.add_row(str(cell.device_id), human.coords_text(axes, cell.coords), *cells)
+        table.add_row(str(cell.device_id), human.coords_text(axes, cell.coords), *map(Text, cells))
     return table
 
 
