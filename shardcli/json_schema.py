@@ -601,6 +601,21 @@ RESHARD_BODY = Record(
 )
 
 
+# `shardcli run FILE.py:FN`: the inputs, probes and results device by device, and the result's check.
+RUN_CONFIG = Record("function", "args", "inputs", "init", "show_values", "tolerance")
+RUN_BLOCK = Record("device_ids", "coords", "index", "values")
+RUN_ARRAY = Record("name", "dtype", "shape", "spec", "filled_with", "values", ("blocks", ListOf(RUN_BLOCK)))
+RUN_PROBE = Record("name", "manual_axes", ("blocks", ListOf(RUN_BLOCK)))
+RUN_CHECK = Record("name", "compared", "wrong", "max_abs_err", "bound", "reference", "note")
+RUN_BODY = Record(
+    ("config", RUN_CONFIG),
+    ("inputs", ListOf(RUN_ARRAY)),
+    ("probes", ListOf(RUN_PROBE)),
+    ("results", ListOf(RUN_ARRAY)),
+    ("checks", ListOf(RUN_CHECK)),
+    "ok",
+)
+
 # --- documents ------------------------------------------------------------------------------------
 
 
@@ -651,6 +666,7 @@ DOCUMENTS: dict[str, DocumentKind] = {
         DocumentKind("einsum", ("einsum",), EINSUM_BODY),
         DocumentKind("reshard", ("reshard",), RESHARD_BODY),
         DocumentKind("inspect", ("inspect",), INSPECT_BODY),
+        DocumentKind("run", ("run",), RUN_BODY),
         DocumentKind("recipe", ("recipe",), RECIPE_BODY),
         DocumentKind("model", ("model train", "model restore"), MODEL_BODY),
         DocumentKind("pipeline", ("pipeline",), PIPELINE_BODY),

@@ -111,6 +111,21 @@ REAL_DOCUMENTS: dict[str, Callable[[Any, Any], list[dict[str, Any]]]] = {
             ],
         )
     ],
+    "run": lambda cli, _: [
+        run_json(
+            cli,
+            [
+                "run",
+                f"{EXAMPLES}/lessons.py:sum_then_psum",
+                "--mesh",
+                "8",
+                "--arg",
+                "i32[32]@x",
+                "--format",
+                "json",
+            ],
+        )
+    ],
     # elementwise has a section of each kind: sharding, table and text
     "recipe": lambda cli, _: [run_json(cli, ["recipe", "elementwise", "--format", "json"])],
     "model": _model,
@@ -158,6 +173,7 @@ PINNED_KEYS = {
         "einsum": "f5e139eb82a985d9",
         "reshard": "fedbaa33db8385f7",
         "inspect": "6cbe4627ad1e55e9",
+        "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
         "pipeline": "624ff9ba959f3e42",
