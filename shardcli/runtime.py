@@ -61,7 +61,7 @@ class RuntimeInfo:
 def _only_cpu_with_compile_plugins() -> bool:
     """A compiler for --target is installed (libtpu, JAX's CUDA plugin), but this host has no TPU
     chip and no GPU JAX could use."""
-    from shardcli.core.target import compiler_installed
+    from shardcli.compilers import compiler_installed
 
     if not (compiler_installed("tpu") or compiler_installed("cuda")):
         return False
@@ -423,7 +423,7 @@ def import_jax_quietly() -> None:
     --target gpu-..., must not make every run noisy. With SHARDCLI_TRACEBACK set it is printed."""
     if "jax" in sys.modules:
         return
-    from shardcli.core.target import compiler_installed, quiet_native_logs
+    from shardcli.compilers import compiler_installed, quiet_native_logs
 
     if not compiler_installed("cuda"):
         return
@@ -491,7 +491,7 @@ def _start_runtime(
                 jax.config.update("jax_platforms", "cpu")
     if x64:
         jax.config.update("jax_enable_x64", True)
-    from shardcli.core.target import compiler_installed, native_complaint, quiet_native_logs
+    from shardcli.compilers import compiler_installed, native_complaint, quiet_native_logs
 
     # libtpu and the CUDA plugin write their start-up complaints straight to descriptor 2: one complaint
     quiet = not started and (compiler_installed("tpu") or compiler_installed("cuda"))

@@ -417,3 +417,23 @@ def show_warnings(runtime: RuntimeInfo) -> None:
     """The run's warnings (an unusable compile cache, ...), one line each on stderr, in every process."""
     for warning in runtime.warnings:
         sys.stderr.write(f"shardcli: warning: {warning}\n")
+
+
+def format_flops(value: float | None, unit: str = "FLOP/s") -> str:
+    """`8.94 GFLOP/s`: SI prefixes, three significant digits."""
+    if value is None:
+        return "-"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"

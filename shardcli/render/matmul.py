@@ -19,6 +19,7 @@ from shardcli.render.console import (
     DataTable,
     csv_text,
     emit,
+    format_flops,
     make_console,
     prints_here,
     show_warnings,
@@ -35,26 +36,6 @@ from shardcli.render.program import (
 from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
-
-
-def format_flops(value: float | None, unit: str = "FLOP/s") -> str:
-    """`8.94 GFLOP/s`: SI prefixes, three significant digits."""
-    if value is None:
-        return "-"
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def format_seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 1:
-        return f"{value:.3g} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} us"
 
 
 def hlo_text(run: ImplRun, with_bytes: bool = False) -> str:

@@ -14,7 +14,7 @@ from shardcli import json_schema as schema
 from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnalysis
 from shardcli.core.target import FitVerdict
 from shardcli.costmodel import CostEstimate, Hardware
-from shardcli.render.console import Clauses, DataTable
+from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds
 from shardcli.specs import format_bytes
 
 
@@ -178,7 +178,6 @@ def cost_model_text(model: CostEstimate, hw: Hardware, what: str) -> RenderableT
     """The roofline per device: FLOPs and what each collective sends, the peak and link figures
     with their sources, T_math, T_comm and the bounds (lines broken between clauses where the
     terminal is narrow, never inside a figure)."""
-    from shardcli.render.matmul import format_flops, format_seconds
 
     comm = [
         f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
