@@ -434,8 +434,11 @@ def import_jax_quietly() -> None:
     # JAX's own test for a visible NVIDIA GPU (hardware_utils), without importing JAX to ask it
     gpu_here = any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg"))
     quiet = compiler_installed("cuda") and not gpu_here  # a real GPU: what the plugin says may matter
+    native: contextlib.AbstractContextManager[list[str]] = (
+        quiet_native_logs() if quiet else contextlib.nullcontext([])
+    )
     try:
-        with quiet_native_logs() if quiet else contextlib.nullcontext([]):
+        with native:
             import jax  # noqa: F401
     except ValueError as error:  # JAX reads its JAX_* variables as it is imported
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
