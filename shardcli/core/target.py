@@ -224,7 +224,10 @@ def _topology(target: TargetSpec) -> Any:
     from jax.experimental import topologies
 
     if target.generation.platform == "tpu":
-        return topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu")
+        # libtpu describes a v4 chip's two TensorCores as two devices unless asked for megacore, the
+        # mode JAX runs v4 in (one device per chip); MaxText asks the same for v4.
+        config = {"chip_config_name": "megacore"} if target.generation.compiler_name == "v4" else {}
+        return topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu", **config)
     from importlib import resources
 
     spec = resources.files("shardcli").joinpath("gpu_specs", target.generation.compiler_name).read_text()
