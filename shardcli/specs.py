@@ -979,6 +979,10 @@ class AbstractArg:
         return f"{self.dtype.name}[{','.join(map(str, self.shape))}]@{self.sharding.describe()}"
 
 
+# XLA counts an array's bytes in a signed 64-bit integer (and aborts the process past it).
+MAX_ABSTRACT_BYTES = 1 << 60
+
+
 def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> AbstractArg:
     """Parse `--arg 'bf16[256,4096]@data,None'`; `@SPEC` left out is replicated.
 
@@ -1002,9 +1006,14 @@ def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> Abstra
             f"({', '.join(KEY_IMPLS)})"
         )
     dims = [d.strip() for d in match.group("shape").split(",")] if match.group("shape").strip() else []
-    if any(not d.isdigit() for d in dims):
+    if any(not (d.isascii() and d.isdigit()) for d in dims):
         raise ShardcliError(f"{flag} {text!r}: the shape holds sizes separated by commas, e.g. [256,4096]")
     shape = tuple(int(d) for d in dims)
+    if math.prod(shape) * DTYPES[name].itemsize > MAX_ABSTRACT_BYTES:
+        raise ShardcliError(
+            f"{flag} {text!r}: {math.prod(shape) * DTYPES[name].itemsize:.3g} bytes is beyond what XLA can "
+            f"describe (at most 2**60 bytes in one array); give a smaller shape"
+        )
     sharding = parse_sharding(match.group("spec"), mesh, flag=f"{flag} {text!r}: spec")
     check_sharding_fits(sharding, mesh, shape, flag="its spec", what=f"{flag} {text!r}")
     return AbstractArg(dtype=key.dtype if key else DTYPES[name], shape=shape, sharding=sharding, key=key)

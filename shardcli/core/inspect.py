@@ -654,6 +654,7 @@ def run_inspect(request: InspectRequest) -> InspectResult:
             roots = tuple(dict.fromkeys(roots + maker.roots))
             given = call_inputs(maker, request.inputs, session.mesh)
             fn, args, kwargs = given.fn or fn, given.args, given.kwargs
+            _check_input_leaves(args, request.inputs)
         else:
             args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
     return inspect_program(
@@ -674,6 +675,30 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         mode=str(request.options.mode) if request.mode_given or request.inputs is None else None,
         mesh_given=request.mesh_text is not None or request.axes_text is not None,
     )
+
+
+# Far above a real model's parameter arrays (hundreds to a few thousand), far below what would
+# take minutes to lower: a program over a million arguments is a mistake, not a model.
+MAX_INPUT_LEAVES = 10_000
+
+
+def _check_input_leaves(args: tuple[Any, ...], inputs: str) -> None:
+    """Raises: ShardcliError when --inputs returned more arrays than a program takes, or a pytree
+    nested too deeply to walk."""
+    import jax
+
+    try:
+        count = len(jax.tree_util.tree_leaves(args))
+    except (RecursionError, SystemError, MemoryError) as error:
+        raise ShardcliError(
+            f"--inputs {inputs} returned a pytree nested too deeply to walk ({type(error).__name__}); "
+            "return the function's arguments"
+        ) from None
+    if count > MAX_INPUT_LEAVES:
+        raise ShardcliError(
+            f"--inputs {inputs} returned {count} arrays; inspect takes at most {MAX_INPUT_LEAVES} (a "
+            "model's parameters are hundreds to thousands): return the function's arguments"
+        )
 
 
 def _checked_on(args: tuple[AbstractArg, ...], mesh: MeshSpec) -> tuple[AbstractArg, ...]:

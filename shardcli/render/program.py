@@ -15,7 +15,7 @@ from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnaly
 from shardcli.core.step_time import StepEstimate, Term
 from shardcli.core.target import FitVerdict
 from shardcli.costmodel import CostEstimate, Hardware
-from shardcli.render.console import Clauses, DataTable
+from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds
 from shardcli.specs import format_bytes
 
 
@@ -75,7 +75,7 @@ def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
 
 def step_time_text(step: StepEstimate) -> Text:
     """One line: the estimate, its dominant term, and the terms."""
-    from shardcli.render.matmul import format_seconds
+    from shardcli.render.console import format_seconds
 
     if step.estimate_s is None:
         return Text(f"step time: unknown ({step.math.source})", style="dim")
@@ -243,7 +243,6 @@ def cost_model_text(model: CostEstimate, hw: Hardware, what: str, flops_known: b
     with their sources, T_math, T_comm and the bounds (lines broken between clauses where the
     terminal is narrow, never inside a figure). `flops_known` False: the compiler counted no FLOPs,
     so they, and T_math, are "unknown" (never 0)."""
-    from shardcli.render.matmul import format_flops, format_seconds
 
     if not flops_known:
         flops = f"per device: FLOPs of {what} unknown (the compiler's cost analysis gave none)"
