@@ -20,6 +20,7 @@ from typing import Any
 from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled, program_cost
 from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf, jit_of
 from shardcli.core.session import Session
+from shardcli.core.step_time import StepEstimate, step_time_of
 from shardcli.core.target import FitVerdict, judge_fit, oom_verdict
 from shardcli.core.timing import Timing
 from shardcli.costmodel import CostEstimate, Hardware, table_hardware
@@ -114,6 +115,7 @@ class InspectResult:
     compile_s: float
     timing: Timing | None = None
     fit: FitVerdict | None = None  # --target: the program's memory per chip against its HBM
+    step: StepEstimate | None = None  # the step-time estimate, on a device kind the hardware table knows
 
     @property
     def does_not_fit(self) -> bool:
@@ -518,6 +520,27 @@ def inspect_program(
         compile_s=built.compile_s,
         timing=timing,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
+        step=_step_time(analysis, session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps),
+    )
+
+
+def _step_time(
+    analysis: ProgramAnalysis,
+    session: Session,
+    dtype_name: str,
+    peak_tflops: float | None,
+    link_gbps: float | None,
+) -> StepEstimate | None:
+    """The step-time estimate, with --peak-tflops/--link-gbps in place of the table's figures."""
+    from shardcli.hardware import Figure
+
+    return step_time_of(
+        analysis,
+        session.mesh,
+        session.runtime.device_kind,
+        dtype_name,
+        peak=Figure(peak_tflops * 1e12, "FLOP/s", "--peak-tflops") if peak_tflops is not None else None,
+        link=Figure(link_gbps * 1e9, "B/s", "--link-gbps") if link_gbps is not None else None,
     )
 
 
@@ -631,6 +654,7 @@ def run_inspect(request: InspectRequest) -> InspectResult:
             roots = tuple(dict.fromkeys(roots + maker.roots))
             given = call_inputs(maker, request.inputs, session.mesh)
             fn, args, kwargs = given.fn or fn, given.args, given.kwargs
+            _check_input_leaves(args, request.inputs)
         else:
             args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
     return inspect_program(
@@ -651,6 +675,30 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         mode=str(request.options.mode) if request.mode_given or request.inputs is None else None,
         mesh_given=request.mesh_text is not None or request.axes_text is not None,
     )
+
+
+# Far above a real model's parameter arrays (hundreds to a few thousand), far below what would
+# take minutes to lower: a program over a million arguments is a mistake, not a model.
+MAX_INPUT_LEAVES = 10_000
+
+
+def _check_input_leaves(args: tuple[Any, ...], inputs: str) -> None:
+    """Raises: ShardcliError when --inputs returned more arrays than a program takes, or a pytree
+    nested too deeply to walk."""
+    import jax
+
+    try:
+        count = len(jax.tree_util.tree_leaves(args))
+    except (RecursionError, SystemError, MemoryError) as error:
+        raise ShardcliError(
+            f"--inputs {inputs} returned a pytree nested too deeply to walk ({type(error).__name__}); "
+            "return the function's arguments"
+        ) from None
+    if count > MAX_INPUT_LEAVES:
+        raise ShardcliError(
+            f"--inputs {inputs} returned {count} arrays; inspect takes at most {MAX_INPUT_LEAVES} (a "
+            "model's parameters are hundreds to thousands): return the function's arguments"
+        )
 
 
 def _checked_on(args: tuple[AbstractArg, ...], mesh: MeshSpec) -> tuple[AbstractArg, ...]:
