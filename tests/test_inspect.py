@@ -729,3 +729,23 @@ def test_a_mesh_of_this_hosts_devices_under_a_target_says_how_to_hand_it_over(cl
         "devices that this run does not have (8 TPU v5 lite chips of the compile-only target tpu-v5e:2x4); "
         "build the mesh from the one --inputs FILE.py:NAME receives (NAME(mesh)), or from jax.make_mesh"
     ]
+
+
+def test_run_generates_typed_keys_on_their_devices(cli, tmp_path):
+    path = user_file(tmp_path, KEYS)
+    doc = inspect_json(
+        cli,
+        f"{path}:noises",
+        "--arg",
+        "f32[8,16]@data",
+        "--arg",
+        "key<rbg>[8]@data",
+        "--run",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+        "--axes",
+        "data,model",
+    )
+    assert len(doc["timing"]["samples_s"]) == 2
