@@ -612,7 +612,7 @@ def test_an_exit_at_import_is_one_line(cli, tmp_path):
             "pair", ("--inputs", "{path}:wants_two"), "takes 2 arguments (mesh, size)", id="maker-arity"
         ),
         pytest.param(
-            "tree", ("--inputs", "{path}:tree_inputs"), "JAX could not compile", id="pytree-mismatch"
+            "tree", ("--inputs", "{path}:tree_inputs"), "pytree structure error", id="pytree-mismatch"
         ),
         pytest.param(
             "pair", ("--inputs", "{path}:NOT_A_FUNCTION"), "names a int, not a function", id="maker-not-fn"

@@ -124,10 +124,18 @@ def compile_program(
             raise DoesNotFit(verdict, lower_s) from None
         if raised_in(error, roots):
             raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
-        lines = str(error).strip().splitlines()
-        reason = f"{type(error).__name__}: {lines[0] if lines else ''}"
-        raise ShardcliError(f"JAX could not compile {what}: {reason}") from None
+        raise ShardcliError(f"JAX could not compile {what}: {refusal_line(error)}") from None
     return Compiled(jitted, compiled, lower_s, compile_s, context_mesh)
+
+
+def refusal_line(error: BaseException) -> str:
+    """JAX's reason as one line: its first line, and the lines it announces with a colon (`Mismatch
+    details (1 found): pytree structure error: ...`), at most three."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    taken = lines[:1]
+    while taken and taken[-1].endswith(":") and len(taken) < min(3, len(lines)):
+        taken.append(lines[len(taken)])
+    return f"{type(error).__name__}: {' '.join(taken)}"
 
 
 def input_shardings_of(compiled: Any, count: int) -> list[Any] | None:
