@@ -17,8 +17,9 @@ rounds' wall times (target <= 1.1), peak RSS is read from the kernel (wait4) for
 Measured on the shared 2-core development machine (jax 0.10.2, libtpu 0.0.52), where the TPU
 compile alone took 55-550 s as the load on the machine changed: one quiet pair, shardcli 58.25 s
 (lower 0.32 s, compile 56.46 s) against the hand AOT's 58.50 s, ratio 1.00, peak RSS 1.12 GiB against
-1.04 GiB; two 3-round runs under a load of 15-22 gave medians 1.69 and 1.91 (rounds 0.52x-1.98x
-apart on both sides); memory and XLA's raw FLOPs equal in every run.
+1.04 GiB; two 3-round runs under a load of 15-22 gave medians 1.69 and 1.91 (shardcli's rounds
+543/548/213 s and 182/183/67 s, the hand AOT's 407/320/223 s and 133/92/95 s); memory equal in every
+run, XLA's raw FLOPs in every run that compared them.
 
 `--quick` runs the same program at toy size (examples/llama.py:tiny_inputs) on 8 faked CPU devices
 as 2x4, one round: seconds, and no libtpu needed.
