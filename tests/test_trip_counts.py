@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from looped_programs import CASES, TPU_TARGET, Case, analyze, compare
+from looped_programs import CASES, GPU_TARGET, TPU_TARGET, Case, analyze, compare
 
 PLATFORMS = [
     "cpu",
@@ -15,10 +15,12 @@ PLATFORMS = [
         marks=pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the tpu extra: libtpu"),
     ),
 ]
+NO_CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is None
 BY_NAME = {case.name: case for case in CASES}
 # Trip-counted bytes over the unrolled program's, measured (bench/trip_counts.py): the looped program
 # really moves more (the loop carry's copies, dynamic slices of the stacked weights), most where the
-# body is small. Layer stacks: 1.15 and 1.33 on the CPU, 1.05 and 1.17 on tpu-v5e:2x2.
+# body is small. Layer stacks: 1.15 and 1.33 on the CPU, 1.05 and 1.17 on tpu-v5e:2x2 (1.04 and 1.15
+# on gpu-h100:4).
 LAYER_BYTES = (0.95, 1.4)
 
 
@@ -33,6 +35,16 @@ def test_trip_counted_flops_equal_the_unrolled_programs(case: Case, platform: st
     # XLA's own count leaves out every trip after the first: at most half of the work here
     assert looped.xla_flops is not None and looped.xla_flops < 0.5 * unrolled.flops
     assert unrolled.loops == () and unrolled.flops == unrolled.xla_flops
+
+
+@pytest.mark.skipif(NO_CUDA_PLUGIN, reason="the gpu extra: JAX's CUDA plugin")
+@pytest.mark.parametrize("name", ["scan-of-matmuls", "layers-full-remat"])
+def test_a_gpu_target_gets_trip_counted_flops_from_xlas_analysis_of_its_text(name: str) -> None:
+    """The GPU compiler gives no cost_analysis(): XLA's analysis of the compiled text stands in."""
+    looped, unrolled = compare(BY_NAME[name], GPU_TARGET)
+    assert looped.cost_source.startswith("XLA's HloCostAnalysis of the compiled HLO")
+    assert looped.flops is not None and unrolled.flops is not None
+    assert looped.flops == pytest.approx(unrolled.flops, rel=0.01)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

@@ -181,6 +181,7 @@ class ProgramAnalysis:
     loops: tuple[LoopCount, ...] = ()
     compiler_seconds: float | None = None  # the TPU compiler's optimal_seconds, where positive
     missing: tuple[str, ...] = ()
+    cost_source: str = "cost_analysis()"  # where xla_flops and xla_bytes_accessed came from
 
     def by_kind(self) -> tuple[HloCollective, ...]:
         """Per kind of collective: how many ops the program holds and their result bytes."""
@@ -261,6 +262,15 @@ def analyze_compiled(compiled: Any, mesh: Any = None, *, hlo_text: str | None = 
             missing=tuple(missing),
         )
     module = parse_module(text)
+    cost_source = "cost_analysis()"
+    if xla_flops is None:  # a GPU target's compiler gives no cost_analysis(): XLA's analysis of its text
+        try:
+            xla_flops, xla_bytes = xla_cost_of_text(text)
+            cost_source = "XLA's HloCostAnalysis of the compiled HLO (the backend gives no cost_analysis())"
+        except Exception as error:  # noqa: BLE001 - then there are no FLOPs, and that is said
+            missing.append(
+                f"FLOPs and bytes: no cost_analysis() and XLA could not analyse the text ({error})"
+            )
     counted = count_trips(module, xla_flops, xla_bytes)
     missing.extend(counted.missing)
     return ProgramAnalysis(
@@ -273,6 +283,7 @@ def analyze_compiled(compiled: Any, mesh: Any = None, *, hlo_text: str | None = 
         loops=counted.loops,
         compiler_seconds=float(optimal) if optimal is not None and float(optimal) > 0 else None,
         missing=tuple(missing),
+        cost_source=cost_source,
     )
 
 
