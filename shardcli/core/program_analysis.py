@@ -61,6 +61,23 @@ _GROUPS_MESH_RE = re.compile(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<o
 _PAIRS_RE = re.compile(r"source_target_pairs=\{(?P<pairs>(?:\{[0-9]+,[0-9]+\},?)*)\}")
 
 
+# JAX's primitives under the names the user wrote: in jax 0.10 `lax.psum` and `lax.pmean` (a psum,
+# then a division) trace to `psum_invariant`, and `lax.psum_scatter` to `reduce_scatter`.
+USER_OP_NAMES = {"psum_invariant": "psum", "reduce_scatter": "psum_scatter"}
+
+
+def user_op_name(primitive: str, source: str | None = None) -> str:
+    """The op as the user wrote it: `psum` for `psum_invariant`; `pmean` where their line says so."""
+    name = USER_OP_NAMES.get(primitive, primitive)
+    if name == "psum" and source:
+        import linecache
+
+        path, _, line = source.rpartition(":")
+        if line.isdigit() and "pmean(" in linecache.getline(path, int(line)):
+            return "pmean"
+    return name
+
+
 @dataclass(frozen=True)
 class HloCollective:
     """One kind of collective op found in the HLO: how many, and the bytes of their results."""
@@ -123,7 +140,7 @@ class CollectiveOp:
         while re.search(r"\[[^\[\]]*\]", text):  # parameters: reshard[dst_sharding=...]
             text = re.sub(r"\[[^\[\]]*\]", "", text)
         names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text.rsplit("/", 1)[-1])
-        return names[-1] if names else None
+        return user_op_name(names[-1], self.source) if names else None
 
     @property
     def axes_text(self) -> str:

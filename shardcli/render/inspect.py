@@ -141,7 +141,13 @@ def report_renderable(
         )
     if not quiet and result.model is not None:
         section(
-            "cost model (roofline, per device)", cost_model_text(result.model, result.hardware, "the program")
+            "cost model (roofline, per device)",
+            cost_model_text(
+                result.model,
+                result.hardware,
+                "the program",
+                flops_known=getattr(result.analysis, "flops", None) is not None,
+            ),
         )
     if result.timing is not None:
         s = result.timing.stats
@@ -149,8 +155,8 @@ def report_renderable(
             "run on generated inputs",
             Clauses(
                 [
-                    f"compile {human.compile_text(result.timing)} ms",
-                    f"p50 {s.p50 * 1e6:,.1f} us, min {s.min * 1e6:,.1f} us "
+                    f"compile {human.compile_text(result.timing)}",
+                    f"p50 {human.format_duration(s.p50)}, min {human.format_duration(s.min)} "
                     f"over {len(result.timing.samples)} iterations",
                 ]
             ),

@@ -15,7 +15,7 @@ from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnaly
 from shardcli.core.step_time import StepEstimate, Term
 from shardcli.core.target import FitVerdict
 from shardcli.costmodel import CostEstimate, Hardware
-from shardcli.render.console import Clauses, DataTable
+from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds
 from shardcli.specs import format_bytes
 
 
@@ -75,7 +75,7 @@ def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
 
 def step_time_text(step: StepEstimate) -> Text:
     """One line: the estimate, its dominant term, and the terms."""
-    from shardcli.render.matmul import format_seconds
+    from shardcli.render.console import format_seconds
 
     if step.estimate_s is None:
         return Text(f"step time: unknown ({step.math.source})", style="dim")
@@ -238,11 +238,24 @@ def memory_text(memory: MemoryUse | None) -> str:
     return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)})"
 
 
-def cost_model_text(model: CostEstimate, hw: Hardware, what: str) -> RenderableType:
+def cost_model_text(model: CostEstimate, hw: Hardware, what: str, flops_known: bool = True) -> RenderableType:
     """The roofline per device: FLOPs and what each collective sends, the peak and link figures
     with their sources, T_math, T_comm and the bounds (lines broken between clauses where the
-    terminal is narrow, never inside a figure)."""
-    from shardcli.render.matmul import format_flops, format_seconds
+    terminal is narrow, never inside a figure). `flops_known` False: the compiler counted no FLOPs,
+    so they, and T_math, are "unknown" (never 0)."""
+
+    if not flops_known:
+        flops = f"per device: FLOPs of {what} unknown (the compiler's cost analysis gave none)"
+        comm_only = [
+            f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
+            for c in model.comm
+        ]
+        return Group(
+            Clauses([flops, *(comm_only or ["no communication"])]),
+            Text(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})", style="dim"),
+            Text(f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})", style="dim"),
+            Text("T_math unknown, so no bound: the FLOPs are unknown", style="yellow"),
+        )
 
     comm = [
         f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
