@@ -288,3 +288,24 @@ def test_inspect_on_a_target_estimates_the_step_from_its_own_figures(cli):
     (model,) = [t for t in step["comm"] if t["name"] == "model"]
     assert model["seconds"] == pytest.approx(sent / 45e9)  # 2 chips along a 2x2 torus: one way, one link
     assert step["bound_s"] == max(step["math"]["seconds"], step["hbm"]["seconds"], step["t_comm_s"])
+
+
+def test_the_docs_table_holds_the_hardware_tables_figures():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "explanation" / "cost-model.md").read_text()
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in page.splitlines()
+        if line.startswith("| tpu-") or line.startswith("| gpu-")
+    }
+    assert set(rows) == set(CHIPS)
+    for name, chip in CHIPS.items():
+        row = rows[name]
+        assert f"{chip.bf16_flops.value / 1e12:g} TFLOP/s" in row
+        assert f"{chip.link_bytes_per_s.value / 1e9:g} GB/s" in row
+        hbm = chip.hbm_bytes_per_s.value
+        assert (f"{hbm / 1e9:g} GB/s" if chip.platform == "tpu" else f"{hbm / 1e12:g} TB/s") in row
+        if chip.torus_rank:
+            largest = "x".join(map(str, chip.max_topology))
+            assert f"{chip.torus_rank}-D" in row and f"{largest} ({chip.max_chips})" in row
