@@ -367,3 +367,66 @@ def test_when_as_text_fails_the_executables_own_modules_give_the_collectives():
     analysis = analyze_compiled(_Compiled(modules_text=text))
     assert [c.kind for c in analysis.collectives] == ["all-reduce"]
     assert analysis.missing == ()
+
+
+RET_CHECK = "INTERNAL: RET_CHECK failure (hlo_instruction.cc:1234) async-update"
+MLP = [
+    "inspect",
+    "examples/mlp.py:train_step",
+    "--mesh",
+    "2x4",
+    "--axes",
+    "data,model",
+    "--arg",
+    "f32[256,1024]@data,None",
+    "--arg",
+    "f32[1024,4096]@None,model",
+    "--arg",
+    "f32[4096,1024]@model,None",
+    "--format",
+    "json",
+]
+
+
+def _text_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """XLA cannot print the compiled program, by either way shardcli asks (as libtpu on big programs)."""
+
+    def refuse(self: object) -> str:
+        raise RuntimeError(RET_CHECK)
+
+    monkeypatch.setattr(jax.stages.Compiled, "as_text", refuse)
+    monkeypatch.setattr(jax.stages.Compiled, "runtime_executable", refuse)
+
+
+def test_inspect_reads_the_dumped_text_when_xla_cannot_print_the_program(cli, monkeypatch):
+    import json
+
+    whole = json.loads(cli(MLP).stdout)["program"]
+    _text_fails(monkeypatch)
+    out = cli(MLP)
+    assert out.exit_code == 0, out.output
+    program = json.loads(out.stdout)["program"]
+    assert program["missing"] == []
+    assert (
+        program["collectives"] == whole["collectives"]
+        and program["flops_per_device"] == whole["flops_per_device"]
+    )
+
+
+def test_inspect_answers_without_the_text_and_says_what_is_missing(cli, monkeypatch):
+    import json
+
+    import shardcli.core.program_analysis as pa
+
+    _text_fails(monkeypatch)
+    monkeypatch.setattr(pa, "dump_hlo_text", lambda lowered: (None, "--xla_dump_to wrote no optimized HLO"))
+    out = cli(MLP)
+    assert out.exit_code == 0, out.output
+    program = json.loads(out.stdout)["program"]
+    assert program["collectives"] == [] and program["flops_per_device"] > 0 and program["memory"] is not None
+    assert program["missing"] == [
+        f"collectives and loop trip counts: XLA's text of the program failed (as_text(): RuntimeError: "
+        f"{RET_CHECK}; hlo_modules(): RuntimeError: {RET_CHECK}; --xla_dump_to wrote no optimized HLO)"
+    ]
+    text = cli(MLP[:-2] + ["-q"])
+    assert text.exit_code == 0 and "missing: collectives and loop trip counts" in text.stdout

@@ -14,6 +14,7 @@ parsing is tested on strings.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -199,6 +200,7 @@ class ProgramAnalysis:
     compiler_seconds: float | None = None  # the TPU compiler's optimal_seconds, where positive
     missing: tuple[str, ...] = ()
     cost_source: str = "cost_analysis()"  # where xla_flops and xla_bytes_accessed came from
+    text_source: str | None = "as_text()"  # where the HLO text came from; None: it could not be had
 
     def by_kind(self) -> tuple[HloCollective, ...]:
         """Per kind of collective: how many ops the program holds and their result bytes."""
@@ -244,15 +246,18 @@ def summarize_by_kind(collectives: Sequence[CollectiveOp]) -> tuple[HloCollectiv
     )
 
 
-def analyze_compiled(compiled: Any, mesh: Any = None, *, hlo_text: str | None = None) -> ProgramAnalysis:
+def analyze_compiled(
+    compiled: Any, mesh: Any = None, *, hlo_text: str | None = None, text_source: str = "given"
+) -> ProgramAnalysis:
     """Everything `ProgramAnalysis` holds, for a `jax.stages.Compiled`.
 
     Args:
         compiled: `jax.jit(f).lower(...).compile()`.
         mesh: the `jax.sharding.Mesh` the program was compiled for; its device order is the
             program's logical device ids, which names the mesh axes of each collective.
-        hlo_text: the optimized HLO, where the caller has it (an `--xla_dump_to` file); else it
-            is asked of `compiled`.
+        hlo_text: the optimized HLO, where the caller has it (`dump_hlo_text`); else it is asked
+            of `compiled`.
+        text_source: where `hlo_text` came from, for `ProgramAnalysis.text_source`.
 
     Never raises for a part that cannot be had: that part is None or empty and `missing` says why.
     """
@@ -265,9 +270,9 @@ def analyze_compiled(compiled: Any, mesh: Any = None, *, hlo_text: str | None = 
     memory = read_memory(compiled)
     if memory is None:
         missing.append("memory: the backend gives no memory_analysis()")
-    text, why = (hlo_text, None) if hlo_text is not None else read_hlo_text(compiled)
+    text, how = (hlo_text, text_source) if hlo_text is not None else read_hlo_text(compiled)
     if text is None:
-        missing.append(f"collectives and loop trip counts: XLA's text of the program failed ({why})")
+        missing.append(f"collectives and loop trip counts: XLA's text of the program failed ({how})")
         return ProgramAnalysis(
             collectives=(),
             memory=memory,
@@ -277,6 +282,7 @@ def analyze_compiled(compiled: Any, mesh: Any = None, *, hlo_text: str | None = 
             xla_bytes_accessed=xla_bytes,
             compiler_seconds=float(optimal) if optimal is not None and float(optimal) > 0 else None,
             missing=tuple(missing),
+            text_source=None,
         )
     module = parse_module(text)
     cost_source = "cost_analysis()"
@@ -301,7 +307,35 @@ def analyze_compiled(compiled: Any, mesh: Any = None, *, hlo_text: str | None = 
         compiler_seconds=float(optimal) if optimal is not None and float(optimal) > 0 else None,
         missing=tuple(missing),
         cost_source=cost_source,
+        text_source=how,
     )
+
+
+def reanalyze_from_dump(
+    first: ProgramAnalysis, compiled: Any, mesh: Any, dump: Callable[[], tuple[str | None, str]]
+) -> ProgramAnalysis:
+    """`first` again with XLA's dumped text, where `first` had none (`compiled.as_text()` failed).
+
+    Args:
+        dump: lowers the program again as it was lowered and returns `dump_hlo_text` of it (the
+            caller's context: its mesh, libtpu kept quiet).
+
+    Returns:
+        The full analysis, or `first` with the dump's failure added to its missing line.
+    """
+    if first.text_source is not None:
+        return first
+    try:
+        text, how = dump()
+    except Exception as error:  # noqa: BLE001 - lowering again failed: keep the first answer
+        text, how = None, f"lowering again for --xla_dump_to: {type(error).__name__}"
+    if text is None:
+        missing = tuple(
+            line[:-1] + f"; {how})" if line.startswith("collectives and loop trip counts") else line
+            for line in first.missing
+        )
+        return dataclasses.replace(first, missing=missing)
+    return analyze_compiled(compiled, mesh, hlo_text=text, text_source=how)
 
 
 def find_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
@@ -349,8 +383,8 @@ def read_cost_figures(compiled: Any) -> dict[str, float]:
     return {str(k): float(v) for k, v in cost.items() if isinstance(v, (int, float))}
 
 
-def read_hlo_text(compiled: Any) -> tuple[str | None, str | None]:
-    """(the optimized HLO text, None), or (None, why not in one line).
+def read_hlo_text(compiled: Any) -> tuple[str | None, str]:
+    """(the optimized HLO text, which way gave it), or (None, why not in one line).
 
     `compiled.as_text()` first; where it raises (libtpu's RET_CHECK on async updates of big
     programs), the executable's own HLO modules.
@@ -367,9 +401,30 @@ def read_hlo_text(compiled: Any) -> tuple[str | None, str | None]:
             reasons.append(f"{how}: {type(error).__name__}: {lines[0][:160] if lines else ''}".rstrip(": "))
             continue
         if text:
-            return str(text), None
+            return str(text), how
         reasons.append(f"{how} gave no text")
     return None, "; ".join(reasons)
+
+
+def dump_hlo_text(lowered: Any) -> tuple[str | None, str]:
+    """The optimized HLO of `lowered` as XLA dumps it (`--xla_dump_to`), compiling it once more.
+
+    For a program whose `as_text()` fails: the dump's `*.after_optimizations.txt` is the same text.
+    Returns (text, "--xla_dump_to") or (None, why not in one line).
+    """
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="shardcli-hlo-") as folder:
+        try:
+            lowered.compile(compiler_options={"xla_dump_to": folder})
+        except Exception as error:  # noqa: BLE001 - the reason, as one line
+            lines = str(error).strip().splitlines()
+            return None, f"--xla_dump_to: {type(error).__name__}: {lines[0][:160] if lines else ''}"
+        dumped = sorted(Path(folder).glob("*after_optimizations.txt"))  # the CPU's: cpu_after_...
+        if not dumped:
+            return None, "--xla_dump_to wrote no optimized HLO"
+        return max(dumped, key=lambda p: p.stat().st_size).read_text(), "--xla_dump_to"
 
 
 def _known(figure: Any) -> float | None:
