@@ -309,3 +309,63 @@ def test_the_docs_table_holds_the_hardware_tables_figures():
         if chip.torus_rank:
             largest = "x".join(map(str, chip.max_topology))
             assert f"{chip.torus_rank}-D" in row and f"{largest} ({chip.max_chips})" in row
+
+
+class _Device:
+    def __init__(self, i: int, process: int, coords: tuple[int, ...] | None = None) -> None:
+        self.id, self.process_index = i, process
+        if coords is not None:
+            self.coords, self.core_on_chip = coords, 0
+
+
+class _Mesh:
+    def __init__(self, devices: list[_Device], shape: tuple[int, ...], names: tuple[str, ...]) -> None:
+        import numpy as np
+
+        self.devices = np.array(devices, dtype=object).reshape(shape)
+        self.axis_names = names
+
+
+def test_real_gpus_of_one_process_meet_over_nvlink():
+    from shardcli.core.step_time import step_time_of
+
+    mesh = _Mesh([_Device(i, 0) for i in range(8)], (2, 4), ("data", "model"))
+    program = _program([_op("all-reduce", ("model",), 30_000_000, 10)])
+    step = step_time_of(program, mesh, "NVIDIA H100 80GB HBM3", "bfloat16")
+    assert step is not None and step.chip == "H100 SXM"
+    assert step.math.seconds == pytest.approx(3.94e12 / 989e12)
+    assert step.hbm.seconds == pytest.approx(8.19e9 / 3.35e12)
+    (term,) = step.comm
+    assert (term.name, term.rate) == ("model", 450e9) and "NVLink" in term.source
+    assert step_time_of(program, mesh, "cpu", "float32") is None
+
+
+def test_given_figures_stand_in_for_an_unknown_device():
+    from shardcli.core.step_time import step_time_of
+    from shardcli.hardware import Figure
+
+    mesh = _Mesh([_Device(i, 0) for i in range(8)], (2, 4), ("data", "model"))
+    program = _program([_op("all-reduce", ("model",), 30_000_000, 10)])
+    step = step_time_of(
+        program,
+        mesh,
+        "cpu",
+        "float32",
+        peak=Figure(1e12, "FLOP/s", "--peak-tflops"),
+        link=Figure(10e9, "B/s", "--link-gbps"),
+    )
+    assert step is not None and step.chip == "figures given"
+    assert (step.math.seconds, step.math.source) == (pytest.approx(3.94), "--peak-tflops")
+    assert step.hbm.seconds is None and step.comm[0].seconds == pytest.approx(0.045)
+    assert step.bound_s == pytest.approx(3.94) and step.dominant == "math"
+
+
+def test_a_real_tpu_slice_reads_the_torus_from_the_devices_coordinates():
+    from shardcli.core.step_time import step_time_of
+
+    devices = [_Device(4 * y + x, 0, (x, y, 0)) for y in range(4) for x in range(4)]
+    mesh = _Mesh(devices, (4, 4), ("data", "model"))
+    step = step_time_of(
+        _program([_op("all-gather", ("data",), 60_000_000, 1)]), mesh, "TPU v5 lite", "bfloat16"
+    )
+    assert step is not None and step.comm[0].rate == 45e9  # a 4-chip line of a 4x4 v5e: one way
