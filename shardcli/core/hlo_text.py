@@ -342,3 +342,35 @@ def _shape_end(text: str) -> int:
         elif ch == " " and depth == 0:
             return i
     return len(text)
+
+
+def source_table(hlo_text: str) -> dict[int, str]:
+    """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames."""
+    sections: dict[str, dict[int, str]] = {}
+    current = None
+    for line in hlo_text.splitlines():
+        stripped = line.strip()
+        if stripped in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = stripped
+            sections[current] = {}
+            continue
+        if current is None:
+            continue
+        head, _, rest = stripped.partition(" ")
+        if not head.isdigit():
+            current = None
+            continue
+        sections[current][int(head)] = rest
+    files = {k: v.strip('"') for k, v in sections.get("FileNames", {}).items()}
+    locations = {}
+    for k, v in sections.get("FileLocations", {}).items():
+        file_id = re.search(r"file_name_id=(\d+)", v)
+        line_no = re.search(r"\bline=(\d+)", v)
+        if file_id and line_no:
+            locations[k] = f"{files.get(int(file_id.group(1)), '?')}:{line_no.group(1)}"
+    frames = {}
+    for k, v in sections.get("StackFrames", {}).items():
+        location = re.search(r"file_location_id=(\d+)", v)
+        if location and int(location.group(1)) in locations:
+            frames[k] = locations[int(location.group(1))]
+    return frames
