@@ -530,7 +530,13 @@ def inspect_program(
         compile_s=built.compile_s,
         timing=timing,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
-        step=_step_time(analysis, session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps),
+        step=_step_time(
+            analysis,
+            session,
+            analysis.dot_dtype or (biggest.dtype if biggest else "float32"),
+            peak_tflops,
+            link_gbps,
+        ),
     )
 
 

@@ -42,7 +42,7 @@ from shardcli.core.hlo_collectives import (
     summarize_by_kind,
     user_op_name,
 )
-from shardcli.core.hlo_text import parse_module
+from shardcli.core.hlo_text import dot_dtype, parse_module
 from shardcli.core.loop_costs import (
     BodyCost,
     LoopCount,
@@ -119,6 +119,7 @@ class ProgramAnalysis:
     missing: tuple[str, ...] = ()
     cost_source: str = "cost_analysis()"  # where xla_flops and xla_bytes_accessed came from
     text_source: str | None = "as_text()"  # where the HLO text came from; None: it could not be had
+    dot_dtype: str | None = None  # the dtype most of its dots and convolutions run in (NumPy's name)
 
     def by_kind(self) -> tuple[HloCollective, ...]:
         """Per kind of collective: how many ops the program holds and their result bytes."""
@@ -215,6 +216,7 @@ def analyze_compiled(
         missing=tuple(missing),
         cost_source=cost_source,
         text_source=how,
+        dot_dtype=dot_dtype(module),
     )
 
 
