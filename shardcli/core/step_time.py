@@ -4,7 +4,7 @@ From a `ProgramAnalysis` (FLOPs and bytes accessed with loops counted per trip, 
 their mesh axes, bytes sent and runs), the chip's entry in the hardware table and how each mesh
 axis lies on the hardware:
 
-- T_math = FLOPs / peak FLOP/s (the peak for the program's dtype, per device);
+- T_math = FLOPs / peak FLOP/s (the peak for the dtype the program's dots run in, per device);
 - T_hbm  = bytes accessed / HBM bandwidth;
 - T_comm = for each mesh axis (or set of axes) collectives run over, the bytes each device sends
   over it / that axis's bandwidth; summed over the axes (one collective after another);
