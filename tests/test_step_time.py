@@ -369,3 +369,9 @@ def test_a_real_tpu_slice_reads_the_torus_from_the_devices_coordinates():
         _program([_op("all-gather", ("data",), 60_000_000, 1)]), mesh, "TPU v5 lite", "bfloat16"
     )
     assert step is not None and step.comm[0].rate == 45e9  # a 4-chip line of a 4x4 v5e: one way
+
+
+def test_a_slice_of_an_axis_named_in_its_text_uses_the_axis_links():
+    program = _program([_op("all-reduce", ("model[::2]",), 30_000_000, 10, group=2)])  # 300 MB
+    (term,) = estimate_step(program, V5E, LINKS, "bfloat16").comm
+    assert (term.name, term.rate, term.seconds) == ("model[::2]", 45e9, pytest.approx(300e6 / 45e9))

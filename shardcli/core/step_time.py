@@ -301,7 +301,7 @@ def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink]) -> tuple[
             source = f"groups along no mesh axis: the slowest axis's, {slowest.how}" if slowest else "unknown"
             terms.append(Term("?", amount, rate, amount / rate if rate else None, source))
             continue
-        parts = [links.get(a) for a in axes]
+        parts = [links.get(a.split("[")[0]) for a in axes]  # a slice of an axis, data[::2], uses its links
         if any(p is None or p.bytes_per_s is None for p in parts):
             terms.append(Term("+".join(axes), amount, None, None, "no bandwidth for this axis"))
             continue
