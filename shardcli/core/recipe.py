@@ -14,7 +14,7 @@ import numpy as np
 
 from shardcli.core.processes import gather_from_processes
 from shardcli.core.recipe_programs import Lab
-from shardcli.core.report import Check, Section
+from shardcli.core.report import Check, Section, TextSection
 from shardcli.core.session import Session, open_session
 from shardcli.recipe_registry import Recipe, get_recipe, validate_recipe_mesh
 from shardcli.specs import MeshSpec, RunOptions
@@ -79,6 +79,7 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
         c if bool(ok) == c.ok else Check(c.what, False, c.detail + " (failed on another process)")
         for c, ok in zip(output.checks, oks, strict=True)
     )
+    lesson = (TextSection("lesson", (recipe.lesson,)),) if recipe.lesson else ()
     return RecipeResult(
-        session=session, request=request, recipe=recipe, sections=output.sections, checks=checks
+        session=session, request=request, recipe=recipe, sections=lesson + output.sections, checks=checks
     )
