@@ -121,6 +121,25 @@ EXAMPLES: dict[str, str | list[str]] = {
     "--no-color -q",
     "tutorial-gpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target gpu-h100:8 --mesh 2x4 --axes data,model --no-color -q",
+    "readme-run": "shardcli run examples/lessons.py:sum_then_psum --mesh 8 --axes x --arg 'i32[32]@x=arange' "
+    "--no-color",
+    "tutorial-run-sin": "shardcli run examples/lessons.py:sin_per_shard --mesh 8 --axes x "
+    "--arg 'i32[32]@x=arange' --no-color -q",
+    "tutorial-run-per-shard": "shardcli run examples/lessons.py:sum_per_shard --mesh 8 --axes x "
+    "--arg 'i32[32]@x=arange' --no-color -q",
+    "tutorial-run-layer": "shardcli run examples/lessons.py:layer_sharded --mesh 8 --axes x "
+    "--inputs examples/lessons.py:layer_inputs --no-color -q",
+    "tutorial-run-wrong": [
+        "shardcli run examples/lessons.py:plus_axis_index --mesh 4 --axes x --arg 'i32[8]@x=zeros' "
+        "--no-color -q",
+        "echo $?",
+    ],
+    "tutorial-run-json": "shardcli run examples/lessons.py:sum_then_psum --mesh 8 --axes x "
+    "--arg 'i32[32]@x=arange' --format json | jq -c '{result: .results[0].values, "
+    "per_shard: [.probes[0].blocks[].values], ok}'",
+    "tutorial-recipe-three-ways": "shardcli recipe three-ways --mesh 8 --axes x --no-color | tail -16",
+    "tutorial-pipeline-launch": "shardcli launch -n 2 -- pipeline --mesh 4x2 --axes stage,model --layers 4 "
+    "--width 16 --batch 8 --microbatches 4 --no-color 2>/dev/null | tail -24",
     "example-pipeline": "shardcli pipeline --mesh 4x2 --microbatches 8 --schedule 1f1b --impl both "
     "--no-color -q",
     "example-model": [
@@ -168,11 +187,12 @@ VOLATILE = {
     "example-einsum-lesson",
     "example-reshard",
     "example-pipeline",
+    "tutorial-pipeline-launch",
     "example-model",
     "example-compare",
 }
 # Examples that draw charts or timelines from their timings: --check also leaves out those lines.
-CHARTS = {"example-collective-sweep", "example-pipeline"}
+CHARTS = {"example-collective-sweep", "example-pipeline", "tutorial-pipeline-launch"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
 NEEDS_TPU = {"readme-tpu", "tutorial-tpu-mesh", "tutorial-tpu-pod", "tutorial-tpu-oom", "tutorial-tpu-einsum"}
 # Examples that need the `gpu` extra (JAX's CUDA plugin): skipped the same way where it is missing.

@@ -241,7 +241,8 @@ def _values_sections(console: Console, result: RunResult, quiet: bool) -> None:
         if array.global_values is not None:
             human.section(console, f"global {array.name}", Text(_values_text(array.global_values)))
     for check in result.checks:
-        if not check.compared and check.reference is not None and check.reference.size <= 256:
+        differs = not check.compared or check.wrong
+        if differs and check.reference is not None and check.reference.size <= 256:
             human.section(
                 console, f"{check.name} on one device", Text(_values_text(np.asarray(check.reference)))
             )
