@@ -275,3 +275,51 @@ def jax_lax():
 )
 def test_collectives_carry_the_users_op_name(body, op):
     assert _user_ops(body) == {op}
+
+
+MORE = textwrap.dedent(
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import shardcli
+
+    def sin_twice(x):
+        return shardcli.probe(jnp.sin(x), "sin") * 2
+
+    def add(x, y):
+        return x + y
+
+    def abstract(mesh):
+        return (
+            jax.ShapeDtypeStruct((8,), jnp.int32, sharding=NamedSharding(mesh, P("x"))),
+            jax.ShapeDtypeStruct((8,), jnp.int32),
+        )
+    """
+)
+
+
+def test_a_probe_under_plain_jit_sees_the_global_value(cli, tmp_path):
+    path = tmp_path / "more.py"
+    path.write_text(MORE)
+    result = cli(["run", f"{path}:sin_twice", *MESH8, "--arg", "f32[16]@x=arange", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""  # XLA's note on gathering the probed value stays off the screen
+    doc = json.loads(result.stdout)
+    (probe,) = doc["probes"]
+    assert probe["manual_axes"] == [] and len(probe["blocks"]) == 1
+    expected = np.sin(np.arange(16, dtype=np.float32))
+    np.testing.assert_allclose(probe["blocks"][0]["values"], expected, atol=4 * 2.0**-23)
+    np.testing.assert_allclose(doc["results"][0]["values"], 2 * expected, atol=8 * 2.0**-23)
+
+
+def test_abstract_inputs_are_filled_with_init(cli, tmp_path):
+    path = tmp_path / "more.py"
+    path.write_text(MORE)
+    doc = _json(cli, f"{path}:add", *MESH8, "--inputs", f"{path}:abstract", "--init", "ones")
+    x, y = doc["inputs"]
+    assert x["spec"] == "x" and len(x["blocks"]) == 8 and y["spec"] == "P() (replicated)"
+    assert x["filled_with"] == y["filled_with"] == "ones"
+    assert doc["results"][0]["values"] == [2] * 8 and doc["ok"]
