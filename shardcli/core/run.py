@@ -122,7 +122,7 @@ def tolerance_for(dtype: np.dtype) -> Tolerance:
     if dtype.kind in "iub":
         return Tolerance(True, 0.0, "exactly")
     rtol = max(RTOL, 8 * float_eps(dtype))
-    return Tolerance(False, rtol, f"{dtype.name}: |err| <= {rtol:.3g} x max|ref|")
+    return Tolerance(False, rtol, f"{rtol:.3g} x max|ref| for {dtype.name}")
 
 
 def compare_to_reference(name: str, got: np.ndarray, want: np.ndarray) -> ResultCheck:
