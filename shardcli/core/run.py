@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.core.inspect import _leaf_names, fact_of
+from shardcli.core.inspect import fact_of
 from shardcli.core.run_probe import ProbeCall, recording
 from shardcli.core.run_request import SHOW_VALUES_MAX, RunArg, RunRequest
 from shardcli.core.session import Session, open_session
@@ -345,24 +345,53 @@ def _host_copy(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda leaf: np.asarray(jax.device_get(leaf)), tree)
 
 
+def argument_names(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
+    """`x`, `params['w1']`: each leaf of the positional arguments, named by the function's parameters."""
+    import inspect as pyinspect
+
+    import jax
+
+    try:
+        params = pyinspect.signature(getattr(fn, "__wrapped__", fn)).parameters.values()
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    out = []
+    for i, arg in enumerate(args):
+        base = names[i] if i < len(names) else f"arg{i}"
+        out += [base + jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(arg)[0]]
+    return out
+
+
 def execute(
     fn: Callable[..., Any], args: Any, mesh: Any, roots: tuple[str, ...], what: str
 ) -> tuple[Any, list[ProbeCall]]:
-    """Compile and run `fn(*args)` once on `mesh` (as jit, under the mesh), recording the probes.
+    """Compile and run `fn(*args)` once on `mesh` (as jit, under `jax.set_mesh(mesh)`, where a
+    `shard_map` without a mesh finds it), recording the probes.
 
     Raises:
         UserCodeError: the user's code raised while JAX traced or ran it.
         ShardcliError: JAX could not compile it.
     """
     import jax
+    from jax._src import config as jax_config
 
-    from shardcli.core.inspect import compile_program
     from shardcli.core.target import quiet_native_logs
-    from shardcli.user_code import call_user
+    from shardcli.errors import refusal_text
+    from shardcli.user_code import call_user, raised_in, user_error
 
-    # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
-    with quiet_native_logs():
-        _, compiled, _, _ = compile_program(fn, tuple(args), roots, what, mesh)
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    try:
+        # A probe under plain jit gathers its value to one device: XLA's note on that is not the
+        # user's. Not from the persistent compile cache: it would bring another copy's source lines.
+        with quiet_native_logs(), jax.set_mesh(mesh), jax_config.enable_compilation_cache(False):
+            compiled = jitted.lower(*args).compile()
+    except ShardcliError:
+        raise
+    except Exception as error:  # noqa: BLE001 - sorted into the user's error or JAX's refusal
+        if raised_in(error, roots):
+            raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
+        raise ShardcliError(f"JAX could not compile {what}: {refusal_text(error)}") from None
     with recording() as calls, jax.set_mesh(mesh):
         out = call_user(compiled, roots, f"{what} raised while it ran:", *args)
         jax.block_until_ready(out)
@@ -392,10 +421,12 @@ def run_function(request: RunRequest) -> RunResult:
     session = open_session(request.mesh, request.options, x64=x64)
     args, how, input_roots = _concrete_inputs(request, session)
     roots = tuple(dict.fromkeys(function.roots + input_roots))
-    names = _leaf_names(getattr(function.value, "__wrapped__", function.value), tuple(args))
+
+    leaves = jax.tree_util.tree_leaves(tuple(args))
+    names = argument_names(function.value, tuple(args))
     inputs = tuple(
         array_values(n, leaf, h, session, request.show_values)
-        for (n, leaf), h in zip(names, how, strict=True)
+        for n, leaf, h in zip(names, leaves, how, strict=True)
     )
     out, calls = execute(function.value, args, session.mesh, roots, request.target)
     results = tuple(
