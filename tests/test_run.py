@@ -93,6 +93,16 @@ def test_parse_run_arg_refuses(text, message):
         pytest.param(
             np.array([1.0, np.nan], np.float32), np.array([1.0, 2.0], np.float32), True, 1, id="nan-is-wrong"
         ),
+        pytest.param(
+            np.array([np.nan, 2.0], np.float32),
+            np.array([np.nan, 2.0], np.float32),
+            True,
+            0,
+            id="nan-in-both",
+        ),
+        pytest.param(
+            np.array([np.nan, 2], np.float32), np.array([np.nan, 3], np.float32), True, 1, id="nan-and-off"
+        ),
         pytest.param(np.arange(8), np.array([28]), False, 0, id="shape-depends-on-mesh"),
     ],
 )

@@ -23,7 +23,7 @@ from shardcli.core.inspect import fact_of
 from shardcli.core.run_probe import ProbeCall, recording
 from shardcli.core.run_request import SHOW_VALUES_MAX, RunArg, RunRequest
 from shardcli.core.session import Session, open_session
-from shardcli.core.verify import RTOL, float_eps
+from shardcli.core.verify import RTOL, element_errors, float_eps
 from shardcli.errors import ShardcliError
 from shardcli.tile_math import ShardingLayout
 
@@ -139,15 +139,16 @@ def compare_to_reference(name: str, got: np.ndarray, want: np.ndarray) -> Result
             f"mesh (one value per shard), so it is shown, not compared",
         )
     tol = tolerance_for(np.asarray(got).dtype)
-    g, w = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
-    diff = np.abs(g - w)
-    err = float(np.nanmax(diff)) if diff.size else 0.0
+    diff = element_errors(got, want)  # 0 where both are the same value, NaN in both included
+    err = float(np.nanmax(diff)) if diff.size and not np.all(np.isnan(diff)) else 0.0
     if tol.exact:
-        wrong = int(np.count_nonzero(np.asarray(got) != np.asarray(want)))
+        wrong = int(np.count_nonzero(diff != 0))
         return ResultCheck(name, True, wrong, err, 0.0, want, tol.text)
-    scale = float(np.max(np.abs(w))) if w.size else 0.0
+    finite = np.abs(np.asarray(want, dtype=np.float64))
+    finite = finite[np.isfinite(finite)]
+    scale = float(np.max(finite)) if finite.size else 0.0
     bound = tol.rtol * (scale or 1.0)
-    wrong = int(np.count_nonzero(~(diff <= bound)))  # NaN counts as wrong
+    wrong = int(np.count_nonzero(~((diff == 0) | (diff <= bound))))  # a NaN on one side is wrong
     return ResultCheck(name, True, wrong, err, bound, want, tol.text)
 
 
