@@ -333,3 +333,12 @@ def test_abstract_inputs_are_filled_with_init(cli, tmp_path):
     assert x["spec"] == "x" and len(x["blocks"]) == 8 and y["spec"] == "P() (replicated)"
     assert x["filled_with"] == y["filled_with"] == "ones"
     assert doc["results"][0]["values"] == [2] * 8 and doc["ok"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "explicit"])
+def test_the_one_device_run_keeps_the_specs_in_every_mode(cli, mode):
+    """Under explicit axes a shard_map's in_specs must match its inputs' specs: the one-device run
+    gets the same PartitionSpecs on its mesh of size-1 axes."""
+    doc = _json(cli, f"{LESSONS}:sum_then_psum", *MESH8, *X32, "--mode", mode)
+    assert doc["mesh"]["mode"] == mode
+    assert doc["results"][0]["values"] == 496 and doc["checks"][0]["compared"] and doc["ok"]

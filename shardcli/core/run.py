@@ -340,10 +340,23 @@ def _one_device_mesh(session: Session) -> Any:
     )
 
 
-def _host_copy(tree: Any) -> Any:
+def _on_one_device(tree: Any, one: Any) -> Any:
+    """The arguments on the one-device mesh: each sharded array with the same PartitionSpec (every
+    axis of size 1, so one block holds it all, and a shard_map's in_specs still match under
+    explicit axes); host arrays stay as they are."""
     import jax
+    from jax.sharding import NamedSharding
 
-    return jax.tree_util.tree_map(lambda leaf: np.asarray(jax.device_get(leaf)), tree)
+    def leaf(x: Any) -> Any:
+        if not isinstance(x, jax.Array):
+            return x
+        host = np.asarray(jax.device_get(x))
+        spec = getattr(x.sharding, "spec", None)
+        if spec is None:
+            return jax.device_put(host, one.devices.flat[0])
+        return jax.device_put(host, NamedSharding(one, spec))
+
+    return jax.tree_util.tree_map(leaf, tree)
 
 
 def argument_names(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
@@ -434,8 +447,8 @@ def run_function(request: RunRequest) -> RunResult:
         array_values(n, leaf, "result", session, request.show_values) for n, leaf in _result_names(out)
     )
     probes = probe_values(calls, session, request.show_values)
-    host_args = _host_copy(args)
-    reference, _ = execute(function.value, host_args, _one_device_mesh(session), roots, request.target)
+    one = _one_device_mesh(session)
+    reference, _ = execute(function.value, _on_one_device(args, one), one, roots, request.target)
     got_leaves = [(name, np.asarray(jax.device_get(leaf))) for name, leaf in _result_names(out)]
     checks = tuple(
         compare_to_reference(name, got, np.asarray(jax.device_get(want)))
