@@ -342,3 +342,28 @@ def test_the_one_device_run_keeps_the_specs_in_every_mode(cli, mode):
     doc = _json(cli, f"{LESSONS}:sum_then_psum", *MESH8, *X32, "--mode", mode)
     assert doc["mesh"]["mode"] == mode
     assert doc["results"][0]["values"] == 496 and doc["checks"][0]["compared"] and doc["ok"]
+
+
+PYTREE = textwrap.dedent(
+    """
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    import shardcli
+
+    def stats(x):
+        def body(block):
+            shardcli.probe({"max": block.max(), "min": block.min()}, "block")
+            return jax.lax.psum(block.sum(), "x")
+
+        return jax.shard_map(body, in_specs=P("x"), out_specs=P())(x)
+    """
+)
+
+
+def test_a_probed_pytree_is_shown_leaf_by_leaf(cli, tmp_path):
+    path = tmp_path / "tree.py"
+    path.write_text(PYTREE)
+    doc = _json(cli, f"{path}:stats", "--mesh", "4", "--axes", "x", "--arg", "i32[8]@x=arange")
+    probes = {p["name"]: [b["values"] for b in p["blocks"]] for p in doc["probes"]}
+    assert probes == {"block['max']": [1, 3, 5, 7], "block['min']": [0, 2, 4, 6]}

@@ -85,8 +85,6 @@ def run_json(result: RunResult) -> dict[str, Any]:
 
 
 def _values_text(values: Any) -> str:
-    if isinstance(values, tuple):
-        return " | ".join(_values_text(v) for v in values)
     return str(human.format_values(values))
 
 
