@@ -29,7 +29,7 @@ from shardcli.commands import reshard as reshard_cmd
 from shardcli.commands import run as run_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
-from shardcli.stdout import quiet_when_reader_leaves
+from shardcli.stdout import quiet_when_reader_leaves, reopen_closed_streams
 
 
 def _save_output(prog: str, code: int) -> int:
@@ -221,6 +221,7 @@ app.add_typer(model_cmd.app, name="model")
 
 def main() -> None:
     """Console-script entry point (and `python -m shardcli`)."""
+    reopen_closed_streams()
     sys.stdout = quiet_when_reader_leaves(sys.stdout)
     try:
         app(prog_name="shardcli")

@@ -24,8 +24,9 @@ from typing import Any
 
 # Raise it when a key of a document kind scripts already read is renamed, added or removed.
 # 2: matmul's config has compile_target and each impl its fit (--target); einsum, reshard and inspect
-# documents are new. 3: each matmul and einsum impl has its result's `values` (global and per device,
-# null for results over 256 elements).
+# documents are new (and, before any release of them, a program's loops, XLA's once-counted figures
+# and what is missing; inspect's step-time estimate). 3: each matmul and einsum impl has its result's
+# `values` (global and per device, null for results over 256 elements).
 SCHEMA_VERSION = 3
 
 
@@ -469,6 +470,7 @@ COMPARE_BODY = Record(
 PROGRAM_COLLECTIVE = Record(
     "kind",
     "mesh_axes",
+    "axis_slices",
     "group_size",
     "shape",
     "result_bytes",
@@ -479,12 +481,36 @@ PROGRAM_COLLECTIVE = Record(
     "source",
 )
 MEMORY = Record("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "code_bytes", "total_bytes")
+PROGRAM_LOOP = Record("name", "trips", "runs", "body_flops", "body_bytes", "op_name", "source")
 PROGRAM = Record(
     ("collectives", ListOf(PROGRAM_COLLECTIVE)),
     ("memory", Maybe(MEMORY)),
     "flops_per_device",
     "bytes_accessed_per_device",
     "sent_bytes_per_device",
+    "xla_flops_per_device",
+    "xla_bytes_accessed_per_device",
+    ("loops", ListOf(PROGRAM_LOOP)),
+    "trips_known",
+    "missing",
+)
+# The step-time estimate (core/step_time.py): each roofline term with its source.
+STEP_TERM = Record("name", "amount", "rate", "seconds", "source")
+STEP_TIME = Record(
+    "chip",
+    ("math", STEP_TERM),
+    ("hbm", STEP_TERM),
+    ("comm", ListOf(STEP_TERM)),
+    "t_comm_s",
+    "bound_s",
+    "sum_s",
+    "dominant",
+    "efficiency",
+    "efficiency_source",
+    "estimate_s",
+    "compiler_seconds",
+    "compiler_note",
+    "notes",
 )
 
 EINSUM_CONFIG = Record(
@@ -543,6 +569,7 @@ INSPECT_BODY = Record(
     ("model", Maybe(COST_MODEL)),
     ("hardware", HARDWARE),
     ("fit", Maybe(FIT_VERDICT)),
+    ("step_time", Maybe(STEP_TIME)),
     ("findings", ListOf(FINDING)),
     "lower_s",
     "compile_s",

@@ -148,15 +148,16 @@ PINNED_KEYS = {
         "compare": "53b1ec01214a6068",
     },
     # 2: matmul's --target (config.compile_target, each impl's fit); einsum, reshard and inspect are new
+    # (with, before any release, a program's loops and once-counted XLA figures and inspect's step_time)
     2: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
         "collective": "8563d3ab0490d6eb",
         "collectives": "b9bffef9a3aac720",
         "matmul": "1c618194e425b23a",
-        "einsum": "7ce4b37eafb1c421",
-        "reshard": "fedbaa33db8385f7",
-        "inspect": "6cbe4627ad1e55e9",
+        "einsum": "c6213b4d128b4c28",
+        "reshard": "8b00d559b9f3f9a8",
+        "inspect": "dd4ec87107ac9cc4",
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
         "pipeline": "624ff9ba959f3e42",

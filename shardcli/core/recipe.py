@@ -48,6 +48,11 @@ class RecipeResult:
         return tuple(c for c in self.checks if not c.ok)
 
 
+# pipeline-ring prints a row per step and checks each; the ring repeats after its length (at most
+# the device count), so more steps than this show nothing new and would run past any patience.
+MAX_RING_STEPS = 1000
+
+
 def run_recipe(request: RecipeRequest) -> RecipeResult:
     """Run one recipe on its mesh and return its sections and checks.
 
@@ -60,10 +65,13 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
         from shardcli.errors import ShardcliError
 
         raise ShardcliError("--steps is for the pipeline-ring recipe; leave it out for " + recipe.name)
-    if request.steps is not None and request.steps < 1:
+    if request.steps is not None and not 1 <= request.steps <= MAX_RING_STEPS:
         from shardcli.errors import ShardcliError
 
-        raise ShardcliError(f"--steps {request.steps} is not valid; give at least 1")
+        raise ShardcliError(
+            f"--steps {request.steps} is not valid; give 1 to {MAX_RING_STEPS} (each step is one row, "
+            "and the ring repeats itself after its length)"
+        )
     if (request.shape is not None or request.init is not None) and recipe.input is None:
         from shardcli.errors import ShardcliError
         from shardcli.recipe_registry import RECIPES
