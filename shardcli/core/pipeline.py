@@ -25,14 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from shardcli.core.pipeline_processes import check_stages_on_processes, mpmd_over_processes
 from shardcli.core.pipeline_stages import (
     Event,
     MpmdRun,
     Plan,
     StageInfo,
     close_check,
-    error_of,
     forward,
+    grad_check,
+    layer_errors,
     loss_of,
     stage_meshes,
 )
@@ -536,64 +538,7 @@ def _grad_checks(name: str, grads: list | None, reference: list | None) -> list[
     """Every layer's W and b gradients against the reference; the detail names the worst one."""
     if grads is None or reference is None:
         return []
-    return [_grad_check(name, _layer_errors(grads, reference))]
-
-
-def _layer_errors(grads: list, reference: list) -> np.ndarray:
-    """Per layer and part (W, b): (max |err|, bound); NaN for a layer this process does not hold."""
-    errors = np.full((len(reference), 2, 2), np.nan)
-    for i, (got, want) in enumerate(zip(grads, reference, strict=True)):
-        if got is not None:
-            for k in (0, 1):
-                errors[i, k] = error_of(got[k], want[k])
-    return errors
-
-
-def _grad_check(name: str, errors: np.ndarray) -> Check:
-    bad = sorted({int(i) for i in np.nonzero(errors[:, :, 0] > errors[:, :, 1])[0]})
-    ratio = errors[:, :, 0] / errors[:, :, 1]
-    i, k = np.unravel_index(int(np.nanargmax(ratio)), ratio.shape)
-    err, bound = errors[i, k]
-    detail = (
-        f"{len(errors)} layers; worst layer {i} {'Wb'[k]}: max |err| {err:.2e} vs bound {bound:.2e} "
-        f"(1e-4 x max|ref|)"
-    )
-    if bad:
-        detail = f"wrong in layers {bad}; " + detail
-    return Check(f"{name}: every layer's gradients match the unpipelined run", not bad, detail)
-
-
-def _mpmd_over_processes(
-    session: Session,
-    request: PipelineRequest,
-    plan: Plan,
-    model: tuple[Any, np.ndarray, np.ndarray],
-    reference: tuple[np.ndarray, float | None, list | None],
-) -> tuple[MpmdRun, list[Check]]:
-    """MPMD with the stages on several processes; each checks what it holds, the checks combine."""
-    from shardcli.core.pipeline_processes import run_mpmd_processes
-    from shardcli.core.processes import gather_from_processes
-
-    params, x, target = model
-    ref_y, ref_loss, ref_grads = reference
-    done = run_mpmd_processes(session, request, plan, params, x, target, _ctrl_c.check)
-    held = np.array(error_of(done.output, ref_y) if done.output is not None else (np.nan, np.nan))
-    err, bound = np.nanmax(gather_from_processes(held.astype(np.float32)), axis=0)
-    ok = bool(err <= bound)
-    checks = [
-        Check(
-            "mpmd: the output matches the unpipelined run",
-            ok,
-            f"max |err| {err:.2e} {'<=' if ok else '>'} {bound:.2e} (1e-4 x max|ref|)",
-        )
-    ]
-    if ref_loss is not None and done.loss is not None:
-        checks.append(close_check("mpmd: the loss matches", np.array([done.loss]), np.array([ref_loss])))
-    if ref_grads is not None:
-        errors = gather_from_processes(_layer_errors(done.grads, ref_grads).astype(np.float32))
-        with np.errstate(all="ignore"):
-            checks.append(_grad_check("mpmd", np.nanmax(errors, axis=0)))
-    return done.run, checks
+    return [grad_check(name, layer_errors(grads, reference))]
 
 
 def run_pipeline(request: PipelineRequest, progress: Callable[[str], None] | None = None) -> PipelineResult:
@@ -609,36 +554,13 @@ def run_pipeline(request: PipelineRequest, progress: Callable[[str], None] | Non
     return result
 
 
-def _check_stages_on_processes(session: Session, request: PipelineRequest, plan: Plan) -> None:
-    """Over several processes: mpmd only, and each stage's sub-mesh on one process.
-
-    Raises:
-        ShardcliError: spmd asked for, or a stage whose devices several processes own.
-    """
-    count = session.runtime.process_count
-    if count == 1:
-        return
-    if "spmd" in request.impls:
-        raise ShardcliError(
-            f"--impl spmd runs in one process; over {count} processes give --impl mpmd (each stage on "
-            f"its own process)"
-        )
-    for s, mesh in enumerate(stage_meshes(session, plan)):
-        owners = sorted({d.process_index for d in np.asarray(mesh.devices).flat})
-        if len(owners) > 1:
-            raise ShardcliError(
-                f"stage {s}'s sub-mesh spans processes {', '.join(map(str, owners))}; over {count} "
-                f"processes give at most {plan.stages} (-n) so that each stage is on one process"
-            )
-
-
 def _run(request: PipelineRequest, plan: Plan, progress: Callable[[str], None] | None) -> PipelineResult:
     w = request.width
     per_device = 4 * (
         plan.layers_per_stage * (w * w + w) * 3 + 4 * plan.microbatch_size * w * request.microbatches
     )
     session = open_session(request.mesh, request.options)
-    _check_stages_on_processes(session, request, plan)
+    check_stages_on_processes(session, request, plan)
     check_fits_in_memory(
         session.runtime,
         list(session.devices),
@@ -654,8 +576,8 @@ def _run(request: PipelineRequest, plan: Plan, progress: Callable[[str], None] |
     if "mpmd" in request.impls and session.runtime.process_count > 1:
         if progress:
             progress("mpmd")
-        mpmd, more = _mpmd_over_processes(
-            session, request, plan, (params, x, target), (ref_y, ref_loss, ref_grads)
+        mpmd, more = mpmd_over_processes(
+            session, request, plan, (params, x, target), (ref_y, ref_loss, ref_grads), _ctrl_c.check
         )
         checks += more
     elif "mpmd" in request.impls:

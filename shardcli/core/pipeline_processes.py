@@ -27,8 +27,21 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.core.pipeline_stages import Event, MpmdRun, Plan, StageInfo, forward, loss_of, stage_meshes
+from shardcli.core.pipeline_stages import (
+    Event,
+    MpmdRun,
+    Plan,
+    StageInfo,
+    close_check,
+    error_of,
+    forward,
+    grad_check,
+    layer_errors,
+    loss_of,
+    stage_meshes,
+)
 from shardcli.core.processes import gather_from_processes
+from shardcli.core.report import Check
 from shardcli.core.session import Session
 from shardcli.core.timing import compile_timed
 from shardcli.errors import ShardcliError
@@ -354,3 +367,57 @@ def _outcome(
             w, b = grads[s][k]
             layer_grads.append((np.asarray(jax.device_get(w)), np.asarray(jax.device_get(b))))
     return ProcessesOutcome(run=run, output=output, grads=layer_grads, loss=loss)
+
+
+def check_stages_on_processes(session: Session, request: Any, plan: Plan) -> None:
+    """Over several processes: mpmd only, and each stage's sub-mesh on one process.
+
+    Raises:
+        ShardcliError: spmd asked for, or a stage whose devices several processes own.
+    """
+    count = session.runtime.process_count
+    if count == 1:
+        return
+    if "spmd" in request.impls:
+        raise ShardcliError(
+            f"--impl spmd runs in one process; over {count} processes give --impl mpmd (each stage on "
+            f"its own process)"
+        )
+    for s, mesh in enumerate(stage_meshes(session, plan)):
+        owners = sorted({d.process_index for d in np.asarray(mesh.devices).flat})
+        if len(owners) > 1:
+            raise ShardcliError(
+                f"stage {s}'s sub-mesh spans processes {', '.join(map(str, owners))}; over {count} "
+                f"processes give at most {plan.stages} (-n) so that each stage is on one process"
+            )
+
+
+def mpmd_over_processes(
+    session: Session,
+    request: Any,
+    plan: Plan,
+    model: tuple[Any, np.ndarray, np.ndarray],
+    reference: tuple[np.ndarray, float | None, list | None],
+    check_interrupt: Callable[[], None],
+) -> tuple[MpmdRun, list[Check]]:
+    """MPMD with the stages on several processes; each checks what it holds, the checks combine."""
+    params, x, target = model
+    ref_y, ref_loss, ref_grads = reference
+    done = run_mpmd_processes(session, request, plan, params, x, target, check_interrupt)
+    held = np.array(error_of(done.output, ref_y) if done.output is not None else (np.nan, np.nan))
+    err, bound = np.nanmax(gather_from_processes(held.astype(np.float32)), axis=0)
+    ok = bool(err <= bound)
+    checks = [
+        Check(
+            "mpmd: the output matches the unpipelined run",
+            ok,
+            f"max |err| {err:.2e} {'<=' if ok else '>'} {bound:.2e} (1e-4 x max|ref|)",
+        )
+    ]
+    if ref_loss is not None and done.loss is not None:
+        checks.append(close_check("mpmd: the loss matches", np.array([done.loss]), np.array([ref_loss])))
+    if ref_grads is not None:
+        errors = gather_from_processes(layer_errors(done.grads, ref_grads).astype(np.float32))
+        with np.errstate(all="ignore"):
+            checks.append(grad_check("mpmd", np.nanmax(errors, axis=0)))
+    return done.run, checks

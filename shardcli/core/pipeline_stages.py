@@ -93,3 +93,27 @@ def close_check(what: str, got: np.ndarray, want: np.ndarray) -> Check:
     err, bound = error_of(got, want)
     ok = bool(err <= bound)
     return Check(what, ok, f"max |err| {err:.2e} {'<=' if ok else '>'} {bound:.2e} (1e-4 x max|ref|)")
+
+
+def layer_errors(grads: list, reference: list) -> np.ndarray:
+    """Per layer and part (W, b): (max |err|, bound); NaN for a layer this process does not hold."""
+    errors = np.full((len(reference), 2, 2), np.nan)
+    for i, (got, want) in enumerate(zip(grads, reference, strict=True)):
+        if got is not None:
+            for k in (0, 1):
+                errors[i, k] = error_of(got[k], want[k])
+    return errors
+
+
+def grad_check(name: str, errors: np.ndarray) -> Check:
+    bad = sorted({int(i) for i in np.nonzero(errors[:, :, 0] > errors[:, :, 1])[0]})
+    ratio = errors[:, :, 0] / errors[:, :, 1]
+    i, k = np.unravel_index(int(np.nanargmax(ratio)), ratio.shape)
+    err, bound = errors[i, k]
+    detail = (
+        f"{len(errors)} layers; worst layer {i} {'Wb'[k]}: max |err| {err:.2e} vs bound {bound:.2e} "
+        f"(1e-4 x max|ref|)"
+    )
+    if bad:
+        detail = f"wrong in layers {bad}; " + detail
+    return Check(f"{name}: every layer's gradients match the unpipelined run", not bad, detail)
