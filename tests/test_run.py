@@ -367,3 +367,25 @@ def test_a_probed_pytree_is_shown_leaf_by_leaf(cli, tmp_path):
     doc = _json(cli, f"{path}:stats", "--mesh", "4", "--axes", "x", "--arg", "i32[8]@x=arange")
     probes = {p["name"]: [b["values"] for b in p["blocks"]] for p in doc["probes"]}
     assert probes == {"block['max']": [1, 3, 5, 7], "block['min']": [0, 2, 4, 6]}
+
+
+@pytest.mark.parametrize(
+    ("flag", "shown"),
+    [
+        pytest.param((), True, id="small-shown"),
+        pytest.param(("--no-show-values",), False, id="no-show-values"),
+    ],
+)
+def test_show_values(cli, flag, shown):
+    doc = _json(cli, f"{LESSONS}:sum_then_psum", *MESH8, *X32, *flag)
+    x = doc["inputs"][0]
+    assert (x["values"] is not None) == shown
+    assert all((b["values"] is not None) == shown for b in x["blocks"])
+    assert doc["ok"]  # the check runs either way
+
+
+def test_large_arrays_hide_their_values_unless_asked(cli):
+    doc = _json(cli, f"{LESSONS}:times_two", *MESH8, "--arg", "i32[512]@x")
+    assert doc["inputs"][0]["values"] is None and doc["results"][0]["values"] is None
+    doc = _json(cli, f"{LESSONS}:times_two", *MESH8, "--arg", "i32[512]@x", "--show-values")
+    assert doc["results"][0]["values"] == (2 * np.arange(512)).tolist()
