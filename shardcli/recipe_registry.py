@@ -104,6 +104,7 @@ RECIPES: dict[str, Recipe] = {
             (1,),
             "a 1-D mesh (the ring)",
             programs.pipeline_ring,
+            input="the values on the ring, split over its axis",
         ),
         Recipe(
             "sharded-mac",

@@ -103,7 +103,8 @@ def error_line(result) -> str:
         ),
         pytest.param(
             ["recipe", "three-ways", "--shape", "4x4"],
-            "--shape sets the input of elementwise, reduce; recipe three-ways builds its own inputs",
+            "--shape sets the input of elementwise, reduce, pipeline-ring; recipe three-ways builds its own "
+            "inputs",
             id="recipe-shape-where-it-has-no-input",
         ),
         pytest.param(

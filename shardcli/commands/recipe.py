@@ -37,7 +37,9 @@ def recipe(
     ] = None,
     shape: Annotated[
         str | None,
-        typer.Option("--shape", "-s", help="The recipe's input shape (elementwise, reduce): 4x8."),
+        typer.Option(
+            "--shape", "-s", help="The recipe's input shape (elementwise, reduce, pipeline-ring): 4x8."
+        ),
     ] = None,
     init: opt.Init = None,
     *,

@@ -8,6 +8,7 @@ the registry: NumPy and JAX are imported inside the functions, never here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,9 +60,15 @@ class Lab:
         self.shape = shape  # --shape: the recipe's input shape (None: the recipe's own)
         self.init = init  # --init: how the input is filled (None: the recipe's own random values)
 
-    def input(self, default_shape: tuple[int, ...], spec: tuple[Any, ...], seed: int = SEED) -> np.ndarray:
+    def input(
+        self,
+        default_shape: tuple[int, ...],
+        spec: tuple[Any, ...],
+        seed: int = SEED,
+        fill: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+    ) -> np.ndarray:
         """The recipe's input in float32: --shape and --init where given, else its own shape and
-        random values in [-1, 1).
+        its own values (`fill`, by default random values in [-1, 1)).
 
         Raises:
             ShardcliError: a --shape the recipe's sharding `spec` cannot split over this mesh.
@@ -72,7 +79,7 @@ class Lab:
         entries = tuple(() if a is None else (a,) if isinstance(a, str) else tuple(a) for a in spec)
         check_sharding_fits(ShardingSpec(entries), self.session.spec, shape, flag="--shape")
         if self.init is None:
-            return _random(shape, seed)
+            return fill(shape) if fill is not None else _random(shape, seed)
         from shardcli.arrays import make_host_array
 
         return make_host_array(ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init))
@@ -478,7 +485,12 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
     (axis,) = lab.axes
     (n,) = lab.sizes
     steps = lab.steps or n
-    host = np.arange(n * 2, dtype=np.float32).reshape(n, 2) + np.array([0, 0.5], np.float32)
+
+    def own(shape: tuple[int, ...]) -> np.ndarray:  # 0, 0.5, 2, 2.5, ...: each block tells its origin
+        values = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+        return values + (np.arange(shape[-1]) % 2 * 0.5).astype(np.float32) if len(shape) > 1 else values
+
+    host = lab.input((n, 2), (axis,), fill=own)
     ring = [(i, (i + 1) % n) for i in range(n)]
     step = jax.jit(
         jax.shard_map(
@@ -492,7 +504,8 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
         whole = _replicated(lab, x)
         if not np.array_equal(whole, np.roll(host, k, axis=0)):
             bad_steps.append(k)
-        rows.append((k, *(whole[i] for i in range(n))))
+        blocks = np.split(whole, n)  # device i's block along the ring axis
+        rows.append((k, *(b[0] if b.shape[0] == 1 and b.ndim > 1 else b for b in blocks)))
         if k < steps:
             x = step(x)
     return RecipeOutput(
