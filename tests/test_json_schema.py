@@ -147,7 +147,7 @@ PINNED_KEYS = {
         "pipeline": "624ff9ba959f3e42",
         "compare": "53b1ec01214a6068",
     },
-    # 3: each matmul and einsum impl has its result's values (null over 256 elements)
+    # 3: each matmul, einsum and reshard impl has its result's values (null over 256 elements)
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
@@ -155,7 +155,7 @@ PINNED_KEYS = {
         "collectives": "b9bffef9a3aac720",
         "matmul": "5100a47dbdb9dcd0",
         "einsum": "f5e139eb82a985d9",
-        "reshard": "fedbaa33db8385f7",
+        "reshard": "fbd0a4e871d93ced",
         "inspect": "6cbe4627ad1e55e9",
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",

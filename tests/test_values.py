@@ -361,3 +361,19 @@ def test_the_mesh_folds_into_80_columns_instead_of_splitting(cli):
     assert max(len(line) for line in out.splitlines()) <= 80
     wide = cli(["mesh", "--mesh", "2x4", "--axes", "data,model", "--no-color"], env={"COLUMNS": "120"}).stdout
     assert "data=1 model=3" in wide  # where it fits, every cell still names its coordinates
+
+
+def test_reshard_shows_every_devices_block_before_and_after(cli):
+    args = ["reshard", "--mesh", "2x2", "--axes", "x,y", "--shape", "4x4", "--from", "x,y", "--to", "y,x"]
+    doc = json.loads(cli([*args, "--impl", "jit", *FAST, "-f", "json"]).stdout)
+    host = np.arange(16.0).reshape(4, 4)
+    (way,) = doc["impls"]
+    assert way["values"]["global_values"] == host.tolist() == way["values_before"]["global_values"]
+    for when in ("values_before", "values"):
+        for block in way[when]["blocks"]:
+            (a, b), (c, d) = block["index"]
+            assert block["values"] == host[a:b, c:d].tolist()
+    moved = {b["device_id"]: b["index"] for b in way["values"]["blocks"]}
+    assert moved[1] == [[2, 4], [0, 2]] and moved[2] == [[0, 2], [2, 4]]  # x and y swapped places
+    text = cli([*args, *FAST, "--no-color", "-q"]).stdout
+    assert "each device's block, before and after (reshard)" in text
