@@ -674,7 +674,7 @@ def fit_text(result: CollectiveResult) -> RenderableType:
             Clauses(
                 [
                     f"fit {label}: t(S) = alpha + S / beta",
-                    f"alpha = {fit.alpha_s * 1e6:.3g} us",
+                    f"alpha = {human.format_duration(fit.alpha_s)}",
                     f"beta = {beta}",
                 ],
                 sep=", ",
