@@ -26,7 +26,8 @@ class Recipe:
     ranks: tuple[int, ...]  # mesh ranks (number of axes) the recipe can use
     needs: str  # the mesh it needs, in words, for errors
     program: RecipeProgram  # runs the recipe on a Lab and returns its sections and checks
-    input: str | None = None  # the input --shape and --init set (the recipe's lesson), or None
+    input: str | None = None  # the input --init fills (the recipe's lesson), or None
+    takes_shape: bool = True  # whether --shape sets that input's shape (one input), or only --init
 
     @property
     def default(self) -> str:
@@ -114,6 +115,8 @@ RECIPES: dict[str, Recipe] = {
             (2,),
             TWO_AXES,
             programs.sharded_mac,
+            input="x, W and b (arange numbers them in one sequence)",
+            takes_shape=False,
         ),
     )
 }

@@ -103,9 +103,21 @@ def error_line(result) -> str:
         ),
         pytest.param(
             ["recipe", "three-ways", "--shape", "4x4"],
-            "--shape sets the input of elementwise, reduce, pipeline-ring; recipe three-ways builds its own "
+            "--shape sets the input of elementwise, reduce, pipeline-ring; recipe three-ways sizes its own "
             "inputs",
             id="recipe-shape-where-it-has-no-input",
+        ),
+        pytest.param(
+            ["recipe", "sharded-mac", "--shape", "4x4"],
+            "--shape sets the input of elementwise, reduce, pipeline-ring; recipe sharded-mac sizes its own "
+            "inputs",
+            id="recipe-shape-for-several-inputs",
+        ),
+        pytest.param(
+            ["recipe", "axis-index", "--init", "ones"],
+            "--init fills the input of elementwise, reduce, pipeline-ring, sharded-mac; recipe axis-index "
+            "builds no input to fill",
+            id="recipe-init-where-it-has-no-input",
         ),
         pytest.param(
             ["recipe", "reduce", "--mesh", "2x4", "--axes", "x,y", "--shape", "3x8"],

@@ -48,6 +48,25 @@ class RecipeResult:
         return tuple(c for c in self.checks if not c.ok)
 
 
+def _check_input_flags(request: RecipeRequest, recipe: Recipe) -> None:
+    """--shape and --init only for the recipes whose input they set (nothing silently ignored).
+
+    Raises:
+        ShardcliError: naming the recipes that take the flag.
+    """
+    from shardcli.errors import ShardcliError
+    from shardcli.recipe_registry import RECIPES
+
+    if request.shape is not None and (recipe.input is None or not recipe.takes_shape):
+        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None and r.takes_shape)
+        raise ShardcliError(f"--shape sets the input of {takes}; recipe {recipe.name} sizes its own inputs")
+    if request.init is not None and recipe.input is None:
+        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None)
+        raise ShardcliError(
+            f"--init fills the input of {takes}; recipe {recipe.name} builds no input to fill"
+        )
+
+
 def run_recipe(request: RecipeRequest) -> RecipeResult:
     """Run one recipe on its mesh and return its sections and checks.
 
@@ -64,13 +83,7 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
         from shardcli.errors import ShardcliError
 
         raise ShardcliError(f"--steps {request.steps} is not valid; give at least 1")
-    if (request.shape is not None or request.init is not None) and recipe.input is None:
-        from shardcli.errors import ShardcliError
-        from shardcli.recipe_registry import RECIPES
-
-        flag = "--shape" if request.shape is not None else "--init"
-        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None)
-        raise ShardcliError(f"{flag} sets the input of {takes}; recipe {recipe.name} builds its own inputs")
+    _check_input_flags(request, recipe)
     session = open_session(request.mesh, request.options)
     output = recipe.program(Lab(session, steps=request.steps, shape=request.shape, init=request.init))
     # Several processes: each checked its own devices; a check fails if it failed anywhere.

@@ -104,6 +104,21 @@ class Lab:
             title=f"per device: {label}", columns=("device", "mesh coords", label), rows=tuple(rows)
         )
 
+    def operands(self, shapes: tuple[tuple[int, ...], ...]) -> list[np.ndarray]:
+        """Several float32 inputs: --init fills them (arange numbering them in one sequence, as matmul's
+        A and B), else random values in [-1, 1), seeds 1, 2, ..."""
+        if self.init is None:
+            return [_random(shape, seed) for seed, shape in enumerate(shapes, start=1)]
+        from shardcli.arrays import make_host_array
+        from shardcli.specs import ArraySpec, parse_dtype
+
+        hosts, start = [], 0
+        for shape in shapes:
+            spec = ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init)
+            hosts.append(make_host_array(spec, start=start))
+            start += spec.size
+        return hosts
+
     def collectives(self, jitted: Any, *args: Any) -> tuple[HloCollective, ...]:
         """The collectives the compiler put into `jitted(*args)`."""
         from shardcli.core.program_analysis import find_collectives
@@ -542,7 +557,7 @@ def sharded_mac(lab: Lab) -> RecipeOutput:
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
     b_, d, f = 2 * n0, 8, 2 * n1
-    x_host, w_host, b_host = _random((b_, d), 1), _random((d, f), 2), _random((f,), 3)
+    x_host, w_host, b_host = lab.operands(((b_, d), (d, f), (f,)))
     x, w, b = _place(lab, x_host, a0, None), _place(lab, w_host, None, a1), _place(lab, b_host, a1)
     plain = jax.jit(lambda x, w, b: x @ w + b)
     y = plain(x, w, b)
