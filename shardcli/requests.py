@@ -557,6 +557,7 @@ def build_inspect_request(
     axes: str | None,
     options: RunOptions,
     compile_target: str | None = None,
+    mode_given: bool = False,
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.core.inspect import InspectRequest
@@ -579,4 +580,5 @@ def build_inspect_request(
         compile_target=hardware,
         mesh_text=mesh,
         axes_text=axes,
+        mode_given=mode_given,
     )

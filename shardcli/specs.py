@@ -73,7 +73,7 @@ PLATFORMS = tuple(Platform)
 MODES = tuple(Mode)
 FORMATS = (Format.TABLE, Format.JSON)
 PROCESS_TIMINGS = tuple(ProcessTiming)
-DTYPE_KINDS = ("float", "int", "uint", "bool")
+DTYPE_KINDS = ("float", "int", "uint", "bool", "key")
 # Faking more CPU devices than this in one process is slow to start and never what a learner meant.
 MAX_FAKE_DEVICES = 512
 RESERVED_SPEC_WORDS = ("None", "_")
@@ -937,7 +937,29 @@ SHORT_DTYPES = {
     "u32": "uint32",
     "pred": "bool",
 }
-_ARG_RE = re.compile(r"^\s*(?P<dtype>[A-Za-z0-9_]+)\[(?P<shape>[0-9,\s]*)\]\s*(?:@(?P<spec>.*))?$")
+_ARG_RE = re.compile(r"^\s*(?P<dtype>key<[^>]*>|[A-Za-z0-9_]+)\[(?P<shape>[0-9,\s]*)\]\s*(?:@(?P<spec>.*))?$")
+
+
+@dataclass(frozen=True)
+class KeyImpl:
+    """A typed PRNG key's implementation (`jax.random.key(0, impl=NAME)`), known before JAX starts."""
+
+    name: str  # JAX's name for it: threefry2x32, rbg, unsafe_rbg
+    short: str  # as JAX prints the key's dtype: key<fry>, key<rbg>, key<urbg>
+    words: int  # uint32 words per key (`jax.random.key_data(key).shape[-1]`)
+
+    @property
+    def dtype(self) -> DType:
+        """The key as a dtype: `key<fry>`, `words` uint32s per element."""
+        return DType(f"key<{self.short}>", 4 * self.words, "key")
+
+
+KEY_IMPLS = {
+    k.name: k
+    for k in (KeyImpl("threefry2x32", "fry", 2), KeyImpl("rbg", "rbg", 4), KeyImpl("unsafe_rbg", "urbg", 4))
+}
+# The names JAX prints (key<fry>) and the short ones people write, beside JAX's own.
+KEY_ALIASES = {"threefry": "threefry2x32", "fry": "threefry2x32", "urbg": "unsafe_rbg"}
 
 
 @dataclass(frozen=True)
@@ -947,6 +969,7 @@ class AbstractArg:
     dtype: DType
     shape: tuple[int, ...]
     sharding: ShardingSpec
+    key: KeyImpl | None = None  # a typed PRNG key (`key<rbg>[4]`); `dtype` then is its key dtype
 
     @property
     def nbytes(self) -> int:
@@ -954,6 +977,10 @@ class AbstractArg:
 
     def describe(self) -> str:
         return f"{self.dtype.name}[{','.join(map(str, self.shape))}]@{self.sharding.describe()}"
+
+
+# XLA counts an array's bytes in a signed 64-bit integer (and aborts the process past it).
+MAX_ABSTRACT_BYTES = 1 << 60
 
 
 def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> AbstractArg:
@@ -971,18 +998,37 @@ def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> Abstra
         )
     name = match.group("dtype").lower()
     name = SHORT_DTYPES.get(name, name)
-    if name not in DTYPES:
+    key = _key_impl(name, text, flag) if name.startswith("key<") else None
+    if key is None and name not in DTYPES:
         raise ShardcliError(
             f"{flag} {text!r}: dtype {match.group('dtype')!r} is not supported; choose one of "
-            f"{', '.join(DTYPES)} or {', '.join(SHORT_DTYPES)}"
+            f"{', '.join(DTYPES)}, {', '.join(SHORT_DTYPES)} or a typed PRNG key key<IMPL> "
+            f"({', '.join(KEY_IMPLS)})"
         )
     dims = [d.strip() for d in match.group("shape").split(",")] if match.group("shape").strip() else []
-    if any(not d.isdigit() for d in dims):
+    if any(not (d.isascii() and d.isdigit()) for d in dims):
         raise ShardcliError(f"{flag} {text!r}: the shape holds sizes separated by commas, e.g. [256,4096]")
     shape = tuple(int(d) for d in dims)
+    if math.prod(shape) * DTYPES[name].itemsize > MAX_ABSTRACT_BYTES:
+        raise ShardcliError(
+            f"{flag} {text!r}: {math.prod(shape) * DTYPES[name].itemsize:.3g} bytes is beyond what XLA can "
+            f"describe (at most 2**60 bytes in one array); give a smaller shape"
+        )
     sharding = parse_sharding(match.group("spec"), mesh, flag=f"{flag} {text!r}: spec")
     check_sharding_fits(sharding, mesh, shape, flag="its spec", what=f"{flag} {text!r}")
-    return AbstractArg(dtype=DTYPES[name], shape=shape, sharding=sharding)
+    return AbstractArg(dtype=key.dtype if key else DTYPES[name], shape=shape, sharding=sharding, key=key)
+
+
+def _key_impl(name: str, text: str, flag: str) -> KeyImpl:
+    impl = name[len("key<") : -1].strip()
+    impl = KEY_ALIASES.get(impl, impl)
+    if impl not in KEY_IMPLS:
+        raise ShardcliError(
+            f"{flag} {text!r}: {name!r} names no PRNG key implementation; give key<IMPL> with IMPL "
+            f"one of {', '.join(KEY_IMPLS)} (or {', '.join(KEY_ALIASES)}), e.g. key<threefry>[] or "
+            f"key<rbg>[4]@data"
+        )
+    return KEY_IMPLS[impl]
 
 
 def check_timing(iters: int, warmup: int) -> None:

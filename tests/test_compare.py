@@ -531,7 +531,7 @@ NOT_COMPARABLE = [
         args=["--format", "csv"],
     ),
     bad("missing-file", "psum", None, "missing", "cannot read {new}: no such file"),
-    bad("directory", "psum", None, "directory", "cannot read {new}: it is a directory"),
+    bad("directory", "psum", None, "directory", "cannot read {new}: it is a directory; give a regular file"),
     bad(
         "garbage",
         "psum",

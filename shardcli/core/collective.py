@@ -697,10 +697,11 @@ def resolve_roofline(session: Session, collective: Collective) -> Roofline:
         return Roofline(
             None, None, f"not available: no link bandwidth in the device table for {rt.device_kind!r}"
         )
+    link = entry.link_bytes_per_s
     return Roofline(
         "link",
-        entry.link_gbps * 1e9,
-        f"{entry.link_gbps:g} GB/s link bandwidth (table: {entry.label}, {entry.link_note})",
+        link.value,
+        f"{link.value / 1e9:g} GB/s link bandwidth (table: {entry.label}, {link.source})",
     )
 
 

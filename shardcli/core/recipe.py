@@ -67,6 +67,11 @@ def _check_input_flags(request: RecipeRequest, recipe: Recipe) -> None:
         )
 
 
+# pipeline-ring prints a row per step and checks each; the ring repeats after its length (at most
+# the device count), so more steps than this show nothing new and would run past any patience.
+MAX_RING_STEPS = 1000
+
+
 def run_recipe(request: RecipeRequest) -> RecipeResult:
     """Run one recipe on its mesh and return its sections and checks.
 
@@ -79,10 +84,13 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
         from shardcli.errors import ShardcliError
 
         raise ShardcliError("--steps is for the pipeline-ring recipe; leave it out for " + recipe.name)
-    if request.steps is not None and request.steps < 1:
+    if request.steps is not None and not 1 <= request.steps <= MAX_RING_STEPS:
         from shardcli.errors import ShardcliError
 
-        raise ShardcliError(f"--steps {request.steps} is not valid; give at least 1")
+        raise ShardcliError(
+            f"--steps {request.steps} is not valid; give 1 to {MAX_RING_STEPS} (each step is one row, "
+            "and the ring repeats itself after its length)"
+        )
     _check_input_flags(request, recipe)
     session = open_session(request.mesh, request.options)
     output = recipe.program(Lab(session, steps=request.steps, shape=request.shape, init=request.init))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ from shardcli.arrays import ShownValues
 from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.mesh import MeshLayout
-from shardcli.render.console import ColumnBlocks, DataTable, SideBySide, WholeLines
+from shardcli.render.console import ColumnBlocks, DataTable, SideBySide, WholeLines, format_duration
 from shardcli.specs import ShardingSpec
 from shardcli.tile_math import GridView, ShardingLayout, format_index, grid_views, spec_layout
 
@@ -210,23 +209,6 @@ def format_values(values: np.ndarray) -> Text:
             arr, separator=" ", max_line_width=100, threshold=10_000, suppress_small=True, precision=4
         )
     )
-
-
-def format_duration(seconds: float | None) -> str:
-    """A duration in the unit a person reads, three significant figures: 2.14 s, 12.5 ms, 380 us, 850 ns.
-
-    The one duration formatter of every table and line (a column of mixed units reads fine: each
-    cell carries its unit). None, NaN or infinity is "unknown", never a number.
-    """
-    if seconds is None or not math.isfinite(seconds):
-        return "unknown"
-    size = abs(seconds)
-    unit, scale = next(
-        ((u, f) for u, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)) if size >= f * 0.9995), ("ns", 1e-9)
-    )
-    value = seconds / scale
-    digits = 0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2
-    return f"{value:,.{digits}f} {unit}"
 
 
 def compile_text(timing: Timing) -> str:

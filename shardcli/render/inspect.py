@@ -19,6 +19,8 @@ from shardcli.render.program import (
     memory_clauses,
     model_json,
     program_json,
+    step_time_json,
+    step_time_text,
     verdict_json,
     verdict_text,
 )
@@ -56,6 +58,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
             "model": model_json(result.model),
             "hardware": hardware_json(hw),
             "fit": verdict_json(result.fit),
+            "step_time": step_time_json(result.step),
             "findings": [schema.FINDING(kind=f.kind, message=f.message) for f in result.findings],
             "lower_s": result.lower_s,
             "compile_s": result.compile_s,
@@ -120,8 +123,9 @@ def report_renderable(
     if a is not None:
         rows = [("", c) for c in a.collectives]
         section("collectives the compiler inserted", collectives_table(rows, label=""))
-        flops = f"{a.flops:,.0f}" if a.flops is not None else "unknown"
-        accessed = format_bytes(a.bytes_accessed) if a.bytes_accessed is not None else "unknown"
+        trips = f" (at least: {len(a.unknown_trips)} loop(s) of unknown trips)" if a.unknown_trips else ""
+        flops = f"{a.flops:,.0f}{trips}" if a.flops is not None else "unknown"
+        accessed = format_bytes(a.bytes_accessed) + trips if a.bytes_accessed is not None else "unknown"
         section(
             "per device",
             Group(
@@ -158,6 +162,10 @@ def report_renderable(
             ),
         )
     parts.append(Text(""))
+    for line in a.missing if a is not None else ():
+        parts.append(Text(f"missing: {line}", style="yellow"))
+    if result.step is not None:
+        parts.append(step_time_text(result.step))
     if result.fit is not None:
         parts.append(verdict_text(result.fit))
     if result.findings:

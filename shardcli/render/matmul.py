@@ -19,6 +19,8 @@ from shardcli.render.console import (
     DataTable,
     csv_text,
     emit,
+    format_flops,
+    format_seconds,
     make_console,
     prints_here,
     show_warnings,
@@ -35,21 +37,6 @@ from shardcli.render.program import (
 from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
-
-
-def format_flops(value: float | None, unit: str = "FLOP/s") -> str:
-    """`8.94 GFLOP/s`: SI prefixes, three significant digits."""
-    if value is None:
-        return "-"
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def format_seconds(value: float | None) -> str:
-    """A duration (human.format_duration), or '-' where there is none."""
-    return "-" if value is None else human.format_duration(value)
 
 
 def hlo_text(run: ImplRun, with_bytes: bool = False) -> str:
