@@ -391,3 +391,11 @@ def test_reshard_shows_every_devices_block_before_and_after(cli):
     assert moved[1] == [[2, 4], [0, 2]] and moved[2] == [[0, 2], [2, 4]]  # x and y swapped places
     text = cli([*args, *FAST, "--no-color", "-q"]).stdout
     assert "each device's block, before and after (reshard)" in text
+
+
+def test_collective_keeps_before_and_after_at_80_columns(cli):
+    args = ["collective", "all_gather", "--mesh", "2x4", "--axes", "data,model", "--axis", "model", *FAST]
+    out = cli([*args, "--no-color"], env={"COLUMNS": "80"}).stdout
+    header = next(line for line in out.splitlines() if "device" in line and "#wrong" in line)
+    assert "BEFORE (input block)" in header and "AFTER (output block)" in header
+    assert max(len(line) for line in out.splitlines()) <= 80

@@ -385,8 +385,8 @@ def blocks_table(run: SizeRun, result: CollectiveResult) -> Table:
             human.coords_text(axes, d.coords),
             str(d.group),
             str(d.position),
-            human.format_values(d.input) if d.input is not None else "-",
-            human.format_values(d.output) if d.output is not None else "-",
+            human.format_values(d.input, human.CELL_VALUES_WIDTH) if d.input is not None else "-",
+            human.format_values(d.output, human.CELL_VALUES_WIDTH) if d.output is not None else "-",
             Text(str(d.wrong), style="bold red" if d.wrong else "green"),
         )
     return table

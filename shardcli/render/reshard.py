@@ -69,9 +69,9 @@ def blocks_table(way: ReshardWay) -> DataTable:
         table.add_row(
             str(b.device_id),
             format_index(b.index),
-            human.format_values(b.values),
+            human.format_values(b.values, human.CELL_VALUES_WIDTH // 2),
             format_index(a.index),
-            human.format_values(a.values),
+            human.format_values(a.values, human.CELL_VALUES_WIDTH // 2),
         )
     return table
 
