@@ -26,7 +26,8 @@ class Recipe:
     ranks: tuple[int, ...]  # mesh ranks (number of axes) the recipe can use
     needs: str  # the mesh it needs, in words, for errors
     program: RecipeProgram  # runs the recipe on a Lab and returns its sections and checks
-    input: str | None = None  # the input --shape and --init set (the recipe's lesson), or None
+    input: str | None = None  # the input --init fills (the recipe's lesson), or None
+    takes_shape: bool = True  # whether --shape sets that input's shape (one input), or only --init
     lesson: str = ""  # the tutorial (file in the tutorials folder) and section it reproduces
 
     @property
@@ -131,6 +132,7 @@ RECIPES: dict[str, Recipe] = {
             (1,),
             "a 1-D mesh (the ring)",
             programs.pipeline_ring,
+            input="the values on the ring, split over its axis",
             lesson=INTRO + ", ppermute_example: arange(4) over i=4, one step gives [3 0 1 2]",
         ),
         Recipe(
@@ -141,6 +143,8 @@ RECIPES: dict[str, Recipe] = {
             (2,),
             TWO_AXES,
             programs.sharded_mac,
+            input="x, W and b (arange numbers them in one sequence)",
+            takes_shape=False,
             lesson=INTRO + ", 'multi-axis mesh': the sharded MAC y = x @ w + b, x over i, w and b over j, "
             "then the same with shard_map (smaller arrays)",
         ),

@@ -129,7 +129,7 @@ RUN_ROWS = [
     pytest.param(
         ("recipe", "pipeline-ring", "--steps", "1"),
         lambda doc: section(doc, "each device's block after every step")["rows"][1][1:],
-        [3, 0, 1, 2],  # intro_to_distributed, ppermute_example: "Output [3 0 1 2]"
+        [[3], [0], [1], [2]],  # intro_to_distributed, ppermute_example: "Output [3 0 1 2]", a block each
         id="intro-ppermute-recipe-pipeline-ring",
     ),
     pytest.param(

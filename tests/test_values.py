@@ -103,8 +103,21 @@ def error_line(result) -> str:
         ),
         pytest.param(
             ["recipe", "three-ways", "--shape", "4x4"],
-            "--shape sets the input of elementwise, reduce; recipe three-ways builds its own inputs",
+            "--shape sets the input of elementwise, reduce, pipeline-ring; recipe three-ways sizes its own "
+            "inputs",
             id="recipe-shape-where-it-has-no-input",
+        ),
+        pytest.param(
+            ["recipe", "sharded-mac", "--shape", "4x4"],
+            "--shape sets the input of elementwise, reduce, pipeline-ring; recipe sharded-mac sizes its own "
+            "inputs",
+            id="recipe-shape-for-several-inputs",
+        ),
+        pytest.param(
+            ["recipe", "axis-index", "--init", "ones"],
+            "--init fills the input of elementwise, reduce, pipeline-ring, sharded-mac; recipe axis-index "
+            "builds no input to fill",
+            id="recipe-init-where-it-has-no-input",
         ),
         pytest.param(
             ["recipe", "reduce", "--mesh", "2x4", "--axes", "x,y", "--shape", "3x8"],
@@ -298,9 +311,11 @@ def test_unknown_flops_are_unknown_never_zero(cli, tmp_path: Path):
     program.write_text("import jax.numpy as jnp\n\n\ndef f(x):\n    return jnp.tanh(x)\n")
     result = cli(["inspect", f"{program}:f", "--mesh", "2", "--arg", "f32[8]@x", "--no-color"])
     assert result.exit_code == 0, result.output
-    if "FLOPs unknown" in result.stdout:  # what XLA's cost analysis reports for tanh on this platform
-        assert "FLOPs of the program unknown" in result.stdout
-        assert "0 FLOP" not in result.stdout
+    out = result.stdout
+    assert "FLOPs unknown" in out  # XLA's CPU cost analysis counts no FLOPs for tanh
+    assert "FLOPs of the program unknown" in out and "T_math unknown" in out
+    assert "0 FLOP" not in out
+    assert "peak unknown (for device kind 'cpu'" in out and "peak -" not in out
 
 
 @pytest.mark.parametrize(
@@ -360,3 +375,27 @@ def test_the_mesh_folds_into_80_columns_instead_of_splitting(cli):
     assert max(len(line) for line in out.splitlines()) <= 80
     wide = cli(["mesh", "--mesh", "2x4", "--axes", "data,model", "--no-color"], env={"COLUMNS": "120"}).stdout
     assert "data=1 model=3" in wide  # where it fits, every cell still names its coordinates
+
+
+def test_reshard_shows_every_devices_block_before_and_after(cli):
+    args = ["reshard", "--mesh", "2x2", "--axes", "x,y", "--shape", "4x4", "--from", "x,y", "--to", "y,x"]
+    doc = json.loads(cli([*args, "--impl", "jit", *FAST, "-f", "json"]).stdout)
+    host = np.arange(16.0).reshape(4, 4)
+    (way,) = doc["impls"]
+    assert way["values"]["global_values"] == host.tolist() == way["values_before"]["global_values"]
+    for when in ("values_before", "values"):
+        for block in way[when]["blocks"]:
+            (a, b), (c, d) = block["index"]
+            assert block["values"] == host[a:b, c:d].tolist()
+    moved = {b["device_id"]: b["index"] for b in way["values"]["blocks"]}
+    assert moved[1] == [[2, 4], [0, 2]] and moved[2] == [[0, 2], [2, 4]]  # x and y swapped places
+    text = cli([*args, *FAST, "--no-color", "-q"]).stdout
+    assert "each device's block, before and after (reshard)" in text
+
+
+def test_collective_keeps_before_and_after_at_80_columns(cli):
+    args = ["collective", "all_gather", "--mesh", "2x4", "--axes", "data,model", "--axis", "model", *FAST]
+    out = cli([*args, "--no-color"], env={"COLUMNS": "80"}).stdout
+    header = next(line for line in out.splitlines() if "device" in line and "#wrong" in line)
+    assert "BEFORE (input block)" in header and "AFTER (output block)" in header
+    assert max(len(line) for line in out.splitlines()) <= 80

@@ -64,10 +64,11 @@ class Lab:
         default_shape: tuple[int, ...],
         spec: tuple[Any, ...],
         seed: int = SEED,
+        fill: Callable[[tuple[int, ...]], np.ndarray] | None = None,
         default_init: str | None = None,
     ) -> np.ndarray:
         """The recipe's input in float32: --shape and --init where given, else its own shape and
-        `default_init` (its lesson's values; None: random values in [-1, 1)).
+        its lesson's values (`default_init`), or its own (`fill`, by default random values in [-1, 1)).
 
         Raises:
             ShardcliError: a --shape the recipe's sharding `spec` cannot split over this mesh.
@@ -79,7 +80,7 @@ class Lab:
         check_sharding_fits(ShardingSpec(entries), self.session.spec, shape, flag="--shape")
         init = self.init if self.init is not None else default_init
         if init is None:
-            return _random(shape, seed)
+            return fill(shape) if fill is not None else _random(shape, seed)
         from shardcli.arrays import make_host_array
 
         return make_host_array(ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=init))
@@ -103,6 +104,21 @@ class Lab:
         return TableSection(
             title=f"per device: {label}", columns=("device", "mesh coords", label), rows=tuple(rows)
         )
+
+    def operands(self, shapes: tuple[tuple[int, ...], ...]) -> list[np.ndarray]:
+        """Several float32 inputs: --init fills them (arange numbering them in one sequence, as matmul's
+        A and B), else random values in [-1, 1), seeds 1, 2, ..."""
+        if self.init is None:
+            return [_random(shape, seed) for seed, shape in enumerate(shapes, start=1)]
+        from shardcli.arrays import make_host_array
+        from shardcli.specs import ArraySpec, parse_dtype
+
+        hosts, start = [], 0
+        for shape in shapes:
+            spec = ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init)
+            hosts.append(make_host_array(spec, start=start))
+            start += spec.size
+        return hosts
 
     def collectives(self, jitted: Any, *args: Any) -> tuple[HloCollective, ...]:
         """The collectives the compiler put into `jitted(*args)`."""
@@ -584,7 +600,7 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
     (axis,) = lab.axes
     (n,) = lab.sizes
     steps = lab.steps or n
-    host = np.arange(n, dtype=np.int32)  # the lesson's x_exmp = np.arange(4): one value per device
+    host = lab.input((n,), (axis,), default_init="arange")  # the lesson's x_exmp = np.arange(4)
     ring = [(i, (i + 1) % n) for i in range(n)]
     step = jax.jit(
         jax.shard_map(
@@ -598,7 +614,8 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
         whole = _replicated(lab, x)
         if not np.array_equal(whole, np.roll(host, k, axis=0)):
             bad_steps.append(k)
-        rows.append((k, *(whole[i] for i in range(n))))
+        blocks = np.split(whole, n)  # device i's block along the ring axis
+        rows.append((k, *(b[0] if b.shape[0] == 1 and b.ndim > 1 else b for b in blocks)))
         if k < steps:
             x = step(x)
     return RecipeOutput(
@@ -635,7 +652,7 @@ def sharded_mac(lab: Lab) -> RecipeOutput:
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
     b_, d, f = 2 * n0, 8, 2 * n1
-    x_host, w_host, b_host = _random((b_, d), 1), _random((d, f), 2), _random((f,), 3)
+    x_host, w_host, b_host = lab.operands(((b_, d), (d, f), (f,)))
     x, w, b = _place(lab, x_host, a0, None), _place(lab, w_host, None, a1), _place(lab, b_host, a1)
     plain = jax.jit(lambda x, w, b: x @ w + b)
     y = plain(x, w, b)

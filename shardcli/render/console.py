@@ -254,10 +254,14 @@ class ColumnBlocks:
         return blocks
 
     def _drawn(self, console: Console, options: ConsoleOptions) -> ColumnBlocks:
-        """This grid, or its folded form where this one is too wide whole and that one is not."""
-        if self.folded is None or self._width(console, options, range(self.count), None) <= options.max_width:
+        """This grid, or its folded form where this one is too wide whole and that one is not (where
+        neither fits, this one split into blocks: each cell keeps all it says)."""
+        whole = range(self.count)
+        if self.folded is None or self._width(console, options, whole, None) <= options.max_width:
             return self
-        return self.folded
+        if self.folded._width(console, options, whole, None) <= options.max_width:
+            return self.folded
+        return self
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         drawn = self._drawn(console, options)
@@ -274,9 +278,11 @@ class ColumnBlocks:
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         # Columns (several grids side by side) gives each grid what it needs, down to one column.
         widest = self._width(console, options, range(self.count), None)
-        if self.folded is not None:
-            folded = self.folded.__rich_measure__(console, options)
-            return Measurement(folded.minimum, widest)
+        if self.folded is not None:  # the folded grid whole, where it is narrower than a block of one
+            folded = self.folded._width(console, options, range(self.count), None)
+            singles_full = (range(i, i + 1) for i in range(self.count))
+            narrow = max(self._width(console, options, one, self._note(one)) for one in singles_full)
+            return Measurement(min(narrow, folded, widest), widest)
         singles = (range(i, i + 1) for i in range(self.count))
         narrowest = max(self._width(console, options, one, self._note(one)) for one in singles)
         return Measurement(min(narrowest, widest), widest)

@@ -199,14 +199,20 @@ def jax_picture(shape: tuple[int, ...], sharding: Any) -> RenderableType | None:
     return WholeLines(Text.from_ansi(buffer.getvalue().rstrip("\n")))
 
 
-def format_values(values: np.ndarray) -> Text:
-    """Compact NumPy text for small arrays, as plain text (`[nan 1.]` is not rich markup)."""
+# A block of values in a table column wraps at this width (as NumPy wraps a long row), so the
+# column that carries the lesson fits beside the device column in 80 columns.
+CELL_VALUES_WIDTH = 40
+
+
+def format_values(values: np.ndarray, width: int = 100) -> Text:
+    """Compact NumPy text for small arrays, rows wrapped at `width`, as plain text (`[nan 1.]` is
+    not rich markup)."""
     arr = np.asarray(values)
     if arr.dtype.name == "bfloat16":
         arr = arr.astype(np.float32)
     return Text(
         np.array2string(
-            arr, separator=" ", max_line_width=100, threshold=10_000, suppress_small=True, precision=4
+            arr, separator=" ", max_line_width=width, threshold=10_000, suppress_small=True, precision=4
         )
     )
 
@@ -223,7 +229,9 @@ def values_table(shown: ShownValues) -> DataTable:
     table.add_column("index", priority=1)
     table.add_column("block values", priority=0)
     for block in shown.blocks:
-        table.add_row(str(block.device_id), format_index(block.index), format_values(block.values))
+        table.add_row(
+            str(block.device_id), format_index(block.index), format_values(block.values, CELL_VALUES_WIDTH)
+        )
     return table
 
 

@@ -557,7 +557,7 @@ def flop_fit_text(result: MatmulResult) -> RenderableType:
         quality = Text(f"(R^2 {fit.r2:.3f}, worst residual {fit.max_rel_residual:.0%})", style="dim")
         clauses = [
             f"fit {key}: t(F) = alpha + F / rate",
-            f"alpha = {fit.alpha_s * 1e6:.3g} us",
+            f"alpha = {human.format_duration(fit.alpha_s)}",
             f"rate = {rate}",
         ]
         lines.append(Clauses([*clauses[:-1], Text.assemble(clauses[-1], " ", quality)], sep=", "))
