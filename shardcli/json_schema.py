@@ -25,8 +25,9 @@ from typing import Any
 # Raise it when a key of a document kind scripts already read is renamed, added or removed.
 # 2: matmul's config has compile_target and each impl its fit (--target); einsum, reshard and inspect
 # documents are new (and, before any release of them, a program's loops, XLA's once-counted figures
-# and what is missing; inspect's step-time estimate). 3: each matmul and einsum impl has its result's
-# `values` (global and per device, null for results over 256 elements).
+# and what is missing; inspect's step-time estimate). 3: each matmul, einsum and reshard impl has its
+# result's `values` (global and per device, null for results over 256 elements; reshard's
+# `values_before` too).
 SCHEMA_VERSION = 3
 
 
@@ -591,6 +592,8 @@ RESHARD_IMPL = Record(
     "wrong",
     "wrong_devices",
     ("fit", Maybe(FIT_VERDICT)),
+    ("values_before", Maybe(RESULT_VALUES)),
+    ("values", Maybe(RESULT_VALUES)),
 )
 RESHARD_SUMMARY = Record("wrong", "needs_communication", "min_receive_bytes_per_device")
 RESHARD_BODY = Record(

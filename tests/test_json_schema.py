@@ -163,8 +163,8 @@ PINNED_KEYS = {
         "pipeline": "624ff9ba959f3e42",
         "compare": "53b1ec01214a6068",
     },
-    # 3: each matmul and einsum impl has its result's values (null over 256 elements); with 2's program
-    # loops, once-counted XLA figures, subgroup slices and inspect's step_time
+    # 3: each matmul, einsum and reshard impl has its result's values (null over 256 elements); the
+    # program record (einsum, reshard, inspect) has its loops and what XLA counted once
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
@@ -172,7 +172,7 @@ PINNED_KEYS = {
         "collectives": "b9bffef9a3aac720",
         "matmul": "5100a47dbdb9dcd0",
         "einsum": "f0ccb6ece38c7b33",
-        "reshard": "8b00d559b9f3f9a8",
+        "reshard": "b9c00a8a2887b627",
         "inspect": "dd4ec87107ac9cc4",
         "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",

@@ -19,6 +19,7 @@ from rich.text import Text
 from shardcli.render.console import Clauses, DataTable
 
 MLP = str(Path(__file__).resolve().parents[1] / "examples" / "mlp.py")
+LESSONS = str(Path(__file__).resolve().parents[1] / "examples" / "lessons.py")
 MESH = ("--mesh", "2x4", "--axes", "data,model")
 FAST = ("--warmup", "1", "--iters", "2")
 WIDTHS = (80, 100, 120)
@@ -69,6 +70,16 @@ COMMANDS = {
         "f32[1024,4096]@None,model",
         "--arg",
         "f32[4096,1024]@model,None",
+    ),
+    "run": (
+        "run",
+        f"{LESSONS}:layer_sharded",
+        "--mesh",
+        "8",
+        "--axes",
+        "x",
+        "--inputs",
+        f"{LESSONS}:layer_inputs",
     ),
     "recipe": ("recipe", "axis-index", "--mesh", "2x2", "--axes", "data,model"),
     "recipe list": ("recipe", "list"),
