@@ -297,7 +297,7 @@ def inspect_program(
         fact_of(f"result[{i}]" if len(out_structs) > 1 else "result", s, sh)
         for i, (s, sh) in enumerate(zip(out_structs, out_shardings, strict=False))
     )
-    analysis = analyze_compiled(compiled, session.mesh)
+    analysis = analyze_compiled(compiled, session.mesh, user_files=roots)
     timing = _run(compiled, args, warmup, iters, process_timing, compile_s) if run else None
     return InspectResult(
         session=session,

@@ -1,23 +1,31 @@
 """The classic sharding mistakes in an inspected program, and the argument facts they judge.
 
 `core.inspect` describes every argument and result leaf as an `ArrayFact` and reads the compiled
-program through `program_analysis`; `find_mistakes` names what looks wrong in them.
+program through `program_analysis`; `find_mistakes` names what looks wrong in them, one finding per
+distinct cause (with how many arguments or collectives share it), each naming the pytree paths and
+the user's line. A collective is tied to an argument by identity: program_analysis follows its
+operand back to the entry parameter it copies or slices, never by a shape that happens to match.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis
-from shardcli.specs import ShardingSpec
+from shardcli.specs import ShardingSpec, format_bytes
 from shardcli.tile_math import ShardingLayout
 
 Entries = tuple[tuple[str, ...], ...]
 
-# A fully replicated argument at least this large per device, and this share of all arguments, is
-# named: smaller ones (biases, scales, step counters) are replicated on purpose.
+# Fully replicated arguments are named when together they hold at least this much per device and
+# this share of the device's memory: a few small ones (biases, scales, step counters) are
+# replicated on purpose, but many leaves each just under a per-leaf bar add up.
 LARGE_REPLICATED_BYTES = 1 << 20
 LARGE_REPLICATED_SHARE = 0.05
+# How many paths a finding's message names; the finding (and JSON) holds them all.
+NAMED_PATHS = 3
 # The JAX operations whose collectives compute something; others only move data between layouts.
 COMPUTING_OPS = ("dot_general", "conv_general_dilated", "reduce_sum", "reduce_max", "reduce_min", "cumsum")
 HLO_DTYPE = {
@@ -55,10 +63,18 @@ class ArrayFact:
 
 @dataclass(frozen=True)
 class Finding:
-    """A classic mistake found in the program, naming the argument or operation."""
+    """One cause of a classic mistake, naming the arguments or collectives it covers.
+
+    `count` is how many arguments (replicated, gathered-whole), collectives (reshard) or results
+    (result-sharding) share it; `paths` names the arguments or results (pytree paths) it concerns,
+    the largest first; `source` is the user's line it comes from, where there is one.
+    """
 
     kind: str  # "replicated", "gathered-whole", "reshard", "result-sharding"
     message: str
+    count: int = 1
+    paths: tuple[str, ...] = ()
+    source: str | None = None
 
 
 def _hlo_type(fact: ArrayFact) -> str:
@@ -70,6 +86,22 @@ def _where(c: CollectiveOp) -> str:
     return f"{op} ({c.source})" if c.source else op
 
 
+def _named(paths: Sequence[str]) -> str:
+    """`a, b, c and 4 more`: the first few of many paths."""
+    shown = ", ".join(paths[:NAMED_PATHS])
+    return f"{shown} and {len(paths) - NAMED_PATHS} more" if len(paths) > NAMED_PATHS else shown
+
+
+def moved_argument(c: CollectiveOp, arguments: Sequence[ArrayFact]) -> ArrayFact | None:
+    """The argument whose value the collective moves (its operand is a copy or slice of it): by
+    JAX's name of the entry parameter, else by its number where JAX gave no name."""
+    if c.operand is not None:
+        return next((a for a in arguments if a.name == c.operand), None)
+    if c.operand_parameter is not None and c.operand_parameter < len(arguments):
+        return arguments[c.operand_parameter]
+    return None
+
+
 def find_mistakes(
     arguments: tuple[ArrayFact, ...],
     results: tuple[ArrayFact, ...],
@@ -77,62 +109,125 @@ def find_mistakes(
     asked: tuple[ShardingSpec, ...],
     devices: int,
 ) -> tuple[Finding, ...]:
-    """The classic sharding mistakes, each naming the argument or operation."""
-    from shardcli.runtime import format_bytes
+    """The classic sharding mistakes, one finding per distinct cause."""
+    collectives = analysis.collectives if analysis is not None else ()
+    memory = analysis.memory.total_bytes if analysis is not None and analysis.memory is not None else None
+    return (
+        *_replicated(arguments, devices, memory),
+        *_gathered_whole(arguments, collectives),
+        *_reshards(arguments, collectives),
+        *_result_shardings(results, asked),
+    )
 
+
+def _replicated(arguments: Sequence[ArrayFact], devices: int, memory: int | None) -> list[Finding]:
+    """Fully replicated arguments judged together: their sum against the memory per device."""
+    leaves = sorted((a for a in arguments if a.replicated), key=lambda a: -a.bytes_per_device)
+    held = sum(a.bytes_per_device for a in leaves)
+    per_device = memory or sum(a.bytes_per_device for a in arguments) or 1
+    if devices <= 1 or held < LARGE_REPLICATED_BYTES or held < LARGE_REPLICATED_SHARE * per_device:
+        return []
+    if len(leaves) == 1:
+        (a,) = leaves
+        message = (
+            f"argument {a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_global)}) is fully "
+            f"replicated: each of the {devices} devices holds all of it; shard one of its dims "
+            f"over a mesh axis"
+        )
+    else:
+        biggest = [f"{a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_per_device)})" for a in leaves]
+        message = (
+            f"{len(leaves)} fully replicated arguments hold {format_bytes(held)} per device "
+            f"({held / per_device:.0%} of the {format_bytes(per_device)} each device needs): each of the "
+            f"{devices} devices holds all of them; the largest: {_named(biggest)}; shard the largest over "
+            f"a mesh axis"
+        )
+    return [Finding("replicated", message, len(leaves), tuple(a.name for a in leaves))]
+
+
+def _gathered_whole(arguments: Sequence[ArrayFact], collectives: Sequence[CollectiveOp]) -> list[Finding]:
+    """Arguments all-gathered whole, by (mesh axes, line). A slice of one gathered (a stacked
+    layer's weight inside the layer loop, FSDP's design) is not whole and not named."""
+    causes: dict[tuple[str, str | None], tuple[CollectiveOp, dict[str, ArrayFact]]] = {}
+    for c in collectives:
+        a = moved_argument(c, arguments) if c.kind == "all-gather" else None
+        if a is None or a.replicated or _elements(c.shape) != math.prod(a.shape):
+            continue
+        causes.setdefault((c.axes_text, c.source), (c, {}))[1][a.name] = a
     found = []
-    total = sum(a.bytes_per_device for a in arguments) or 1
-    for a in arguments:
-        if (
-            devices > 1
-            and a.replicated
-            and a.bytes_per_device >= LARGE_REPLICATED_BYTES
-            and a.bytes_per_device >= LARGE_REPLICATED_SHARE * total
-        ):
-            found.append(
-                Finding(
-                    "replicated",
-                    f"argument {a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_global)}) is fully "
-                    f"replicated: each of the {devices} devices holds all of it; shard one of its dims "
-                    f"over a mesh axis",
-                )
+    for c, gathered in causes.values():
+        names = sorted(gathered, key=lambda n: -gathered[n].bytes_global)
+        if len(names) == 1:
+            message = (
+                f"{names[0]} ({c.shape}) is all-gathered whole over {c.axes_text} at {_where(c)}: "
+                f"every device holds all of it while it is used"
             )
-    for c in analysis.collectives if analysis is not None else ():
-        if c.kind == "all-gather":
-            whole = [a for a in arguments if not a.replicated and _hlo_type(a) == c.shape]
-            for a in whole:
-                found.append(
-                    Finding(
-                        "gathered-whole",
-                        f"{a.name} ({c.shape}) is all-gathered whole over {c.axes_text} at {_where(c)}: "
-                        f"every device holds all of it while it is used",
-                    )
-                )
-            if whole:
-                continue
+        else:
+            held = sum(a.bytes_global for a in gathered.values())
+            message = (
+                f"{len(names)} arguments ({format_bytes(held)}) are all-gathered whole over {c.axes_text} "
+                f"at {_where(c)}: {_named(names)}; every device holds all of each while it is used"
+            )
+        found.append(Finding("gathered-whole", message, len(names), tuple(names), c.source))
+    return found
+
+
+def _elements(shape: str) -> int | None:
+    """The element count of an HLO array type (`f32[4,8]`); None for a tuple."""
+    if shape.startswith("(") or "[" not in shape:
+        return None
+    dims = shape[shape.index("[") + 1 : shape.index("]")]
+    return math.prod(int(d) for d in dims.split(",") if d)
+
+
+def _reshards(arguments: Sequence[ArrayFact], collectives: Sequence[CollectiveOp]) -> list[Finding]:
+    """Collectives that only move data between two operations' layouts, by (kind, axes, line, op).
+
+    Left out: what the program asked for itself (shard_map), and an argument all-gathered for use
+    (whole, named above, or a slice of it in a layer loop: FSDP)."""
+    causes: dict[tuple[str, str, str | None, str | None], list[CollectiveOp]] = {}
+    for c in collectives:
         if c.op_name and "shard_map" in c.op_name:
-            continue  # a collective the program asked for itself
+            continue
         op = c.op_name.rsplit("/", 1)[-1] if c.op_name else None
-        if c.kind == "all-to-all" or (
+        moves = c.kind == "all-to-all" or (
             c.kind in ("all-gather", "collective-permute") and op not in COMPUTING_OPS
-        ):
-            found.append(
-                Finding(
-                    "reshard",
-                    f"the compiler added {'an' if c.kind[0] == 'a' else 'a'} {c.kind} over {c.axes_text} "
-                    f"({c.shape}, {format_bytes(c.sent_bytes)} sent per device"
-                    f"{f', {c.runs} runs' if c.runs > 1 else ''}) to reshard between operations, "
-                    f"at {_where(c)}",
-                )
-            )
+        )
+        if not moves or (c.kind == "all-gather" and moved_argument(c, arguments) is not None):
+            continue
+        causes.setdefault((c.kind, c.axes_text, c.source, c.op), []).append(c)
+    found = []
+    for (kind, axes, source, _), group in causes.items():
+        c = group[0]
+        sent = sum(g.sent_bytes * g.runs for g in group)
+        runs = sum(g.runs for g in group)
+        moved = tuple(dict.fromkeys(a.name for g in group if (a := moved_argument(g, arguments)) is not None))
+        if len(group) == 1:
+            article = "an" if kind[0] == "a" else "a"
+            what = f"{article} {kind} over {axes} ({c.shape}, {format_bytes(c.sent_bytes)} sent per device"
+        else:
+            what = f"{len(group)} {kind}s over {axes} ({format_bytes(sent)} sent per device in all"
+        message = (
+            f"the compiler added {what}{f', {runs} runs' if runs > 1 else ''}) to reshard between "
+            f"operations{f' (moving {_named(moved)})' if moved else ''}, at {_where(c)}"
+        )
+        found.append(Finding("reshard", message, len(group), moved, source))
+    return found
+
+
+def _result_shardings(results: Sequence[ArrayFact], asked: Sequence[ShardingSpec]) -> list[Finding]:
+    """Results that came out otherwise than --out asked, by (what came out, what was asked)."""
+    causes: dict[tuple[str, str], list[str]] = {}
     for result, spec in zip(results, asked, strict=False):
         want = spec.entries + ((),) * (len(result.shape) - len(spec.entries))
         if result.entries is not None and tuple(result.entries) != want:
-            found.append(
-                Finding(
-                    "result-sharding",
-                    f"result {result.name} came out {result.spec} but --out asked for "
-                    f"{ShardingSpec(spec.entries).describe() or 'P()'}: moving it there is one more reshard",
-                )
-            )
-    return tuple(found)
+            asked_text = ShardingSpec(spec.entries).describe() or "P()"
+            causes.setdefault((result.spec, asked_text), []).append(result.name)
+    found = []
+    for (came, wanted), names in causes.items():
+        subject = (
+            f"result {names[0]} came" if len(names) == 1 else f"{len(names)} results ({_named(names)}) came"
+        )
+        message = f"{subject} out {came} but --out asked for {wanted}: moving it there is one more reshard"
+        found.append(Finding("result-sharding", message, len(names), tuple(names)))
+    return found

@@ -94,8 +94,13 @@ class CollectiveOp:
     runs: int
     runs_known: bool
     op_name: str | None  # the JAX operation, e.g. "jit(step)/dot_general"
-    source: str | None  # "file.py:LINE" where JAX recorded it
+    source: str | None  # "file.py:LINE": the innermost frame in the user's files JAX recorded
     is_async: bool
+    # The program argument whose value it moves, followed back through copies, slices, casts and
+    # loop tuples: JAX's name of that entry parameter (`params['wq']`) and its number; None where
+    # its operand is computed.
+    operand: str | None = None
+    operand_parameter: int | None = None
 
     @property
     def sent_bytes(self) -> int:
@@ -191,19 +196,21 @@ def summarize_by_kind(collectives: Sequence[CollectiveOp]) -> tuple[HloCollectiv
     )
 
 
-def analyze_compiled(compiled: Any, mesh: Any = None) -> ProgramAnalysis:
+def analyze_compiled(compiled: Any, mesh: Any = None, user_files: tuple[str, ...] = ()) -> ProgramAnalysis:
     """Everything `ProgramAnalysis` holds, for a `jax.stages.Compiled`.
 
     Args:
         compiled: `jax.jit(f).lower(...).compile()`.
         mesh: the `jax.sharding.Mesh` the program was compiled for; its device order is the
             program's logical device ids, which names the mesh axes of each collective.
+        user_files: the user's files or package folders: a collective's source is the innermost
+            frame in them (else the innermost outside installed packages).
     """
     shape = tuple(mesh.devices.shape) if mesh is not None else None
     names = tuple(str(a) for a in mesh.axis_names) if mesh is not None else None
     flops, bytes_accessed = read_cost(compiled)
     return ProgramAnalysis(
-        collectives=parse_collectives(compiled.as_text(), shape, names),
+        collectives=parse_collectives(compiled.as_text(), shape, names, user_files),
         memory=read_memory(compiled),
         flops=flops,
         bytes_accessed=bytes_accessed,
@@ -269,12 +276,16 @@ def shape_bytes(shape: str) -> int:
 
 
 def parse_collectives(
-    hlo_text: str, mesh_shape: tuple[int, ...] | None = None, axis_names: tuple[str, ...] | None = None
+    hlo_text: str,
+    mesh_shape: tuple[int, ...] | None = None,
+    axis_names: tuple[str, ...] | None = None,
+    user_files: tuple[str, ...] = (),
 ) -> tuple[CollectiveOp, ...]:
     """Every collective op in post-partitioning HLO text, in program order."""
     computations, calls, entry = _computations(hlo_text)
     runs = _runs_per_computation(calls, entry)
     sources = _source_table(hlo_text)
+    instructions = _instruction_index(hlo_text)
     found = []
     for computation, line in computations:
         match = _OP_RE.search(line)
@@ -287,6 +298,7 @@ def parse_collectives(
         )
         shape = re.sub(r"\{[^}]*\}", "", match.group("shape"))
         op_name = _OP_NAME_RE.search(line)
+        operand, parameter = _argument_fed(line, computation, entry, instructions)
         found.append(
             CollectiveOp(
                 kind=match.group("op"),
@@ -299,8 +311,10 @@ def parse_collectives(
                 runs=count,
                 runs_known=known,
                 op_name=op_name.group("name") if op_name else None,
-                source=_source_of(line, sources),
+                source=_source_of(line, sources, user_files),
                 is_async=bool(match.group("start")),
+                operand=operand,
+                operand_parameter=parameter,
             )
         )
     return tuple(found)
@@ -363,8 +377,9 @@ def _runs_per_computation(
     return runs
 
 
-def _source_table(hlo_text: str) -> dict[int, str]:
-    """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames."""
+def _source_table(hlo_text: str) -> dict[int, tuple[str, ...]]:
+    """stack_frame_id -> its call chain as "file:line", innermost first, from the module's
+    FileNames/FileLocations/StackFrames."""
     sections: dict[str, dict[int, str]] = {}
     current = None
     for line in hlo_text.splitlines():
@@ -387,20 +402,185 @@ def _source_table(hlo_text: str) -> dict[int, str]:
         line_no = re.search(r"\bline=(\d+)", v)
         if file_id and line_no:
             locations[k] = f"{files.get(int(file_id.group(1)), '?')}:{line_no.group(1)}"
-    frames = {}
+    frames: dict[int, tuple[int | None, int]] = {}  # id -> (location, parent id; 0: none)
     for k, v in sections.get("StackFrames", {}).items():
-        location = re.search(r"file_location_id=(\d+)", v)
-        if location and int(location.group(1)) in locations:
-            frames[k] = locations[int(location.group(1))]
-    return frames
+        place = re.search(r"file_location_id=(\d+)", v)
+        up = re.search(r"parent_frame_id=(\d+)", v)
+        frames[k] = (int(place.group(1)) if place else None, int(up.group(1)) if up else 0)
+    # XLA prints a parent as its id + 1 (the outermost frame, 1, names "parent 1"); a printer that
+    # writes the id itself gives the outermost frame parent 0.
+    shift = 1 if frames.get(1, (None, 0))[1] == 1 else 0
+    chains = {}
+    for k in frames:
+        chain: list[str] = []
+        at, seen = k, set[int]()
+        while at in frames and at not in seen:
+            seen.add(at)
+            location_id, parent_id = frames[at]
+            if location_id in locations:
+                chain.append(locations[location_id])
+            at = parent_id - shift
+        if chain:
+            chains[k] = tuple(chain)
+    return chains
 
 
-def _source_of(line: str, frames: dict[int, str]) -> str | None:
+def _source_of(line: str, frames: dict[int, tuple[str, ...]], user_files: tuple[str, ...] = ()) -> str | None:
+    """The op's source line: the innermost frame in `user_files` (files, or package folders), else
+    the innermost outside installed packages (a library's line only where the user's code has
+    none), else the innermost."""
+    import os
+
     direct = _SOURCE_RE.search(line)
     if direct is not None:
         return f"{direct.group('file')}:{direct.group('line')}"
     frame = _FRAME_RE.search(line)
-    return frames.get(int(frame.group("id"))) if frame else None
+    chain = frames.get(int(frame.group("id")), ()) if frame else ()
+    if not chain:
+        return None
+    roots = tuple(os.path.abspath(r) for r in user_files)
+
+    def file_of(source: str) -> str:
+        return os.path.abspath(source.rpartition(":")[0])
+
+    def library(source: str) -> bool:
+        parts = file_of(source).split(os.sep)
+        return "site-packages" in parts or "dist-packages" in parts
+
+    in_users = [s for s in chain if any(file_of(s) == r or file_of(s).startswith(r + os.sep) for r in roots)]
+    outside_packages = [s for s in chain if not library(s)]
+    return (in_users or outside_packages or list(chain))[0]
+
+
+# --- which argument a collective moves ------------------------------------------------------------
+
+# Ops whose result is (a part of) their first operand's value, in another layout or type.
+_MOVES_OPERAND = frozenset(
+    {
+        "copy",
+        "bitcast",
+        "reshape",
+        "transpose",
+        "convert",
+        "slice",
+        "dynamic-slice",
+        "copy-start",
+        "copy-done",
+        "bitcast-convert",
+    }
+)
+_INSTRUCTION_RE = re.compile(
+    r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?:\((?:[^()]|\([^()]*\))*\)|\S+)\s+"
+    r"(?P<opcode>[a-z][\w\-]*)\((?P<rest>.*)$"
+)
+_INDEX_RE = re.compile(r"\bindex=(\d+)")
+_PARAMETER_NAME_RE = re.compile(r'op_name="(?P<name>(?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class _Instruction:
+    opcode: str
+    operands: tuple[str, ...]
+    line: str
+
+
+def _instruction_index(hlo_text: str) -> dict[str, dict[str, _Instruction]]:
+    """computation -> instruction name -> (opcode, operand names, line); "ROOT" names each root."""
+    index: dict[str, dict[str, _Instruction]] = {}
+    current = ""
+    for line in hlo_text.splitlines():
+        header = _COMPUTATION_RE.match(line)
+        if header is not None:
+            current = header.group("name")
+            continue
+        found = _INSTRUCTION_RE.match(line)
+        if found is None:
+            continue
+        inside = _parenthesized(found.group("rest"))
+        operands = tuple(re.findall(r"%([\w.\-]+)", inside))
+        if found.group("opcode") == "parameter":
+            operands = (inside.strip(),)
+        instruction = _Instruction(found.group("opcode"), operands, line)
+        table = index.setdefault(current, {})
+        table[found.group("name")] = instruction
+        if line.lstrip().startswith("ROOT "):
+            table["ROOT"] = instruction
+    return index
+
+
+def _parenthesized(rest: str) -> str:
+    """The text up to the parenthesis that closes one already open: an instruction's operands."""
+    depth = 1
+    for at, char in enumerate(rest):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return rest[:at]
+    return rest
+
+
+def _argument_fed(
+    line: str, computation: str, entry: str, index: dict[str, dict[str, _Instruction]]
+) -> tuple[str | None, int | None]:
+    """(JAX's name, number) of the entry parameter a collective's first operand is a copy or slice
+    of: followed through layout changes, casts, fusions of those, and loop and call arguments."""
+    found = _INSTRUCTION_RE.match(line)
+    own = index.get(computation, {}).get(found.group("name")) if found else None
+    if own is None or not own.operands:
+        return None, None
+    at: tuple[str, str] | None = (computation, own.operands[0])
+    pending: list[int] = []  # the tuple elements still to take, innermost last
+    for _ in range(256):
+        if at is None:
+            return None, None
+        op = index.get(at[0], {}).get(at[1])
+        if op is None:
+            return None, None
+        if op.opcode == "parameter" and at[0] == entry:
+            label = _PARAMETER_NAME_RE.search(op.line)
+            text = label.group("name").replace("\\'", "'").replace('\\"', '"') if label else None
+            number = op.operands[0] if op.operands else ""
+            return (text, int(number)) if number.isdigit() and not pending else (None, None)
+        at = _one_step_back(at[0], op, pending, index)
+    return None, None
+
+
+def _one_step_back(
+    where: str, op: _Instruction, pending: list[int], index: dict[str, dict[str, _Instruction]]
+) -> tuple[str, str] | None:
+    """The (computation, instruction) whose value `op` passes on unchanged; None where it computes."""
+    if op.opcode in _MOVES_OPERAND and op.operands:
+        return where, op.operands[0]
+    element = _INDEX_RE.search(op.line)
+    if op.opcode == "get-tuple-element" and op.operands and element is not None:
+        pending.append(int(element.group(1)))
+        return where, op.operands[0]
+    if op.opcode == "tuple" and pending:
+        k = pending.pop()
+        return (where, op.operands[k]) if k < len(op.operands) else None
+    if op.opcode == "optimization-barrier" and op.operands:
+        return where, op.operands[0]
+    callee = re.search(r"\b(?:calls|to_apply)=%([\w.\-]+)", op.line)
+    if op.opcode in ("fusion", "call") and callee is not None and "ROOT" in index.get(callee.group(1), {}):
+        return callee.group(1), "ROOT"
+    number = op.operands[0] if op.opcode == "parameter" and op.operands else ""
+    site = _call_site(where, index) if number.isdigit() else None
+    if site is None:
+        return None
+    # a loop body's one parameter is its loop tuple, the while's one operand
+    k = 0 if site[1].opcode == "while" else int(number)
+    return (site[0], site[1].operands[k]) if k < len(site[1].operands) else None
+
+
+def _call_site(callee: str, index: dict[str, dict[str, _Instruction]]) -> tuple[str, _Instruction] | None:
+    """(computation, instruction) of the one while (as its body), fusion or call that runs `callee`."""
+    pattern = re.compile(r"\b(?:body|calls|to_apply)=%" + re.escape(callee) + r"\b(?![\w.\-])")
+    sites = [
+        (where, op)
+        for where, table in index.items()
+        for key, op in table.items()
+        if key != "ROOT" and op.opcode in ("while", "fusion", "call") and pattern.search(op.line)
+    ]
+    return sites[0] if len(sites) == 1 else None
 
 
 def _groups(line: str) -> list[list[int]] | None:
