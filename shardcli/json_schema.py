@@ -25,7 +25,9 @@ from typing import Any
 # Raise it when a key of a document kind scripts already read is renamed, added or removed.
 # 2: matmul's config has compile_target and each impl its fit (--target); einsum, reshard and inspect
 # documents are new.
-SCHEMA_VERSION = 2
+# 3: a program's collective names the argument it moves (operand); inspect's findings carry count,
+# paths and source, and its collectives come grouped by (kind, mesh axes, line) too.
+SCHEMA_VERSION = 3
 
 
 class SchemaError(ValueError):
@@ -471,6 +473,7 @@ PROGRAM_COLLECTIVE = Record(
     "runs_known",
     "op_name",
     "source",
+    "operand",  # the argument (pytree path) whose value it moves, or null where it moves a computed one
 )
 MEMORY = Record("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "code_bytes", "total_bytes")
 PROGRAM = Record(
@@ -526,7 +529,10 @@ EINSUM_SUMMARY = Record("wrong", ("refused", ListOf(EINSUM_REFUSED)), ("fit", Ma
 EINSUM_BODY = Record(("config", EINSUM_CONFIG), ("sizes", ListOf(EINSUM_SIZE)), ("summary", EINSUM_SUMMARY))
 
 INSPECT_ARRAY = Record("name", "dtype", "shape", "spec", "bytes", "bytes_per_device", "replication")
-FINDING = Record("kind", "message")
+FINDING = Record("kind", "message", "count", "paths", "source")
+INSPECT_COLLECTIVE_GROUP = Record(
+    "kind", "mesh_axes", "source", "op", "count", "runs", "runs_known", "sent_bytes", "result_bytes"
+)
 INSPECT_BODY = Record(
     "target",
     "compile_target",
@@ -536,6 +542,7 @@ INSPECT_BODY = Record(
     ("model", Maybe(COST_MODEL)),
     ("hardware", HARDWARE),
     ("fit", Maybe(FIT_VERDICT)),
+    ("collective_groups", ListOf(INSPECT_COLLECTIVE_GROUP)),
     ("findings", ListOf(FINDING)),
     "lower_s",
     "compile_s",
