@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -193,11 +194,16 @@ def first_screen(result: InspectResult) -> list[RenderableType]:
     if a is not None:
         groups = group_collectives(a.collectives)
         shown = groups[:TOP_GROUPS]
-        title = (
-            f"collectives: {_count(len(a.collectives), 'op')} in {_count(len(groups), 'group')} "
-            "by kind, mesh axes and line; most bytes sent first"
+        title = Clauses(
+            [
+                f"collectives: {_count(len(a.collectives), 'op')} in {_count(len(groups), 'group')}",
+                "by kind, mesh axes and line",
+                "the most bytes sent first",
+            ],
+            sep=", ",
+            style="bold",
         )
-        parts.extend([Text(""), Text(title, style="bold"), groups_table(shown)])
+        parts.extend([Text(""), title, groups_table(shown)])
         if len(groups) > len(shown):
             rest = groups[len(shown) :]
             parts.append(
@@ -221,6 +227,19 @@ def first_screen(result: InspectResult) -> list[RenderableType]:
         more = len(result.findings) - len(shown_findings)
         parts.append(Text(f"and {_count(more, 'more finding')} (--wide shows them all)", style="yellow"))
     return parts
+
+
+def figure_words(text: str) -> list[str]:
+    """The words of a sentence, a figure kept with the word after it (`768 B`, `4 runs`), so that
+    a line breaks between words but never between a figure and its unit."""
+    words = text.split(" ")
+    out: list[str] = []
+    for word in words:
+        if out and re.fullmatch(r"[(]?[\d.,]+", out[-1]):
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    return out
 
 
 def _count(n: int, what: str) -> str:
@@ -314,7 +333,7 @@ def _arguments_part(result: InspectResult) -> list[RenderableType]:
     if ranking.rest:
         parts.append(
             Text(
-                f"and {_count(ranking.rest, 'more')}: "
+                f"and {ranking.rest:,} more: "
                 f"{format_bytes(ranking.rest_bytes_per_device)} per device (--wide lists them)",
                 style="dim",
             )
@@ -357,7 +376,9 @@ def _verdict_and_findings(result: InspectResult, findings: tuple[Finding, ...]) 
         parts.append(verdict_text(result.fit))
     for finding in findings:
         times = f" x{finding.count}" if finding.count > 1 else ""
-        parts.append(Text(f"warning ({finding.kind}){times}: {finding.message}", style="yellow"))
+        parts.append(
+            Clauses(figure_words(f"warning ({finding.kind}){times}: {finding.message}"), " ", "yellow")
+        )
     if not result.findings:
         parts.append(Text("no classic sharding mistakes found", style="green"))
     return parts
