@@ -463,7 +463,7 @@ def test_human_output_shows_before_after_hlo_and_timing():
         "data=1 model=3",
         "all-reduce x1",
         "busbw factor 1.500",
-        "p50 (us)",
+        " p50 ",
         "verified: every device's result matches NumPy",
     ):
         assert needle in text, needle

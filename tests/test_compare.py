@@ -364,7 +364,7 @@ NOT_COMPARABLE = [
         "several-collectives",
         "psum",
         None,
-        f'{{"schema": {SCHEMA_VERSION}, "command": "collective", "collectives": []}}',
+        json.dumps({"schema": SCHEMA_VERSION, "command": "collective", "collectives": []}),
         "{new} holds several collectives in one document; compare takes one collective per file: save each "
         "collective's run on its own",
     ),
@@ -382,7 +382,8 @@ NOT_COMPARABLE = [
         setitem("schema", value=SCHEMA_VERSION + 1),
         setitem("schema", value=SCHEMA_VERSION + 1),
         f"{{base}} and {{new}} have schema version {SCHEMA_VERSION + 1}, but this shardcli reads schema "
-        f"{SCHEMA_VERSION}; compare them with the shardcli that wrote them",
+        f"{SCHEMA_VERSION}; "
+        "compare them with the shardcli that wrote them",
     ),
     bad(
         "schema-not-integer",
@@ -530,7 +531,7 @@ NOT_COMPARABLE = [
         args=["--format", "csv"],
     ),
     bad("missing-file", "psum", None, "missing", "cannot read {new}: no such file"),
-    bad("directory", "psum", None, "directory", "cannot read {new}: it is a directory"),
+    bad("directory", "psum", None, "directory", "cannot read {new}: it is a directory; give a regular file"),
     bad(
         "garbage",
         "psum",

@@ -111,6 +111,21 @@ REAL_DOCUMENTS: dict[str, Callable[[Any, Any], list[dict[str, Any]]]] = {
             ],
         )
     ],
+    "run": lambda cli, _: [
+        run_json(
+            cli,
+            [
+                "run",
+                f"{EXAMPLES}/lessons.py:sum_then_psum",
+                "--mesh",
+                "8",
+                "--arg",
+                "i32[32]@x",
+                "--format",
+                "json",
+            ],
+        )
+    ],
     # elementwise has a section of each kind: sharding, table and text
     "recipe": lambda cli, _: [run_json(cli, ["recipe", "elementwise", "--format", "json"])],
     "model": _model,
@@ -133,31 +148,34 @@ PINNED_KEYS = {
         "compare": "53b1ec01214a6068",
     },
     # 2: matmul's --target (config.compile_target, each impl's fit); einsum, reshard and inspect are new
+    # (with, before any release, a program's loops and once-counted XLA figures and inspect's step_time)
     2: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
         "collective": "8563d3ab0490d6eb",
         "collectives": "b9bffef9a3aac720",
         "matmul": "1c618194e425b23a",
-        "einsum": "7ce4b37eafb1c421",
-        "reshard": "fedbaa33db8385f7",
-        "inspect": "6cbe4627ad1e55e9",
+        "einsum": "c6213b4d128b4c28",
+        "reshard": "8b00d559b9f3f9a8",
+        "inspect": "dd4ec87107ac9cc4",
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
         "pipeline": "624ff9ba959f3e42",
         "compare": "53b1ec01214a6068",
     },
-    # 3: a program's collectives name the argument they move (operand): einsum, reshard and inspect;
-    # inspect's findings carry count, paths and source, and its collective_groups are new
+    # 3: each matmul and einsum impl has its result's values (null over 256 elements); before any
+    # release of 3, a program's collectives name the argument they move (operand: einsum, reshard,
+    # inspect), and inspect's findings carry count, paths and source beside its collective_groups
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
         "collective": "8563d3ab0490d6eb",
         "collectives": "b9bffef9a3aac720",
-        "matmul": "1c618194e425b23a",
-        "einsum": "383f061c65075a2c",
-        "reshard": "51ff495865c5b6af",
-        "inspect": "52631f04adc9aaf3",
+        "matmul": "5100a47dbdb9dcd0",
+        "einsum": "3a6a63d1c567abb4",
+        "reshard": "5b55a171901d3532",
+        "inspect": "4e248b9a5fdaf3be",
+        "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
         "pipeline": "624ff9ba959f3e42",

@@ -24,6 +24,8 @@ from shardcli.render.program import (
     memory_text,
     model_json,
     program_json,
+    step_time_json,
+    step_time_text,
     verdict_json,
     verdict_text,
 )
@@ -85,6 +87,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
             "model": model_json(result.model),
             "hardware": hardware_json(hw),
             "fit": verdict_json(result.fit),
+            "step_time": step_time_json(result.step),
             "collective_groups": [
                 _group_json(g)
                 for g in group_collectives(result.analysis.collectives if result.analysis else ())
@@ -165,11 +168,21 @@ def report_renderable(
         section("per device", Group(memory_clauses("memory", a.memory, style=""), _work_clauses(result)))
     if not quiet and result.model is not None:
         section(
-            "cost model (roofline, per device)", cost_model_text(result.model, result.hardware, "the program")
+            "cost model (roofline, per device)",
+            cost_model_text(
+                result.model,
+                result.hardware,
+                "the program",
+                flops_known=getattr(result.analysis, "flops", None) is not None,
+            ),
         )
     if result.timing is not None:
         section("run on generated inputs", _timing_clauses(result))
     parts.append(Text(""))
+    for line in a.missing if a is not None else ():
+        parts.append(Text(f"missing: {line}", style="yellow"))
+    if result.step is not None:
+        parts.append(step_time_text(result.step))
     parts.extend(_verdict_and_findings(result, result.findings))
     return Group(*parts)
 
@@ -350,8 +363,9 @@ def _arguments_part(result: InspectResult) -> list[RenderableType]:
 def _work_clauses(result: InspectResult) -> RenderableType:
     a = result.analysis
     assert a is not None
-    flops = f"{a.flops:,.0f}" if a.flops is not None else "unknown"
-    accessed = format_bytes(a.bytes_accessed) if a.bytes_accessed is not None else "unknown"
+    trips = f" (at least: {len(a.unknown_trips)} loop(s) of unknown trips)" if a.unknown_trips else ""
+    flops = f"{a.flops:,.0f}{trips}" if a.flops is not None else "unknown"
+    accessed = format_bytes(a.bytes_accessed) + trips if a.bytes_accessed is not None else "unknown"
     return Clauses(
         [f"FLOPs {flops}", f"bytes accessed {accessed}", f"sent by collectives {format_bytes(a.sent_bytes)}"]
     )
@@ -362,8 +376,8 @@ def _timing_clauses(result: InspectResult) -> RenderableType:
     s = result.timing.stats
     return Clauses(
         [
-            f"compile {human.compile_text(result.timing)} ms",
-            f"p50 {s.p50 * 1e6:,.1f} us, min {s.min * 1e6:,.1f} us "
+            f"compile {human.compile_text(result.timing)}",
+            f"p50 {human.format_duration(s.p50)}, min {human.format_duration(s.min)} "
             f"over {len(result.timing.samples)} iterations",
         ]
     )
