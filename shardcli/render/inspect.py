@@ -183,7 +183,9 @@ def report_renderable(
         parts.append(Text(f"missing: {line}", style="yellow"))
     if result.step is not None:
         parts.append(step_time_text(result.step))
-    parts.extend(_verdict_and_findings(result, result.findings))
+    if result.fit is not None:
+        parts.append(verdict_text(result.fit))
+    parts.extend(_findings_lines(result, result.findings))
     return Group(*parts)
 
 
@@ -235,7 +237,7 @@ def first_screen(result: InspectResult) -> list[RenderableType]:
         parts.extend([Text(""), Text("run on generated inputs", style="bold"), _timing_clauses(result)])
     parts.append(Text(""))
     shown_findings = result.findings[:TOP_FINDINGS]
-    parts.extend(_verdict_and_findings(result, shown_findings))
+    parts.extend(_findings_lines(result, shown_findings))
     if len(result.findings) > len(shown_findings):
         more = len(result.findings) - len(shown_findings)
         parts.append(Text(f"and {_count(more, 'more finding')} (--wide shows them all)", style="yellow"))
@@ -262,7 +264,6 @@ def _count(n: int, what: str) -> str:
 def _answer(result: InspectResult) -> RenderableType:
     """`memory`, `fits` and `step time` lines: what the program needs of each device and how long
     a step would take."""
-    from shardcli.render.matmul import format_flops, format_seconds
 
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -271,26 +272,42 @@ def _answer(result: InspectResult) -> RenderableType:
     if a is not None:
         grid.add_row("memory", Clauses(memory_text(a.memory).split(", "), sep=", "))
     if result.fit is not None:
-        grid.add_row("fit", verdict_text(result.fit))
-    model = result.model
-    if a is not None and model is not None:
-        flops = format_flops(a.flops, "FLOP") if a.flops is not None else "FLOPs unknown"
-        sent = f"{format_bytes(a.sent_bytes)} sent"
-        if model.t_bound_s is not None:
-            clauses = [
-                f"{format_seconds(model.t_bound_s)} at best, {model.dominant}-bound (roofline, per device)",
-                f"T_math {format_seconds(model.t_math_s)} ({flops})",
-                f"T_comm {format_seconds(model.t_comm_s)} ({sent})",
-                f"no overlap {format_seconds(model.t_sum_s)}",
-            ]
-        else:
-            kind = result.session.runtime.device_kind
-            clauses = [
-                f"unknown for device kind {kind!r}: give --peak-tflops and --link-gbps",
-                f"{flops} and {sent} per device",
-            ]
+        grid.add_row("verdict", verdict_text(result.fit))
+    clauses = _step_clauses(result)
+    if clauses:
         grid.add_row("step time", Clauses(clauses))
     return grid
+
+
+def _step_clauses(result: InspectResult) -> list[str]:
+    """The step-time estimate with its dominant term first, then its terms; where the device kind
+    has no figures, why, and the FLOPs and bytes it would take."""
+    from shardcli.render.console import format_seconds
+    from shardcli.render.matmul import format_flops
+
+    a, step = result.analysis, result.step
+    if a is None:
+        return []
+    if step is not None and step.estimate_s is not None:
+        comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
+        at_least = "at least " if any("unknown trip" in n for n in step.notes) else ""
+        clauses = [
+            f"{at_least}{format_seconds(step.estimate_s)}, {step.dominant}-bound on {step.chip}",
+            f"math {format_seconds(step.math.seconds)}",
+            f"HBM {format_seconds(step.hbm.seconds)}",
+            f"communication {comm}",
+            f"no overlap {format_seconds(step.sum_s)}",
+        ]
+        if step.compiler_seconds is not None:
+            clauses.append(f"the TPU compiler's own {format_seconds(step.compiler_seconds)}")
+        return clauses
+    flops = format_flops(a.flops, "FLOP") if a.flops is not None else "FLOPs unknown"
+    why = (
+        step.math.source
+        if step is not None
+        else f"no figures for device kind {result.session.runtime.device_kind!r}"
+    )
+    return [f"unknown ({why})", f"{flops} and {format_bytes(a.sent_bytes)} sent per device"]
 
 
 def groups_table(groups: tuple[CollectiveGroup, ...]) -> RenderableType:
@@ -383,11 +400,9 @@ def _timing_clauses(result: InspectResult) -> RenderableType:
     )
 
 
-def _verdict_and_findings(result: InspectResult, findings: tuple[Finding, ...]) -> list[RenderableType]:
-    """The fit verdict, then one warning line per finding (its count where it covers several)."""
+def _findings_lines(result: InspectResult, findings: tuple[Finding, ...]) -> list[RenderableType]:
+    """One warning line per finding (its count where it covers several), or that there is none."""
     parts: list[RenderableType] = []
-    if result.fit is not None:
-        parts.append(verdict_text(result.fit))
     for finding in findings:
         times = f" x{finding.count}" if finding.count > 1 else ""
         parts.append(
