@@ -406,6 +406,23 @@ def test_source_is_the_users_line_not_the_librarys(cli, tmp_path, monkeypatch):
     assert sources == {f"{path}:6"}, sources
 
 
+@pytest.mark.parametrize(
+    ("flags", "full"),
+    [
+        pytest.param((), False, id="default-first-screen"),
+        pytest.param(("--wide",), True, id="wide-everything"),
+        pytest.param(("-v",), True, id="verbose-everything"),
+    ],
+)
+def test_the_default_view_is_the_first_screen_and_wide_shows_everything(cli, flags, full):
+    out = cli(["inspect", f"{MLP}:train_step", *MLP_ARGS, "--mesh", "2x4", "--axes", "data,model", *flags])
+    assert out.exit_code == 0, out.output
+    first = ("arguments: 3 leaves, ", "collectives: ", "step time ")
+    everything = ("arguments and results", "collectives the compiler inserted", "cost model (roofline")
+    assert all((text in out.stdout) != full for text in first), out.stdout
+    assert all((text in out.stdout) == full for text in everything), out.stdout
+
+
 def test_run_times_it_on_generated_inputs(cli):
     doc = inspect_json(
         cli,
