@@ -10,6 +10,7 @@ operand back to the entry parameter it copies or slices, never by a shape that h
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -81,9 +82,19 @@ def _hlo_type(fact: ArrayFact) -> str:
     return f"{HLO_DTYPE.get(fact.dtype, fact.dtype)}[{','.join(map(str, fact.shape))}]"
 
 
-def _where(c: CollectiveOp) -> str:
-    op = c.op or "the partitioner"
-    return f"{op} ({c.source})" if c.source else op
+def _where(*group: CollectiveOp) -> str:
+    """`dot_general (file.py:12)`: the JAX operations of collectives from one line, and the line."""
+    op = ", ".join(dict.fromkeys(c.op or "the partitioner" for c in group))
+    return f"{op} ({shown_source(group[0].source)})" if group[0].source else op
+
+
+def shown_source(source: str) -> str:
+    """A source line as a message shows it: relative to the working folder where it lies inside."""
+    import os
+
+    path, _, line = source.rpartition(":")
+    relative = os.path.relpath(path) if os.path.isabs(path) else path
+    return f"{relative}:{line}" if not relative.startswith("..") else source
 
 
 def _named(paths: Sequence[str]) -> str:
@@ -181,11 +192,13 @@ def _elements(shape: str) -> int | None:
 
 
 def _reshards(arguments: Sequence[ArrayFact], collectives: Sequence[CollectiveOp]) -> list[Finding]:
-    """Collectives that only move data between two operations' layouts, by (kind, axes, line, op).
+    """Collectives that only move data between two operations' layouts, one finding per cause: the
+    user's line (whatever operations, kinds and axes the compiler chose there; the JAX operation
+    where no line is known), the most bytes sent first.
 
     Left out: what the program asked for itself (shard_map), and an argument all-gathered for use
     (whole, named above, or a slice of it in a layer loop: FSDP)."""
-    causes: dict[tuple[str, str, str | None, str | None], list[CollectiveOp]] = {}
+    causes: dict[tuple[str | None, str | None], list[CollectiveOp]] = {}
     for c in collectives:
         if c.op_name and "shard_map" in c.op_name:
             continue
@@ -195,24 +208,27 @@ def _reshards(arguments: Sequence[ArrayFact], collectives: Sequence[CollectiveOp
         )
         if not moves or (c.kind == "all-gather" and moved_argument(c, arguments) is not None):
             continue
-        causes.setdefault((c.kind, c.axes_text, c.source, c.op), []).append(c)
+        causes.setdefault((c.source, None if c.source else c.op), []).append(c)
     found = []
-    for (kind, axes, source, _), group in causes.items():
+    for (source, _), group in causes.items():
         c = group[0]
         sent = sum(g.sent_bytes * g.runs for g in group)
         runs = sum(g.runs for g in group)
         moved = tuple(dict.fromkeys(a.name for g in group if (a := moved_argument(g, arguments)) is not None))
         if len(group) == 1:
-            article = "an" if kind[0] == "a" else "a"
-            what = f"{article} {kind} over {axes} ({c.shape}, {format_bytes(c.sent_bytes)} sent per device"
+            article = "an" if c.kind[0] == "a" else "a"
+            one = f"{c.shape}, {format_bytes(c.sent_bytes)} sent per device"
+            what = f"{article} {c.kind} over {c.axes_text} ({one}"
         else:
-            what = f"{len(group)} {kind}s over {axes} ({format_bytes(sent)} sent per device in all"
+            kinds = Counter((g.kind, g.axes_text) for g in group)
+            listed = [f"{n} {kind}{'s' if n > 1 else ''} over {axes}" for (kind, axes), n in kinds.items()]
+            what = f"{' and '.join(listed)} ({format_bytes(sent)} sent per device in all"
         message = (
             f"the compiler added {what}{f', {runs} runs' if runs > 1 else ''}) to reshard between "
-            f"operations{f' (moving {_named(moved)})' if moved else ''}, at {_where(c)}"
+            f"operations{f' (moving {_named(moved)})' if moved else ''}, at {_where(*group)}"
         )
-        found.append(Finding("reshard", message, len(group), moved, source))
-    return found
+        found.append((sent, Finding("reshard", message, len(group), moved, source)))
+    return [f for _, f in sorted(found, key=lambda pair: -pair[0])]
 
 
 def _result_shardings(results: Sequence[ArrayFact], asked: Sequence[ShardingSpec]) -> list[Finding]:
