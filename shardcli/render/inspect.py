@@ -130,7 +130,7 @@ def report_renderable(
     quiet: bool = False,
     pictures: bool = True,
     verbose: bool = False,
-    full: bool | None = None,
+    full: bool = True,
 ) -> RenderableType:
     """The report as one renderable, the same for the terminal and for Jupyter.
 
@@ -139,14 +139,13 @@ def report_renderable(
         quiet: no header, no pictures.
         pictures: the full view's pictures of the first arguments' tiles.
         verbose: the header's versions and process count too.
-        full: every argument, result and collective (--wide, -v); None: as `verbose`. Otherwise
-            the first screen: the answer first, then the top groups, arguments and findings.
+        full: every argument, result and collective (the Python API's report; the CLI's --wide
+            and -v). False: the first screen (the CLI's default view): the answer first, then the
+            top groups, arguments and findings.
     """
     parts: list[RenderableType] = []
     if not quiet:
         parts.append(human.header(result.session, _header_facts(result), verbose=verbose))
-    if full is None:
-        full = verbose
     if not full:
         parts.extend(first_screen(result))
         return Group(*parts)
