@@ -81,9 +81,9 @@ EXAMPLES: dict[str, str | list[str]] = {
     "example-reshard": "shardcli reshard --shape 8x1024 --from data,model --to model,data --mesh 2x4 "
     "--axes data,model --no-color",
     "readme-matmul": "shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all --no-color -q",
-    "readme-inspect": "shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model "
-    "--arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None' "
-    "--no-color -q",
+    # a real model's first screen (README and the inspect tutorial): a 1.24B-parameter Llama
+    "readme-inspect": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
+    "--mesh 2x4 --axes data,model --no-color",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target tpu-v5e:4x4 --axes data,model --no-color -q",
     "tutorial-inspect-mlp": "shardcli inspect examples/mlp.py:train_step --mesh 2x2x2 --axes data,model,seq "
