@@ -423,6 +423,138 @@ def test_the_default_view_is_the_first_screen_and_wide_shows_everything(cli, fla
     assert all((text in out.stdout) == full for text in everything), out.stdout
 
 
+def test_a_flax_model_shows_the_users_lines_and_its_layer_gathers_are_no_finding(cli):
+    """Flax linen (nn.Dense in a scanned layer, FSDP-partitioned params in a TrainState): every
+    collective's line is in the user's file, never flax/linen; each weight the layer loop gathers is
+    named by its pytree path and is no finding; the tied embedding gathered whole for the logits is."""
+    pytest.importorskip("flax")
+    program = str(ROOT / "tests" / "programs" / "linen_fsdp.py")
+    doc = inspect_json(
+        cli, f"{program}:train_step", "--inputs", f"{program}:make", "--mesh", "2x4", "--axes", "data,model"
+    )
+    sources = {c["source"].rpartition(":")[0] for c in doc["program"]["collectives"]}
+    assert sources == {program}, sources
+    names = {a["name"] for a in doc["arguments"]}
+    gathers = [c for c in doc["program"]["collectives"] if c["kind"] == "all-gather"]
+    assert gathers and all(c["operand"] in names for c in gathers), gathers
+    layers = {c["operand"] for c in gathers if c["runs"] == 2}
+    assert layers == {
+        f"state.params['layers']['{w}']['kernel'].value"
+        for w in ("query", "key", "value", "out", "up", "down")
+    }
+    whole = [f for f in doc["findings"] if f["kind"] == "gathered-whole"]
+    assert [f["paths"] for f in whole] == [["state.params['Embed_0']['embedding'].value"]], doc["findings"]
+
+
+MISTAKES_EXAMPLE = str(ROOT / "examples" / "mistakes.py")
+
+
+@pytest.mark.parametrize(
+    ("args", "kind", "paths"),
+    [
+        pytest.param(
+            (
+                "matmul",
+                "--mesh",
+                "8",
+                "--axes",
+                "data",
+                "--arg",
+                "f32[64,1024]@data,None",
+                "--arg",
+                "f32[1024,1024]@data,None",
+            ),
+            "gathered-whole",
+            ["w"],
+            id="weight-gathered-whole",
+        ),
+        pytest.param(
+            ("layout_change", "--mesh", "2x4", "--axes", "data,model", "--arg", "f32[64,64]@data,None"),
+            "reshard",
+            ["x"],
+            id="reshard-between-ops",
+        ),
+        pytest.param(
+            ("matmul", "--inputs", f"{MISTAKES_EXAMPLE}:replicated", "--mesh", "2x4", "--axes", "data,model"),
+            "replicated",
+            ["w"],
+            id="16-gib-replicated",
+        ),
+    ],
+)
+def test_the_mistakes_planted_in_the_example_are_found(cli, args, kind, paths):
+    fn, *rest = args
+    doc = inspect_json(cli, f"{MISTAKES_EXAMPLE}:{fn}", *rest)
+    assert [(f["kind"], f["paths"]) for f in doc["findings"]] == [(kind, paths)], doc["findings"]
+    assert doc["findings"][0]["count"] == 1
+
+
+SOURCE_TABLES = """\
+FileNames
+1 "/home/me/model.py"
+2 "/venv/lib/python3.11/site-packages/flax/linen/linear.py"
+
+FunctionNames
+1 "<module>"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=40 end_line=40 column=1 end_column=1}
+2 {file_name_id=1 function_name_id=1 line=12 end_line=12 column=1 end_column=1}
+3 {file_name_id=2 function_name_id=1 line=199 end_line=199 column=1 end_column=1}
+
+StackFrames
+{frames}
+"""
+
+
+@pytest.mark.parametrize(
+    ("frames", "user_files", "source"),
+    [
+        # XLA prints a parent as its id + 1: the outermost frame (1) says parent 1
+        pytest.param(
+            ["1 {file_location_id=1 parent_frame_id=1}", "2 {file_location_id=2 parent_frame_id=2}",
+             "3 {file_location_id=3 parent_frame_id=3}"],
+            (),
+            "/home/me/model.py:12",
+            id="library-innermost-user-line-wins",
+        ),
+        pytest.param(
+            ["1 {file_location_id=1 parent_frame_id=0}", "2 {file_location_id=2 parent_frame_id=1}",
+             "3 {file_location_id=3 parent_frame_id=2}"],
+            (),
+            "/home/me/model.py:12",
+            id="parents-printed-as-ids",
+        ),
+        pytest.param(
+            ["1 {file_location_id=1 parent_frame_id=1}", "2 {file_location_id=2 parent_frame_id=2}",
+             "3 {file_location_id=3 parent_frame_id=3}"],
+            ("/venv/lib/python3.11/site-packages/flax",),
+            "/venv/lib/python3.11/site-packages/flax/linen/linear.py:199",
+            id="the-users-own-package-in-site-packages",
+        ),
+        pytest.param(
+            ["1 {file_location_id=3 parent_frame_id=0}", "2 {file_location_id=3 parent_frame_id=0}",
+             "3 {file_location_id=3 parent_frame_id=2}"],
+            (),
+            "/venv/lib/python3.11/site-packages/flax/linen/linear.py:199",
+            id="library-only-where-the-user-has-none",
+        ),
+    ],
+)  # fmt: skip
+def test_a_collectives_source_is_the_innermost_frame_in_the_users_files(frames, user_files, source):
+    from shardcli.core.program_analysis import parse_collectives
+
+    text = SOURCE_TABLES.replace("{frames}", "\n".join(frames)) + (
+        "\nENTRY %main (p: f32[8]) -> f32[8] {\n"
+        '  %p = f32[8]{0} parameter(0), metadata={op_name="x"}\n'
+        "  ROOT %all-reduce = f32[8]{0} all-reduce(%p), replica_groups={{0,1}}, "
+        'metadata={op_name="jit(f)/psum" stack_frame_id=3}\n}\n'
+    )
+    (op,) = parse_collectives(text, (2,), ("x",), user_files=user_files)
+    assert op.source == source
+    assert (op.operand, op.operand_parameter) == ("x", 0)
+
+
 def test_run_times_it_on_generated_inputs(cli):
     doc = inspect_json(
         cli,

@@ -681,9 +681,13 @@ def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str |
 
 # --- which argument a collective moves ------------------------------------------------------------
 
-# Ops whose result is (a part of) their first operand's value, in another layout or type.
+# Ops whose result is (a part of) their first operand's value, in another layout or type, or on
+# another device (a collective-permute moves an argument's blocks between devices before a gather).
 _MOVES_OPERAND = frozenset(
     {
+        "collective-permute",
+        "collective-permute-start",
+        "collective-permute-done",
         "copy",
         "bitcast",
         "reshape",
