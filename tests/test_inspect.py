@@ -1041,3 +1041,54 @@ def test_a_jitted_step_keeps_its_own_shardings_donation_and_static_arguments(cli
     ]
     assert doc["results"][0]["spec"] == [["data"], None]
     assert doc["program"]["memory"]["alias_bytes"] == 16 * 32 * 4 // 2  # x donated to the result
+
+
+CPU_MESH_AT_IMPORT = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+
+
+def step(x):
+    return x * 2
+
+
+def inputs():
+    return (jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+"""
+
+
+def test_a_mesh_of_this_hosts_devices_under_a_target_says_how_to_hand_it_over(cli, tmp_path):
+    pytest.importorskip("libtpu", reason="the tpu extra")
+    path = user_file(tmp_path, CPU_MESH_AT_IMPORT)
+    out = cli(["inspect", f"{path}:step", "--inputs", f"{path}:inputs", "--target", "tpu-v5e:2x4"])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.strip().splitlines() == [
+        f"shardcli: error: the arguments of {path}:step are sharded on a mesh 2x4 (data, model) of cpu "
+        "devices that this run does not have (8 TPU v5 lite chips of the compile-only target tpu-v5e:2x4); "
+        "build the mesh from the one --inputs FILE.py:NAME receives (NAME(mesh)), or from jax.make_mesh"
+    ]
+
+
+def test_run_generates_typed_keys_on_their_devices(cli, tmp_path):
+    path = user_file(tmp_path, KEYS)
+    doc = inspect_json(
+        cli,
+        f"{path}:noises",
+        "--arg",
+        "f32[8,16]@data",
+        "--arg",
+        "key<rbg>[8]@data",
+        "--run",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+        "--axes",
+        "data,model",
+    )
+    assert len(doc["timing"]["samples_s"]) == 2

@@ -4,9 +4,10 @@ the same step.
 
 Memory (argument, output, temporary and aliased bytes) and the collectives (kinds and counts, from
 the hand compile's HLO text) must be equal. FLOPs are compared as the one figure shardcli reads from
-a compiled program (`program_analysis.analyze_compiled`), applied to the hand compile: today that
-is `cost_analysis()['flops']`; where it multiplies loop bodies by their trip counts, both sides do.
-For the programs without loops the raw `cost_analysis()['flops']` is checked too.
+a compiled program (`program_analysis.analyze_compiled`: XLA's `cost_analysis()` with every loop
+body counted once per trip), applied to the hand compile; it is never below the raw
+`cost_analysis()['flops']`, which counts a loop body once (XLA's own loops count: threefry's rounds
+on the CPU are one).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class Program:
     inputs: str
     hand: Callable[[ModuleType, Any], Any]
     own_mesh: bool  # builds its mesh itself (at import or in its maker): no --mesh/--axes needed
-    loops: bool  # holds a scan or fori_loop (raw cost_analysis counts its body once)
+    loops: bool  # holds a scan or fori_loop of its own (raw cost_analysis counts its body once)
 
     def args(self) -> list[str]:
         path = PROGRAMS / f"{self.module}.py"
@@ -175,8 +176,9 @@ def assert_same_program(doc: dict[str, Any], hand: Any, mesh: Any, loops: bool) 
         "total_bytes": 0,
     }
     assert doc["program"]["flops_per_device"] == analyze_compiled(hand, mesh).flops
-    if not loops:
-        assert doc["program"]["flops_per_device"] == hand.cost_analysis()["flops"]
+    assert doc["program"]["flops_per_device"] >= hand.cost_analysis()["flops"]
+    if loops:  # the scan, nn.scan or fori_loop bodies count once per trip
+        assert doc["program"]["flops_per_device"] > hand.cost_analysis()["flops"]
     assert Counter(c["kind"] for c in doc["program"]["collectives"]) == collectives_of(hand)
 
 
@@ -231,7 +233,7 @@ def test_a_module_that_builds_its_mesh_at_import_in_a_fresh_process():
     assert Counter(c["kind"] for c in doc["program"]["collectives"]) == {"collective-permute": 1}
     hand = hand_shard_map(fresh_module(program.module), None)
     assert doc["program"]["memory"]["argument_bytes"] == hand.memory_analysis().argument_size_in_bytes
-    assert doc["program"]["flops_per_device"] == hand.cost_analysis()["flops"]
+    assert doc["program"]["flops_per_device"] == analyze_compiled(hand).flops
 
 
 def test_the_python_api_takes_nnx_state_on_an_abstract_mesh_with_typed_keys():

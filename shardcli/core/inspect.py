@@ -128,7 +128,7 @@ def fact_of(name: str, struct: Any, default_sharding: Any = None, *, sharding: A
 
 
 def _leaf_names(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
 ) -> list[tuple[str, Any]]:
     """(`params['w1']`, leaf) for every array leaf; positional arguments named by the function's
     parameters, keyword ones by their keywords. Other leaves (Python numbers, an equinox module's
@@ -142,7 +142,7 @@ def _leaf_names(
         names = []
     out = []
     named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(args)]
-    for base, arg in [*named, *kwargs.items()]:
+    for base, arg in [*named, *(kwargs or {}).items()]:
         for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
             if is_array_leaf(leaf):
                 out.append((base + jax.tree_util.keystr(path), leaf))

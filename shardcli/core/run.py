@@ -362,7 +362,7 @@ def execute(
 
     # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
     with quiet_native_logs():
-        _, compiled, _, _ = compile_program(fn, tuple(args), roots, what, mesh)
+        compiled = compile_program(fn, tuple(args), roots, what, mesh).compiled
     with recording() as calls, jax.set_mesh(mesh):
         out = call_user(compiled, roots, f"{what} raised while it ran:", *args)
         jax.block_until_ready(out)
