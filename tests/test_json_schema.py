@@ -163,9 +163,10 @@ PINNED_KEYS = {
         "pipeline": "624ff9ba959f3e42",
         "compare": "53b1ec01214a6068",
     },
-    # 3: each matmul and einsum impl has its result's values (null over 256 elements); before any
-    # release of 3, a program's collectives name the argument they move (operand: einsum, reshard,
-    # inspect), and inspect's findings carry count, paths and source beside its collective_groups
+    # 3: each matmul and einsum impl has its result's values (null over 256 elements); with 2's program
+    # loops, once-counted XLA figures, subgroup slices and inspect's step_time; before any release of
+    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect), and
+    # inspect's findings carry count, paths and source beside its collective_groups
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",

@@ -205,6 +205,8 @@ def first_screen(result: InspectResult) -> list[RenderableType]:
     collectives by cause, the largest arguments, the findings, each cut to its top rows."""
     parts: list[RenderableType] = [Text(""), _answer(result)]
     a = result.analysis
+    for line in a.missing if a is not None else ():
+        parts.append(Clauses(figure_words(f"missing: {line}"), " ", "yellow"))
     if a is not None:
         groups = group_collectives(a.collectives)
         shown = groups[:TOP_GROUPS]
