@@ -146,9 +146,14 @@ def report_renderable(
     parts: list[RenderableType] = []
     if not quiet:
         parts.append(human.header(result.session, _header_facts(result), verbose=verbose))
-    if not full:
-        parts.extend(first_screen(result))
-        return Group(*parts)
+    parts.extend(full_view(result, quiet=quiet, pictures=pictures) if full else first_screen(result))
+    return Group(*parts)
+
+
+def full_view(result: InspectResult, *, quiet: bool, pictures: bool) -> list[RenderableType]:
+    """Everything, in order: every argument and result (the first ones' tile pictures), every
+    collective, the figures per device, the cost model, then the verdict and every finding."""
+    parts: list[RenderableType] = []
 
     def section(title: str, body: RenderableType) -> None:
         parts.extend([Text(""), Text(title, style="bold underline"), body])
@@ -185,7 +190,7 @@ def report_renderable(
     if result.fit is not None:
         parts.append(verdict_text(result.fit))
     parts.extend(_findings_lines(result, result.findings))
-    return Group(*parts)
+    return parts
 
 
 def _header_facts(result: InspectResult) -> dict[str, str]:
