@@ -217,9 +217,9 @@ def first_screen(result: InspectResult) -> list[RenderableType]:
         shown = groups[:TOP_GROUPS]
         title = Clauses(
             [
-                f"collectives: {_count(len(a.collectives), 'op')} in {_count(len(groups), 'group')}",
-                "by kind, mesh axes and line",
-                "the most bytes sent first",
+                f"collectives: {_count(len(a.collectives), 'op')} in {_count(len(groups), 'group')} "
+                "(kind, mesh axes, line)",
+                "by bytes sent",
             ],
             sep=", ",
             style="bold",
