@@ -23,7 +23,7 @@ _NAME_RE = re.compile(r"^\s*(?P<root>ROOT )?%?(?P<name>[\w.\-]+) = ")
 _OPCODE_RE = re.compile(r"\s*(?P<op>[a-z][\w\-]*)\(")
 _OPERAND_NAME_RE = re.compile(r"%([\w.\-]+)")
 _CALLEE_RE = re.compile(
-    r"\b(?P<kind>body|condition|to_apply|calls|true_computation|false_computation)=%(?P<name>[\w.\-]+)"
+    r"\b(?P<kind>body|condition|to_apply|calls|select|scatter|true_computation|false_computation)=%(?P<name>[\w.\-]+)"
 )
 _BRANCHES_RE = re.compile(r"\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
 _TRIP_RE = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')

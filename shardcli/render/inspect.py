@@ -387,7 +387,12 @@ def _work_clauses(result: InspectResult) -> RenderableType:
     a = result.analysis
     assert a is not None
     trips = f" (at least: {len(a.unknown_trips)} loop(s) of unknown trips)" if a.unknown_trips else ""
-    flops = f"{a.flops:,.0f}{trips}" if a.flops is not None else "unknown"
+    once = (
+        f" (every loop trip; XLA's cost_analysis, each loop once: {a.xla_flops:,.0f})"
+        if a.loops and a.xla_flops is not None and a.flops != a.xla_flops and not trips
+        else ""
+    )
+    flops = f"{a.flops:,.0f}{trips or once}" if a.flops is not None else "unknown"
     accessed = format_bytes(a.bytes_accessed) + trips if a.bytes_accessed is not None else "unknown"
     return Clauses(
         [f"FLOPs {flops}", f"bytes accessed {accessed}", f"sent by collectives {format_bytes(a.sent_bytes)}"]
