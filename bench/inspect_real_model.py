@@ -112,7 +112,7 @@ def main() -> None:
     hand = json.loads(theirs[-1][2])
     memory = doc["program"]["memory"]
     same = all(memory[k] == hand[k] for k in ("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes"))
-    same_flops = doc["program"]["flops_per_device"] == hand["flops"]
+    same_flops = doc["program"]["xla_flops_per_device"] == hand["flops"]  # both XLA's raw figure
     a = statistics.median(t for t, _, _ in ours)
     b = statistics.median(t for t, _, _ in theirs)
     rss = max(r for _, r, _ in ours)
@@ -122,8 +122,9 @@ def main() -> None:
     print(
         f"  per device: arguments {memory['argument_bytes'] / 2**30:.3f} GiB, temporaries "
         f"{memory['temp_bytes'] / 2**30:.3f} GiB, aliased (donated) {memory['alias_bytes'] / 2**30:.3f} GiB, "
-        f"{doc['program']['flops_per_device']:.4g} FLOPs; equal to the hand AOT: memory "
-        f"{'yes' if same else 'NO'}, FLOPs {'yes' if same_flops else 'NO'}"
+        f"{doc['program']['flops_per_device']:.4g} FLOPs (every loop trip; XLA's raw figure "
+        f"{doc['program']['xla_flops_per_device']:.4g}); equal to the hand AOT: memory "
+        f"{'yes' if same else 'NO'}, raw FLOPs {'yes' if same_flops else 'NO'}"
     )
     print(
         f"  shardcli inspect: {a:.2f} s median (rounds {', '.join(f'{t:.2f}' for t, _, _ in ours)}), "

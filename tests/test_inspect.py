@@ -836,6 +836,7 @@ def test_bad_key_args_are_one_line(cli, tmp_path, arg, message):
 
 
 HOSTILE = """
+import functools
 import os
 import sys
 
@@ -860,6 +861,16 @@ def word(x):
 @jax.jit
 def pair(x, y):
     return x + y
+
+
+@functools.partial(jax.jit, in_shardings=({"w": None, "b": None},))
+def tree(params):
+    return params["w"] + params["b"]
+
+
+def tree_inputs(mesh):
+    x = jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh, P()))
+    return ({"w": x, "x": x},)
 
 
 def wants_two(mesh, size):
@@ -942,6 +953,9 @@ def test_an_exit_at_import_is_one_line(cli, tmp_path):
         ),
         pytest.param(
             "pair", ("--inputs", "{path}:wants_two"), "takes 2 arguments (mesh, size)", id="maker-arity"
+        ),
+        pytest.param(
+            "tree", ("--inputs", "{path}:tree_inputs"), "pytree structure error", id="pytree-mismatch"
         ),
         pytest.param(
             "pair", ("--inputs", "{path}:NOT_A_FUNCTION"), "names a int, not a function", id="maker-not-fn"

@@ -5,9 +5,8 @@ the same step.
 Memory (argument, output, temporary and aliased bytes) and the collectives (kinds and counts, from
 the hand compile's HLO text) must be equal. FLOPs are compared as the one figure shardcli reads from
 a compiled program (`program_analysis.analyze_compiled`: XLA's `cost_analysis()` with every loop
-body counted once per trip), applied to the hand compile; it is never below the raw
-`cost_analysis()['flops']`, which counts a loop body once (XLA's own loops count: threefry's rounds
-on the CPU are one).
+body counted once per trip), applied to the hand compile, and the raw `cost_analysis()['flops']`
+(the report's `xla_flops_per_device`, a loop body counted once) must equal the hand compile's.
 """
 
 from __future__ import annotations
@@ -176,6 +175,7 @@ def assert_same_program(doc: dict[str, Any], hand: Any, mesh: Any, loops: bool) 
         "total_bytes": 0,
     }
     assert doc["program"]["flops_per_device"] == analyze_compiled(hand, mesh).flops
+    assert doc["program"]["xla_flops_per_device"] == hand.cost_analysis()["flops"]  # XLA's raw figure
     assert doc["program"]["flops_per_device"] >= hand.cost_analysis()["flops"]
     if loops:  # the scan, nn.scan or fori_loop bodies count once per trip
         assert doc["program"]["flops_per_device"] > hand.cost_analysis()["flops"]
