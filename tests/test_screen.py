@@ -302,12 +302,12 @@ def test_clauses_break_only_between_clauses():
 
 # --- inspect's first screen for a program of thousands of leaves ------------------------------------
 
-LAYER_KINDS, UNROLLED, SCALES, STACK, WIDTH = 14, 42, 30, 4, 16
+LAYER_KINDS, UNROLLED, SCALES, STACK, WIDTH = 14, 70, 30, 4, 16
 
 
 def _large_program() -> str:
     """A model with a scanned stack and 42 unrolled layers of 14 kinds (each at its own line), its
-    parameters and two optimizer moments: 4,042 argument leaves, over a hundred collectives."""
+    parameters and two optimizer moments: 6,730 argument leaves, over two hundred collectives."""
     layers = "".join(
         f"def layer_{k}(p, h):\n    return h + jnp.tanh(h @ p['wq']) @ p['wo']\n\n\n"
         for k in range(LAYER_KINDS)
@@ -378,10 +378,10 @@ def large(cli, tmp_path_factory):
 def test_inspect_json_of_a_large_program_holds_everything(large):
     doc, _ = large
     leaves = 3 * (1 + 2 + UNROLLED * (2 + SCALES))  # params and two moments, and x
-    assert len(doc["arguments"]) == leaves + 1 == 4042
-    assert "opt_state['mu']['layers'][41]['norm']['scale_29']" in {a["name"] for a in doc["arguments"]}
+    assert len(doc["arguments"]) == leaves + 1 == 6730
+    assert "opt_state['mu']['layers'][69]['norm']['scale_29']" in {a["name"] for a in doc["arguments"]}
     collectives, groups = doc["program"]["collectives"], doc["collective_groups"]
-    assert len(collectives) >= 100 and len(groups) > 10
+    assert len(collectives) >= 200 and len(groups) > 10
     assert sum(g["count"] for g in groups) == len(collectives)
     assert sum(g["sent_bytes"] for g in groups) == doc["program"]["sent_bytes_per_device"]
     assert [g["sent_bytes"] for g in groups] == sorted((g["sent_bytes"] for g in groups), reverse=True)
@@ -398,7 +398,7 @@ def test_inspect_json_of_a_large_program_holds_everything(large):
 
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_inspect_first_screen_of_a_large_program(large, columns):
-    """4,042 argument leaves and over a hundred collectives: the default view answers on one screen
+    """6,730 argument leaves and over two hundred collectives: the default view answers on one screen
     (at most 60 lines at 100 columns), no line too wide, no figure cut."""
     from shardcli.render.inspect import report_renderable
 
@@ -415,7 +415,7 @@ def test_inspect_first_screen_of_a_large_program(large, columns):
     groups = len(doc["collective_groups"])
     assert f"{len(doc['program']['collectives'])} ops in {groups} groups" in text.replace("\n", " ")
     assert f"and {groups - 10} more groups" in text
-    assert "arguments: 4,042 leaves" in text and "and 4,034 more:" in text
+    assert "arguments: 6,730 leaves" in text and "and 6,722 more:" in text
     largest = sorted(doc["arguments"], key=lambda a: -a["bytes_per_device"])[:8]
     for a in largest:
         assert any(line.startswith(" " + a["name"] + " ") for line in lines), (a["name"], text)
