@@ -224,7 +224,7 @@ def test_linen_partitioned_params_compile_as_under_plain_jit_not_under_a_context
 
 def test_a_module_that_builds_its_mesh_at_import_in_a_fresh_process():
     """The real start-up path: the 8 devices are faked before the file is imported, so its
-    module-level jax.make_mesh((2, 4), ...) works; what it prints goes to stderr."""
+    module-level jax.make_mesh((2, 4), ...) works."""
     program = PROGRAMS_TABLE[3].values[0]
     done = run_shardcli("inspect", *program.args(), "--format", "json", timeout=120)
     assert done.returncode == 0, done.stderr
