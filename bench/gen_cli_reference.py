@@ -83,7 +83,7 @@ EXAMPLES: dict[str, str | list[str]] = {
     "readme-matmul": "shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all --no-color -q",
     # a real model's first screen (README and the inspect tutorial): a 1.24B-parameter Llama
     "readme-inspect": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
-    "--mesh 2x4 --axes data,model --no-color",
+    "--mesh 2x4 --axes data,model --no-color -q",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target tpu-v5e:4x4 --axes data,model --no-color -q",
     "readme-step-time": "shardcli inspect examples/layers.py:train_step --inputs examples/layers.py:inputs "
