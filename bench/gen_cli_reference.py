@@ -86,9 +86,9 @@ EXAMPLES: dict[str, str | list[str]] = {
     "example-reshard": "shardcli reshard --shape 8x1024 --from data,model --to model,data --mesh 2x4 "
     "--axes data,model --no-color",
     "readme-matmul": "shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all --no-color -q",
-    "readme-inspect": "shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model "
-    "--arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None' "
-    "--no-color -q",
+    # a real model's first screen (README and the inspect tutorial): a 1.24B-parameter Llama
+    "readme-inspect": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
+    "--mesh 2x4 --axes data,model --no-color -q",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target tpu-v5e:4x4 --axes data,model --no-color -q",
     "readme-step-time": "shardcli inspect examples/layers.py:train_step --inputs examples/layers.py:inputs "
@@ -110,6 +110,11 @@ EXAMPLES: dict[str, str | list[str]] = {
         "'f32[64,1024]@data,None' "
         "--arg 'f32[1024,1024]' --no-color -q | tail -2",
     ],
+    "readme-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
+    "examples/llama.py:tiny_inputs --axes data,model --no-color -q | head -8",
+    "tutorial-inspect-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
+    "examples/llama.py:tiny_inputs --axes data,model --format json | jq -c '.program.memory, "
+    '[.arguments[] | select(.name | startswith("params.layers.w_")) | {name, spec}]\'',
     "tutorial-inspect-errors": [
         "shardcli inspect examples/mlp.py:train --arg 'f32[8,8]'",
         "shardcli inspect examples/mlp.py:train_step --arg 'f32[8,8]@nosuch'",
@@ -253,6 +258,7 @@ VOLATILE = {
     "tutorial-tpu-einsum",
     "tutorial-gpu",
     "readme-inspect",
+    "readme-real-model",
     "readme-tpu",
     "example-collective",
     "example-collective-sweep",

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.core.hlo_text import HloModuleText, parse_module, source_table
+from shardcli.core.hlo_text import HloModuleText, Instruction, parse_module, source_table
 from shardcli.core.loop_costs import runs_per_computation
 
 HLO_COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -106,6 +106,11 @@ class CollectiveOp:
     # Where a group takes part of an axis: each of `mesh_axes` as the slice of it one group takes
     # (`data[::2]`: every 2nd device along data); empty where the groups span their axes whole.
     axis_slices: tuple[str, ...] = ()
+    # The program argument whose value it moves, followed back through copies, slices, casts and
+    # loop tuples: JAX's name of that entry parameter (`params['wq']`) and its number; None where
+    # its operand is computed.
+    operand: str | None = None
+    operand_parameter: int | None = None
 
     @property
     def sent_bytes(self) -> int:
@@ -174,11 +179,13 @@ def parse_collectives(
     axis_names: tuple[str, ...] | None = None,
     *,
     module: HloModuleText | None = None,
+    user_files: tuple[str, ...] = (),
 ) -> tuple[CollectiveOp, ...]:
-    """Every collective op in post-partitioning HLO text, in program order."""
+    """Every collective op in post-partitioning HLO text, in program order (`user_files`: the
+    user's files or package folders, whose innermost line is each op's source)."""
     module = module if module is not None else parse_module(hlo_text)
     runs = runs_per_computation(module)
-    sources = source_table(hlo_text)
+    sources = source_table(hlo_text, user_files)
     found = []
     # Lines outside any computation (a fragment of a module) run once.
     pieces = [("", module.prologue)] + [(c.name, c.text[1:]) for c in module.computations.values()]
@@ -194,6 +201,7 @@ def parse_collectives(
             )
             shape = re.sub(r"\{[^}]*\}", "", match.group("shape"))
             op_name = _OP_NAME_RE.search(line)
+            operand, parameter = _argument_fed(module, computation, line)
             found.append(
                 CollectiveOp(
                     kind=match.group("op"),
@@ -209,6 +217,8 @@ def parse_collectives(
                     op_name=op_name.group("name") if op_name else None,
                     source=_source_of(line, sources),
                     is_async=bool(match.group("start")),
+                    operand=operand,
+                    operand_parameter=parameter,
                 )
             )
     return tuple(found)
@@ -231,6 +241,95 @@ def _source_of(line: str, frames: dict[int, str]) -> str | None:
         return f"{direct.group('file')}:{direct.group('line')}"
     frame = _FRAME_RE.search(line)
     return frames.get(int(frame.group("id"))) if frame else None
+
+
+# --- which argument a collective moves ------------------------------------------------------------
+
+# Ops whose result is (a part of) their first operand's value, in another layout or type, or on
+# another device (a collective-permute moves an argument's blocks between devices before a gather).
+_MOVES_OPERAND = frozenset(
+    {
+        "collective-permute",
+        "collective-permute-start",
+        "collective-permute-done",
+        "copy",
+        "bitcast",
+        "reshape",
+        "transpose",
+        "convert",
+        "slice",
+        "dynamic-slice",
+        "copy-start",
+        "copy-done",
+        "bitcast-convert",
+    }
+)
+_PARAMETER_NAME_RE = re.compile(r'op_name="(?P<name>(?:[^"\\]|\\.)*)"')
+
+
+def _argument_fed(module: HloModuleText, computation: str, line: str) -> tuple[str | None, int | None]:
+    """(JAX's name, number) of the entry parameter a collective's first operand is a copy or slice
+    of: followed through layout changes, casts, fusions of those, and loop and call arguments."""
+    from shardcli.core.hlo_text import parse_instruction
+
+    own = parse_instruction(line)
+    if own is None or not own.operands:
+        return None, None
+    at: tuple[str, str] | None = (computation, own.operands[0])
+    pending: list[int] = []  # the tuple elements still to take, innermost last
+    for _ in range(256):
+        if at is None or at[0] not in module.computations:
+            return None, None
+        op = module.computations[at[0]].instructions.get(at[1])
+        if op is None:
+            return None, None
+        if op.opcode == "parameter" and at[0] == module.entry:
+            label = _PARAMETER_NAME_RE.search(op.attributes)
+            text = label.group("name").replace("\\'", "'").replace('\\"', '"') if label else None
+            number = op.literal.strip()
+            return (text, int(number)) if number.isdigit() and not pending else (None, None)
+        at = _one_step_back(module, at[0], op, pending)
+    return None, None
+
+
+def _one_step_back(
+    module: HloModuleText, where: str, op: Instruction, pending: list[int]
+) -> tuple[str, str] | None:
+    """The (computation, instruction) whose value `op` passes on unchanged; None where it computes."""
+    if op.opcode in _MOVES_OPERAND and op.operands:
+        return where, op.operands[0]
+    element = re.search(r"\bindex=(\d+)", op.attributes)
+    if op.opcode == "get-tuple-element" and op.operands and element is not None:
+        pending.append(int(element.group(1)))
+        return where, op.operands[0]
+    if op.opcode == "tuple" and pending:
+        k = pending.pop()
+        return (where, op.operands[k]) if k < len(op.operands) else None
+    if op.opcode == "optimization-barrier" and op.operands:
+        return where, op.operands[0]
+    callee = re.search(r"\b(?:calls|to_apply)=%([\w.\-]+)", op.attributes)
+    if op.opcode in ("fusion", "call") and callee is not None:
+        called = module.computations.get(callee.group(1))
+        return (called.name, called.root) if called is not None and called.root else None
+    number = op.literal.strip() if op.opcode == "parameter" else ""
+    site = _call_site(module, where) if number.isdigit() else None
+    if site is None:
+        return None
+    # a loop body's one parameter is its loop tuple, the while's one operand
+    k = 0 if site[1].opcode == "while" else int(number)
+    return (site[0], site[1].operands[k]) if k < len(site[1].operands) else None
+
+
+def _call_site(module: HloModuleText, callee: str) -> tuple[str, Instruction] | None:
+    """(computation, instruction) of the one while (as its body), fusion or call that runs `callee`."""
+    pattern = re.compile(r"\b(?:body|calls|to_apply)=%" + re.escape(callee) + r"(?![\w.\-])")
+    sites = [
+        (comp.name, inst)
+        for comp in module.computations.values()
+        for inst in comp.instructions.values()
+        if inst.opcode in ("while", "fusion", "call") and pattern.search(inst.attributes)
+    ]
+    return sites[0] if len(sites) == 1 else None
 
 
 def _groups(line: str) -> list[list[int]] | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 _HEADER_RE = re.compile(r"^(?P<entry>ENTRY )?%?(?P<name>[\w.\-]+) \(.*\{\s*$")
@@ -379,8 +379,9 @@ def _shape_end(text: str) -> int:
     return len(text)
 
 
-def source_table(hlo_text: str) -> dict[int, str]:
-    """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames."""
+def source_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, str]:
+    """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames: of
+    each frame's call chain, the line `pick_source` picks (the user's, not a library's)."""
     sections: dict[str, dict[int, str]] = {}
     current = None
     for line in hlo_text.splitlines():
@@ -403,9 +404,47 @@ def source_table(hlo_text: str) -> dict[int, str]:
         line_no = re.search(r"\bline=(\d+)", v)
         if file_id and line_no:
             locations[k] = f"{files.get(int(file_id.group(1)), '?')}:{line_no.group(1)}"
-    frames = {}
+    frames: dict[int, tuple[int | None, int]] = {}  # id -> (location, parent id; 0: none)
     for k, v in sections.get("StackFrames", {}).items():
-        location = re.search(r"file_location_id=(\d+)", v)
-        if location and int(location.group(1)) in locations:
-            frames[k] = locations[int(location.group(1))]
-    return frames
+        place = re.search(r"file_location_id=(\d+)", v)
+        up = re.search(r"parent_frame_id=(\d+)", v)
+        frames[k] = (int(place.group(1)) if place else None, int(up.group(1)) if up else 0)
+    # XLA prints a parent as its id + 1 (the outermost frame, 1, names "parent 1"); a printer that
+    # writes the id itself gives the outermost frame parent 0.
+    shift = 1 if frames.get(1, (None, 0))[1] == 1 else 0
+    picked = {}
+    for k in frames:
+        chain: list[str] = []
+        at, seen = k, set[int]()
+        while at in frames and at not in seen:
+            seen.add(at)
+            location_id, parent_id = frames[at]
+            if location_id in locations:
+                chain.append(locations[location_id])
+            at = parent_id - shift
+        source = pick_source(chain, user_files)
+        if source is not None:
+            picked[k] = source
+    return picked
+
+
+def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str | None:
+    """Of a call chain ("file:line", innermost first): the innermost frame in `user_files` (files,
+    or package folders), else the innermost outside installed packages (a library's line only where
+    the user's code has none), else the innermost."""
+    import os
+
+    if not chain:
+        return None
+    roots = tuple(os.path.abspath(r) for r in user_files)
+
+    def file_of(source: str) -> str:
+        return os.path.abspath(source.rpartition(":")[0])
+
+    def library(source: str) -> bool:
+        parts = file_of(source).split(os.sep)
+        return "site-packages" in parts or "dist-packages" in parts
+
+    in_users = [s for s in chain if any(file_of(s) == r or file_of(s).startswith(r + os.sep) for r in roots)]
+    outside_packages = [s for s in chain if not library(s)]
+    return (in_users or outside_packages or list(chain))[0]

@@ -155,7 +155,12 @@ def program_cost(analysis: ProgramAnalysis, hardware: Hardware, fallback_flops: 
 
 
 def analyze_compiled(
-    compiled: Any, mesh: Any = None, *, hlo_text: str | None = None, text_source: str = "given"
+    compiled: Any,
+    mesh: Any = None,
+    *,
+    hlo_text: str | None = None,
+    text_source: str = "given",
+    user_files: tuple[str, ...] = (),
 ) -> ProgramAnalysis:
     """Everything `ProgramAnalysis` holds, for a `jax.stages.Compiled`.
 
@@ -166,6 +171,8 @@ def analyze_compiled(
         hlo_text: the optimized HLO, where the caller has it (`dump_hlo_text`); else it is asked
             of `compiled`.
         text_source: where `hlo_text` came from, for `ProgramAnalysis.text_source`.
+        user_files: the user's files or package folders: a collective's source is the innermost
+            frame in them (else the innermost outside installed packages).
 
     Never raises for a part that cannot be had: that part is None or empty and `missing` says why.
     """
@@ -205,7 +212,7 @@ def analyze_compiled(
     counted = count_trips(module, xla_flops, xla_bytes)
     missing.extend(counted.missing)
     return ProgramAnalysis(
-        collectives=parse_collectives(text, shape, names, module=module),
+        collectives=parse_collectives(text, shape, names, module=module, user_files=user_files),
         memory=memory,
         flops=counted.flops,
         bytes_accessed=counted.bytes_accessed,
@@ -221,7 +228,11 @@ def analyze_compiled(
 
 
 def reanalyze_from_dump(
-    first: ProgramAnalysis, compiled: Any, mesh: Any, dump: Callable[[], tuple[str | None, str]]
+    first: ProgramAnalysis,
+    compiled: Any,
+    mesh: Any,
+    dump: Callable[[], tuple[str | None, str]],
+    user_files: tuple[str, ...] = (),
 ) -> ProgramAnalysis:
     """`first` again with XLA's dumped text, where `first` had none (`compiled.as_text()` failed).
 
@@ -244,7 +255,7 @@ def reanalyze_from_dump(
             for line in first.missing
         )
         return dataclasses.replace(first, missing=missing)
-    return analyze_compiled(compiled, mesh, hlo_text=text, text_source=how)
+    return analyze_compiled(compiled, mesh, hlo_text=text, text_source=how, user_files=user_files)
 
 
 # --- what JAX returns -----------------------------------------------------------------------------

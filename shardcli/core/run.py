@@ -390,22 +390,14 @@ def execute(
     import jax
     from jax._src import config as jax_config
 
+    from shardcli.core.jit_compile import compile_program
     from shardcli.core.target import quiet_native_logs
     from shardcli.errors import refusal_text
     from shardcli.user_code import call_user, raised_in, user_error
 
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    try:
-        # A probe under plain jit gathers its value to one device: XLA's note on that is not the
-        # user's. Not from the persistent compile cache: it would bring another copy's source lines.
-        with quiet_native_logs(), jax.set_mesh(mesh), jax_config.enable_compilation_cache(False):
-            compiled = jitted.lower(*args).compile()
-    except ShardcliError:
-        raise
-    except Exception as error:  # noqa: BLE001 - sorted into the user's error or JAX's refusal
-        if raised_in(error, roots):
-            raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
-        raise ShardcliError(f"JAX could not compile {what}: {refusal_text(error)}") from None
+    # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
+    with quiet_native_logs():
+        compiled = compile_program(fn, tuple(args), roots, what, mesh).compiled
     with recording() as calls, jax.set_mesh(mesh):
         out = call_user(compiled, roots, f"{what} raised while it ran:", *args)
         jax.block_until_ready(out)

@@ -106,6 +106,7 @@ def collective_json(c: CollectiveOp) -> dict[str, Any]:
         runs_known=c.runs_known,
         op_name=c.op_name,
         source=c.source,
+        operand=c.operand,
     )
 
 
@@ -154,12 +155,16 @@ _OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _where(c: CollectiveOp) -> str:
+    return collective_where(c.op, c.source)
+
+
+def collective_where(op: str | None, source: str | None) -> str:
     """`dot_general at step.py:12`: the JAX operation without its jit(...) path, and the user's line
     (a line of shardcli's own programs, as einsum and reshard build them, says nothing new)."""
-    op = c.op or "inserted by the partitioner"
-    if c.source is None or os.path.abspath(c.source).startswith(_OWN_FILES + os.sep):
+    op = op or "inserted by the partitioner"
+    if source is None or os.path.abspath(source).startswith(_OWN_FILES + os.sep):
         return op
-    path, _, line = c.source.rpartition(":")
+    path, _, line = source.rpartition(":")
     return f"{op} at {os.path.basename(path)}:{line}"
 
 
