@@ -388,12 +388,10 @@ def execute(
         ShardcliError: JAX could not compile it.
     """
     import jax
-    from jax._src import config as jax_config
 
     from shardcli.core.jit_compile import compile_program
     from shardcli.core.target import quiet_native_logs
-    from shardcli.errors import refusal_text
-    from shardcli.user_code import call_user, raised_in, user_error
+    from shardcli.user_code import call_user
 
     # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
     with quiet_native_logs():
