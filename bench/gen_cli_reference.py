@@ -55,6 +55,11 @@ PLAIN_ENV = {"COLUMNS": str(COLUMNS), "NO_COLOR": "1", "TERM": "dumb"}
 TIMING_SLACK = (-4, 4, -8, 8, -12, 12)
 # Where a session's temporary folder appears in its output.
 SHOWN_CWD = "/home/me/shardcli"
+# The lessons' shell snippets: MinText's and intro_to_distributed's 16 numbers, and the cuts that keep
+# a command's numbers without its timings.
+_PI = "3,1,4,1,5,9,2,6,5,3,5,8,9,7,1,2"
+_BEFORE_AFTER = "| sed '/^compiled HLO/,$d'"
+_COMPILED_AND_C = "| sed '/^timing and verification/,$d'"
 # Each example: the lines of one shell session (a string is one line).
 EXAMPLES: dict[str, str | list[str]] = {
     "quickstart-mesh": "shardcli mesh --mesh 2x4 --axes data,model --no-color",
@@ -152,6 +157,65 @@ EXAMPLES: dict[str, str | list[str]] = {
         "shardcli compare mm.json mm.json --metric busbw",
         "shardcli compare before.json nope.json",
     ],
+    **{
+        # docs/tutorials/lessons.md: each tutorial lesson's command, cut to the part with its numbers
+        # (no timings: tests/test_lessons.py compares the same numbers exactly).
+        "lesson-mintext-mesh": "shardcli mesh --mesh 2x2 --axes x,y --no-color",
+        "lesson-mintext-shards": "shardcli shard --mesh 2x2 --axes x,y --shape 8192x8192 --spec x,y "
+        "--dtype int8 --no-color -q",
+        "lesson-mintext-strategies": [
+            "shardcli shard --mesh 2x2 --axes x,y --shape 8x8 --spec x,None --no-color --no-show-values "
+            "| sed -n '/^tiles/,/^$/p'",
+            "shardcli shard --mesh 2x2 --axes x,y --shape 8x8 --spec None,y --no-color --no-show-values "
+            "| sed -n '/^tiles/,/^$/p'",
+        ],
+        "lesson-mintext-case2-blocks": "shardcli shard --mesh 2x2 --axes x,y --shape 4x4 --spec None,x "
+        "--no-color -q",
+        "lesson-mintext-all-gather": f"shardcli collective all_gather --mesh 4 --axes i --values 3,9,5,2 "
+        f"--dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-mintext-case2": "shardcli matmul --case allgather --mesh 2x2 --axes x,y --dims 4,4,4 "
+        f"--init arange --no-color -q {_COMPILED_AND_C}",
+        "lesson-mintext-psum": f"shardcli collective psum --mesh 4 --axes i --values {_PI} --dtype int32 "
+        f"--no-color -q {_BEFORE_AFTER}",
+        "lesson-mintext-case3": "shardcli matmul --case allreduce --mesh 2x2 --axes x,y --dims 4,4,4 "
+        f"--init arange --no-color -q {_COMPILED_AND_C}",
+        "lesson-mintext-psum-scatter": f"shardcli collective psum_scatter --mesh 4 --axes i --values {_PI} "
+        f"--dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-mintext-case4": [
+            "shardcli matmul --case illegal --mesh 2x2 --axes x,y --dims 4,4,4 --no-color -q",
+            "shardcli matmul --case gather-b --mesh 2x2 --axes x,y --dims 4,4,4 --init arange --no-color -q "
+            "| sed -n '/^what the compiler/,/^$/p;/^C: global/,/^$/p'",
+        ],
+        "lesson-mintext-all-to-all": f"shardcli collective all_to_all --mesh 4 --axes i --values {_PI} "
+        f"--dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-projax-arange": "shardcli shard --mesh 2x4 --axes x,y --shape 4x8 --spec x,y --no-color "
+        "| sed '/^jax.debug/,/^$/d'",
+        "lesson-projax-sum": "shardcli einsum 'ij->j' --shape 4x8 --in x,y --mesh 2x4 --axes x,y "
+        "--init arange --no-color -q | sed -n '/^collectives the compiler/,/^$/p;/^C: global/,/^$/p'",
+        "lesson-projax-constraint": "shardcli recipe reduce --mesh 2x4 --axes x,y --shape 4x8 --init arange "
+        "--no-color | sed -n '/^compiled collectives (forced)/,$p'",
+        "lesson-projax-elementwise": "shardcli recipe elementwise --mesh 8 --axes x --shape 32 --init arange "
+        "--no-color | sed -n '/^per device/,$p'",
+        "lesson-projax-shard-sums": [
+            "shardcli einsum 'ij->i' --shape 8x4 --in x,None --mesh 8 --axes x --init arange --no-color -q "
+            "| sed -n '/^C: global/,/^$/p'",
+            "shardcli einsum 'i->' --shape 32 --in x --mesh 8 --axes x --init arange --no-color -q "
+            "| sed -n '/^collectives the compiler/,/^$/p;/^C: global/,/^$/p'",
+        ],
+        "lesson-intro-scatter": "shardcli collective psum_scatter --mesh 4x2 --axes i,j --axis i --shape 4x4 "
+        f"--values {_PI} --spec i,None --scatter-dim 1 --dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-intro-ppermute": "shardcli collective ppermute --mesh 4 --axes i --values 0,1,2,3 "
+        f"--dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-intro-axis-index": "shardcli recipe axis-index --mesh 4x2 --axes i,j --no-color "
+        "| sed -n '/^axis_index per device/,$p'",
+        "lesson-flax-kernel": [
+            "shardcli shard --mesh 2x4 --axes data,model --shape 1024x1024 --spec None,model --no-color "
+            "| sed -n '/^tiles/,/^$/p'",
+            "shardcli einsum 'bd,df->bf' --shape 8x1024 --shape 1024x1024 --in data,model --in model,None "
+            "--impl auto --mesh 2x4 --axes data,model --format json "
+            "| jq -c '.sizes[0] | {shape: .result.shape, out_spec: .impls[0].out_spec}'",
+        ],
+    },
 }
 # Examples whose output holds timings (and figures measured from them): --check compares them with
 # every digit masked and runs of spaces joined, so a new run's times do not make a page stale,

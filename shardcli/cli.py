@@ -26,6 +26,7 @@ from shardcli.commands import model as model_cmd
 from shardcli.commands import pipeline as pipeline_cmd
 from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import reshard as reshard_cmd
+from shardcli.commands import run as run_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
 from shardcli.stdout import quiet_when_reader_leaves, reopen_closed_streams
@@ -207,6 +208,7 @@ for _name, _command, _settings in [
     ("einsum", einsum_cmd.einsum, None),
     ("reshard", reshard_cmd.reshard, None),
     ("inspect", inspect_cmd.inspect, None),
+    ("run", run_cmd.run, None),
     ("recipe", recipe_cmd.recipe, None),
     ("pipeline", pipeline_cmd.pipeline, None),
     ("compare", compare_cmd.compare, None),

@@ -26,6 +26,8 @@ class Recipe:
     ranks: tuple[int, ...]  # mesh ranks (number of axes) the recipe can use
     needs: str  # the mesh it needs, in words, for errors
     program: RecipeProgram  # runs the recipe on a Lab and returns its sections and checks
+    input: str | None = None  # the input --init fills (the recipe's lesson), or None
+    takes_shape: bool = True  # whether --shape sets that input's shape (one input), or only --init
 
     @property
     def default(self) -> str:
@@ -45,6 +47,7 @@ RECIPES: dict[str, Recipe] = {
             (1, 2),
             "a 1-D or 2-D mesh",
             programs.elementwise,
+            input="x, sharded over the first two mesh axes",
         ),
         Recipe(
             "reduce",
@@ -55,6 +58,7 @@ RECIPES: dict[str, Recipe] = {
             (2,),
             TWO_AXES,
             programs.reduce,
+            input="x, rows over the first axis and columns over the second",
         ),
         Recipe(
             "three-ways",
@@ -101,6 +105,7 @@ RECIPES: dict[str, Recipe] = {
             (1,),
             "a 1-D mesh (the ring)",
             programs.pipeline_ring,
+            input="the values on the ring, split over its axis",
         ),
         Recipe(
             "sharded-mac",
@@ -110,6 +115,8 @@ RECIPES: dict[str, Recipe] = {
             (2,),
             TWO_AXES,
             programs.sharded_mac,
+            input="x, W and b (arange numbers them in one sequence)",
+            takes_shape=False,
         ),
     )
 }

@@ -29,6 +29,8 @@ class RecipeRequest:
     options: RunOptions = field(default_factory=RunOptions)
     steps: int | None = None  # pipeline-ring: how many ring steps
     show_values: bool = True
+    shape: tuple[int, ...] | None = None  # --shape: the recipe's input (recipes with `input` only)
+    init: str | None = None  # --init: how that input is filled
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,25 @@ class RecipeResult:
     @property
     def failed(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if not c.ok)
+
+
+def _check_input_flags(request: RecipeRequest, recipe: Recipe) -> None:
+    """--shape and --init only for the recipes whose input they set (nothing silently ignored).
+
+    Raises:
+        ShardcliError: naming the recipes that take the flag.
+    """
+    from shardcli.errors import ShardcliError
+    from shardcli.recipe_registry import RECIPES
+
+    if request.shape is not None and (recipe.input is None or not recipe.takes_shape):
+        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None and r.takes_shape)
+        raise ShardcliError(f"--shape sets the input of {takes}; recipe {recipe.name} sizes its own inputs")
+    if request.init is not None and recipe.input is None:
+        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None)
+        raise ShardcliError(
+            f"--init fills the input of {takes}; recipe {recipe.name} builds no input to fill"
+        )
 
 
 # pipeline-ring prints a row per step and checks each; the ring repeats after its length (at most
@@ -70,8 +91,9 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
             f"--steps {request.steps} is not valid; give 1 to {MAX_RING_STEPS} (each step is one row, "
             "and the ring repeats itself after its length)"
         )
+    _check_input_flags(request, recipe)
     session = open_session(request.mesh, request.options)
-    output = recipe.program(Lab(session, steps=request.steps))
+    output = recipe.program(Lab(session, steps=request.steps, shape=request.shape, init=request.init))
     # Several processes: each checked its own devices; a check fails if it failed anywhere.
     oks = gather_from_processes(np.array([c.ok for c in output.checks], dtype=np.int32)).min(axis=0)
     checks = tuple(

@@ -8,6 +8,7 @@ the registry: NumPy and JAX are imported inside the functions, never here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,12 +45,44 @@ class RecipeOutput:
 class Lab:
     """What a recipe program works with: the mesh, and helpers that turn JAX objects into sections."""
 
-    def __init__(self, session: Session, steps: int | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        steps: int | None = None,
+        shape: tuple[int, ...] | None = None,
+        init: str | None = None,
+    ) -> None:
         self.session = session
         self.steps = steps  # pipeline-ring: how many ring steps (None: the ring's length)
         self.mesh = session.mesh
         self.axes = session.spec.axes
         self.sizes = session.spec.shape
+        self.shape = shape  # --shape: the recipe's input shape (None: the recipe's own)
+        self.init = init  # --init: how the input is filled (None: the recipe's own random values)
+
+    def input(
+        self,
+        default_shape: tuple[int, ...],
+        spec: tuple[Any, ...],
+        seed: int = SEED,
+        fill: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """The recipe's input in float32: --shape and --init where given, else its own shape and
+        its own values (`fill`, by default random values in [-1, 1)).
+
+        Raises:
+            ShardcliError: a --shape the recipe's sharding `spec` cannot split over this mesh.
+        """
+        from shardcli.specs import ArraySpec, ShardingSpec, check_sharding_fits, parse_dtype
+
+        shape = self.shape if self.shape is not None else default_shape
+        entries = tuple(() if a is None else (a,) if isinstance(a, str) else tuple(a) for a in spec)
+        check_sharding_fits(ShardingSpec(entries), self.session.spec, shape, flag="--shape")
+        if self.init is None:
+            return fill(shape) if fill is not None else _random(shape, seed)
+        from shardcli.arrays import make_host_array
+
+        return make_host_array(ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init))
 
     def picture(self, title: str, array: Any) -> Picture:
         """The sharding picture of a JAX array (what `jax.debug.visualize_array_sharding` draws)."""
@@ -70,6 +103,21 @@ class Lab:
         return TableSection(
             title=f"per device: {label}", columns=("device", "mesh coords", label), rows=tuple(rows)
         )
+
+    def operands(self, shapes: tuple[tuple[int, ...], ...]) -> list[np.ndarray]:
+        """Several float32 inputs: --init fills them (arange numbering them in one sequence, as matmul's
+        A and B), else random values in [-1, 1), seeds 1, 2, ..."""
+        if self.init is None:
+            return [_random(shape, seed) for seed, shape in enumerate(shapes, start=1)]
+        from shardcli.arrays import make_host_array
+        from shardcli.specs import ArraySpec, parse_dtype
+
+        hosts, start = [], 0
+        for shape in shapes:
+            spec = ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init)
+            hosts.append(make_host_array(spec, start=start))
+            start += spec.size
+        return hosts
 
     def collectives(self, jitted: Any, *args: Any) -> tuple[HloCollective, ...]:
         """The collectives the compiler put into `jitted(*args)`."""
@@ -148,8 +196,7 @@ def elementwise(lab: Lab) -> RecipeOutput:
     from shardcli.core.verify import EPS32
 
     spec = lab.axes[:2]
-    shape = (2 * lab.sizes[0], 2 * lab.sizes[1] if len(lab.sizes) > 1 else 4)
-    host = _random(shape)
+    host = lab.input((2 * lab.sizes[0], 2 * lab.sizes[1] if len(lab.sizes) > 1 else 4), spec)
     x = _place(lab, host, *spec)
     f = jax.jit(lambda v: 2 * jnp.sin(v) + 1)
     y = f(x)
@@ -187,8 +234,8 @@ def reduce(lab: Lab) -> RecipeOutput:
 
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
-    shape = (2 * n0, 2 * n0 * n1)
-    host = _random(shape)
+    host = lab.input((2 * n0, 2 * n0 * n1), (a0, a1))
+    shape = host.shape
     x = _place(lab, host, a0, a1)
     free = jax.jit(lambda v: v.sum(axis=0))
     y = free(x)
@@ -453,7 +500,12 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
     (axis,) = lab.axes
     (n,) = lab.sizes
     steps = lab.steps or n
-    host = np.arange(n * 2, dtype=np.float32).reshape(n, 2) + np.array([0, 0.5], np.float32)
+
+    def own(shape: tuple[int, ...]) -> np.ndarray:  # 0, 0.5, 2, 2.5, ...: each block tells its origin
+        values = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+        return values + (np.arange(shape[-1]) % 2 * 0.5).astype(np.float32) if len(shape) > 1 else values
+
+    host = lab.input((n, 2), (axis,), fill=own)
     ring = [(i, (i + 1) % n) for i in range(n)]
     step = jax.jit(
         jax.shard_map(
@@ -467,7 +519,8 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
         whole = _replicated(lab, x)
         if not np.array_equal(whole, np.roll(host, k, axis=0)):
             bad_steps.append(k)
-        rows.append((k, *(whole[i] for i in range(n))))
+        blocks = np.split(whole, n)  # device i's block along the ring axis
+        rows.append((k, *(b[0] if b.shape[0] == 1 and b.ndim > 1 else b for b in blocks)))
         if k < steps:
             x = step(x)
     return RecipeOutput(
@@ -504,7 +557,7 @@ def sharded_mac(lab: Lab) -> RecipeOutput:
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
     b_, d, f = 2 * n0, 8, 2 * n1
-    x_host, w_host, b_host = _random((b_, d), 1), _random((d, f), 2), _random((f,), 3)
+    x_host, w_host, b_host = lab.operands(((b_, d), (d, f), (f,)))
     x, w, b = _place(lab, x_host, a0, None), _place(lab, w_host, None, a1), _place(lab, b_host, a1)
     plain = jax.jit(lambda x, w, b: x @ w + b)
     y = plain(x, w, b)

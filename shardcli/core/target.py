@@ -9,8 +9,10 @@ big (`RESOURCE_EXHAUSTED ... CompileTimeHbmOom`) is a "does not fit" verdict, no
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,7 +21,7 @@ from shardcli.core.program_analysis import MemoryUse
 from shardcli.core.session import Session
 from shardcli.errors import TRACEBACK_ENV, ShardcliError
 from shardcli.mesh import describe_mesh
-from shardcli.specs import MeshSpec, RunOptions, parse_axes
+from shardcli.specs import MAX_FAKE_DEVICES, MeshSpec, RunOptions, parse_axes
 from shardcli.targets import GIB, TargetSpec, known_targets
 
 _OOM_RE = re.compile(
@@ -164,6 +166,9 @@ def _open_target_session(
 
     if not _backends_started():
         jax.config.update("jax_platforms", "cpu")  # the TPU is described, never started
+        # As many CPU devices as chips (up to shardcli's limit), so that a user's file that counts
+        # jax.devices() at import finds the run's size.
+        jax.config.update("jax_num_cpu_devices", min(target.chips, MAX_FAKE_DEVICES))
     if x64:
         jax.config.update("jax_enable_x64", True)
     from jax.experimental import topologies
@@ -217,6 +222,32 @@ def _open_target_session(
         mode=str(options.mode),
         devices=tuple(devices),
     )
+
+
+@contextlib.contextmanager
+def target_meshes(session: Session) -> Iterator[None]:
+    """While the user's file is imported (and its --inputs called): `jax.make_mesh` builds its mesh
+    over the target's chips, so that a module-level `mesh = jax.make_mesh((4, 4), ...)` of the
+    target's size is the target's mesh (laid out by JAX's own helper), not one of this host's CPUs.
+    """
+    import jax
+
+    real = jax.make_mesh
+    chips = list(session.devices)
+
+    def make_mesh(axis_shapes: Any, axis_names: Any, *args: Any, devices: Any = None, **kwargs: Any) -> Any:
+        size = 1
+        for n in axis_shapes:
+            size *= int(n)
+        if devices is None and size <= len(chips):
+            devices = chips[:size]
+        return real(axis_shapes, axis_names, *args, devices=devices, **kwargs)
+
+    jax.make_mesh = make_mesh
+    try:
+        yield
+    finally:
+        jax.make_mesh = real
 
 
 def _topology(target: TargetSpec) -> Any:

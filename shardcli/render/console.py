@@ -6,6 +6,7 @@ import copy
 import csv
 import dataclasses
 import io
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -169,8 +170,17 @@ class ColumnBlocks:
     fit at once, else the block's label (`{what} 0..7 of 16`).
     """
 
-    def __init__(self, build: Callable[[range, str | None], Table], count: int, what: str) -> None:
+    def __init__(
+        self,
+        build: Callable[[range, str | None], Table],
+        count: int,
+        what: str,
+        folded: Callable[[range, str | None], Table] | None = None,
+    ) -> None:
+        """`folded` draws the same grid with less in each cell: where the whole grid does not fit,
+        it is drawn folded (one picture) before the columns are split into blocks."""
         self.build, self.count, self.what = build, count, what
+        self.folded = ColumnBlocks(folded, count, what) if folded is not None else None
         # Natural widths by (first, stop, note, console width): rich measures a renderable several
         # times (Columns, then the render), and a grid of 512 devices is not cheap to measure.
         self._widths: dict[tuple[int, int, str | None, int], int] = {}
@@ -243,7 +253,21 @@ class ColumnBlocks:
             start += guess
         return blocks
 
+    def _drawn(self, console: Console, options: ConsoleOptions) -> ColumnBlocks:
+        """This grid, or its folded form where this one is too wide whole and that one is not (where
+        neither fits, this one split into blocks: each cell keeps all it says)."""
+        whole = range(self.count)
+        if self.folded is None or self._width(console, options, whole, None) <= options.max_width:
+            return self
+        if self.folded._width(console, options, whole, None) <= options.max_width:
+            return self.folded
+        return self
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        drawn = self._drawn(console, options)
+        if drawn is not self:
+            yield from drawn.__rich_console__(console, options)
+            return
         blocks = self.blocks(console, options)
         for columns in blocks:
             note = None if len(blocks) == 1 else self._note(columns)
@@ -254,6 +278,11 @@ class ColumnBlocks:
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         # Columns (several grids side by side) gives each grid what it needs, down to one column.
         widest = self._width(console, options, range(self.count), None)
+        if self.folded is not None:  # the folded grid whole, where it is narrower than a block of one
+            folded = self.folded._width(console, options, range(self.count), None)
+            singles_full = (range(i, i + 1) for i in range(self.count))
+            narrow = max(self._width(console, options, one, self._note(one)) for one in singles_full)
+            return Measurement(min(narrow, folded, widest), widest)
         singles = (range(i, i + 1) for i in range(self.count))
         narrowest = max(self._width(console, options, one, self._note(one)) for one in singles)
         return Measurement(min(narrowest, widest), widest)
@@ -429,11 +458,23 @@ def format_flops(value: float | None, unit: str = "FLOP/s") -> str:
     return f"{value:.3g} {unit}"
 
 
+def format_duration(seconds: float | None) -> str:
+    """A duration in the unit a person reads, three significant figures: 2.14 s, 12.5 ms, 380 us, 850 ns.
+
+    The one duration formatter of every table and line (a column of mixed units reads fine: each
+    cell carries its unit). None, NaN or infinity is "unknown", never a number.
+    """
+    if seconds is None or not math.isfinite(seconds):
+        return "unknown"
+    size = abs(seconds)
+    unit, scale = next(
+        ((u, f) for u, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)) if size >= f * 0.9995), ("ns", 1e-9)
+    )
+    value = seconds / scale
+    digits = 0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2
+    return f"{value:,.{digits}f} {unit}"
+
+
 def format_seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 1:
-        return f"{value:.3g} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} us"
+    """A duration (human.format_duration), or '-' where there is none."""
+    return "-" if value is None else format_duration(value)

@@ -46,7 +46,34 @@ def _way_json(way: ReshardWay) -> dict[str, Any]:
         wrong=way.wrong,
         wrong_devices=list(way.wrong_devices),
         fit=verdict_json(way.fit),
+        values_before=jsonout.shown_values_json(way.values_before),
+        values=jsonout.shown_values_json(way.values),
     )
+
+
+def blocks_table(way: ReshardWay) -> DataTable:
+    """Each device's block before (--from) and after (--to) the move, with their index ranges."""
+    assert way.values_before is not None and way.values is not None
+    table = DataTable(box=None, header_style="bold")
+    for name, priority in (
+        ("device", 0),
+        ("before", 1),
+        ("BEFORE (block)", 0),
+        ("after", 1),
+        ("AFTER (block)", 0),
+    ):
+        table.add_column(name, justify="right" if name == "device" else "left", priority=priority)
+    after = {b.device_id: b for b in way.values.blocks}
+    for b in way.values_before.blocks:
+        a = after[b.device_id]
+        table.add_row(
+            str(b.device_id),
+            format_index(b.index),
+            human.format_values(b.values, human.CELL_VALUES_WIDTH // 2),
+            format_index(a.index),
+            human.format_values(a.values, human.CELL_VALUES_WIDTH // 2),
+        )
+    return table
 
 
 def reshard_json(result: ReshardResult) -> dict[str, Any]:
@@ -58,7 +85,7 @@ def reshard_json(result: ReshardResult) -> dict[str, Any]:
             "config": schema.RESHARD_CONFIG(
                 shape=list(req.array.shape),
                 dtype=req.array.dtype.name,
-                init=req.array.init,
+                init=req.array.init if req.array.values is None else "values",
                 nbytes=req.array.nbytes,
                 from_spec=jsonout.spec_json(req.source.entries),
                 to_spec=jsonout.spec_json(req.target.entries),
@@ -148,9 +175,9 @@ def moves_table(result: ReshardResult) -> Table:
 
 def ways_table(result: ReshardResult) -> Table:
     table = DataTable(box=None, header_style="bold")
-    numbers = ("sends/device", "memory/device", "compile (ms)", "p50 (us)", "algbw (GB/s)", "#wrong")
+    numbers = ("sends/device", "memory/device", "compile", "p50", "algbw (GB/s)", "#wrong")
     # Left out first where narrow: compile, memory/device, result spec, status and algbw.
-    priorities = {"status": 1, "algbw (GB/s)": 1, "result spec": 2, "memory/device": 3, "compile (ms)": 4}
+    priorities = {"status": 1, "algbw (GB/s)": 1, "result spec": 2, "memory/device": 3, "compile": 4}
     for name in ("impl", "status", "result spec", *numbers):
         table.add_column(
             name,
@@ -167,7 +194,7 @@ def ways_table(result: ReshardResult) -> Table:
             format_bytes(a.sent_bytes) if a else "-",
             format_bytes(a.memory.total_bytes) if a and a.memory else "-",
             human.compile_text(w.timing) if w.timing and a else "-",
-            f"{w.timing.stats.p50 * 1e6:.1f}" if w.timing else "-",
+            human.format_duration(w.timing.stats.p50) if w.timing else "-",
             f"{w.algbw / 1e9:.3g}" if w.algbw is not None else "-",
             Text(str(w.wrong), style="bold red" if w.wrong else "green") if w.timing else Text("-"),
         )
@@ -190,7 +217,7 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
     if not options.quiet:
         facts = {
             "array": f"{'x'.join(map(str, shape))} {req.array.dtype.name} "
-            f"({format_bytes(req.array.nbytes)}), init {req.array.init}",
+            f"({format_bytes(req.array.nbytes)}), {req.array.source}",
             "move": f"{req.source.describe()}  ->  {req.target.describe()}",
         }
         details = {
@@ -210,6 +237,14 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
             console,
             "what each device holds and must receive" + human.this_process_only(result.session),
             moves_table(result),
+        )
+    shown = next((w for w in result.ways if w.values is not None and w.values_before is not None), None)
+    if shown is not None and shown.values_before is not None:
+        human.section(console, "global values", human.format_values(shown.values_before.global_values))
+        human.section(
+            console,
+            f"each device's block, before and after ({shown.way}){human.this_process_only(result.session)}",
+            blocks_table(shown),
         )
     rows = [(w.way, c) for w in result.ways if w.analysis for c in w.analysis.collectives]
     human.section(console, "collectives the compiler used", collectives_table(rows))
