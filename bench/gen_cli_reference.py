@@ -91,6 +91,11 @@ EXAMPLES: dict[str, str | list[str]] = {
     "--no-color -q",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target tpu-v5e:4x4 --axes data,model --no-color -q",
+    "readme-step-time": "shardcli inspect examples/layers.py:train_step --inputs examples/layers.py:inputs "
+    "--target tpu-v5e:4x4 --axes data,model --format json | jq '{flops: .program.flops_per_device, "
+    "xla_flops: .program.xla_flops_per_device, trips: [.program.loops[].trips], step_time: (.step_time | "
+    "{estimate_s, dominant, math_s: .math.seconds, hbm_s: .hbm.seconds, "
+    "comm_s: ([.comm[] | {(.name): .seconds}] | add)})}'",
     "tutorial-inspect-mlp": "shardcli inspect examples/mlp.py:train_step --mesh 2x2x2 --axes data,model,seq "
     "--arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None' "
     "--no-color",
@@ -246,7 +251,14 @@ VOLATILE = {
 # Examples that draw charts or timelines from their timings: --check also leaves out those lines.
 CHARTS = {"example-collective-sweep", "example-pipeline"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
-NEEDS_TPU = {"readme-tpu", "tutorial-tpu-mesh", "tutorial-tpu-pod", "tutorial-tpu-oom", "tutorial-tpu-einsum"}
+NEEDS_TPU = {
+    "readme-tpu",
+    "readme-step-time",
+    "tutorial-tpu-mesh",
+    "tutorial-tpu-pod",
+    "tutorial-tpu-oom",
+    "tutorial-tpu-einsum",
+}
 # Examples that need the `gpu` extra (JAX's CUDA plugin): skipped the same way where it is missing.
 NEEDS_GPU = {"tutorial-gpu"}
 CHART_GLYPHS = re.compile(r"[┤│└·]")

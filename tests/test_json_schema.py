@@ -164,7 +164,8 @@ PINNED_KEYS = {
         "compare": "53b1ec01214a6068",
     },
     # 3: each matmul, einsum and reshard impl has its result's values (null over 256 elements); the
-    # program record (einsum, reshard, inspect) has its loops and what XLA counted once
+    # program record (einsum, reshard, inspect) has its loops, what XLA counted once, subgroup slices
+    # and inspect's step_time
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",

@@ -217,6 +217,41 @@ class HloModuleText:
         return "\n".join(head + self.prologue[1:] + body)
 
 
+# HLO element types under NumPy's names, for the dtypes of dots.
+NUMPY_NAMES = {
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "f32": "float32",
+    "f64": "float64",
+    "s8": "int8",
+    "u8": "uint8",
+    "s32": "int32",
+    "f8e4m3fn": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+}
+
+
+def dot_dtype(module: HloModuleText) -> str | None:
+    """The dtype most of the program's matrix maths runs in: the left operands' element type of its
+    dots and convolutions, weighted by their result sizes (NumPy's name); None without any."""
+    weights: dict[str, int] = {}
+    for comp in module.computations.values():
+        for inst in comp.instructions.values():
+            if inst.opcode not in ("dot", "convolution") or not inst.operands:
+                continue
+            lhs = comp.instructions.get(inst.operands[0])
+            kind = re.match(r"\(?([a-z0-9]+)\[", lhs.shape) if lhs is not None else None
+            size = re.match(r"[a-z0-9]+\[([0-9,]*)\]", inst.shape)
+            if kind is None or size is None:
+                continue
+            elements = math.prod(int(d) for d in size.group(1).split(",") if d)
+            weights[kind.group(1)] = weights.get(kind.group(1), 0) + elements
+    if not weights:
+        return None
+    most = max(weights, key=lambda k: weights[k])
+    return NUMPY_NAMES.get(most, most)
+
+
 def _follow(comp: Computation, name: str) -> Instruction | None:
     """The instruction `name`, through copies and bitcasts."""
     inst = comp.instructions.get(name)
@@ -342,3 +377,35 @@ def _shape_end(text: str) -> int:
         elif ch == " " and depth == 0:
             return i
     return len(text)
+
+
+def source_table(hlo_text: str) -> dict[int, str]:
+    """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames."""
+    sections: dict[str, dict[int, str]] = {}
+    current = None
+    for line in hlo_text.splitlines():
+        stripped = line.strip()
+        if stripped in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = stripped
+            sections[current] = {}
+            continue
+        if current is None:
+            continue
+        head, _, rest = stripped.partition(" ")
+        if not head.isdigit():
+            current = None
+            continue
+        sections[current][int(head)] = rest
+    files = {k: v.strip('"') for k, v in sections.get("FileNames", {}).items()}
+    locations = {}
+    for k, v in sections.get("FileLocations", {}).items():
+        file_id = re.search(r"file_name_id=(\d+)", v)
+        line_no = re.search(r"\bline=(\d+)", v)
+        if file_id and line_no:
+            locations[k] = f"{files.get(int(file_id.group(1)), '?')}:{line_no.group(1)}"
+    frames = {}
+    for k, v in sections.get("StackFrames", {}).items():
+        location = re.search(r"file_location_id=(\d+)", v)
+        if location and int(location.group(1)) in locations:
+            frames[k] = locations[int(location.group(1))]
+    return frames

@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled, program_cost
+from shardcli.core.program_analysis import (
+    CollectiveOp,
+    ProgramAnalysis,
+    analyze_compiled,
+    program_cost,
+    reanalyze_from_dump,
+)
 from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf, jit_of
 from shardcli.core.session import Session
 from shardcli.core.step_time import StepEstimate, step_time_of
@@ -506,6 +512,10 @@ def inspect_program(
         for i, (s, sh) in enumerate(zip(out_structs, out_shardings, strict=False))
     )
     analysis = analyze_compiled(compiled, session.mesh)
+    if analysis.text_source is None:  # XLA could not print it: once more, dumped (--xla_dump_to)
+        analysis = reanalyze_from_dump(
+            analysis, compiled, session.mesh, lambda: _dump_again(built, args, kwargs, session.mesh, target)
+        )
     timing = _run(compiled, args, kwargs, warmup, iters, process_timing, built.compile_s) if run else None
     return InspectResult(
         session=session,
@@ -520,8 +530,34 @@ def inspect_program(
         compile_s=built.compile_s,
         timing=timing,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
-        step=_step_time(analysis, session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps),
+        step=_step_time(
+            analysis,
+            session,
+            analysis.dot_dtype or (biggest.dtype if biggest else "float32"),
+            peak_tflops,
+            link_gbps,
+        ),
     )
+
+
+def _dump_again(
+    built: Compiled, args: tuple[Any, ...], kwargs: dict[str, Any], mesh: Any, target: TargetSpec | None
+) -> tuple[str | None, str]:
+    """The program lowered as `compile_program` lowered it, compiled once more with its optimized
+    HLO dumped (`program_analysis.dump_hlo_text`)."""
+    import jax
+
+    from shardcli.core.program_analysis import dump_hlo_text
+    from shardcli.core.target import quiet_native_logs
+
+    quiet: contextlib.AbstractContextManager[list[str]] = (
+        quiet_native_logs() if target is not None else contextlib.nullcontext([])
+    )
+    context: contextlib.AbstractContextManager[Any] = (
+        jax.set_mesh(mesh) if built.context_mesh else contextlib.nullcontext()
+    )
+    with quiet, context:
+        return dump_hlo_text(built.jitted.lower(*args, **kwargs))
 
 
 def _step_time(

@@ -362,7 +362,7 @@ def execute(
 
     # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
     with quiet_native_logs():
-        _, compiled, _, _ = compile_program(fn, tuple(args), roots, what, mesh)
+        compiled = compile_program(fn, tuple(args), roots, what, mesh).compiled
     with recording() as calls, jax.set_mesh(mesh):
         out = call_user(compiled, roots, f"{what} raised while it ran:", *args)
         jax.block_until_ready(out)
@@ -392,7 +392,7 @@ def run_function(request: RunRequest) -> RunResult:
     session = open_session(request.mesh, request.options, x64=x64)
     args, how, input_roots = _concrete_inputs(request, session)
     roots = tuple(dict.fromkeys(function.roots + input_roots))
-    names = _leaf_names(getattr(function.value, "__wrapped__", function.value), tuple(args))
+    names = _leaf_names(getattr(function.value, "__wrapped__", function.value), tuple(args), {})
     inputs = tuple(
         array_values(n, leaf, h, session, request.show_values)
         for (n, leaf), h in zip(names, how, strict=True)

@@ -4,7 +4,7 @@ From a `ProgramAnalysis` (FLOPs and bytes accessed with loops counted per trip, 
 their mesh axes, bytes sent and runs), the chip's entry in the hardware table and how each mesh
 axis lies on the hardware:
 
-- T_math = FLOPs / peak FLOP/s (the peak for the program's dtype, per device);
+- T_math = FLOPs / peak FLOP/s (the peak for the dtype the program's dots run in, per device);
 - T_hbm  = bytes accessed / HBM bandwidth;
 - T_comm = for each mesh axis (or set of axes) collectives run over, the bytes each device sends
   over it / that axis's bandwidth; summed over the axes (one collective after another);
@@ -301,7 +301,7 @@ def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink]) -> tuple[
             source = f"groups along no mesh axis: the slowest axis's, {slowest.how}" if slowest else "unknown"
             terms.append(Term("?", amount, rate, amount / rate if rate else None, source))
             continue
-        parts = [links.get(a) for a in axes]
+        parts = [links.get(a.split("[")[0]) for a in axes]  # a slice of an axis, data[::2], uses its links
         if any(p is None or p.bytes_per_s is None for p in parts):
             terms.append(Term("+".join(axes), amount, None, None, "no bandwidth for this axis"))
             continue
