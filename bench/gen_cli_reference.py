@@ -110,6 +110,11 @@ EXAMPLES: dict[str, str | list[str]] = {
         "'f32[64,1024]@data,None' "
         "--arg 'f32[1024,1024]' --no-color -q | tail -2",
     ],
+    "readme-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
+    "examples/llama.py:tiny_inputs --axes data,model --no-color -q | head -8",
+    "tutorial-inspect-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
+    "examples/llama.py:tiny_inputs --axes data,model --format json | jq -c '.program.memory, "
+    '[.arguments[] | select(.name | startswith("params.layers.w_")) | {name, spec}]\'',
     "tutorial-inspect-errors": [
         "shardcli inspect examples/mlp.py:train --arg 'f32[8,8]'",
         "shardcli inspect examples/mlp.py:train_step --arg 'f32[8,8]@nosuch'",
@@ -234,6 +239,7 @@ VOLATILE = {
     "tutorial-tpu-einsum",
     "tutorial-gpu",
     "readme-inspect",
+    "readme-real-model",
     "readme-tpu",
     "example-collective",
     "example-collective-sweep",

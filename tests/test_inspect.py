@@ -425,3 +425,341 @@ def test_inspect_over_two_processes():
     doc = json.loads(proc.stdout)
     assert doc["runtime"]["process_count"] == 2
     assert [c["mesh_axes"] for c in doc["program"]["collectives"]] == [["model"], ["data"]]
+
+
+# --- what jax.jit(...).lower accepts (issue 31) -------------------------------------------------
+
+KEYS = """
+import jax
+import jax.numpy as jnp
+
+
+def noise(x, key):
+    return x + jax.random.normal(key, x.shape)
+
+
+def noises(x, keys):
+    return x + jax.vmap(lambda k: jax.random.normal(k, x.shape[1:]))(keys)
+"""
+
+
+@pytest.mark.parametrize(
+    ("fn", "key", "impl", "key_bytes"),
+    [
+        pytest.param("noise", "key<threefry>[]", "threefry2x32", 8, id="threefry-scalar"),
+        pytest.param("noise", "key<fry>[]", "threefry2x32", 8, id="fry-as-jax-prints-it"),
+        pytest.param("noises", "key<rbg>[8]@data", "rbg", 8 // 2 * 16, id="rbg-sharded"),
+        pytest.param("noises", "key<unsafe_rbg>[8]", "unsafe_rbg", 8 * 16, id="unsafe-rbg-replicated"),
+    ],
+)
+def test_typed_prng_keys_as_arg(cli, tmp_path, fn, key, impl, key_bytes):
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    path = user_file(tmp_path, KEYS)
+    doc = inspect_json(
+        cli, f"{path}:{fn}", "--arg", "f32[8,16]@data", "--arg", key, "--mesh", "2x4", "--axes", "data,model"
+    )
+    arg = doc["arguments"][1]
+    assert arg["dtype"] == str(jax.eval_shape(lambda: jax.random.key(0, impl=impl)).dtype)
+    assert arg["bytes_per_device"] == key_bytes
+    # by hand
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    spec = P("data") if "@data" in key else P()
+    shape = (8,) if "[8]" in key else ()
+    dtype = jax.eval_shape(lambda: jax.random.key(0, impl=impl)).dtype
+    x = jax.ShapeDtypeStruct((8, 16), "float32", sharding=NamedSharding(mesh, P("data")))
+    k = jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
+    namespace: dict = {}
+    exec(KEYS, namespace)  # noqa: S102 - the same source
+    hand = jax.jit(namespace[fn]).lower(x, k).compile().memory_analysis()
+    assert doc["program"]["memory"]["argument_bytes"] == hand.argument_size_in_bytes
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        pytest.param("key<philox>[]", "'key<philox>' names no PRNG key implementation", id="unknown-impl"),
+        pytest.param("key<>[4]", "names no PRNG key implementation", id="no-impl"),
+        pytest.param("key<rbg>[3]@data", "is not divisible", id="indivisible"),
+    ],
+)
+def test_bad_key_args_are_one_line(cli, tmp_path, arg, message):
+    path = user_file(tmp_path, KEYS)
+    out = cli(["inspect", f"{path}:noises", "--arg", "f32[8,16]", "--arg", arg, "--axes", "data,model"])
+    assert out.exit_code == 2, out.output
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+HOSTILE = """
+import functools
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def exits(x):
+    sys.exit(3)
+
+
+def hard_exits(x):
+    os._exit(4)
+
+
+def word(x):
+    return "not an array"
+
+
+@jax.jit
+def pair(x, y):
+    return x + y
+
+
+@functools.partial(jax.jit, in_shardings=({"w": None, "b": None},))
+def tree(params):
+    return params["w"] + params["b"]
+
+
+def tree_inputs(mesh):
+    x = jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh, P()))
+    return ({"w": x, "x": x},)
+
+
+def wants_two(mesh, size):
+    return ()
+
+
+NOT_A_FUNCTION = 3
+
+
+def wrong_key(x, key):
+    return x + jax.random.normal(key, x.shape)
+
+
+def one_arg(mesh):
+    return (jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(mesh, P())),)
+
+
+def nameless(mesh):
+    return {"argz": ()}
+
+
+def abstract_mesh(mesh):
+    other = jax.make_mesh((4, 2), ("data", "model")).abstract_mesh
+    return (jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(other, P("data"))),)
+"""
+
+
+LOUD = """
+print("the user's banner")
+
+
+def loud(x):
+    print("tracing loud")
+    return x * 2
+"""
+
+
+def test_what_the_users_code_prints_goes_to_stderr_and_json_stays_json(cli, tmp_path):
+    path = user_file(tmp_path, LOUD)
+    out = cli(["inspect", f"{path}:loud", "--arg", "f32[8,8]", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["arguments"][0]["name"] == "x"
+    assert "the user's banner" in out.stderr and "tracing loud" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("fn", "call", "line"),
+    [
+        pytest.param("exits", "sys.exit(3)", "sys.exit(3)", id="sys-exit"),
+        pytest.param("hard_exits", "os._exit(4)", "os._exit(4)", id="os-exit"),
+    ],
+)
+def test_an_exit_in_the_users_code_is_one_line_naming_the_file_and_line(cli, tmp_path, fn, call, line):
+    path = user_file(tmp_path, HOSTILE)
+    number = HOSTILE.splitlines().index(f"    {line}") + 1
+    out = cli(["inspect", f"{path}:{fn}", "--arg", "f32[8,8]"])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.strip().splitlines() == [
+        f"shardcli: error: {path}:{number} calls {call} while shardcli was tracing {path}:{fn}: shardcli "
+        'keeps its own exit status and output; put the call under `if __name__ == "__main__":`'
+    ]
+
+
+def test_an_exit_at_import_is_one_line(cli, tmp_path):
+    path = user_file(tmp_path, "import sys\n\nsys.exit('bye')\n")
+    out = cli(["inspect", f"{path}:f", "--arg", "f32[8,8]"])
+    assert out.exit_code == 2
+    assert out.stderr.strip().splitlines() == [
+        f"shardcli: error: {path}:3 calls sys.exit('bye') while shardcli was importing {path}: shardcli "
+        'keeps its own exit status and output; put the call under `if __name__ == "__main__":`'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "message"),
+    [
+        pytest.param("word", ("--arg", "f32[8,8]"), "JAX could not compile", id="not-jittable"),
+        pytest.param(
+            "pair", ("--arg", "f32[8,8]"), "missing 1 required positional argument: 'y'", id="too-few-args"
+        ),
+        pytest.param(
+            "pair", ("--inputs", "{path}:wants_two"), "takes 2 arguments (mesh, size)", id="maker-arity"
+        ),
+        pytest.param(
+            "tree", ("--inputs", "{path}:tree_inputs"), "JAX could not compile", id="pytree-mismatch"
+        ),
+        pytest.param(
+            "pair", ("--inputs", "{path}:NOT_A_FUNCTION"), "names a int, not a function", id="maker-not-fn"
+        ),
+        pytest.param("pair", ("--inputs", "{path}:nameless"), 'give "args"', id="maker-dict-keys"),
+        pytest.param(
+            "pair",
+            ("--inputs", "{path}:abstract_mesh"),
+            "abstract mesh 4x2 (data, model), which does not match this run's mesh 2x4 (data, model); "
+            "run with --mesh 4x2 --axes data,model",
+            id="abstract-mesh-mismatch",
+        ),
+    ],
+)
+def test_bad_programs_and_inputs_are_one_line(cli, tmp_path, fn, args, message):
+    path = user_file(tmp_path, HOSTILE)
+    given = [a.format(path=path) for a in args]
+    out = cli(["inspect", f"{path}:{fn}", *given, "--mesh", "2x4", "--axes", "data,model"])
+    assert out.exit_code == 2, out.output
+    assert message in out.stderr.strip().splitlines()[-1], out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_key_of_the_wrong_kind_shows_the_users_frame_and_the_library_frame(cli, tmp_path):
+    path = user_file(tmp_path, HOSTILE)
+    out = cli(["inspect", f"{path}:wrong_key", "--arg", "f32[8,8]", "--arg", "u32[3]"])
+    assert out.exit_code == 2, out.output
+    lines = out.stderr.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last; your frames and the library frame it failed in):"
+    assert "return x + jax.random.normal(key, x.shape)" in out.stderr and "jax/" in out.stderr
+    assert lines[-1].startswith(f"shardcli: error: {path}:wrong_key raised while JAX traced it:")
+
+
+EXPLICIT = """
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def step(x, w):
+    return jnp.tanh(x @ w)
+
+
+def inputs(mesh):
+    own = jax.make_mesh(mesh.axis_sizes, mesh.axis_names)  # explicit axes: jax.make_mesh's default
+    x = jax.ShapeDtypeStruct((16, 32), jnp.float32, sharding=NamedSharding(own, P("data", None)))
+    w = jax.ShapeDtypeStruct((32, 64), jnp.float32, sharding=NamedSharding(own, P(None, "model")))
+    return x, w
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode"),
+    [
+        pytest.param((), "explicit", id="follows-the-inputs"),
+        pytest.param(("--mode", "auto"), "auto", id="mode-overrides"),
+        pytest.param(("--mode", "explicit"), "explicit", id="mode-agrees"),
+    ],
+)
+def test_the_mode_follows_the_inputs_mesh_and_mode_overrides_it(cli, tmp_path, flags, mode):
+    path = user_file(tmp_path, EXPLICIT)
+    doc = inspect_json(cli, f"{path}:step", "--inputs", f"{path}:inputs", "--axes", "data,model", *flags)
+    assert doc["mesh"]["mode"] == mode
+    assert [a["spec"] for a in doc["arguments"]] == [[["data"], None], [None, ["model"]]]
+
+
+JITTED = """
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def make(mesh):
+    rows = NamedSharding(mesh, P("data", None))
+
+    @functools.partial(jax.jit, in_shardings=(rows, None), out_shardings=rows, static_argnums=2,
+                       donate_argnums=0)
+    def scale(x, y, times):
+        return x * times + y
+
+    y = jax.ShapeDtypeStruct((16, 32), jnp.float32, sharding=NamedSharding(mesh, P(None, "model")))
+    return {"fn": scale, "args": (jax.ShapeDtypeStruct((16, 32), jnp.float32), y, 3)}
+"""
+
+
+def test_a_jitted_step_keeps_its_own_shardings_donation_and_static_arguments(cli, tmp_path):
+    path = user_file(tmp_path, JITTED)
+    doc = inspect_json(cli, f"{path}:make", "--inputs", f"{path}:make", "--axes", "data,model")
+    # x has no sharding of its own: the jit's in_shardings place it; the static 3 is no argument
+    assert [(a["name"], a["spec"]) for a in doc["arguments"]] == [
+        ("x", [["data"], None]),
+        ("y", [None, ["model"]]),
+    ]
+    assert doc["results"][0]["spec"] == [["data"], None]
+    assert doc["program"]["memory"]["alias_bytes"] == 16 * 32 * 4 // 2  # x donated to the result
+
+
+CPU_MESH_AT_IMPORT = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+
+
+def step(x):
+    return x * 2
+
+
+def inputs():
+    return (jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+"""
+
+
+def test_a_mesh_of_this_hosts_devices_under_a_target_says_how_to_hand_it_over(cli, tmp_path):
+    pytest.importorskip("libtpu", reason="the tpu extra")
+    path = user_file(tmp_path, CPU_MESH_AT_IMPORT)
+    out = cli(["inspect", f"{path}:step", "--inputs", f"{path}:inputs", "--target", "tpu-v5e:2x4"])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.strip().splitlines() == [
+        f"shardcli: error: the arguments of {path}:step are sharded on a mesh 2x4 (data, model) of cpu "
+        "devices that this run does not have (8 TPU v5 lite chips of the compile-only target tpu-v5e:2x4); "
+        "build the mesh from the one --inputs FILE.py:NAME receives (NAME(mesh)), or from jax.make_mesh"
+    ]
+
+
+def test_run_generates_typed_keys_on_their_devices(cli, tmp_path):
+    path = user_file(tmp_path, KEYS)
+    doc = inspect_json(
+        cli,
+        f"{path}:noises",
+        "--arg",
+        "f32[8,16]@data",
+        "--arg",
+        "key<rbg>[8]@data",
+        "--run",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+        "--axes",
+        "data,model",
+    )
+    assert len(doc["timing"]["samples_s"]) == 2

@@ -226,7 +226,9 @@ def test_an_error_in_the_users_function_shows_their_frames(cli, tmp_path):
     path.write_text(WRONG)
     result = cli(["run", f"{path}:broken", *MESH8, "--arg", "f32[4,4]"])
     assert result.exit_code == 2, result.output
-    assert "Traceback (most recent call last; your frames only)" in result.stderr
+    assert (
+        "Traceback (most recent call last; your frames and the library frame it failed in)" in result.stderr
+    )
     assert "wrong.py" in result.stderr and "shardcli/core" not in result.stderr
 
 

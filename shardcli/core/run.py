@@ -356,7 +356,7 @@ def execute(
     """
     import jax
 
-    from shardcli.core.inspect import compile_program
+    from shardcli.core.jit_compile import compile_program
     from shardcli.core.target import quiet_native_logs
     from shardcli.user_code import call_user
 
