@@ -468,8 +468,8 @@ SHARD_FLAGS = {
     "--spec": ["nosuch", "x,x", "x+", ",", "x,y,z,w"],
     "--dtype": ["float", "int3", "", "complex", "object", "float8"],
     "--axes": ["x,x", "1a", "", "a", "None", "a,b,c"],
-    "--init": ["bogus", "", "RANDOM!"],
-    "--values": ["1,2", "a,b,c,d,e,f,g,h", "1,,2", ""],
+    "--init": ["bogus", "RANDOM!"],
+    "--values": ["a,b,c,d,e,f,g,h", "1,,2", "nan,x"],
 }
 COLLECTIVE_FLAGS = {
     **TIMED,
@@ -580,6 +580,28 @@ INSPECT_ROWS = [
         ["inspect", "{prog}:f", "--inputs", "{prog}:CONSTANT"], 2, id="inspect-inputs-not-a-function"
     ),
     pytest.param(["inspect", "{prog}:f", "--inputs", "{prog}:two_args"], 2, id="inspect-inputs-wrong-arity"),
+]
+RUN_ROWS = [
+    pytest.param(["run", "{prog}:f", "--mesh", "2", "--arg", "f32[8]@x=arange"], 0, id="run-ok"),
+    pytest.param(
+        ["run", "{prog}:f", "--mesh", "2", "--arg", "f32[8]@x=nosuch"], 2, id="run-arg-unknown-values"
+    ),
+    pytest.param(
+        ["run", "{prog}:f", "--mesh", "2", "--arg", "f32[999999999999,999999999999]"],
+        2,
+        id="run-arg-beyond-xla",
+    ),
+    pytest.param(
+        ["run", "{prog}:f", "--mesh", "2", "--arg", "f32[8]@x={fifo}"], 2, id="run-arg-values-from-fifo"
+    ),
+    pytest.param(
+        ["run", "{prog}:f", "--mesh", "2", "--arg", "f32[8]@x=/dev/zero"], 2, id="run-arg-values-from-device"
+    ),
+    pytest.param(["run", "{missing}:f", "--mesh", "2"], 2, id="run-missing-file"),
+    pytest.param(["run", "{fifo}:f", "--mesh", "2"], 2, id="run-fifo-as-file"),
+    pytest.param(["run", "{syntax}:f", "--mesh", "2", "--arg", "f32[8]"], 2, id="run-syntax-error"),
+    pytest.param(["run", "{prog}:nosuch", "--mesh", "2", "--arg", "f32[8]"], 2, id="run-no-such-function"),
+    pytest.param(["run", "{exits}:f", "--mesh", "2", "--arg", "f32[8]"], 2, id="run-module-sys-exit"),
 ]
 COMPARE_ROWS = [
     pytest.param(["compare", "/dev/urandom", "{good}"], 2, id="compare-dev-urandom"),
@@ -765,6 +787,7 @@ HOSTILE = [
     *_rows("model", ["model", "train"], MODEL_FLAGS),
     *LAUNCH_ROWS,
     *INSPECT_ROWS,
+    *RUN_ROWS,
     *COMPARE_ROWS,
     *MODEL_FILE_ROWS,
     *TARGET_ROWS,
