@@ -1117,3 +1117,23 @@ def test_two_trainings_into_one_checkpoint_folder_never_leave_it_half_written(tm
         timeout=600,
     )
     assert restore.returncode == 0, restore.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["matmul", "--target", "tpu-v4:2x2x2", "--no-color"], id="matmul"),
+        pytest.param(
+            ["reshard", "--shape", "8x8", "--to", "x", "--target", "tpu-v4:2x2x2", "--no-color"], id="reshard"
+        ),
+    ],
+)
+def test_tpu_v4_targets_run_as_listed_and_count_8_chips(cli, args):
+    """v4 runs in megacore mode: one device per chip, so tpu-v4:2x2x2 is 8 chips, not 16 cores."""
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("the tpu extra is not installed")
+    result = cli(args)
+    assert_by_the_contract(result, args, 0)
+    assert "8 TPU v4 chips of the compile-only target tpu-v4:2x2x2" in result.stdout, result.stdout[:600]
