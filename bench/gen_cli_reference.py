@@ -393,6 +393,11 @@ BLOCKS: dict[str, Callable[..., str]] = {
 _RULES = re.compile(r"[\u2500-\u257f]+")
 
 
+# Lines that a run prints or not by its timings: matmul's and einsum's note where p50 beat the model's
+# bound (whether it did depends on the machine's load), as masked() reads them.
+_TIMING_NOTES = re.compile(r"p#/bound under #x \(.*?under other load\) ?")
+
+
 def masked(text: str, charts: bool = False) -> str:
     """What a reader would call the same output, whatever the timings: every number (with its unit's
     prefix) as `#`, no compile-cache marks, every rule of a table as one `-`, and all whitespace
@@ -406,7 +411,8 @@ def masked(text: str, charts: bool = False) -> str:
     # one `#`: a unit that changes with the figure is not a change in what the output says.
     text = re.sub(r"[0-9][0-9.,]*(?:e[-+]?[0-9]+)?(?: ?(?:[kKMGTP]i?|[m\u00b5un])(?=[A-Za-z/]))?", "#", text)
     text = _RULES.sub("-", text)
-    return re.sub(r"# ", "#", re.sub(r"\s+", " ", text)).strip()
+    text = re.sub(r"# ", "#", re.sub(r"\s+", " ", text)).strip()
+    return _TIMING_NOTES.sub("", text).strip()
 
 
 def same(name: str, old: str, new: str) -> bool:
