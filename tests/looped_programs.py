@@ -23,6 +23,7 @@ from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled
 
 LAYERS, D, F, BATCH, SEQ = 4, 128, 512, 4, 64
 TPU_TARGET = "tpu-v5e:2x2"
+GPU_TARGET = "gpu-h100:4"
 
 
 def _layer(x: Any, w: dict[str, Any]) -> Any:
@@ -106,12 +107,17 @@ CASES = (
 def platforms() -> list[str]:
     import importlib.util
 
-    return ["cpu"] + ([TPU_TARGET] if importlib.util.find_spec("libtpu") else [])
+    found = importlib.util.find_spec
+    return (
+        ["cpu"]
+        + ([TPU_TARGET] if found("libtpu") else [])
+        + ([GPU_TARGET] if found("jax_cuda12_plugin") else [])
+    )
 
 
 @functools.cache
 def mesh_for(platform: str) -> Any:
-    """A 2x2 (data, model) mesh: four of the CPU devices, or the TPU target's four chips."""
+    """A 2x2 (data, model) mesh: four of the CPU devices, or the target's four chips or GPUs."""
     if platform == "cpu":
         import numpy as np
 
@@ -121,11 +127,11 @@ def mesh_for(platform: str) -> Any:
     from shardcli.specs import RunOptions
     from shardcli.targets import parse_target
 
-    return open_target_session(parse_target(platform), None, "data,model", RunOptions()).mesh
+    return open_target_session(parse_target(platform), "2x2", "data,model", RunOptions()).mesh
 
 
 def analyze(case: Case, platform: str, unroll: bool) -> ProgramAnalysis:
-    """Compile the case (float32 on the CPU, bfloat16 on a TPU) and read it."""
+    """Compile the case (float32 on the CPU, bfloat16 for a target) and read it."""
     from shardcli.core.target import quiet_native_logs
 
     mesh = mesh_for(platform)

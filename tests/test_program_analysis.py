@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardcli.core.hlo_text import parse_module
+from shardcli.core.hlo_text import dot_dtype, parse_module
 from shardcli.core.program_analysis import CollectiveOp, analyze_compiled, count_trips, parse_collectives
 
 MESH_2x4 = ((2, 4), ("data", "model"))
@@ -367,3 +367,88 @@ def test_when_as_text_fails_the_executables_own_modules_give_the_collectives():
     analysis = analyze_compiled(_Compiled(modules_text=text))
     assert [c.kind for c in analysis.collectives] == ["all-reduce"]
     assert analysis.missing == ()
+
+
+RET_CHECK = "INTERNAL: RET_CHECK failure (hlo_instruction.cc:1234) async-update"
+MLP = [
+    "inspect",
+    "examples/mlp.py:train_step",
+    "--mesh",
+    "2x4",
+    "--axes",
+    "data,model",
+    "--arg",
+    "f32[256,1024]@data,None",
+    "--arg",
+    "f32[1024,4096]@None,model",
+    "--arg",
+    "f32[4096,1024]@model,None",
+    "--format",
+    "json",
+]
+
+
+def _text_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """XLA cannot print the compiled program, by either way shardcli asks (as libtpu on big programs)."""
+
+    def refuse(self: object) -> str:
+        raise RuntimeError(RET_CHECK)
+
+    monkeypatch.setattr(jax.stages.Compiled, "as_text", refuse)
+    monkeypatch.setattr(jax.stages.Compiled, "runtime_executable", refuse)
+
+
+def test_inspect_reads_the_dumped_text_when_xla_cannot_print_the_program(cli, monkeypatch):
+    import json
+
+    whole = json.loads(cli(MLP).stdout)["program"]
+    _text_fails(monkeypatch)
+    out = cli(MLP)
+    assert out.exit_code == 0, out.output
+    program = json.loads(out.stdout)["program"]
+    assert program["missing"] == []
+    assert (
+        program["collectives"] == whole["collectives"]
+        and program["flops_per_device"] == whole["flops_per_device"]
+    )
+
+
+def test_inspect_answers_without_the_text_and_says_what_is_missing(cli, monkeypatch):
+    import json
+
+    import shardcli.core.program_analysis as pa
+
+    _text_fails(monkeypatch)
+    monkeypatch.setattr(pa, "dump_hlo_text", lambda lowered: (None, "--xla_dump_to wrote no optimized HLO"))
+    out = cli(MLP)
+    assert out.exit_code == 0, out.output
+    program = json.loads(out.stdout)["program"]
+    assert program["collectives"] == [] and program["flops_per_device"] > 0 and program["memory"] is not None
+    assert program["missing"] == [
+        f"collectives and loop trip counts: XLA's text of the program failed (as_text(): RuntimeError: "
+        f"{RET_CHECK}; hlo_modules(): RuntimeError: {RET_CHECK}; --xla_dump_to wrote no optimized HLO)"
+    ]
+    text = cli(MLP[:-2] + ["-q"])
+    assert text.exit_code == 0 and "missing: collectives and loop trip counts" in text.stdout
+
+
+def test_the_dtype_of_the_dots_is_the_one_most_of_their_results_come_in():
+    text = """
+%fused (p0: bf16[64,128], p1: bf16[128,256]) -> f32[64,256] {
+  %p0 = bf16[64,128]{1,0} parameter(0)
+  %p1 = bf16[128,256]{1,0} parameter(1)
+  ROOT %d = f32[64,256]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+ENTRY %main (a: f32[8,8], b: bf16[64,128], c: bf16[128,256]) -> f32[64,256] {
+  %a = f32[8,8]{1,0} parameter(0)
+  %small = f32[8,8]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %b = bf16[64,128]{1,0} parameter(1)
+  %c = bf16[128,256]{1,0} parameter(2)
+  ROOT %f = f32[64,256]{1,0} fusion(%b, %c), kind=kOutput, calls=%fused
+}
+"""
+    assert dot_dtype(parse_module(text)) == "bfloat16"
+    assert (
+        dot_dtype(parse_module("ENTRY %main (a: f32[4]) -> f32[4] {\n  %a = f32[4]{0} parameter(0)\n}\n"))
+        is None
+    )

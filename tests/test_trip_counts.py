@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from looped_programs import CASES, TPU_TARGET, Case, analyze, compare
+from looped_programs import CASES, GPU_TARGET, TPU_TARGET, Case, analyze, compare
 
 PLATFORMS = [
     "cpu",
@@ -15,10 +15,12 @@ PLATFORMS = [
         marks=pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the tpu extra: libtpu"),
     ),
 ]
+NO_CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is None
 BY_NAME = {case.name: case for case in CASES}
 # Trip-counted bytes over the unrolled program's, measured (bench/trip_counts.py): the looped program
 # really moves more (the loop carry's copies, dynamic slices of the stacked weights), most where the
-# body is small. Layer stacks: 1.15 and 1.33 on the CPU, 1.05 and 1.17 on tpu-v5e:2x2.
+# body is small. Layer stacks: 1.15 and 1.33 on the CPU, 1.05 and 1.17 on tpu-v5e:2x2 (1.04 and 1.15
+# on gpu-h100:4).
 LAYER_BYTES = (0.95, 1.4)
 
 
@@ -33,6 +35,16 @@ def test_trip_counted_flops_equal_the_unrolled_programs(case: Case, platform: st
     # XLA's own count leaves out every trip after the first: at most half of the work here
     assert looped.xla_flops is not None and looped.xla_flops < 0.5 * unrolled.flops
     assert unrolled.loops == () and unrolled.flops == unrolled.xla_flops
+
+
+@pytest.mark.skipif(NO_CUDA_PLUGIN, reason="the gpu extra: JAX's CUDA plugin")
+@pytest.mark.parametrize("name", ["scan-of-matmuls", "layers-full-remat"])
+def test_a_gpu_target_gets_trip_counted_flops_from_xlas_analysis_of_its_text(name: str) -> None:
+    """The GPU compiler gives no cost_analysis(): XLA's analysis of the compiled text stands in."""
+    looped, unrolled = compare(BY_NAME[name], GPU_TARGET)
+    assert looped.cost_source.startswith("XLA's HloCostAnalysis of the compiled HLO")
+    assert looped.flops is not None and unrolled.flops is not None
+    assert looped.flops == pytest.approx(unrolled.flops, rel=0.01)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -58,3 +70,27 @@ def test_bytes_and_flops_grow_by_one_body_per_trip(platform: str) -> None:
         4 * body.body_bytes + (b.xla_bytes_accessed - a.xla_bytes_accessed),  # type: ignore[operator]
         rel=1e-9,
     )
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_collectives_in_a_loop_run_once_per_trip_on_every_compiler(platform: str) -> None:
+    """The TPU compiler writes no known_trip_count: the trips are read from the loop itself."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+    from looped_programs import mesh_for
+
+    from shardcli.core.program_analysis import analyze_compiled
+    from shardcli.core.target import quiet_native_logs
+
+    mesh = mesh_for(platform)
+    dtype = jnp.float32 if platform == "cpu" else jnp.bfloat16
+    x = jax.ShapeDtypeStruct((64, 128), dtype, sharding=NamedSharding(mesh, P("data", "model")))
+    ws = jax.ShapeDtypeStruct((8, 128, 128), dtype, sharding=NamedSharding(mesh, P(None, "model", None)))
+    step = BY_NAME["scan-of-matmuls"].make(False)
+    with quiet_native_logs(), jax.set_mesh(mesh):
+        compiled = jax.jit(lambda x, w: step(x, {"w": w})).lower(x, ws).compile()
+    analysis = analyze_compiled(compiled, mesh)
+    in_loop = [c for c in analysis.collectives if c.mesh_axes == ("model",) and c.kind == "all-reduce"]
+    assert in_loop and all((c.runs, c.runs_known) == (8, True) for c in in_loop)

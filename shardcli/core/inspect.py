@@ -16,8 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcli.core.jit_compile import DoesNotFit, compile_program, input_shardings_of
-from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled, program_cost
+from shardcli.core.inspect_findings import ArrayFact, Entries, Finding, find_mistakes
+from shardcli.core.jit_compile import Compiled, DoesNotFit, compile_program, input_shardings_of
+from shardcli.core.program_analysis import (
+    ProgramAnalysis,
+    analyze_compiled,
+    program_cost,
+    reanalyze_from_dump,
+)
 from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf
 from shardcli.core.session import Session
 from shardcli.core.step_time import StepEstimate, step_time_of
@@ -28,28 +34,6 @@ from shardcli.errors import ShardcliError
 from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec, check_timing, parse_mesh
 from shardcli.targets import TargetSpec
 from shardcli.tile_math import ShardingLayout, group_tiles, normalize_index
-
-Entries = tuple[tuple[str, ...], ...]
-
-# A fully replicated argument at least this large per device, and this share of all arguments, is
-# named: smaller ones (biases, scales, step counters) are replicated on purpose.
-LARGE_REPLICATED_BYTES = 1 << 20
-LARGE_REPLICATED_SHARE = 0.05
-# The JAX operations whose collectives compute something; others only move data between layouts.
-COMPUTING_OPS = ("dot_general", "conv_general_dilated", "reduce_sum", "reduce_max", "reduce_min", "cumsum")
-HLO_DTYPE = {
-    "float32": "f32",
-    "bfloat16": "bf16",
-    "float16": "f16",
-    "float64": "f64",
-    "int8": "s8",
-    "int16": "s16",
-    "int32": "s32",
-    "int64": "s64",
-    "uint8": "u8",
-    "uint32": "u32",
-    "bool": "pred",
-}
 
 
 @dataclass(frozen=True)
@@ -71,32 +55,6 @@ class InspectRequest:
     mesh_text: str | None = None  # --mesh as typed, for a target's mesh (a reshape of its chips)
     axes_text: str | None = None
     mode_given: bool = False  # --mode typed: it overrides the axis types of the inputs' own mesh
-
-
-@dataclass(frozen=True)
-class ArrayFact:
-    """One argument or result leaf: its name, type, sharding and bytes."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    entries: Entries | None  # mesh axes per dim; None where the sharding has no PartitionSpec
-    spec: str  # as people read it
-    layout: ShardingLayout
-    bytes_global: int
-    bytes_per_device: int
-
-    @property
-    def replicated(self) -> bool:
-        return self.layout.replication > 1 and len(self.layout.tiles) == 1
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A classic mistake found in the program, naming the argument or operation."""
-
-    kind: str  # "replicated", "gathered-whole", "reshard", "result-sharding"
-    message: str
 
 
 @dataclass(frozen=True)
@@ -194,86 +152,6 @@ def _leaf_names(
             if is_array_leaf(leaf):
                 out.append((base + jax.tree_util.keystr(path), leaf))
     return out
-
-
-# --- findings -------------------------------------------------------------------------------------
-
-
-def _hlo_type(fact: ArrayFact) -> str:
-    return f"{HLO_DTYPE.get(fact.dtype, fact.dtype)}[{','.join(map(str, fact.shape))}]"
-
-
-def _where(c: CollectiveOp) -> str:
-    op = c.op or "the partitioner"
-    return f"{op} ({c.source})" if c.source else op
-
-
-def find_mistakes(
-    arguments: tuple[ArrayFact, ...],
-    results: tuple[ArrayFact, ...],
-    analysis: ProgramAnalysis | None,
-    asked: tuple[ShardingSpec, ...],
-    devices: int,
-) -> tuple[Finding, ...]:
-    """The classic sharding mistakes, each naming the argument or operation."""
-    from shardcli.runtime import format_bytes
-
-    found = []
-    total = sum(a.bytes_per_device for a in arguments) or 1
-    for a in arguments:
-        if (
-            devices > 1
-            and a.replicated
-            and a.bytes_per_device >= LARGE_REPLICATED_BYTES
-            and a.bytes_per_device >= LARGE_REPLICATED_SHARE * total
-        ):
-            found.append(
-                Finding(
-                    "replicated",
-                    f"argument {a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_global)}) is fully "
-                    f"replicated: each of the {devices} devices holds all of it; shard one of its dims "
-                    f"over a mesh axis",
-                )
-            )
-    for c in analysis.collectives if analysis is not None else ():
-        if c.kind == "all-gather":
-            whole = [a for a in arguments if not a.replicated and _hlo_type(a) == c.shape]
-            for a in whole:
-                found.append(
-                    Finding(
-                        "gathered-whole",
-                        f"{a.name} ({c.shape}) is all-gathered whole over {c.axes_text} at {_where(c)}: "
-                        f"every device holds all of it while it is used",
-                    )
-                )
-            if whole:
-                continue
-        if c.op_name and "shard_map" in c.op_name:
-            continue  # a collective the program asked for itself
-        op = c.op_name.rsplit("/", 1)[-1] if c.op_name else None
-        if c.kind == "all-to-all" or (
-            c.kind in ("all-gather", "collective-permute") and op not in COMPUTING_OPS
-        ):
-            found.append(
-                Finding(
-                    "reshard",
-                    f"the compiler added {'an' if c.kind[0] == 'a' else 'a'} {c.kind} over {c.axes_text} "
-                    f"({c.shape}, {format_bytes(c.sent_bytes)} sent per device"
-                    f"{f', {c.runs} runs' if c.runs > 1 else ''}) to reshard between operations, "
-                    f"at {_where(c)}",
-                )
-            )
-    for result, spec in zip(results, asked, strict=False):
-        want = spec.entries + ((),) * (len(result.shape) - len(spec.entries))
-        if result.entries is not None and tuple(result.entries) != want:
-            found.append(
-                Finding(
-                    "result-sharding",
-                    f"result {result.name} came out {result.spec} but --out asked for "
-                    f"{ShardingSpec(spec.entries).describe() or 'P()'}: moving it there is one more reshard",
-                )
-            )
-    return tuple(found)
 
 
 # --- the cost model -------------------------------------------------------------------------------
@@ -382,7 +260,15 @@ def inspect_program(
         fact_of(f"result[{i}]" if len(out_structs) > 1 else "result", s, sh)
         for i, (s, sh) in enumerate(zip(out_structs, out_shardings, strict=False))
     )
-    analysis = analyze_compiled(compiled, session.mesh)
+    analysis = analyze_compiled(compiled, session.mesh, user_files=roots)
+    if analysis.text_source is None:  # XLA could not print it: once more, dumped (--xla_dump_to)
+        analysis = reanalyze_from_dump(
+            analysis,
+            compiled,
+            session.mesh,
+            lambda: _dump_again(built, args, kwargs, session.mesh, target),
+            user_files=roots,
+        )
     timing = _run(compiled, args, kwargs, warmup, iters, process_timing, built.compile_s) if run else None
     return InspectResult(
         session=session,
@@ -397,8 +283,34 @@ def inspect_program(
         compile_s=built.compile_s,
         timing=timing,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
-        step=_step_time(analysis, session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps),
+        step=_step_time(
+            analysis,
+            session,
+            analysis.dot_dtype or (biggest.dtype if biggest else "float32"),
+            peak_tflops,
+            link_gbps,
+        ),
     )
+
+
+def _dump_again(
+    built: Compiled, args: tuple[Any, ...], kwargs: dict[str, Any], mesh: Any, target: TargetSpec | None
+) -> tuple[str | None, str]:
+    """The program lowered as `compile_program` lowered it, compiled once more with its optimized
+    HLO dumped (`program_analysis.dump_hlo_text`)."""
+    import jax
+
+    from shardcli.core.program_analysis import dump_hlo_text
+    from shardcli.core.target import quiet_native_logs
+
+    quiet: contextlib.AbstractContextManager[list[str]] = (
+        quiet_native_logs() if target is not None else contextlib.nullcontext([])
+    )
+    context: contextlib.AbstractContextManager[Any] = (
+        jax.set_mesh(mesh) if built.context_mesh else contextlib.nullcontext()
+    )
+    with quiet, context:
+        return dump_hlo_text(built.jitted.lower(*args, **kwargs))
 
 
 def _step_time(
