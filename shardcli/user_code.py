@@ -52,8 +52,12 @@ def _split(target: str, flag: str, what: str) -> tuple[str, str]:
     return where, name
 
 
-def load(target: str, flag: str = "inspect", what: str = "FUNCTION") -> UserObject:
+def load(target: str, flag: str = "inspect", what: str = "FUNCTION", *, fresh: bool = False) -> UserObject:
     """Import the file or module of `target` and return the object it names.
+
+    Args:
+        fresh: import a file anew even where this process imported it before (what it builds at
+            import, such as a mesh, then comes from this run's devices).
 
     Raises:
         ShardcliError: the file, module or name is missing (one line).
@@ -66,7 +70,7 @@ def load(target: str, flag: str = "inspect", what: str = "FUNCTION") -> UserObje
             raise ShardcliError(f"{flag} {target!r}: no file {where}; give the path of a Python file")
         roots: tuple[str, ...] = (path,)
         module_name = f"_shardcli_user_{os.path.splitext(os.path.basename(path))[0]}"
-        module = sys.modules.get(module_name)
+        module = None if fresh else sys.modules.get(module_name)
         if module is None or getattr(module, "__file__", None) != path:
             folder = os.path.dirname(path)
             if folder not in sys.path:

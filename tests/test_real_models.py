@@ -192,8 +192,6 @@ def test_each_style_inspects_unmodified_as_the_hand_aot_compiles_it(cli, program
 
 @pytest.mark.parametrize("program", PROGRAMS_TABLE)
 def test_each_style_inspects_for_a_tpu_target_as_the_hand_aot_compiles_it(cli, program, tpu_mesh):
-    # shardcli imports a file once per process: here, anew, so its import-time mesh is the target's
-    sys.modules.pop(f"_shardcli_user_{program.module}", None)
     doc = inspect_doc(cli, [*program.args(), "--target", TPU])
     with own_meshes_on(tpu_mesh):
         hand = program.hand(fresh_module(program.module), tpu_mesh)

@@ -431,7 +431,9 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         session = open_session(request.mesh or parse_mesh("2x4", None), request.options, x64=x64)
         import_meshes = contextlib.nullcontext()
     with import_meshes:  # a mesh the user's file builds at import is one of the target's chips
-        function = load(request.target)
+        # Under a target a file is imported anew: what it built at import (a mesh) is the target's.
+        fresh = request.compile_target is not None
+        function = load(request.target, fresh=fresh)
         if not callable(function.value):
             raise ShardcliError(
                 f"inspect {request.target!r} names a {type(function.value).__name__}, not a function"
@@ -439,7 +441,8 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         roots = function.roots
         fn, kwargs = function.value, {}
         if request.inputs is not None:
-            maker = load(request.inputs, flag="--inputs", what="NAME")
+            other_file = request.inputs.rpartition(":")[0] != request.target.rpartition(":")[0]
+            maker = load(request.inputs, flag="--inputs", what="NAME", fresh=fresh and other_file)
             roots = tuple(dict.fromkeys(roots + maker.roots))
             given = call_inputs(maker, request.inputs, session.mesh)
             fn, args, kwargs = given.fn or fn, given.args, given.kwargs
