@@ -174,7 +174,7 @@ PINNED_KEYS = {
         "collectives": "b9bffef9a3aac720",
         "matmul": "5100a47dbdb9dcd0",
         "einsum": "3a6a63d1c567abb4",
-        "reshard": "5b55a171901d3532",
+        "reshard": "a43a5a39945a07dc",
         "inspect": "4e248b9a5fdaf3be",
         "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",
