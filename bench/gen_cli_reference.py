@@ -72,6 +72,8 @@ EXAMPLES: dict[str, str | list[str]] = {
     "example-bad-input": ["shardcli mesh --mesh 0", "echo $?"],
     "example-collective": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
     "--no-color",
+    "readme-collective": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
+    "--no-color -q",
     "example-collective-sweep": "shardcli collective all_gather --mesh 8 --sizes 64K:1M:x4 --no-color -q",
     "example-collective-json": "shardcli collective psum --mesh 8 --sizes 1M --format json --iters 5 | jq -c "
     "'{busbw: .sizes[0].placements[0].busbw_gbps, p50_s: .sizes[0].placements[0].timing.stats_s.p50, "
@@ -261,6 +263,7 @@ VOLATILE = {
     "readme-real-model",
     "readme-tpu",
     "example-collective",
+    "readme-collective",
     "example-collective-sweep",
     "example-collective-json",
     "example-matmul",
