@@ -270,7 +270,10 @@ def _topology(target: TargetSpec) -> Any:
     from jax.experimental import topologies
 
     if target.generation.platform == "tpu":
-        return topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu")
+        # A v4 chip holds two TensorCores that TPU VMs (and MaxText) run as one device (megacore);
+        # libtpu's default describes each core apart, twice the chips the topology names.
+        extra = {"chip_config_name": "megacore"} if target.generation.compiler_name == "v4" else {}
+        return topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu", **extra)
     from importlib import resources
 
     spec = resources.files("shardcli").joinpath("gpu_specs", target.generation.compiler_name).read_text()

@@ -1,0 +1,178 @@
+"""The analytic model that ranks every candidate layout before anything is compiled. Pure Python.
+
+For one decoder, one candidate and one target: bytes per chip (parameters, AdamW's two moments,
+gradients, saved activations by remat policy, logits), FLOPs per chip (remat's recomputation
+included), and bytes each chip sends over each mesh axis (FSDP's weight all-gathers and gradient
+reduce-scatters, tensor parallelism's activation all-reduces, data parallelism's gradient
+all-reduce, sequence parallelism's key/value all-gathers). Each axis's bandwidth is the ICI links
+it runs along (both directions of every torus ring it spans, one where there is no wraparound).
+The ranking figure is max(T_math, T_comm of the slowest axis), over the calibrated efficiency of
+the step-time estimate; the table `plan` prints comes from compiles, never from here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from shardcli.core.plan_candidates import Candidate
+from shardcli.decoder_spec import DecoderConfig
+
+HEADROOM = 0.92  # a modelled layout needing more than this share of HBM is called a no-fit
+
+
+@dataclass(frozen=True)
+class ChipFigures:
+    """What the model divides by: one chip's figures and its torus."""
+
+    peak_flops: float  # bf16 FLOP/s
+    hbm_bytes_per_s: float
+    hbm_bytes: int
+    link_bytes_per_s: float  # one ICI link, one direction
+    torus: tuple[int, ...]
+    wraparound: tuple[bool, ...]  # per torus dimension
+
+
+@dataclass(frozen=True)
+class Modelled:
+    """The analytic model's figures for one candidate, per chip."""
+
+    candidate: Candidate
+    memory_bytes: int
+    weights_bytes: int  # parameters + optimizer + gradients
+    activation_bytes: int
+    flops: float
+    comm_bytes: tuple[tuple[str, float], ...]  # (mesh axis, bytes sent per step)
+    t_math_s: float
+    t_comm_s: tuple[tuple[str, float], ...]  # (mesh axis, seconds)
+    fits: bool
+
+    @property
+    def t_bound_s(self) -> float:
+        return max([self.t_math_s, *(t for _, t in self.t_comm_s)])
+
+    @property
+    def bound(self) -> str:
+        axis, t = max(self.t_comm_s, key=lambda x: x[1], default=("", 0.0))
+        return "compute" if self.t_math_s >= t else axis
+
+    def tokens_per_s_per_chip(self, seq: int) -> float:
+        c = self.candidate
+        return c.global_batch * seq / c.chips / self.t_bound_s
+
+
+def axis_links(axis_size: int, torus: tuple[int, ...], wraparound: tuple[bool, ...], inner: int) -> float:
+    """How many one-way links' worth of bandwidth a mesh axis has for a ring collective.
+
+    The axis takes `axis_size` chips after `inner` chips of faster-varying axes (mesh axes are laid
+    along the torus dimensions in order, the innermost first). Each torus dimension it spans fully
+    gives a bidirectional ring (2 links; 1 without wraparound); one it spans in part gives 1.
+    """
+    links = 0.0
+    remaining_inner, remaining = inner, axis_size
+    for dim, wrap in zip(torus, wraparound, strict=True):
+        if remaining <= 1:
+            break
+        if remaining_inner >= dim:
+            remaining_inner //= dim
+            continue
+        free = dim // max(remaining_inner, 1)
+        take = math.gcd(free, remaining)
+        remaining_inner = 1
+        if take > 1:
+            links += (2.0 if wrap else 1.0) if take == dim else 1.0
+            remaining //= take
+    return max(links, 1.0)
+
+
+def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficiency: float) -> Modelled:
+    """The analytic figures of one candidate (see the module's docstring)."""
+    dp, fs, sp, tp = (c.mesh.size(a) for a in ("data", "fsdp", "sequence", "tensor"))
+    d, f, hd = cfg.d_model, cfg.mlp_dim, cfg.head_dim
+    heads_split = tp if cfg.heads % tp == 0 else 1
+    kv_split = tp if cfg.kv_heads % tp == 0 else 1
+    params = cfg.parameters()
+    layer = cfg.layer_parameters()
+    weight_split = fs * tp
+    weights = 16 * params / weight_split  # f32 params, two f32 moments, f32 gradients
+    tokens = c.global_batch * cfg.seq / (dp * fs * sp)  # tokens each chip's activations hold
+    act_embed = d / tp if c.rule_set == "fsdp-tp-sp" else d
+    qkv = (cfg.heads / heads_split + 2 * cfg.kv_heads / kv_split) * hd
+    mlp = f * (2 if cfg.gated else 1) / tp
+    if c.remat == "full":
+        saved = act_embed
+    elif c.remat == "minimal":
+        saved = qkv + mlp + 2 * act_embed
+    else:
+        saved = qkv + mlp + f / tp + 4 * act_embed + cfg.heads / heads_split * hd
+    activations = 2 * tokens * saved * cfg.layers
+    working = 2 * tokens * (qkv + 2 * mlp + 4 * d) * 2  # one layer's forward and backward
+    logits = 3 * 4 * tokens * cfg.vocab / tp
+    gathered = 2 * 2 * layer / tp  # one layer's weights gathered in bf16, and the next one's
+    memory = int(weights + activations + working + logits + gathered)
+
+    blocks = 1
+    while blocks < 8 and cfg.seq % (blocks * 2) == 0 and cfg.seq // (blocks * 2) >= 256:
+        blocks *= 2
+    causal = (blocks + 1) / (2 * blocks)
+    attention = 4 * cfg.layers * cfg.heads * hd * cfg.seq * causal  # forward, per token
+    forward = 2 * params + attention
+    recompute = {"full": forward, "minimal": attention + 0.05 * forward, "none": attention}[c.remat]
+    flops = (3 * forward + recompute) * c.global_batch * cfg.seq / c.chips
+
+    comm: dict[str, float] = {}
+    if fs > 1:  # weights gathered forward (and again for remat's backward), gradients reduce-scattered
+        gathers = 1 if c.remat == "none" else 2
+        comm["fsdp"] = (2 * gathers + 4) * params / tp * (fs - 1) / fs
+    if dp > 1:
+        comm["data"] = 2 * 4 * params / weight_split * (dp - 1) / dp
+    if tp > 1:
+        passes = 4 if c.remat == "none" else (6 if c.remat == "full" else 5)
+        comm["tensor"] = passes * 2 * (tp - 1) / tp * tokens * d * 2 * cfg.layers
+    if sp > 1:
+        comm["sequence"] = 3 * 2 * tokens * 2 * cfg.kv_heads / kv_split * hd * (sp - 1) * cfg.layers
+    inner = 1
+    t_comm = []
+    for axis in reversed(c.mesh.axes):
+        size = c.mesh.size(axis)
+        if axis in comm:
+            bw = chip.link_bytes_per_s * axis_links(size, chip.torus, chip.wraparound, inner)
+            t_comm.append((axis, comm[axis] / bw / efficiency))
+        inner *= size
+    return Modelled(
+        candidate=c,
+        memory_bytes=memory,
+        weights_bytes=int(weights),
+        activation_bytes=int(activations),
+        flops=flops,
+        comm_bytes=tuple(comm.items()),
+        t_math_s=flops / chip.peak_flops / efficiency,
+        t_comm_s=tuple(t_comm),
+        fits=memory <= HEADROOM * chip.hbm_bytes,
+    )
+
+
+# Per-chip figures by generation: bf16 FLOP/s, HBM bytes/s, one ICI link one way (How To Scale Your
+# Model, "How to think about TPUs"; Google Cloud TPU system-architecture pages), and which torus
+# dimensions wrap around (v4 and v5p slices of 4 or more along a dimension do; v5e and v6e do not).
+CHIP_TABLE: dict[str, tuple[float, float, float, bool]] = {
+    "tpu-v4": (275e12, 1.2e12, 4.5e10, True),
+    "tpu-v5e": (197e12, 8.1e11, 4.5e10, False),
+    "tpu-v5p": (459e12, 2.76e12, 9.0e10, True),
+    "tpu-v6e": (918e12, 1.64e12, 9.0e10, False),
+    "gpu-h100": (989e12, 3.35e12, 4.5e11, False),
+    "gpu-h200": (989e12, 4.8e12, 4.5e11, False),
+}
+
+
+def chip_figures(generation: str, hbm_bytes: int, topology: tuple[int, ...]) -> ChipFigures:
+    """The figures of one chip of a target, and its torus."""
+    peak, hbm_bw, link, wraps = CHIP_TABLE[generation]
+    return ChipFigures(
+        peak_flops=peak,
+        hbm_bytes_per_s=hbm_bw,
+        hbm_bytes=hbm_bytes,
+        link_bytes_per_s=link,
+        torus=topology,
+        wraparound=tuple(wraps and d >= 4 for d in topology),
+    )
