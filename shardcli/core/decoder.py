@@ -149,9 +149,9 @@ def _loss(
     unembed = params["embed"].T if cfg.tied_embeddings else params["unembed"]
     logits = jnp.einsum("bsd,dv->bsv", h, unembed.astype(COMPUTE), preferred_element_type=jnp.float32)
     logits = layout.constrain(logits, "batch", "length", "act_vocab")
-    log_probs = jax.nn.log_softmax(logits, axis=-1)
-    picked = jax.nn.one_hot(targets, cfg.vocab, dtype=jnp.float32)
-    return -jnp.mean(jnp.sum(log_probs * picked, axis=-1))
+    # logsumexp - the target's logit: no [batch, length, vocab] log-probabilities kept beside the logits
+    picked = jnp.sum(logits * jax.nn.one_hot(targets, cfg.vocab, dtype=jnp.float32), axis=-1)
+    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
 
 
 def _adamw(params: Any, grads: Any, opt: Any) -> tuple[Any, Any]:

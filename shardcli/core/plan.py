@@ -165,6 +165,12 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
 
     if request.method not in METHODS:
         raise ShardcliError(f"--method {request.method!r} is not known; choose one of {', '.join(METHODS)}")
+    from shardcli.core.target import quiet_native_logs
+    from shardcli.runtime import import_jax_quietly
+
+    import_jax_quietly()
+    with quiet_native_logs():  # jax.numpy's first import loads the CUDA plugin, which complains without a GPU
+        import shardcli.core.decoder  # noqa: F401
     cfg = request.model
     target = request.target
     if target.generation.platform != "tpu":
@@ -268,3 +274,66 @@ def _session(
         shape = "x".join(map(str, c.mesh.shape))
         sessions[key] = open_target_session(target, shape, ",".join(c.mesh.axes), options)
     return sessions[key]
+
+
+# --- the winner as a program `shardcli inspect` reads -------------------------------------------
+
+PROGRAM_TEMPLATE = '''"""The layout `shardcli plan` chose, as a program `shardcli inspect` compiles.
+
+Written by `shardcli plan`; reproduce its figures with:
+    {command}
+"""
+
+from shardcli.core.decoder import build_train_step
+from shardcli.decoder_spec import DecoderConfig, parse_rules
+
+MODEL = DecoderConfig(**{model!r})
+RULES = parse_rules({rules!r})
+REMAT = {remat!r}
+GLOBAL_BATCH = {batch!r}
+_built = {{}}
+
+
+def inputs(mesh):
+    """The train step's abstract arguments (params, optimizer state, batch) on `mesh`."""
+    program = build_train_step(MODEL, RULES, mesh, remat=REMAT, global_batch=GLOBAL_BATCH)
+    _built["step"] = program.fn
+    return program.args
+
+
+class _TrainStep:
+    """The jitted step `inputs` built for the mesh (its shardings and donation as plan compiled it)."""
+
+    def lower(self, *args):
+        return _built["step"].lower(*args)
+
+    def __call__(self, params, opt_state, batch):
+        return _built["step"](params, opt_state, batch)
+
+
+train_step = _TrainStep()
+'''
+
+
+def inspect_command(request: PlanRequest, row: PlanRow, program_file: str) -> str:
+    """The `shardcli inspect` command that compiles this candidate again, from `program_file`."""
+    mesh = row.candidate.mesh
+    return (
+        f"shardcli inspect {program_file}:train_step --inputs {program_file}:inputs "
+        f"--target {request.target.name} --mesh {'x'.join(map(str, mesh.shape))} --axes {','.join(mesh.axes)}"
+    )
+
+
+def program_text(request: PlanRequest, row: PlanRow, program_file: str) -> str:
+    """The Python file `--emit` writes: the candidate's train step for `shardcli inspect`."""
+    from dataclasses import asdict
+
+    from shardcli.decoder_spec import rules_text
+
+    return PROGRAM_TEMPLATE.format(
+        command=inspect_command(request, row, program_file),
+        model=asdict(request.model),
+        rules=rules_text(row.candidate.rules),
+        remat=row.candidate.remat,
+        batch=row.candidate.global_batch,
+    )

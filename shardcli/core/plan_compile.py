@@ -115,12 +115,7 @@ def cache_key(cfg: DecoderConfig, candidate: Candidate, target: TargetSpec, meth
 def _program_digest() -> str:
     """A digest of the decoder's source: a change to the program compiles again (the parameters' shapes
     and axes are in the model's fields and the layout's rules)."""
-    from shardcli.core import decoder
-
-    h = hashlib.sha256()
-    for path in (decoder.__file__,):
-        h.update(Path(path).read_bytes())
-    return h.hexdigest()[:16]
+    return hashlib.sha256((Path(__file__).parent / "decoder.py").read_bytes()).hexdigest()[:16]
 
 
 def read_cached(key: str) -> CompiledFigures | None:
