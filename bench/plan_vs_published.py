@@ -178,7 +178,11 @@ def main() -> None:
     parser.add_argument("--no-pick", action="store_true", help="skip the planner's top pick")
     args = parser.parse_args()
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    rows = [QUICK] if args.quick else [r for r in ROWS if r.name in args.rows.split(",")]
+    by_name = {r.name: r for r in ROWS}
+    unknown = [n for n in args.rows.split(",") if n not in by_name]
+    if unknown:
+        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(by_name)}")
+    rows = [QUICK] if args.quick else [by_name[n] for n in args.rows.split(",")]
     sessions: dict = {}  # type: ignore[type-arg]
     results = []
     for row in rows:
