@@ -5,9 +5,12 @@ those files (a part may appear in several; each is run once):
 - `quickstart-*`, `example-*`: the shell sessions in EXAMPLES and what they print. Each line runs in
   one bash session in a fresh temporary folder (with `examples/` linked in and `shardcli` on PATH),
   stdout and stderr together, and is shown as `$ LINE` followed by its output; the folder's path
-  reads as /home/me/shardcli. Those in VOLATILE print timings: `--check` compares them with the
-  digits masked; those in CHARTS also draw charts or timelines whose shape follows the timings,
-  and `--check` leaves out the lines that draw them.
+  reads as /home/me/shardcli. Those in VOLATILE print timings: `--check` compares them as a reader
+  would (`masked`: every number a token whatever its width, table rules and all whitespace, line
+  breaks included, collapsed), and where a timing's width moved a column or a line break it
+  renders them again a few columns narrower and wider (TIMING_SLACK) before calling them stale;
+  those in CHARTS also draw charts or timelines whose shape follows the timings, and `--check`
+  leaves out the lines that draw them.
 - `ci-run`: the text of `.ci/run`, so the docs show exactly what CI runs.
 
 The command reference is not here: docs/hooks/generate.py builds it from the app (with
@@ -44,7 +47,12 @@ DOCS = ROOT / "docs"
 CI_RUN = ROOT / ".ci" / "run"
 # Runs the app under the name users type, whichever way this script was started.
 RUN_APP = "from shardcli.cli import app; app(prog_name='shardcli')"
-PLAIN_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
+COLUMNS = 100  # the width every example is generated at
+PLAIN_ENV = {"COLUMNS": str(COLUMNS), "NO_COLOR": "1", "TERM": "dumb"}
+# --check's second look at a VOLATILE example that differs at COLUMNS: the widths at which its
+# timings, a few digits wider or narrower than when it was generated, lay it out as they did then
+# (a table keeps or leaves out a column, a header wraps, by the width of what is in it).
+TIMING_SLACK = (-4, 4, -8, 8, -12, 12)
 # Where a session's temporary folder appears in its output.
 SHOWN_CWD = "/home/me/shardcli"
 # Each example: the lines of one shell session (a string is one line).
@@ -78,6 +86,11 @@ EXAMPLES: dict[str, str | list[str]] = {
     "--no-color -q",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target tpu-v5e:4x4 --axes data,model --no-color -q",
+    "readme-step-time": "shardcli inspect examples/layers.py:train_step --inputs examples/layers.py:inputs "
+    "--target tpu-v5e:4x4 --axes data,model --format json | jq '{flops: .program.flops_per_device, "
+    "xla_flops: .program.xla_flops_per_device, trips: [.program.loops[].trips], step_time: (.step_time | "
+    "{estimate_s, dominant, math_s: .math.seconds, hbm_s: .hbm.seconds, "
+    "comm_s: ([.comm[] | {(.name): .seconds}] | add)})}'",
     "tutorial-inspect-mlp": "shardcli inspect examples/mlp.py:train_step --mesh 2x2x2 --axes data,model,seq "
     "--arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None' "
     "--no-color",
@@ -174,7 +187,14 @@ VOLATILE = {
 # Examples that draw charts or timelines from their timings: --check also leaves out those lines.
 CHARTS = {"example-collective-sweep", "example-pipeline"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
-NEEDS_TPU = {"readme-tpu", "tutorial-tpu-mesh", "tutorial-tpu-pod", "tutorial-tpu-oom", "tutorial-tpu-einsum"}
+NEEDS_TPU = {
+    "readme-tpu",
+    "readme-step-time",
+    "tutorial-tpu-mesh",
+    "tutorial-tpu-pod",
+    "tutorial-tpu-oom",
+    "tutorial-tpu-einsum",
+}
 # Examples that need the `gpu` extra (JAX's CUDA plugin): skipped the same way where it is missing.
 NEEDS_GPU = {"tutorial-gpu"}
 CHART_GLYPHS = re.compile(r"[┤│└·]")
@@ -212,16 +232,16 @@ def run_shardcli(args: list[str]) -> str:
     return "\n".join(line.rstrip() for line in out.splitlines()).strip("\n")
 
 
-def plain_env() -> dict[str, str]:
-    """This environment, rendering plain 100-column text, on faked CPU devices unless told."""
-    env = {**os.environ, **PLAIN_ENV}
+def plain_env(columns: int = COLUMNS) -> dict[str, str]:
+    """This environment, rendering plain text `columns` wide, on faked CPU devices unless told."""
+    env = {**os.environ, **PLAIN_ENV, "COLUMNS": str(columns)}
     for name in ("FORCE_COLOR", "JAX_PLATFORMS", "XLA_FLAGS"):
         env.pop(name, None)
     return env
 
 
-def run_session(lines: list[str]) -> str:
-    """What each line of one bash session prints, as `$ LINE` and its output.
+def run_session(lines: list[str], columns: int = COLUMNS) -> str:
+    """What each line of one bash session prints, as `$ LINE` and its output (`columns` wide).
 
     Raises:
         RuntimeError: when bash itself fails (a line failing is part of the example).
@@ -238,7 +258,7 @@ def run_session(lines: list[str]) -> str:
         script = ["exec 2>&1", "__rc=0"]
         for i, line in enumerate(lines):
             script += [f"echo '@@@ {i}'", f"(exit $__rc); {line}", "__rc=$?"]
-        env = {**plain_env(), "PATH": f"{work / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env = {**plain_env(columns), "PATH": f"{work / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         done = subprocess.run(
             ["bash", "-c", "\n".join(script)], capture_output=True, text=True, env=env, cwd=work / "run"
@@ -259,11 +279,11 @@ def run_session(lines: list[str]) -> str:
     return "\n".join(shown)
 
 
-def example(lines: str | list[str]) -> Callable[[], str]:
+def example(lines: str | list[str]) -> Callable[..., str]:
     """A console block showing a session's lines and their output."""
 
-    def block() -> str:
-        return f"```console\n{run_session([lines] if isinstance(lines, str) else lines)}\n```"
+    def block(columns: int = COLUMNS) -> str:
+        return f"```console\n{run_session([lines] if isinstance(lines, str) else lines, columns)}\n```"
 
     return block
 
@@ -273,23 +293,30 @@ def ci_run() -> str:
     return f"```bash\n{CI_RUN.read_text(encoding='utf-8').rstrip()}\n```"
 
 
-BLOCKS: dict[str, Callable[[], str]] = {
+BLOCKS: dict[str, Callable[..., str]] = {
     **{name: example(lines) for name, lines in EXAMPLES.items()},
     "ci-run": ci_run,
 }
 
 
+# Box-drawing characters: a table's rules and borders, whose lengths follow its columns' widths.
+_RULES = re.compile(r"[\u2500-\u257f]+")
+
+
 def masked(text: str, charts: bool = False) -> str:
-    """`text` with every number as `#`, no compile-cache marks and every run of spaces as one: what
-    stays when times change. With `charts`, the lines that draw a chart or timeline are left out."""
+    """What a reader would call the same output, whatever the timings: every number (with its unit's
+    prefix) as `#`, no compile-cache marks, every rule of a table as one `-`, and all whitespace
+    (table padding, line ends, where a line wraps) as one space. With `charts`, the lines that draw a
+    chart or timeline are left out."""
     lines = text.replace(" (cache)", "").replace("(cache)", "").splitlines()
     if charts:
         lines = [line for line in lines if not CHART_GLYPHS.search(line)]
     text = "\n".join(line for line in lines if line.strip())
     # A number with its unit's prefix (`4 MiB` and `512 KiB`, `2.4 ms` and `381 us`, `1.4 GB/s`) is
     # one `#`: a unit that changes with the figure is not a change in what the output says.
-    text = re.sub(r"[0-9][0-9.,]*(?:e[-+]?[0-9]+)?(?: ?(?:[kKMGTP]i?|[mµun])(?=[A-Za-z/]))?", "#", text)
-    return re.sub(r"# ", "#", re.sub(r" +", " ", text))
+    text = re.sub(r"[0-9][0-9.,]*(?:e[-+]?[0-9]+)?(?: ?(?:[kKMGTP]i?|[m\u00b5un])(?=[A-Za-z/]))?", "#", text)
+    text = _RULES.sub("-", text)
+    return re.sub(r"# ", "#", re.sub(r"\s+", " ", text)).strip()
 
 
 def same(name: str, old: str, new: str) -> bool:
@@ -297,6 +324,14 @@ def same(name: str, old: str, new: str) -> bool:
     if name in VOLATILE or name in CHARTS:
         return masked(old, name in CHARTS) == masked(new, name in CHARTS)
     return old == new
+
+
+def same_at_some_width(name: str, old: str) -> bool:
+    """For a VOLATILE block that differs at COLUMNS: whether it reads the same at a width a few
+    columns either side, where this run's timings take the room the generated ones took."""
+    if name not in VOLATILE and name not in CHARTS:
+        return False
+    return any(same(name, old, BLOCKS[name](COLUMNS + delta)) for delta in TIMING_SLACK)
 
 
 MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")
@@ -389,6 +424,8 @@ def main() -> int:
                 continue
             if same(name, current(new, name), bodies[name]):
                 continue  # for a VOLATILE block: only its times differ, so keep it as it is
+            if args.check and same_at_some_width(name, current(new, name)):
+                continue  # its timings' width moved a column or a line break, nothing else
             new = fill(new, name, bodies[name])
             stale.append(f"{path.relative_to(ROOT)}:{name}")
         if new != text and not args.check:

@@ -4,6 +4,7 @@
     shardcli.show(x)                                   # which device holds which block of x
     report = shardcli.inspect(step, x, w, mesh=mesh)   # what the compiler did with step(x, w)
     report                                             # renders in Jupyter; report.to_json()
+    shardcli.probe(x, "name")                          # in your function: `shardcli run` shows x per device
 
 Importing shardcli imports neither JAX nor NumPy: they load when a function is called.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["InspectReport", "ShardingPicture", "__version__", "inspect", "picture", "show"]
+__all__ = ["InspectReport", "ShardingPicture", "__version__", "inspect", "picture", "probe", "show"]
 
 if TYPE_CHECKING:
     from shardcli.api import InspectReport, ShardingPicture
@@ -38,6 +39,13 @@ def inspect(fn: Any, *args: Any, **kwargs: Any) -> InspectReport:
     from shardcli.api import inspect as _inspect
 
     return _inspect(fn, *args, **kwargs)
+
+
+def probe(x: Any, name: str) -> Any:
+    """Show `x` device by device under `shardcli run` (inside shard_map: each device's block); returns `x`."""
+    from shardcli.core.run_probe import probe as _probe
+
+    return _probe(x, name)
 
 
 def __getattr__(name: str) -> Any:

@@ -17,8 +17,19 @@ from rich.jupyter import JupyterMixin
 from shardcli.core.inspect import InspectResult
 from shardcli.errors import ShardcliError
 
+TEXT_WIDTH = 100  # print(report) and str(report): the text report at this width, without colour
 
-@dataclass(frozen=True)
+
+def _as_text(renderable: Any) -> str:
+    """What rich draws for `renderable`, as plain text (the terminal report, no escape codes)."""
+    import io
+
+    console = Console(file=io.StringIO(), width=TEXT_WIDTH, color_system=None, highlight=False)
+    console.print(renderable)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, repr=False)
 class InspectReport(JupyterMixin):
     """What `shardcli.inspect` returns: the report `shardcli inspect` prints, as an object.
 
@@ -56,8 +67,23 @@ class InspectReport(JupyterMixin):
 
         yield report_renderable(self.result)
 
+    def __str__(self) -> str:
+        """The report as `shardcli inspect` prints it, in plain text: `print(report)`."""
+        return _as_text(self)
 
-@dataclass(frozen=True)
+    def __repr__(self) -> str:
+        r = self.result
+        parts = [f"{len(r.arguments)} argument(s)", f"{len(self.collectives)} collective(s)"]
+        if self.memory is not None and getattr(self.memory, "total_bytes", None) is not None:
+            from shardcli.specs import format_bytes
+
+            parts.append(f"{format_bytes(self.memory.total_bytes)} per device")
+        if r.findings:
+            parts.append(f"{len(r.findings)} finding(s)")
+        return f"<InspectReport {r.target}: {', '.join(parts)}>"
+
+
+@dataclass(frozen=True, repr=False)
 class ShardingPicture(JupyterMixin):
     """The N-D tile picture of one array: which device holds which block."""
 
@@ -71,6 +97,12 @@ class ShardingPicture(JupyterMixin):
 
         yield Text(self.title, style="bold")
         yield sharding_picture(self.layout)
+
+    def __str__(self) -> str:
+        return _as_text(self)
+
+    def __repr__(self) -> str:
+        return f"<ShardingPicture {self.title}>"
 
 
 def picture(x: Any, title: str | None = None) -> ShardingPicture:

@@ -27,9 +27,10 @@ from shardcli.commands import pipeline as pipeline_cmd
 from shardcli.commands import plan as plan_cmd
 from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import reshard as reshard_cmd
+from shardcli.commands import run as run_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
-from shardcli.stdout import quiet_when_reader_leaves
+from shardcli.stdout import quiet_when_reader_leaves, reopen_closed_streams
 
 
 def _save_output(prog: str, code: int) -> int:
@@ -208,6 +209,7 @@ for _name, _command, _settings in [
     ("einsum", einsum_cmd.einsum, None),
     ("reshard", reshard_cmd.reshard, None),
     ("inspect", inspect_cmd.inspect, None),
+    ("run", run_cmd.run, None),
     ("plan", plan_cmd.plan, None),
     ("recipe", recipe_cmd.recipe, None),
     ("pipeline", pipeline_cmd.pipeline, None),
@@ -221,6 +223,7 @@ app.add_typer(model_cmd.app, name="model")
 
 def main() -> None:
     """Console-script entry point (and `python -m shardcli`)."""
+    reopen_closed_streams()
     sys.stdout = quiet_when_reader_leaves(sys.stdout)
     try:
         app(prog_name="shardcli")

@@ -1,91 +1,15 @@
 """The roofline cost model for a sharded matmul: T_math = FLOPs / peak, T_comm = bytes / link bandwidth.
 
-Pure arithmetic and a table of nominal device figures; no JAX. The measured calibration for CPU
-devices lives in `shardcli.core.calibrate`.
+Pure arithmetic over the nominal device figures of the one hardware table (`shardcli.hardware`);
+no JAX. The measured calibration for CPU devices lives in `shardcli.core.calibrate`; the step-time
+estimate of a whole compiled program in `shardcli.core.step_time`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class DevicePeak:
-    """Nominal per-device figures for one accelerator kind (dense, no sparsity)."""
-
-    label: str
-    match: tuple[str, ...]  # lower-case substrings of jax's device_kind
-    bf16_tflops: float
-    f32_tflops: float  # at JAX's default float32 dot precision
-    f32_note: str
-    link_gbps: float  # one direction, what one device can send to its ring neighbours
-    link_note: str
-    f64_tflops: float | None = None
-    f64_note: str = ""  # what f64_tflops is; unused without it
-    unlike: tuple[str, ...] = ()  # lower-case substrings of a device_kind this entry does not describe
-
-
-# Sources: NVIDIA H100/H200 datasheets (SXM, dense); How To Scale Your Model, "How to think about
-# TPUs" (bf16 FLOP/s and ICI bandwidth per link, one way). Overridable with --peak-tflops/--link-gbps.
-# float32 is what a dot at JAX's default precision runs on: TF32 tensor cores on Hopper (an 8192^3
-# float32 matmul measured 373 TFLOP/s on an H100, above the 67 of its CUDA cores), one bf16 pass
-# on a TPU.
-DEVICE_PEAKS: tuple[DevicePeak, ...] = (
-    DevicePeak(
-        "H200 SXM",
-        ("h200",),
-        989.0,
-        495.0,
-        "TF32 tensor cores, XLA's default float32 dot precision; 67 on CUDA cores at HIGHEST",
-        450.0,
-        "NVLink 4, per direction",
-        67.0,
-        "FP64 tensor cores",
-        ("pcie", "nvl"),  # other clocks, power and links: unknown here rather than wrong
-    ),
-    DevicePeak(
-        "H100 SXM",
-        ("h100",),
-        989.0,
-        495.0,
-        "TF32 tensor cores, XLA's default float32 dot precision; 67 on CUDA cores at HIGHEST",
-        450.0,
-        "NVLink 4, per direction",
-        67.0,
-        "FP64 tensor cores",
-        ("pcie", "nvl"),  # other clocks, power and links: unknown here rather than wrong
-    ),
-    DevicePeak(
-        "TPU v6e",
-        ("v6 lite", "v6e"),
-        918.0,
-        918.0,
-        "DEFAULT precision: one bf16 pass",
-        90.0,
-        "ICI per link, one way",
-    ),
-    DevicePeak(
-        "TPU v5e",
-        ("v5 lite", "v5e"),
-        197.0,
-        197.0,
-        "DEFAULT precision: one bf16 pass",
-        45.0,
-        "ICI per link, one way",
-    ),
-    DevicePeak(
-        "TPU v5p",
-        ("v5p", "tpu v5"),
-        459.0,
-        459.0,
-        "DEFAULT precision: one bf16 pass",
-        90.0,
-        "ICI per link, one way",
-    ),
-    DevicePeak(
-        "TPU v4", ("tpu v4",), 275.0, 275.0, "DEFAULT precision: one bf16 pass", 45.0, "ICI per link, one way"
-    ),
-)
+from shardcli.hardware import Chip, chip_for_kind
 
 
 @dataclass(frozen=True)
@@ -98,37 +22,25 @@ class Hardware:
     link_source: str
 
 
-def lookup_peak(device_kind: str) -> DevicePeak | None:
-    """The table entry whose pattern occurs in `device_kind` (case-insensitive), if any."""
-    kind = device_kind.lower()
-    for entry in DEVICE_PEAKS:
-        if any(m in kind for m in entry.match) and not any(u in kind for u in entry.unlike):
-            return entry
-    return None
+def lookup_peak(device_kind: str) -> Chip | None:
+    """The hardware table's entry whose pattern occurs in `device_kind` (case-insensitive), if any."""
+    return chip_for_kind(device_kind)
 
 
 def table_hardware(device_kind: str, dtype_name: str) -> Hardware | None:
-    """Nominal figures for a known accelerator, or None."""
-    entry = lookup_peak(device_kind)
+    """Nominal figures for a known accelerator (the hardware table's), or None."""
+    entry = chip_for_kind(device_kind)
     if entry is None:
         return None
-    tflops: float | None
-    note: str | None
-    if dtype_name in ("bfloat16", "float16"):
-        tflops, note = entry.bf16_tflops, "dense bf16/fp16"
-    elif dtype_name == "float32":
-        tflops, note = entry.f32_tflops, entry.f32_note
-    elif dtype_name == "float64":
-        tflops, note = entry.f64_tflops, entry.f64_note if entry.f64_tflops is not None else None
-    else:
-        tflops, note = None, None
+    peak = entry.peak_flops(dtype_name)
+    link = entry.link_bytes_per_s
     return Hardware(
-        peak_flops=tflops * 1e12 if tflops is not None else None,
-        link_bytes_per_s=entry.link_gbps * 1e9,
-        peak_source=f"table: {entry.label}, {note}"
-        if note
+        peak_flops=peak.value if peak is not None else None,
+        link_bytes_per_s=link.value,
+        peak_source=f"table: {entry.label}, {peak.source}"
+        if peak is not None
         else f"table: {entry.label} has no {dtype_name} figure; give --peak-tflops",
-        link_source=f"table: {entry.label}, {entry.link_note}",
+        link_source=f"table: {entry.label}, {link.source}",
     )
 
 

@@ -29,6 +29,12 @@ class ShardcliError(Exception):
     exit_code = ExitCode.BAD_INPUT
 
 
+class WrongResultError(ShardcliError):
+    """Data that is wrong rather than input that is bad (a damaged checkpoint): one line, exit 1."""
+
+    exit_code = ExitCode.WRONG_RESULT
+
+
 def refusal_text(error: BaseException) -> str:
     """JAX's reason for refusing a program, as one line: `TypeError: <its first line>`."""
     text = str(error).strip().splitlines()

@@ -8,29 +8,82 @@ is wrong with it (exit 2), never a traceback or an internal error.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from typing import Any
 
 from shardcli.errors import ShardcliError
 
+# The largest file read: far above any document shardcli writes (a sweep's JSON is kilobytes), far
+# below what would hang or exhaust the machine (/dev/zero, a multi-gigabyte file by mistake).
+MAX_JSON_BYTES = 64 << 20
+
+
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, in a reader's words (None for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_capped(path: str, limit: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of the regular file `path`, refused beyond `limit` bytes.
+
+    The file is opened without blocking (a FIFO with no writer would wait forever), and checked to
+    be a regular file (a device such as /dev/zero or /dev/urandom never ends) before a byte is read.
+
+    Raises:
+        ShardcliError: no such file, not a regular file, larger than `limit`, or unreadable.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ShardcliError(f"cannot read {path}: no such file") from None
+    except IsADirectoryError:
+        raise ShardcliError(f"cannot read {path}: it is a directory; give a regular file") from None
+    except OSError as e:
+        raise ShardcliError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        kind = _kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise ShardcliError(f"cannot read {path}: it is {kind}; give a regular file")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > limit:
+                raise ShardcliError(
+                    f"cannot read {path}: it is larger than {limit >> 20} MiB, the most shardcli reads"
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise ShardcliError(f"cannot read {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
 
 def read_json(path: str) -> Any:
     """The document in `path` (UTF-8 JSON; NaN and Infinity read as Python reads them: the caller
-    judges each value it takes).
+    judges each value it takes). Only a regular file of at most MAX_JSON_BYTES is read.
 
     Raises:
         ShardcliError: the file cannot be read or does not hold such a document.
     """
+    data = read_capped(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise ShardcliError(f"cannot read {path}: no such file") from None
-    except IsADirectoryError:
-        raise ShardcliError(f"cannot read {path}: it is a directory") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ShardcliError(f"{path} is not JSON: it is not UTF-8 text") from None
-    except OSError as e:
-        raise ShardcliError(f"cannot read {path}: {e.strerror or e}") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -24,8 +24,10 @@ from typing import Any
 
 # Raise it when a key of a document kind scripts already read is renamed, added or removed.
 # 2: matmul's config has compile_target and each impl its fit (--target); einsum, reshard and inspect
-# documents are new.
-SCHEMA_VERSION = 2
+# documents are new (and, before any release of them, a program's loops, XLA's once-counted figures
+# and what is missing; inspect's step-time estimate). 3: each matmul and einsum impl has its result's
+# `values` (global and per device, null for results over 256 elements).
+SCHEMA_VERSION = 3
 
 
 class SchemaError(ValueError):
@@ -222,6 +224,10 @@ DIMS = Record("I", "J", "K")
 SHARD_ARRAY = Record("shape", "dtype", "init", "nbytes", "spec", "jax_type", "values")
 SHARD = Record("device_id", "coords", "process_index", "index", "local_shape", "nbytes", "values")
 VERIFIED = Record("ok", "wrong_devices")
+# A small result's values (null where it is over 256 elements or --no-show-values): the global array
+# and each device's block, with the block's global index ranges.
+VALUE_BLOCK = Record("device_id", "index", "values")
+RESULT_VALUES = Record("global_values", ("blocks", ListOf(VALUE_BLOCK)))
 SHARD_BODY = Record(
     ("array", SHARD_ARRAY),
     ("tiles", ListOf(TILE)),
@@ -350,6 +356,7 @@ MATMUL_IMPL = Record(
     "wrong",
     "wrong_devices",
     ("fit", Maybe(FIT_VERDICT)),
+    ("values", Maybe(RESULT_VALUES)),
 )
 MATMUL_RUN = Record(
     "case",
@@ -463,6 +470,7 @@ COMPARE_BODY = Record(
 PROGRAM_COLLECTIVE = Record(
     "kind",
     "mesh_axes",
+    "axis_slices",
     "group_size",
     "shape",
     "result_bytes",
@@ -473,12 +481,36 @@ PROGRAM_COLLECTIVE = Record(
     "source",
 )
 MEMORY = Record("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "code_bytes", "total_bytes")
+PROGRAM_LOOP = Record("name", "trips", "runs", "body_flops", "body_bytes", "op_name", "source")
 PROGRAM = Record(
     ("collectives", ListOf(PROGRAM_COLLECTIVE)),
     ("memory", Maybe(MEMORY)),
     "flops_per_device",
     "bytes_accessed_per_device",
     "sent_bytes_per_device",
+    "xla_flops_per_device",
+    "xla_bytes_accessed_per_device",
+    ("loops", ListOf(PROGRAM_LOOP)),
+    "trips_known",
+    "missing",
+)
+# The step-time estimate (core/step_time.py): each roofline term with its source.
+STEP_TERM = Record("name", "amount", "rate", "seconds", "source")
+STEP_TIME = Record(
+    "chip",
+    ("math", STEP_TERM),
+    ("hbm", STEP_TERM),
+    ("comm", ListOf(STEP_TERM)),
+    "t_comm_s",
+    "bound_s",
+    "sum_s",
+    "dominant",
+    "efficiency",
+    "efficiency_source",
+    "estimate_s",
+    "compiler_seconds",
+    "compiler_note",
+    "notes",
 )
 
 EINSUM_CONFIG = Record(
@@ -510,6 +542,7 @@ EINSUM_IMPL = Record(
     "wrong",
     "wrong_devices",
     ("fit", Maybe(FIT_VERDICT)),
+    ("values", Maybe(RESULT_VALUES)),
 )
 EINSUM_SIZE = Record(
     "scale",
@@ -536,6 +569,7 @@ INSPECT_BODY = Record(
     ("model", Maybe(COST_MODEL)),
     ("hardware", HARDWARE),
     ("fit", Maybe(FIT_VERDICT)),
+    ("step_time", Maybe(STEP_TIME)),
     ("findings", ListOf(FINDING)),
     "lower_s",
     "compile_s",
@@ -635,6 +669,21 @@ PLAN_BODY = Record(
 )
 
 
+# `shardcli run FILE.py:FN`: the inputs, probes and results device by device, and the result's check.
+RUN_CONFIG = Record("function", "args", "inputs", "init", "show_values", "tolerance")
+RUN_BLOCK = Record("device_ids", "coords", "index", "values")
+RUN_ARRAY = Record("name", "dtype", "shape", "spec", "filled_with", "values", ("blocks", ListOf(RUN_BLOCK)))
+RUN_PROBE = Record("name", "manual_axes", ("blocks", ListOf(RUN_BLOCK)))
+RUN_CHECK = Record("name", "compared", "wrong", "max_abs_err", "bound", "reference", "note")
+RUN_BODY = Record(
+    ("config", RUN_CONFIG),
+    ("inputs", ListOf(RUN_ARRAY)),
+    ("probes", ListOf(RUN_PROBE)),
+    ("results", ListOf(RUN_ARRAY)),
+    ("checks", ListOf(RUN_CHECK)),
+    "ok",
+)
+
 # --- documents ------------------------------------------------------------------------------------
 
 
@@ -685,6 +734,7 @@ DOCUMENTS: dict[str, DocumentKind] = {
         DocumentKind("einsum", ("einsum",), EINSUM_BODY),
         DocumentKind("reshard", ("reshard",), RESHARD_BODY),
         DocumentKind("inspect", ("inspect",), INSPECT_BODY),
+        DocumentKind("run", ("run",), RUN_BODY),
         DocumentKind("recipe", ("recipe",), RECIPE_BODY),
         DocumentKind("model", ("model train", "model restore"), MODEL_BODY),
         DocumentKind("pipeline", ("pipeline",), PIPELINE_BODY),

@@ -27,9 +27,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from shardcli.errors import ExitCode, ShardcliError
 
@@ -97,25 +97,20 @@ class LaunchResult:
     port_taken: bool = False  # process 0 could not bind the coordinator port
 
 
-def launchable_commands() -> tuple[str, ...]:
+def launchable_commands(commands: Mapping[str, Callable[..., Any] | None]) -> tuple[str, ...]:
     """The commands launch can run, in the app's order: those given the multi-process options.
 
-    `options.with_run_options(processes=True)` is the one place that decides; the app (imported
-    here, not at the top: `shardcli.cli` imports this module through `shardcli launch`) holds each
-    command under its name.
+    `options.with_run_options(processes=True)` is the one place that decides. `commands` maps each
+    of the app's command names to its function; the caller (`shardcli launch`, which runs inside the
+    app) passes them, so this module never imports the app that imports it.
     """
-    from shardcli.cli import app
     from shardcli.options import takes_process_options
 
-    return tuple(
-        c.name
-        for c in app.registered_commands
-        if c.name is not None and c.callback is not None and takes_process_options(c.callback)
-    )
+    return tuple(name for name, fn in commands.items() if fn is not None and takes_process_options(fn))
 
 
-def validate_launch(spec: LaunchSpec) -> LaunchSpec:
-    """Check a request before anything starts.
+def validate_launch(spec: LaunchSpec, device_commands: tuple[str, ...]) -> LaunchSpec:
+    """Check a request before anything starts; `device_commands` are those launch may run.
 
     Raises:
         ShardcliError: a request the launcher cannot run as asked.
@@ -127,7 +122,6 @@ def validate_launch(spec: LaunchSpec) -> LaunchSpec:
             "launch needs a command after --, e.g. shardcli launch -n 2 -- collective psum --mesh 2x4"
         )
     verb = spec.command[0]
-    device_commands = launchable_commands()
     if verb not in device_commands:
         raise ShardcliError(
             f"launch runs a device command, not {verb!r}; give one of {', '.join(device_commands)} after --"

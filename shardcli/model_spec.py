@@ -283,8 +283,11 @@ class SavedModel:
     rules: tuple[tuple[str, str | None], ...] | None
     digests: dict[str, str]  # array path -> digest of its values
     final_loss: float
+    # file of the state (relative path) -> (size, SHA-256); None in metadata written before it
+    files: dict[str, tuple[int, str]] | None = None
 
     def to_json(self) -> dict:
+        files = None if self.files is None else {k: [n, d] for k, (n, d) in self.files.items()}
         return {
             "format": METADATA_FORMAT,
             "depth": self.depth,
@@ -296,7 +299,29 @@ class SavedModel:
             "rules": None if self.rules is None else {k: v for k, v in self.rules},
             "digests": self.digests,
             "final_loss": self.final_loss,
-        }
+        } | ({} if files is None else {"files": files})
+
+
+def _files(raw: object) -> dict[str, tuple[int, str]] | None:
+    """The metadata's record of the state's files; raises ValueError on anything but that record."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("'files' is not an object")
+    files = {}
+    for name, entry in raw.items():
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or type(entry[0]) is not int
+            or entry[0] < 0
+            or not isinstance(entry[1], str)
+            or ".." in name.split("/")
+            or name.startswith("/")
+        ):
+            raise ValueError(f"'files' has {name!r} as {entry!r}; each entry should be [size, sha256]")
+        files[name] = (entry[0], entry[1])
+    return files
 
 
 def read_checkpoint(folder: str) -> SavedModel:
@@ -335,6 +360,7 @@ def read_checkpoint(folder: str) -> SavedModel:
             rules=None if rules is None else tuple((k, rules[k]) for k in LOGICAL_AXES),
             digests={str(k): str(v) for k, v in raw["digests"].items()},
             final_loss=float(raw["final_loss"]),
+            files=_files(raw.get("files")),
         )
         check_sizes(saved.depth, saved.batch, saved.steps, saved.learning_rate, saved.seed)
         shape, axes = saved.mesh.shape, saved.mesh.axes

@@ -47,7 +47,42 @@ Mode = Annotated[
     typer.Option("--mode", help="Mesh axis types for automatic sharding: auto or explicit."),
 ]
 Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, ...")]
-Init = Annotated[str, typer.Option("--init", help="arange, ones, zeros or random.")]
+Init = Annotated[
+    str | None,
+    typer.Option(
+        "--init", help="How the input is filled: arange, ones, zeros or random. \\[default: arange]"
+    ),
+]
+# matmul and einsum: several operands, filled by one --init (arange numbers them in one sequence)
+OperandInit = Annotated[
+    str,
+    typer.Option(
+        "--init",
+        help="How the operands are filled: arange (A from 0, B after A, as the tutorials' arange(16) and "
+        "arange(16, 32)), ones, zeros or random.",
+    ),
+]
+Values = Annotated[
+    str | None,
+    typer.Option(
+        "--values",
+        help="The input's numbers, row-major: 3,1,4,1 (1-D), or with --shape 2x2 a 2x2 array. "
+        "Not with --init.",
+    ),
+]
+ValuesFile = Annotated[
+    str | None,
+    typer.Option(
+        "--values-file", help="The input from a .npy file (numpy.save; up to 16 MiB). Not with --init."
+    ),
+]
+ShowValues = Annotated[
+    bool | None,
+    typer.Option(
+        "--show-values/--no-show-values",
+        help="Print the global result and each device's block. \\[default: on for up to 256 elements]",
+    ),
+]
 Format = Annotated[str, typer.Option("--format", "-f", help="table (for people) or json (for scripts).")]
 NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text; NO_COLOR is honoured too.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the results: no header, no pictures.")]

@@ -26,6 +26,7 @@ class Recipe:
     ranks: tuple[int, ...]  # mesh ranks (number of axes) the recipe can use
     needs: str  # the mesh it needs, in words, for errors
     program: RecipeProgram  # runs the recipe on a Lab and returns its sections and checks
+    input: str | None = None  # the input --shape and --init set (the recipe's lesson), or None
 
     @property
     def default(self) -> str:
@@ -45,6 +46,7 @@ RECIPES: dict[str, Recipe] = {
             (1, 2),
             "a 1-D or 2-D mesh",
             programs.elementwise,
+            input="x, sharded over the first two mesh axes",
         ),
         Recipe(
             "reduce",
@@ -55,6 +57,7 @@ RECIPES: dict[str, Recipe] = {
             (2,),
             TWO_AXES,
             programs.reduce,
+            input="x, rows over the first axis and columns over the second",
         ),
         Recipe(
             "three-ways",

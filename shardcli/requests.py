@@ -103,8 +103,9 @@ def check_sweep_plot(plot_file: str | None, sizes: str | None, example: str) -> 
 class InputFlags:
     """A collective's input flags, as typed; None is a flag not given.
 
-    At most one of --shape, --size, --sizes and --values sets the input; --spec, --dtype and --init
-    say how it is sharded and filled.
+    At most one of --shape, --size and --sizes sets the input's size (--values alone: a 1-D input of
+    that many numbers); --values or --values-file, or --init, fills it; --spec and --dtype say how it
+    is sharded and stored.
     """
 
     shape: str | None = None
@@ -113,7 +114,8 @@ class InputFlags:
     values: str | None = None
     spec: str | None = None
     dtype: str = "float32"
-    init: str = "arange"
+    init: str | None = None  # None: arange, and free to be replaced by --values
+    values_file: str | None = None
 
 
 def build_collective_requests(
@@ -167,10 +169,16 @@ def build_collective_requests(
     out_buffer = out_buffer or "preallocated"
     options = _with_malloc(options, malloc, out_buffer)
     mesh_spec = parse_mesh(mesh, axes)
-    given = {"--shape": array.shape, "--size": array.size, "--sizes": array.sizes, "--values": array.values}
+    given = {"--shape": array.shape, "--size": array.size, "--sizes": array.sizes}
     chosen = [flag for flag, value in given.items() if value is not None]
     if len(chosen) > 1:
         raise ShardcliError(f"{' and '.join(chosen)} both set the input; give only one of them")
+    values_flag = "--values" if array.values is not None else "--values-file"
+    if chosen and chosen[0] != "--shape" and (array.values is not None or array.values_file is not None):
+        raise ShardcliError(
+            f"{chosen[0]} and {values_flag} both set the input; give --values alone (1-D) or with --shape"
+        )
+    shape, values = parse_input_values(array.values, array.values_file, array.shape, array.init)
     knobs = {
         "tiled": tiled,
         "gather_dim": gather_dim,
@@ -201,10 +209,11 @@ def build_collective_requests(
         mesh=mesh_spec,
         params=params,
         dtype=dtype_spec,
-        init=parse_init(array.init),
-        shape=parse_shape(array.shape) if array.shape is not None else None,
+        init=parse_init(array.init or "arange"),
+        # --values alone: global_shapes counts them; a values file brings its own shape
+        shape=shape if array.shape is not None or array.values_file is not None else None,
         sizes=_parse_input_sizes(array),
-        values=parse_values(array.values) if array.values is not None else None,
+        values=values,
         sharding=parse_sharding(array.spec, mesh_spec) if array.spec is not None else None,
         # words: CollectiveRequest turns them into their enums and refuses others as their flags
         placement=cast("Placement", placement),
@@ -222,6 +231,39 @@ def build_collective_requests(
     for request in requests:  # every bad input is found before anything runs
         validate_request(request)
     return requests
+
+
+def parse_input_values(
+    values: str | None, values_file: str | None, shape: str | None, init: str | None
+) -> tuple[tuple[int, ...] | None, tuple[float, ...] | None]:
+    """--values or --values-file, with --shape: the input's shape and its numbers in row-major order.
+
+    --values alone is a 1-D input of that many numbers; with --shape it fills that shape row by row.
+    A values file brings its own shape, which --shape may reshape to (the same number of elements).
+    --init fills an input too, so --values with --init is refused rather than one of them ignored.
+
+    Returns:
+        (shape or None where no flag gave one, values or None where --init fills the input).
+
+    Raises:
+        ShardcliError: both value flags, values with --init, a number the flags cannot read.
+    """
+    parsed_shape = parse_shape(shape) if shape is not None else None
+    if values is None and values_file is None:
+        return parsed_shape, None
+    flag = "--values" if values is not None else "--values-file"
+    if values is not None and values_file is not None:
+        raise ShardcliError("--values and --values-file both give the input's numbers; give only one of them")
+    if init is not None:
+        raise ShardcliError(f"{flag} and --init {init} both fill the input; give only one of them")
+    if values is not None:
+        numbers = parse_values(values)
+        return (parsed_shape or (len(numbers),)), numbers
+    from shardcli.arrays import load_values_file
+
+    assert values_file is not None
+    array = load_values_file(values_file)
+    return (parsed_shape or tuple(array.shape)), tuple(array.ravel().tolist())
 
 
 def _parse_input_sizes(array: InputFlags) -> tuple[int, ...] | None:
@@ -279,6 +321,7 @@ def build_matmul_request(
     dims: str = "256,512,256",
     dtype: str = "float32",
     init: str = "random",
+    show_values: bool | None = None,
     sizes: str | None = None,
     warmup: int = 5,
     iters: int = 20,
@@ -310,6 +353,7 @@ def build_matmul_request(
         impls=parse_impls(impl),
         dims=parse_dims(dims),
         init=parse_init(init),
+        show_values=show_values,
         scales=parse_scales(sizes) if sizes is not None else None,
         warmup=warmup,
         iters=iters,
@@ -414,6 +458,7 @@ def build_einsum_request_from_flags(
     axes: str | None,
     options: RunOptions,
     compile_target: str | None = None,
+    show_values: bool | None = None,
 ) -> EinsumRequest:
     """`shardcli einsum`'s flags as its request; every check that needs no devices."""
     from shardcli.core.einsum import WAYS, build_einsum_request
@@ -428,6 +473,7 @@ def build_einsum_request_from_flags(
         parse_dtype(dtype),
         ways=parse_ways(impl, WAYS),
         init=parse_init(init),
+        show_values=show_values,
         scales=parse_scales(sizes) if sizes is not None else None,
         warmup=warmup,
         iters=iters,
@@ -442,24 +488,27 @@ def build_einsum_request_from_flags(
 
 def build_reshard_request_from_flags(
     *,
-    shape: str,
+    shape: str | None,
     source: str | None,
     target: str | None,
     impl: str,
     dtype: str,
-    init: str,
+    init: str | None,
     warmup: int,
     iters: int,
     mesh: str | None,
     axes: str | None,
     options: RunOptions,
     compile_target: str | None = None,
+    values: str | None = None,
+    values_file: str | None = None,
 ) -> ReshardRequest:
     """`shardcli reshard`'s flags as its request; every check that needs no devices."""
     from shardcli.core.reshard import WAYS, ReshardRequest, validate_reshard_request
     from shardcli.specs import ArraySpec
 
     hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
+    parsed_shape, numbers = parse_input_values(values, values_file, shape, init)
     ways = parse_ways(impl, WAYS)
     if hardware is not None:
         if impl.strip() == "all":
@@ -470,7 +519,12 @@ def build_reshard_request_from_flags(
                 f"compiles: use --impl reshard,jit"
             )
     request = ReshardRequest(
-        array=ArraySpec(shape=parse_shape(shape), dtype=parse_dtype(dtype), init=parse_init(init)),
+        array=ArraySpec(
+            shape=parsed_shape or parse_shape("8x1024"),
+            dtype=parse_dtype(dtype),
+            init=parse_init(init or "arange"),
+            values=numbers,
+        ),
         source=parse_sharding(source, mesh_spec, flag="--from"),
         target=parse_sharding(target, mesh_spec, flag="--to"),
         mesh=mesh_spec,
@@ -501,6 +555,7 @@ def build_inspect_request(
     axes: str | None,
     options: RunOptions,
     compile_target: str | None = None,
+    mode_given: bool = False,
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.core.inspect import InspectRequest
@@ -523,4 +578,5 @@ def build_inspect_request(
         compile_target=hardware,
         mesh_text=mesh,
         axes_text=axes,
+        mode_given=mode_given,
     )

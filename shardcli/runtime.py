@@ -61,7 +61,7 @@ class RuntimeInfo:
 def _only_cpu_with_compile_plugins() -> bool:
     """A compiler for --target is installed (libtpu, JAX's CUDA plugin), but this host has no TPU
     chip and no GPU JAX could use."""
-    from shardcli.core.target import compiler_installed
+    from shardcli.compilers import compiler_installed
 
     if not (compiler_installed("tpu") or compiler_installed("cuda")):
         return False
@@ -420,18 +420,64 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
 def import_jax_quietly() -> None:
     """`import jax`, keeping what JAX's CUDA plugin prints at import (C++ logging on descriptor 2,
     "Could not find cuda drivers") off the screen when no GPU is here: the gpu extra, installed for
-    --target gpu-..., must not make every run noisy. With SHARDCLI_TRACEBACK set it is printed."""
+    --target gpu-..., must not make every run noisy. With SHARDCLI_TRACEBACK set it is printed.
+
+    Raises:
+        ShardcliError: an environment JAX or XLA refuses (JAX_ENABLE_X64=banana, an unknown flag in
+            XLA_FLAGS), as one line.
+    """
     if "jax" in sys.modules:
         return
-    from shardcli.core.target import compiler_installed, quiet_native_logs
+    check_xla_flags()
+    from shardcli.compilers import compiler_installed, quiet_native_logs
 
-    if not compiler_installed("cuda"):
-        return
     # JAX's own test for a visible NVIDIA GPU (hardware_utils), without importing JAX to ask it
-    if any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")):
-        return  # a real GPU: whatever the plugin says may matter
-    with quiet_native_logs():
-        import jax  # noqa: F401
+    gpu_here = any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg"))
+    quiet = compiler_installed("cuda") and not gpu_here  # a real GPU: what the plugin says may matter
+    native: contextlib.AbstractContextManager[list[str]] = (
+        quiet_native_logs() if quiet else contextlib.nullcontext([])
+    )
+    try:
+        with native:
+            import jax  # noqa: F401
+    except ValueError as error:  # JAX reads its JAX_* variables as it is imported
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ShardcliError(f"JAX refuses its environment: {reason}; fix or unset that variable") from None
+
+
+XLA_FLAGS_ENV = "XLA_FLAGS"
+
+
+def check_xla_flags() -> None:
+    """Refuse an XLA_FLAGS that XLA would die on, before this process starts XLA.
+
+    XLA ends the process (exit 1, its words on descriptor 2) at the first unknown flag, as it
+    starts; no Python code runs after that to report it. So when XLA_FLAGS is set, a throw-away
+    process starts XLA on the CPU first (about a second, and only then), and its last words become
+    the one-line error.
+
+    Raises:
+        ShardcliError: XLA refused XLA_FLAGS.
+    """
+    import subprocess
+
+    flags = os.environ.get(XLA_FLAGS_ENV, "").strip()
+    if not flags:
+        return
+    probe = "import jax; jax.devices('cpu')"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no verdict: this process starts XLA and meets whatever it says itself
+    if done.returncode == 0:
+        return
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    said = next((line for line in lines if XLA_FLAGS_ENV in line), lines[-1] if lines else "no message")
+    said = said.split("] ", 1)[-1] if said.startswith(("F", "E")) and "] " in said else said
+    raise ShardcliError(f"{XLA_FLAGS_ENV}={flags!r} is refused by XLA ({said}); fix or unset {XLA_FLAGS_ENV}")
 
 
 def _start_runtime(
@@ -491,7 +537,7 @@ def _start_runtime(
                 jax.config.update("jax_platforms", "cpu")
     if x64:
         jax.config.update("jax_enable_x64", True)
-    from shardcli.core.target import compiler_installed, native_complaint, quiet_native_logs
+    from shardcli.compilers import compiler_installed, native_complaint, quiet_native_logs
 
     # libtpu and the CUDA plugin write their start-up complaints straight to descriptor 2: one complaint
     quiet = not started and (compiler_installed("tpu") or compiler_installed("cuda"))

@@ -73,7 +73,7 @@ PLATFORMS = tuple(Platform)
 MODES = tuple(Mode)
 FORMATS = (Format.TABLE, Format.JSON)
 PROCESS_TIMINGS = tuple(ProcessTiming)
-DTYPE_KINDS = ("float", "int", "uint", "bool")
+DTYPE_KINDS = ("float", "int", "uint", "bool", "key")
 # Faking more CPU devices than this in one process is slow to start and never what a learner meant.
 MAX_FAKE_DEVICES = 512
 RESERVED_SPEC_WORDS = ("None", "_")
@@ -300,17 +300,31 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """A global array to create: shape, dtype and how to fill it."""
+    """A global array to create: shape, dtype and how to fill it (`init`, or the user's `values`)."""
 
     shape: tuple[int, ...]
     dtype: DType
     init: str = "arange"
+    values: tuple[float, ...] | None = None  # --values / --values-file, row-major; wins over init
 
     def __post_init__(self) -> None:
         if not all(isinstance(n, int) and n >= 0 for n in self.shape):
             raise ShardcliError(f"array shape {self.shape} is not valid; give sizes of 0 or more")
         if self.init not in INITS:
             raise ShardcliError(f"init {self.init!r} is not valid; choose one of {', '.join(INITS)}")
+        if self.values is not None:
+            if len(self.values) != math.prod(self.shape):
+                shape = "x".join(map(str, self.shape))
+                raise ShardcliError(
+                    f"--values has {len(self.values)} numbers but --shape {shape} holds "
+                    f"{math.prod(self.shape)}; give one number per element, in row-major order"
+                )
+            check_values_fit(self.values, self.dtype)
+
+    @property
+    def source(self) -> str:
+        """How the array is filled, as the header says it: `--values` or `init arange`."""
+        return "--values" if self.values is not None else f"init {self.init}"
 
     @property
     def size(self) -> int:
@@ -623,6 +637,56 @@ def parse_values(text: str) -> tuple[float, ...]:
     return tuple(out)
 
 
+# The largest finite value of each float dtype (numpy.finfo(...).max, written out so that no NumPy is
+# imported to check flags); a finite --values beyond it would turn into inf silently.
+FLOAT_MAX = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+}
+# The range of each integer dtype (numpy.iinfo), for the same reason.
+INT_RANGE = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint8": (0, 2**8 - 1),
+    "uint32": (0, 2**32 - 1),
+    "bool": (0, 1),
+}
+
+
+def check_values_fit(values: tuple[float, ...], dtype: DType) -> None:
+    """Every --values number is one `dtype` holds: whole and in range for ints, not past a float's max.
+
+    NaN and infinities are kept for float dtypes (NaN in, NaN out is a lesson too); a finite number
+    that would round to infinity is refused, as is anything an integer dtype cannot hold.
+
+    Raises:
+        ShardcliError: the first number that does not fit, named with the dtype's range.
+    """
+    if dtype.kind == "float":
+        top = FLOAT_MAX.get(dtype.name, math.inf)
+        over = [v for v in values if math.isfinite(v) and abs(v) > top]
+        if over:
+            raise ShardcliError(
+                f"--values has {over[0]:g}, beyond {dtype.name}'s largest finite value {top:g}, so it "
+                f"would become inf; use smaller numbers or --dtype float64"
+            )
+        return
+    not_whole = [v for v in values if not math.isfinite(v) or v != int(v)]
+    if not_whole:
+        raise ShardcliError(
+            f"--values has {not_whole[0]:g}, which is not a whole number, but --dtype is {dtype.name}; "
+            f"use whole numbers or a float dtype"
+        )
+    low, high = INT_RANGE.get(dtype.name, (-math.inf, math.inf))
+    out = [v for v in values if not low <= v <= high]
+    if out:
+        raise ShardcliError(f"--values has {out[0]:g}, outside {dtype.name}'s range {low}..{high}")
+
+
 def parse_perm(text: str) -> tuple[tuple[int, int], ...]:
     """Parse `--perm 0:1,1:2,2:0` into (source, destination) pairs (validated later)."""
     pairs = []
@@ -873,7 +937,29 @@ SHORT_DTYPES = {
     "u32": "uint32",
     "pred": "bool",
 }
-_ARG_RE = re.compile(r"^\s*(?P<dtype>[A-Za-z0-9_]+)\[(?P<shape>[0-9,\s]*)\]\s*(?:@(?P<spec>.*))?$")
+_ARG_RE = re.compile(r"^\s*(?P<dtype>key<[^>]*>|[A-Za-z0-9_]+)\[(?P<shape>[0-9,\s]*)\]\s*(?:@(?P<spec>.*))?$")
+
+
+@dataclass(frozen=True)
+class KeyImpl:
+    """A typed PRNG key's implementation (`jax.random.key(0, impl=NAME)`), known before JAX starts."""
+
+    name: str  # JAX's name for it: threefry2x32, rbg, unsafe_rbg
+    short: str  # as JAX prints the key's dtype: key<fry>, key<rbg>, key<urbg>
+    words: int  # uint32 words per key (`jax.random.key_data(key).shape[-1]`)
+
+    @property
+    def dtype(self) -> DType:
+        """The key as a dtype: `key<fry>`, `words` uint32s per element."""
+        return DType(f"key<{self.short}>", 4 * self.words, "key")
+
+
+KEY_IMPLS = {
+    k.name: k
+    for k in (KeyImpl("threefry2x32", "fry", 2), KeyImpl("rbg", "rbg", 4), KeyImpl("unsafe_rbg", "urbg", 4))
+}
+# The names JAX prints (key<fry>) and the short ones people write, beside JAX's own.
+KEY_ALIASES = {"threefry": "threefry2x32", "fry": "threefry2x32", "urbg": "unsafe_rbg"}
 
 
 @dataclass(frozen=True)
@@ -883,6 +969,7 @@ class AbstractArg:
     dtype: DType
     shape: tuple[int, ...]
     sharding: ShardingSpec
+    key: KeyImpl | None = None  # a typed PRNG key (`key<rbg>[4]`); `dtype` then is its key dtype
 
     @property
     def nbytes(self) -> int:
@@ -890,6 +977,10 @@ class AbstractArg:
 
     def describe(self) -> str:
         return f"{self.dtype.name}[{','.join(map(str, self.shape))}]@{self.sharding.describe()}"
+
+
+# XLA counts an array's bytes in a signed 64-bit integer (and aborts the process past it).
+MAX_ABSTRACT_BYTES = 1 << 60
 
 
 def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> AbstractArg:
@@ -907,18 +998,37 @@ def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> Abstra
         )
     name = match.group("dtype").lower()
     name = SHORT_DTYPES.get(name, name)
-    if name not in DTYPES:
+    key = _key_impl(name, text, flag) if name.startswith("key<") else None
+    if key is None and name not in DTYPES:
         raise ShardcliError(
             f"{flag} {text!r}: dtype {match.group('dtype')!r} is not supported; choose one of "
-            f"{', '.join(DTYPES)} or {', '.join(SHORT_DTYPES)}"
+            f"{', '.join(DTYPES)}, {', '.join(SHORT_DTYPES)} or a typed PRNG key key<IMPL> "
+            f"({', '.join(KEY_IMPLS)})"
         )
     dims = [d.strip() for d in match.group("shape").split(",")] if match.group("shape").strip() else []
-    if any(not d.isdigit() for d in dims):
+    if any(not (d.isascii() and d.isdigit()) for d in dims):
         raise ShardcliError(f"{flag} {text!r}: the shape holds sizes separated by commas, e.g. [256,4096]")
     shape = tuple(int(d) for d in dims)
+    if math.prod(shape) * DTYPES[name].itemsize > MAX_ABSTRACT_BYTES:
+        raise ShardcliError(
+            f"{flag} {text!r}: {math.prod(shape) * DTYPES[name].itemsize:.3g} bytes is beyond what XLA can "
+            f"describe (at most 2**60 bytes in one array); give a smaller shape"
+        )
     sharding = parse_sharding(match.group("spec"), mesh, flag=f"{flag} {text!r}: spec")
     check_sharding_fits(sharding, mesh, shape, flag="its spec", what=f"{flag} {text!r}")
-    return AbstractArg(dtype=DTYPES[name], shape=shape, sharding=sharding)
+    return AbstractArg(dtype=key.dtype if key else DTYPES[name], shape=shape, sharding=sharding, key=key)
+
+
+def _key_impl(name: str, text: str, flag: str) -> KeyImpl:
+    impl = name[len("key<") : -1].strip()
+    impl = KEY_ALIASES.get(impl, impl)
+    if impl not in KEY_IMPLS:
+        raise ShardcliError(
+            f"{flag} {text!r}: {name!r} names no PRNG key implementation; give key<IMPL> with IMPL "
+            f"one of {', '.join(KEY_IMPLS)} (or {', '.join(KEY_ALIASES)}), e.g. key<threefry>[] or "
+            f"key<rbg>[4]@data"
+        )
+    return KEY_IMPLS[impl]
 
 
 def check_timing(iters: int, warmup: int) -> None:

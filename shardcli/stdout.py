@@ -4,7 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from typing import Any, TextIO
+
+
+def _box_to_ascii() -> dict[int, str]:
+    """Box-drawing characters (U+2500-257F) as ASCII: lines as - = |, corners and joints as +;
+    block elements (U+2580-259F, the bars of a chart) as #."""
+    table = {c: "+" for c in range(0x2500, 0x2580)}
+    table.update({ord(c): "-" for c in "─━┄┅┈┉╌╍╴╶╸╺"})
+    table.update({ord(c): "=" for c in "═"})
+    table.update({ord(c): "|" for c in "│┃┆┇┊┋╎╏║╵╷╹╻"})
+    table.update({c: "#" for c in range(0x2580, 0x25A0)})
+    return table
+
+
+_BOX_TO_ASCII = _box_to_ascii()
+
+
+def ascii_fallback(text: str, encoding: str) -> str:
+    """`text` as `encoding` can write it: boxes in ASCII, anything else it cannot hold as `?`."""
+    return text.translate(_BOX_TO_ASCII).encode(encoding, errors="replace").decode(encoding)
 
 
 class ReaderMayLeave:
@@ -22,7 +42,10 @@ class ReaderMayLeave:
     def write(self, text: str) -> int:
         if not self.reader_left:
             try:
-                return self._stream.write(text)
+                try:
+                    return self._stream.write(text)
+                except UnicodeEncodeError:  # LC_ALL=C, PYTHONIOENCODING=ascii: ASCII boxes
+                    self._stream.write(ascii_fallback(text, self._stream.encoding or "ascii"))
             except BrokenPipeError:
                 self._reader_left()
         return len(text)
@@ -52,3 +75,23 @@ def quiet_when_reader_leaves(stream: TextIO) -> TextIO:
     if isinstance(stream, ReaderMayLeave):
         return stream
     return ReaderMayLeave(stream)  # type: ignore[return-value]
+
+
+def reopen_closed_streams() -> None:
+    """Give a closed stdout or stderr (`shardcli ... >&-`, `2>&-`) to /dev/null.
+
+    A closed stream is not an error: what would go there goes nowhere, and the run's exit code
+    stands. Python leaves sys.stdout None then; worse, the next file opened would take descriptor 1
+    or 2 and receive the output. So the descriptors are taken first, by /dev/null.
+    """
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+            if getattr(sys, name) is None:
+                stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - the process's
+                setattr(sys, name, stream)

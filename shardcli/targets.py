@@ -3,8 +3,10 @@
 A target names an accelerator generation and a topology. The real compiler for it runs on a machine
 without one and nothing executes: the TPU compiler from the `libtpu` package (the `tpu` extra), or
 XLA's GPU compiler from JAX's CUDA plugin (the `gpu` extra) with a description of the GPU
-(shardcli/gpu_specs). Each generation carries the memory per chip a program is judged against, with
-its source. Adding a generation is adding an entry to GENERATIONS.
+(shardcli/gpu_specs). Each generation's figures (the memory per chip a program is judged against,
+its peak, bandwidths and torus) come from the one hardware table, `shardcli.hardware`, with their
+sources; a topology the generation does not offer (a 3-D v5e, a 2-D v4, a slice beyond the
+largest) is refused here, before any compiler starts.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import re
 from dataclasses import dataclass
 
 from shardcli.errors import ShardcliError
+from shardcli.hardware import CHIPS, Chip
+from shardcli.hardware import GIB as GIB  # where the targets' users have always found it
 
-GIB = 1 << 30
 INSTALL_HINTS = {
     "tpu": "pip install 'shardcli[tpu]' (libtpu, the TPU compiler: about 0.5 GB)",
     "cuda": "pip install 'shardcli[gpu]' (JAX's CUDA plugin, its GPU compiler: about 0.5 GB; no GPU needed)",
@@ -26,33 +29,46 @@ COMPILER_MODULES = {"tpu": "libtpu", "cuda": "jax_cuda12_plugin"}
 
 @dataclass(frozen=True)
 class Generation:
-    """One accelerator generation: its name here, the compiler's, and the memory each chip has."""
+    """One accelerator generation as a target: its name here, the compiler's, and its chip's figures
+    (from the one hardware table, `shardcli.hardware`)."""
 
-    name: str  # "tpu-v5e", "gpu-h100"
-    platform: str  # "tpu" or "cuda": the compiler that builds for it
+    hardware: Chip
     compiler_name: str  # libtpu's topology prefix ("v5e"), or the GPU description file ("h100.txtpb")
-    hbm_bytes: int
-    hbm_source: str
-    example: str  # a topology the compiler knows for it
+
+    @property
+    def name(self) -> str:
+        return self.hardware.name
+
+    @property
+    def platform(self) -> str:
+        return self.hardware.platform
+
+    @property
+    def hbm_bytes(self) -> int:
+        return int(self.hardware.hbm_bytes.value)
+
+    @property
+    def hbm_source(self) -> str:
+        return self.hardware.hbm_bytes.source
+
+    @property
+    def example(self) -> str:
+        return self.hardware.example
 
     @property
     def chip(self) -> str:
-        return "GPU" if self.platform == "cuda" else "chip"
+        return self.hardware.chip
 
 
-# Sources: Google Cloud's TPU system-architecture pages (per-chip HBM capacity); NVIDIA's H100 and
-# H200 SXM datasheets (80 GB and 141 GB of HBM).
 GENERATIONS: dict[str, Generation] = {
-    g.name: g
-    for g in (
-        Generation("tpu-v4", "tpu", "v4", 32 * GIB, "Cloud TPU v4: 32 GiB HBM2 per chip", "2x2x2"),
-        Generation("tpu-v5e", "tpu", "v5e", 16 * GIB, "Cloud TPU v5e: 16 GiB HBM2 per chip", "4x4"),
-        Generation("tpu-v5p", "tpu", "v5p", 95 * GIB, "Cloud TPU v5p: 95 GiB HBM2e per chip", "4x4x4"),
-        Generation("tpu-v6e", "tpu", "v6e", 32 * GIB, "Cloud TPU v6e (Trillium): 32 GiB HBM per chip", "8x8"),
-        Generation("gpu-h100", "cuda", "h100.txtpb", 80 * 10**9, "NVIDIA H100 SXM: 80 GB HBM3 per GPU", "8"),
-        Generation(
-            "gpu-h200", "cuda", "h200.txtpb", 141 * 10**9, "NVIDIA H200 SXM: 141 GB HBM3e per GPU", "8"
-        ),
+    name: Generation(CHIPS[name], compiler)
+    for name, compiler in (
+        ("tpu-v4", "v4"),
+        ("tpu-v5e", "v5e"),
+        ("tpu-v5p", "v5p"),
+        ("tpu-v6e", "v6e"),
+        ("gpu-h100", "h100.txtpb"),
+        ("gpu-h200", "h200.txtpb"),
     )
 }
 _TOPOLOGY_RE = {
@@ -111,4 +127,19 @@ def parse_target(text: str, flag: str = "--target") -> TargetSpec:
             f"{flag} {text!r} needs a topology after the ':', {shape}, such as "
             f"{generation.name}:{generation.example}; known: {known_targets()}"
         )
-    return TargetSpec(generation=generation, topology=tuple(int(d) for d in topology.split("x")))
+    sizes = tuple(int(d) for d in topology.split("x"))
+    problem = generation.hardware.topology_problem(sizes)
+    if problem is not None:
+        raise ShardcliError(f"{flag} {text!r}: {problem}; valid: {_valid(generation)}")
+    return TargetSpec(generation=generation, topology=sizes)
+
+
+def _valid(generation: Generation) -> str:
+    """What topologies a generation offers, in one clause."""
+    chip = generation.hardware
+    largest = "x".join(map(str, chip.max_topology))
+    if chip.platform == "cuda":
+        gpus = chip.max_topology[1]
+        return f"GPUS (1-{gpus}) or HOSTSxGPUS, such as {chip.name}:{chip.example} or {chip.name}:2x{gpus}"
+    sizes = "x".join(["N"] * (chip.torus_rank or 2))
+    return f"{sizes} up to {largest} ({chip.max_chips} chips), such as {chip.name}:{chip.example}"

@@ -2,17 +2,23 @@
 
 `shardcli inspect` imports and runs the named file as `python FILE.py` would (its folder first on
 sys.path). An error raised inside the user's file is theirs: it is reported with their own
-traceback, cut to the frames in their files, then one line, exit 2 (`UserCodeError`).
+traceback, cut to the frames in their files and the library frame it failed in, then one line,
+exit 2 (`UserCodeError`).
+
+While the user's code runs (`guarded`) it cannot take shardcli's output or exit: what it prints
+goes to stderr (so `--format json` stays one JSON document), and `sys.exit` or `os._exit` in it
+is reported as one line naming the file and line, exit 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,18 +76,23 @@ def load(target: str, flag: str = "inspect", what: str = "FUNCTION") -> UserObje
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
             try:
-                spec.loader.exec_module(module)
-            except BaseException as error:
+                with guarded(f"importing {where}"):
+                    spec.loader.exec_module(module)
+            except Exception as error:
                 sys.modules.pop(module_name, None)
                 raise user_error(error, roots, f"importing {where} raised") from None
+            except BaseException:
+                sys.modules.pop(module_name, None)
+                raise
     else:
         if importlib.util.find_spec(where.split(".")[0]) is None:
             raise ShardcliError(f"{flag} {target!r}: no module {where.split('.')[0]!r} on the Python path")
         try:
-            module = importlib.import_module(where)
+            with guarded(f"importing {where}"):
+                module = importlib.import_module(where)
         except ModuleNotFoundError as error:
             raise ShardcliError(f"{flag} {target!r}: {error}") from None
-        except BaseException as error:
+        except Exception as error:
             raise user_error(error, (_package_root(where),), f"importing {where} raised") from None
         roots = (_package_root(where),)
     if not hasattr(module, name):
@@ -114,21 +125,90 @@ def raised_in(error: BaseException, roots: tuple[str, ...]) -> bool:
 
 
 def user_error(error: BaseException, roots: tuple[str, ...], what: str) -> UserCodeError:
-    """The user's traceback, cut to their frames, and one line saying what raised."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if is_users(f.filename, roots)]
-    lines = ["Traceback (most recent call last; your frames only):\n", *traceback.format_list(frames)]
+    """The user's traceback, cut to their frames and the library frame it failed in, and one line
+    saying what raised."""
+    every = traceback.extract_tb(error.__traceback__)
+    frames = [f for f in every if is_users(f.filename, roots)]
+    head = "Traceback (most recent call last; your frames only):\n"
+    if frames and every and not is_users(every[-1].filename, roots):
+        frames.append(every[-1])  # where it failed: the library call the user's line made
+        head = "Traceback (most recent call last; your frames and the library frame it failed in):\n"
+    lines = [head, *traceback.format_list(frames)]
     lines += traceback.format_exception_only(type(error), error)
     first = (str(error).strip().splitlines() or [""])[0]
     return UserCodeError(f"{what} {type(error).__name__}: {first}".rstrip(": "), "".join(lines))
 
 
-def call_user(fn: Callable[..., Any], roots: tuple[str, ...], what: str, *args: Any) -> Any:
-    """Call the user's function; an error raised in their files is a UserCodeError."""
+def call_user(
+    fn: Callable[..., Any], roots: tuple[str, ...], what: str, *args: Any, doing: str = "running your code"
+) -> Any:
+    """Call the user's function (`guarded`); an error raised in their files is a UserCodeError."""
     try:
-        return fn(*args)
+        with guarded(doing):
+            return fn(*args)
     except ShardcliError:
         raise
     except Exception as error:
         if raised_in(error, roots):
             raise user_error(error, roots, what) from None
         raise
+
+
+class _UserExit(BaseException):
+    """`os._exit` called by the user's code while shardcli runs it (raised by the stand-in)."""
+
+    def __init__(self, code: Any, filename: str, lineno: int) -> None:
+        super().__init__(code)
+        self.code = code
+        self.filename = filename
+        self.lineno = lineno
+
+
+def _exit_site(error: BaseException) -> tuple[str, int]:
+    """The innermost frame outside shardcli and the standard library's exit machinery."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not _is_shardcli(f.filename)]
+    frame = frames[-1] if frames else traceback.extract_tb(error.__traceback__)[-1]
+    return frame.filename, frame.lineno or 0
+
+
+def _is_shardcli(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep)
+
+
+@contextlib.contextmanager
+def guarded(what: str) -> Iterator[None]:
+    """Run the user's code (importing it, calling it, tracing it) without letting it take shardcli's
+    stdout or exit status: `print` goes to stderr; `sys.exit` and `os._exit` become one line.
+
+    Args:
+        what: what shardcli was doing, for the message (`importing model.py`).
+
+    Raises:
+        ShardcliError: the user's code called sys.exit or os._exit (file and line named).
+    """
+    real_exit = os._exit
+
+    def stand_in(code: int) -> None:
+        caller = sys._getframe(1)
+        raise _UserExit(code, caller.f_code.co_filename, caller.f_lineno)
+
+    os._exit = stand_in  # type: ignore[assignment]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except SystemExit as error:
+        filename, lineno = _exit_site(error)
+        raise ShardcliError(_exit_text(filename, lineno, f"sys.exit({error.code!r})", what)) from None
+    except _UserExit as error:
+        raise ShardcliError(
+            _exit_text(error.filename, error.lineno, f"os._exit({error.code!r})", what)
+        ) from None
+    finally:
+        os._exit = real_exit
+
+
+def _exit_text(filename: str, lineno: int, call: str, what: str) -> str:
+    return (
+        f"{filename}:{lineno} calls {call} while shardcli was {what}: shardcli keeps its own exit "
+        f'status and output; put the call under `if __name__ == "__main__":`'
+    )

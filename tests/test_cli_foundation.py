@@ -11,7 +11,7 @@ import pytest
 from conftest import IN_PROCESS_DEVICES, pythonpath_first
 
 import shardcli
-from shardcli.json_schema import document_problems
+from shardcli.json_schema import SCHEMA_VERSION, document_problems
 
 ANSI = re.compile(r"\x1b\[([0-9;]*)m")
 
@@ -427,7 +427,7 @@ def json_of(result) -> dict:
 def test_mesh_json_contract(cli):
     doc = json_of(cli(["mesh", "--mesh", "2x4", "--axes", "data,model", "--format", "json"]))
     assert document_problems(doc, "mesh") == []  # exactly the keys shardcli/json_schema.py gives
-    assert doc["schema"] == 2
+    assert doc["schema"] == SCHEMA_VERSION
     assert doc["command"] == "mesh"
     assert doc["shardcli_version"] == shardcli.__version__
     assert doc["runtime"]["platform"] == "cpu"

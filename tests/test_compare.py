@@ -364,7 +364,7 @@ NOT_COMPARABLE = [
         "several-collectives",
         "psum",
         None,
-        '{"schema": 2, "command": "collective", "collectives": []}',
+        json.dumps({"schema": SCHEMA_VERSION, "command": "collective", "collectives": []}),
         "{new} holds several collectives in one document; compare takes one collective per file: save each "
         "collective's run on its own",
     ),
@@ -373,15 +373,16 @@ NOT_COMPARABLE = [
         "psum",
         None,
         setitem("schema", value=1),
-        "{base} has schema version 2 but {new} has 1; "
+        f"{{base}} has schema version {SCHEMA_VERSION} but {{new}} has 1; "
         "compare needs files written by the same shardcli version",
     ),
     bad(
         "schema-unknown",
         "psum",
-        setitem("schema", value=3),
-        setitem("schema", value=3),
-        "{base} and {new} have schema version 3, but this shardcli reads schema 2; "
+        setitem("schema", value=SCHEMA_VERSION + 1),
+        setitem("schema", value=SCHEMA_VERSION + 1),
+        f"{{base}} and {{new}} have schema version {SCHEMA_VERSION + 1}, but this shardcli reads schema "
+        f"{SCHEMA_VERSION}; "
         "compare them with the shardcli that wrote them",
     ),
     bad(
@@ -530,7 +531,7 @@ NOT_COMPARABLE = [
         args=["--format", "csv"],
     ),
     bad("missing-file", "psum", None, "missing", "cannot read {new}: no such file"),
-    bad("directory", "psum", None, "directory", "cannot read {new}: it is a directory"),
+    bad("directory", "psum", None, "directory", "cannot read {new}: it is a directory; give a regular file"),
     bad(
         "garbage",
         "psum",

@@ -117,3 +117,77 @@ def test_every_console_example_is_generated_and_up_to_date() -> None:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _generator_module():
+    spec = importlib.util.spec_from_file_location(
+        "gen_cli_reference", ROOT / "bench" / "gen_cli_reference.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+WRAPPED_AT_ARGUMENTS = """\
+lowered in 192 ms, compiled in 560 ms; nothing of the arguments'
+size was allocated
+┌──────┬──────────┐
+│ impl │   time   │
+├──────┼──────────┤
+│ auto │  2.4 ms  │
+└──────┴──────────┘"""
+WRAPPED_AT_SIZE = """\
+lowered in 1192 ms, compiled in 1560 ms; nothing of the arguments' size
+was allocated
+┌──────┬───────────┐
+│ impl │   time    │
+├──────┼───────────┤
+│ auto │  12.41 ms │
+└──────┴───────────┘"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "equal"),
+    [
+        pytest.param(
+            WRAPPED_AT_ARGUMENTS, WRAPPED_AT_SIZE, True, id="wider-timings-move-the-wrap-and-padding"
+        ),
+        pytest.param("busbw 1.4 GB/s  p50 381 us", "busbw 12.9 GB/s  p50 2.4 ms", True, id="unit-prefix"),
+        pytest.param("x (cache) 3 ms", "x 3 ms", True, id="cache-mark"),
+        pytest.param(
+            WRAPPED_AT_ARGUMENTS, WRAPPED_AT_SIZE.replace("auto", "shard_map"), False, id="changed-cell"
+        ),
+        pytest.param("verified: ok", "verified: WRONG", False, id="changed-word"),
+        pytest.param("a │ b │ rel err", "a │ b", False, id="a-column-left-out"),
+    ],
+)
+def test_the_docs_check_compares_what_a_reader_would_call_the_same(old, new, equal):
+    gen = _generator_module()
+    gen.VOLATILE.add("probe")
+    assert gen.same("probe", old, new) is equal
+    assert gen.same("fixed", old, old) and not gen.same("fixed", old, old + " ")  # not VOLATILE: exact
+
+
+def test_a_column_left_out_by_wider_timings_reads_the_same_a_few_columns_wider(monkeypatch):
+    """The generated text kept a column that this run's wider timings push out at 100 columns."""
+    gen = _generator_module()
+    generated = "impl time rel err\nauto 2.4 ms 1e-7"
+
+    def block(columns: int = gen.COLUMNS) -> str:
+        return generated.replace("2.4", "12.4") if columns >= gen.COLUMNS + 4 else "impl time\nauto 12.4 ms"
+
+    monkeypatch.setitem(gen.BLOCKS, "probe", block)
+    gen.VOLATILE.add("probe")
+    assert not gen.same("probe", generated, block())
+    assert gen.same_at_some_width("probe", generated)
+    monkeypatch.setitem(gen.BLOCKS, "probe", lambda columns=gen.COLUMNS: "impl time\nauto 12.4 ms")
+    assert not gen.same_at_some_width("probe", generated)  # left out at every width: a real change
+
+
+def test_the_json_schema_page_states_the_version_the_tool_writes() -> None:
+    from shardcli.json_schema import SCHEMA_VERSION
+
+    page = (ROOT / "docs" / "reference" / "json-schema.md").read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `schema` |"))
+    assert row.startswith(f"| `schema` | `{SCHEMA_VERSION}`:"), row

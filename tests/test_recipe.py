@@ -188,7 +188,12 @@ def test_a_failed_check_exits_1_and_says_so(cli, monkeypatch):
             ["reduce", "--steps", "2"], "--steps is for the pipeline-ring recipe", id="steps-elsewhere"
         ),
         pytest.param(
-            ["pipeline-ring", "--steps", "0"], "--steps 0 is not valid; give at least 1", id="steps-0"
+            ["pipeline-ring", "--steps", "0"], "--steps 0 is not valid; give 1 to 1000", id="steps-0"
+        ),
+        pytest.param(
+            ["pipeline-ring", "--steps", "100000"],
+            "--steps 100000 is not valid; give 1 to 1000",
+            id="steps-100000",
         ),
         pytest.param(
             ["reduce", "--axes", "a"], "--axes 'a' names 1 axes but the mesh has 2", id="axes-count"

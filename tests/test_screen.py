@@ -162,12 +162,12 @@ def test_every_default_view_fits_the_terminal(cli, inputs, tmp_path, name, colum
         pytest.param(
             "collective",
             80,
-            ["min (us)", "p90 (us)", "max (us)", "stdev (us)"],
-            ["placement", "p50 (us)", "busbw (GB/s)", "#wrong"],
+            ["min", "p90", "max", "stdev"],
+            ["placement", "p50", "busbw (GB/s)", "#wrong"],
             id="collective-timing",
         ),
         pytest.param(
-            "matmul", 80, ["compile (ms)", "min (us)", "p90 (us)"], ["p50 (us)", "#wrong"], id="matmul-timing"
+            "matmul", 80, ["compile", "min", "p90"], ["p50", "#wrong"], id="matmul-timing"
         ),
     ],
 )  # fmt: skip
@@ -184,16 +184,8 @@ def test_wide_keeps_todays_full_tables(cli, inputs):
     """--wide prints every column at its natural width, however narrow the terminal (today's
     tables: one line per row, the terminal wraps them)."""
     out = run(cli, "collective", inputs, 80, "--wide")
-    header = next(line for line in out.splitlines() if "stdev (us)" in line)
-    for column in (
-        "placement",
-        "compile (ms)",
-        "min (us)",
-        "p50 (us)",
-        "p90 (us)",
-        "max (us)",
-        "busbw (GB/s)",
-    ):
+    header = next(line for line in out.splitlines() if "stdev" in line and "placement" in line)
+    for column in ("placement", "compile", "min", "p50", "p90", "max", "busbw (GB/s)"):
         assert column in header
     assert len(header) > 80 and "not shown" not in out
 

@@ -32,7 +32,6 @@ Sizes = Annotated[
     str | None,
     typer.Option("--sizes", help="Sweep bytes per device: 1K:64M (x2 steps), 1K:64M:x4, or 4K,1M,16M."),
 ]
-Values = Annotated[str | None, typer.Option("--values", help="Exact global 1-D input: 3,1,4,1,5,9,2,6.")]
 Spec = Annotated[
     str | None,
     typer.Option("--spec", "-p", help="Input PartitionSpec. \\[default: the collective's axes on dim 0]"),
@@ -121,10 +120,11 @@ def collective(
     shape: Shape = None,
     size: Size = None,
     sizes: Sizes = None,
-    values: Values = None,
+    values: opt.Values = None,
+    values_file: opt.ValuesFile = None,
     spec: Spec = None,
     dtype: opt.Dtype = "float32",
-    init: opt.Init = "arange",
+    init: opt.Init = None,
     tiled: Tiled = None,
     gather_dim: GatherDim = None,
     scatter_dim: ScatterDim = None,
@@ -146,7 +146,16 @@ def collective(
     *,
     options: RunOptions,
 ) -> None:
-    array = InputFlags(shape=shape, size=size, sizes=sizes, values=values, spec=spec, dtype=dtype, init=init)
+    array = InputFlags(
+        shape=shape,
+        size=size,
+        sizes=sizes,
+        values=values,
+        spec=spec,
+        dtype=dtype,
+        init=init,
+        values_file=values_file,
+    )
     requests = build_collective_requests(
         name,
         array,

@@ -82,6 +82,7 @@ def inspect(
     compile_target: Target = None,
     mesh: Mesh = None,
     axes: opt.Axes = None,
+    ctx: typer.Context = None,  # type: ignore[assignment]  # Typer passes it
     *,
     options: RunOptions,
 ) -> None:
@@ -117,6 +118,7 @@ def inspect(
         axes=axes,
         options=options,
         compile_target=compile_target,
+        mode_given=ctx is not None and _typed(ctx, "mode"),
     )
     from shardcli.core.inspect import run_inspect
     from shardcli.render.inspect import render_inspect
@@ -124,3 +126,9 @@ def inspect(
     result = run_inspect(request)
     render_inspect(result, options)
     raise typer.Exit(ExitCode.WRONG_RESULT if result.does_not_fit else ExitCode.OK)
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave the option (on the command line or in the environment)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from shardcli.launcher import LaunchResult, LaunchSpec, run_launch, validate_launch
+from shardcli.launcher import LaunchResult, LaunchSpec, launchable_commands, run_launch, validate_launch
 
 
 def launch(
+    ctx: typer.Context,
     command: Annotated[
         list[str] | None,
         typer.Argument(help="The shardcli command every process runs, after --.", show_default=False),
@@ -56,7 +57,8 @@ def launch(
             tee=tee,
             log_dir=log_dir,
             port=port,
-        )
+        ),
+        launchable_commands(app_commands(ctx)),
     )
 
     def announce(coordinator: str, logs: str, pids: tuple[int, ...]) -> None:
@@ -71,6 +73,13 @@ def launch(
     result = run_launch(spec, on_start=announce)
     sys.stderr.write(launch_summary(result, timeout))
     raise typer.Exit(result.exit_code)
+
+
+def app_commands(ctx: typer.Context) -> dict[str, Any]:
+    """Each command of the app running `launch`, by name: its function (typer's wrapper unwrapped)."""
+    group = ctx.find_root().command
+    commands = getattr(group, "commands", {})
+    return {name: getattr(c.callback, "__wrapped__", c.callback) for name, c in commands.items()}
 
 
 def launch_summary(result: LaunchResult, timeout: float) -> str:

@@ -35,6 +35,11 @@ def recipe(
         int | None,
         typer.Option("--steps", help="pipeline-ring: how many ring steps. \\[default: the ring's length]"),
     ] = None,
+    shape: Annotated[
+        str | None,
+        typer.Option("--shape", "-s", help="The recipe's input shape (elementwise, reduce): 4x8."),
+    ] = None,
+    init: opt.Init = None,
     *,
     options: RunOptions,
 ) -> None:
@@ -51,8 +56,17 @@ def recipe(
 
     from shardcli.core.recipe import RecipeRequest, run_recipe
     from shardcli.render.recipe import render_recipe
+    from shardcli.specs import parse_init, parse_shape
 
-    result = run_recipe(RecipeRequest(name=name, mesh=mesh_spec, options=options, steps=steps))
+    request = RecipeRequest(
+        name=name,
+        mesh=mesh_spec,
+        options=options,
+        steps=steps,
+        shape=parse_shape(shape) if shape is not None else None,
+        init=parse_init(init) if init is not None else None,
+    )
+    result = run_recipe(request)
     render_recipe(result, options)
     raise typer.Exit(ExitCode.WRONG_RESULT if result.failed else ExitCode.OK)
 

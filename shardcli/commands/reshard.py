@@ -50,12 +50,19 @@ Mesh = Annotated[
 
 @opt.with_run_options(formats=("table", "json", "csv"), mode=False)
 def reshard(
-    shape: Annotated[str, typer.Option("--shape", "-s", help="Global array shape: 8x1024.")] = "8x1024",
+    shape: Annotated[
+        str | None,
+        typer.Option(
+            "--shape", "-s", help="Global array shape: 8x1024. \\[default: 8x1024, or the --values given]"
+        ),
+    ] = None,
     source: Source = None,
     target: Destination = None,
     impl: Impl = "all",
     dtype: Dtype = "float32",
-    init: opt.Init = "arange",
+    init: opt.Init = None,
+    values: opt.Values = None,
+    values_file: opt.ValuesFile = None,
     warmup: Warmup = 5,
     iters: Iters = 20,
     compile_target: CompileTarget = None,
@@ -79,6 +86,8 @@ def reshard(
         impl=impl,
         dtype=dtype,
         init=init,
+        values=values,
+        values_file=values_file,
         warmup=warmup,
         iters=iters,
         mesh=mesh,

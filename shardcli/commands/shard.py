@@ -23,7 +23,14 @@ from shardcli.specs import (
 
 @opt.with_run_options(compile_cache=False, process_timing=False)
 def shard(
-    shape: Annotated[str, typer.Option("--shape", "-s", help="Global array shape: 8x8, 16, 4x8x8.")] = "8x8",
+    shape: Annotated[
+        str | None,
+        typer.Option(
+            "--shape",
+            "-s",
+            help="Global array shape: 8x8, 16, 4x8x8. \\[default: 8x8, or the --values given]",
+        ),
+    ] = None,
     spec: Annotated[
         str | None,
         typer.Option(
@@ -34,14 +41,10 @@ def shard(
         ),
     ] = None,
     dtype: opt.Dtype = "float32",
-    init: opt.Init = "arange",
-    show_values: Annotated[
-        bool | None,
-        typer.Option(
-            "--show-values/--no-show-values",
-            help="Print each device's local values. \\[default: on for arrays of up to 256 elements]",
-        ),
-    ] = None,
+    init: opt.Init = None,
+    values: opt.Values = None,
+    values_file: opt.ValuesFile = None,
+    show_values: opt.ShowValues = None,
     view_dims: Annotated[
         str | None,
         typer.Option(
@@ -58,11 +61,16 @@ def shard(
 
     Example: shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model
     """
+    from shardcli.requests import parse_input_values
+
     mesh_spec = parse_mesh(mesh, axes)
-    array_shape = parse_shape(shape)
+    parsed_shape, numbers = parse_input_values(values, values_file, shape, init)
+    array_shape = parsed_shape or parse_shape("8x8")
     request = ShardRequest(
         mesh=mesh_spec,
-        array=ArraySpec(shape=array_shape, dtype=parse_dtype(dtype), init=parse_init(init)),
+        array=ArraySpec(
+            shape=array_shape, dtype=parse_dtype(dtype), init=parse_init(init or "arange"), values=numbers
+        ),
         sharding=parse_sharding(spec, mesh_spec),
         show_values=show_values,
         view_dims=parse_view_dims(view_dims, len(array_shape)),

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.arrays import make_host_array, numpy_dtype, place_array
+from shardcli.arrays import make_host_array, place_array
 from shardcli.collective_registry import (
     PARAM_FLAGS,
     Collective,
@@ -267,12 +267,12 @@ def validate_request(request: CollectiveRequest) -> tuple[Collective, list[tuple
     if collective.numeric_only and request.dtype.kind == "bool":
         raise ShardcliError(f"{collective.name} needs a numeric --dtype, not bool")
     check_timing(request.iters, request.warmup)
-    if request.values is not None:
-        _check_values_fit(request.values, request.dtype)
     mesh = request.mesh
     n = group_size(request.params.axes, mesh.axis_sizes)
     entries = input_entries(request)
     shapes = global_shapes(request, collective)
+    if request.values is not None:  # as many numbers as the shape holds, each one the dtype holds
+        ArraySpec(shape=shapes[0], dtype=request.dtype, values=request.values)
     for shape in shapes:
         try:
             check_sharding_fits(ShardingSpec(entries), mesh, shape)
@@ -300,6 +300,10 @@ def validate_request(request: CollectiveRequest) -> tuple[Collective, list[tuple
             )
     if request.show_values and request.sweep:
         raise ShardcliError("--show-values is for a single run; --sizes runs several sizes")
+    if request.min_busbw is not None and not (math.isfinite(request.min_busbw) and request.min_busbw >= 0):
+        raise ShardcliError(
+            f"--min-busbw {request.min_busbw:g} is not a bandwidth; give a finite number of GB/s, 0 or more"
+        )
     if request.min_busbw is not None and collective.bus_factor is None:
         raise ShardcliError(f"--min-busbw needs a collective that moves data; {collective.name} does not")
     return collective, shapes
@@ -310,23 +314,6 @@ def _param_owner_hint(name: str) -> str:
 
     owners = [c.name for c in COLLECTIVES.values() if name in c.options]
     return f"it is for {', '.join(owners)}"
-
-
-def _check_values_fit(values: tuple[float, ...], dtype: DType) -> None:
-    if dtype.kind in ("int", "uint", "bool"):
-        bad = [v for v in values if v != int(v)]
-        if bad:
-            raise ShardcliError(
-                f"--values has {bad[0]:g}, which is not a whole number, but --dtype is {dtype.name}; "
-                f"use whole numbers or a float dtype"
-            )
-        info = np.iinfo(dtype.name) if dtype.kind != "bool" else None
-        if info is not None:
-            out = [v for v in values if not info.min <= v <= info.max]
-            if out:
-                raise ShardcliError(
-                    f"--values has {out[0]:g}, outside {dtype.name}'s range {info.min}..{info.max}"
-                )
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -346,9 +333,9 @@ def _group_key(axes: tuple[str, ...], mesh: MeshSpec, coords: dict[str, int]) ->
 
 
 def _host_input(request: CollectiveRequest, shape: tuple[int, ...]) -> np.ndarray:
-    if request.values is not None:
-        return np.array(request.values).astype(numpy_dtype(request.dtype))
-    return make_host_array(ArraySpec(shape=shape, dtype=request.dtype, init=request.init))
+    return make_host_array(
+        ArraySpec(shape=shape, dtype=request.dtype, init=request.init, values=request.values)
+    )
 
 
 def _expected_outputs(
@@ -710,10 +697,11 @@ def resolve_roofline(session: Session, collective: Collective) -> Roofline:
         return Roofline(
             None, None, f"not available: no link bandwidth in the device table for {rt.device_kind!r}"
         )
+    link = entry.link_bytes_per_s
     return Roofline(
         "link",
-        entry.link_gbps * 1e9,
-        f"{entry.link_gbps:g} GB/s link bandwidth (table: {entry.label}, {entry.link_note})",
+        link.value,
+        f"{link.value / 1e9:g} GB/s link bandwidth (table: {entry.label}, {link.source})",
     )
 
 

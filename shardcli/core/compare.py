@@ -329,10 +329,18 @@ def _field(obj: Doc, key: str, types: type | tuple[type, ...], where: str, file:
 
 
 def _number(obj: Doc, key: str, where: str, file: str) -> float | None:
-    """A measured value: a number, or None where there is none (NaN and infinities count as none)."""
+    """A measured value: a number, or None where there is none (NaN and infinities count as none).
+
+    Raises:
+        ShardcliError: a negative value (a time, a bandwidth, bytes or a count below zero would
+            read as an improvement it is not).
+    """
     value = _field(obj, key, (int, float, type(None)), where, file)
     if value is None or not math.isfinite(value):
         return None
+    if value < 0:
+        path = f"{where}.{key}" if where else key
+        raise ShardcliError(f"{file} has '{path}' = {value:g}; a measured value cannot be negative")
     return float(value)
 
 

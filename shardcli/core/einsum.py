@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.arrays import make_host_array, place_array
+from shardcli.arrays import ShownValues, make_host_array, place_array, shown_values
 from shardcli.core.fit import LatencyBandwidthFit, fit_each
 from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled, program_cost
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
+from shardcli.core.shard import resolve_show_values
 from shardcli.core.target import FitVerdict, compile_for_target, judge_fit
 from shardcli.core.timing import Timing, compile_timed
 from shardcli.core.verify import dot_input_roundoff, float_eps
@@ -54,6 +55,7 @@ class EinsumRequest:
     dtype: DType
     ways: tuple[str, ...] = WAYS
     init: str = "random"
+    show_values: bool | None = None  # None: the result is shown where it has up to 256 elements
     scales: tuple[float, ...] | None = None  # --sizes: the dims times each scale
     warmup: int = 5
     iters: int = 20
@@ -91,6 +93,7 @@ class WayRun:
     wrong: int
     wrong_devices: tuple[int, ...]
     fit: FitVerdict | None = None  # --target: this way's memory per chip against the chip's HBM
+    values: ShownValues | None = None  # the result, globally and per device, where small enough
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,10 @@ def validate_einsum_request(request: EinsumRequest) -> None:
     bad = [w for w in request.ways if w not in WAYS]
     if bad or not request.ways:
         raise ShardcliError(f"--way {','.join(request.ways)!r} is not valid; choose auto, explicit or both")
+    if request.show_values and request.scales is not None:
+        raise ShardcliError("--show-values is for a single run; --sizes runs several sizes")
+    if request.show_values:
+        resolve_show_values(True, math.prod(request.notation.output_shape))
     for notation in notations(request):
         for i, spec in enumerate(request.in_specs):
             check_sharding_fits(spec, request.mesh, notation.operand_shape(i), flag=f"--in (operand {i})")
@@ -313,7 +320,9 @@ def run_way(
         process_timing=request.options.process_timing,
     )
     ref, bound, scale = reference
-    check = check_blocks(y, ref, bound, scale, [cell.device_id for cell in session.layout.cells])
+    order = [cell.device_id for cell in session.layout.cells]
+    check = check_blocks(y, ref, bound, scale, order)
+    shows = resolve_show_values(request.show_values, math.prod(y.shape)) and request.scales is None
     return WayRun(
         way=way,
         status="ok",
@@ -326,6 +335,7 @@ def run_way(
         max_rel_err=check.max_rel_err,
         wrong=check.wrong,
         wrong_devices=check.wrong_devices,
+        values=shown_values(y, order) if shows else None,
     )
 
 
@@ -402,12 +412,12 @@ def run_size(
         )
         text = f"not verified: compile-only for {target.name}, nothing ran"
         return EinsumSize(scale, notation, operands, result, model_flops, text, ways)
-    hosts = [
-        make_host_array(
-            ArraySpec(shape=notation.operand_shape(i), dtype=request.dtype, init=request.init), seed=i
-        )
-        for i in range(len(notation.inputs))
-    ]
+    hosts = []
+    start = 0  # arange numbers the operands in one sequence, as matmul's A and B
+    for i in range(len(notation.inputs)):
+        spec = ArraySpec(shape=notation.operand_shape(i), dtype=request.dtype, init=request.init)
+        hosts.append(make_host_array(spec, seed=i, start=start))
+        start += spec.size
     wide = [h.astype(np.float64) for h in hosts]
     ref = np.asarray(np.einsum(notation.canonical, *wide), dtype=np.float64)
     scale_of = np.asarray(np.einsum(notation.canonical, *(np.abs(w) for w in wide)), dtype=np.float64)

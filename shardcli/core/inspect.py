@@ -9,6 +9,7 @@ and the classic mistakes are named. `--run` also runs it on generated inputs and
 
 from __future__ import annotations
 
+import contextlib
 import inspect as pyinspect
 import math
 import time
@@ -16,8 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis, analyze_compiled, program_cost
+from shardcli.core.program_analysis import (
+    CollectiveOp,
+    ProgramAnalysis,
+    analyze_compiled,
+    program_cost,
+    reanalyze_from_dump,
+)
+from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf, jit_of
 from shardcli.core.session import Session
+from shardcli.core.step_time import StepEstimate, step_time_of
 from shardcli.core.target import FitVerdict, judge_fit, oom_verdict
 from shardcli.core.timing import Timing
 from shardcli.costmodel import CostEstimate, Hardware, table_hardware
@@ -67,6 +76,7 @@ class InspectRequest:
     compile_target: TargetSpec | None = None  # --target: compile for a TPU topology, run nothing
     mesh_text: str | None = None  # --mesh as typed, for a target's mesh (a reshape of its chips)
     axes_text: str | None = None
+    mode_given: bool = False  # --mode typed: it overrides the axis types of the inputs' own mesh
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,7 @@ class InspectResult:
     compile_s: float
     timing: Timing | None = None
     fit: FitVerdict | None = None  # --target: the program's memory per chip against its HBM
+    step: StepEstimate | None = None  # the step-time estimate, on a device kind the hardware table knows
 
     @property
     def does_not_fit(self) -> bool:
@@ -118,36 +129,6 @@ class InspectResult:
 
 
 # --- arguments ------------------------------------------------------------------------------------
-
-
-def abstract_args(args: tuple[AbstractArg, ...], mesh: Any) -> tuple[Any, ...]:
-    """`jax.ShapeDtypeStruct`s with NamedShardings on the mesh: nothing allocated."""
-    import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
-
-    from shardcli.mesh import partition_spec
-
-    return tuple(
-        jax.ShapeDtypeStruct(
-            a.shape, jnp.dtype(a.dtype.name), sharding=NamedSharding(mesh, partition_spec(a.sharding.entries))
-        )
-        for a in args
-    )
-
-
-def as_abstract(tree: Any) -> Any:
-    """Arrays in a pytree become ShapeDtypeStructs with their shardings (nothing is copied)."""
-    import jax
-
-    def leaf(x: Any) -> Any:
-        if isinstance(x, jax.ShapeDtypeStruct):
-            return x
-        if hasattr(x, "shape") and hasattr(x, "dtype"):
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
-        return x
-
-    return jax.tree_util.tree_map(leaf, tree)
 
 
 def layout_of(sharding: Any, shape: tuple[int, ...]) -> ShardingLayout:
@@ -164,22 +145,32 @@ def _spec_text(entries: Entries | None, sharding: Any) -> str:
     return ShardingSpec(entries).describe()
 
 
-def fact_of(name: str, struct: Any, default_sharding: Any = None) -> ArrayFact:
-    """An ArrayFact for one leaf (a ShapeDtypeStruct or array with a sharding)."""
+def fact_of(name: str, struct: Any, default_sharding: Any = None, *, sharding: Any = None) -> ArrayFact:
+    """An ArrayFact for one leaf (a ShapeDtypeStruct or array with a sharding).
+
+    A typed PRNG key (`key<rbg>`) counts the bytes of its key data (`jax.random.key_data`: 4 uint32
+    words per rbg key, 2 per threefry key) per element of its shape.
+
+    Args:
+        sharding: the sharding to describe it with (the compiled program's), before its own.
+        default_sharding: the sharding where the leaf has none.
+    """
     import numpy as np
 
+    from shardcli.core.program_inputs import is_key
     from shardcli.mesh import entries_of
 
     shape = tuple(int(d) for d in struct.shape)
-    sharding = getattr(struct, "sharding", None) or default_sharding
+    sharding = sharding or getattr(struct, "sharding", None) or default_sharding
     if sharding is None:
         raise ShardcliError(f"argument {name} ({struct.dtype}{list(shape)}) has no sharding; give it one")
-    itemsize = np.dtype(struct.dtype).itemsize
+    key = is_key(struct.dtype)
+    itemsize = int(struct.dtype.itemsize) if key else np.dtype(struct.dtype).itemsize
     entries = entries_of(sharding, len(shape))
     layout = layout_of(sharding, shape)
     return ArrayFact(
         name=name,
-        dtype=str(np.dtype(struct.dtype)),
+        dtype=str(struct.dtype) if key else str(np.dtype(struct.dtype)),
         shape=shape,
         entries=entries,
         spec=_spec_text(entries, sharding),
@@ -189,19 +180,25 @@ def fact_of(name: str, struct: Any, default_sharding: Any = None) -> ArrayFact:
     )
 
 
-def _leaf_names(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[tuple[str, Any]]:
-    """(`params['w1']`, leaf) for every leaf; positional arguments named by the function's parameters."""
+def _leaf_names(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, Any]]:
+    """(`params['w1']`, leaf) for every array leaf; positional arguments named by the function's
+    parameters, keyword ones by their keywords. Other leaves (Python numbers, an equinox module's
+    functions) take no device memory and are left out."""
     import jax
 
     try:
-        names = list(pyinspect.signature(fn).parameters)
+        params = pyinspect.signature(fn).parameters.values()
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         names = []
     out = []
-    for i, arg in enumerate(args):
-        base = names[i] if i < len(names) and not names[i].startswith("*") else f"arg{i}"
+    named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(args)]
+    for base, arg in [*named, *kwargs.items()]:
         for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
-            out.append((base + jax.tree_util.keystr(path), leaf))
+            if is_array_leaf(leaf):
+                out.append((base + jax.tree_util.keystr(path), leaf))
     return out
 
 
@@ -316,6 +313,40 @@ class DoesNotFit(Exception):
         self.lower_s = lower_s
 
 
+# What JAX says when a program names shardings by bare PartitionSpecs (with_sharding_constraint,
+# shard_map without a mesh, explicit-axes out_sharding=P(...)) and no context mesh is set.
+_ASKS_FOR_MESH = ("jax.set_mesh", "mesh in context", "context mesh cannot be empty", "under a mesh context")
+
+
+def asks_for_context_mesh(error: BaseException, explicit: bool = False) -> bool:
+    """Whether JAX refused the program only because no context mesh (`jax.set_mesh`) was set.
+
+    On a mesh with explicit axes any refusal counts: explicit-axes code is written to run under
+    `jax.set_mesh` (`out_sharding=P(...)`, indexing, `reshard`), and fails in many ways without it.
+    """
+    if explicit:
+        return True
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(phrase in str(current) for phrase in _ASKS_FOR_MESH):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled program, how long it took, and whether it needed a context mesh to trace."""
+
+    jitted: Any
+    compiled: Any
+    lower_s: float
+    compile_s: float
+    context_mesh: bool  # traced under `jax.set_mesh(mesh)`: the program named shardings by PartitionSpec
+
+
 def compile_program(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -323,33 +354,48 @@ def compile_program(
     what: str,
     mesh: Any,
     target: TargetSpec | None = None,
-) -> tuple[Any, Any, float, float]:
-    """(jitted, compiled, lower seconds, compile seconds); an error in the user's code is theirs.
+    kwargs: dict[str, Any] | None = None,
+) -> Compiled:
+    """Lower and compile `fn` as `jax.jit(fn).lower(*args, **kwargs).compile()` would; an error in the
+    user's code is theirs.
+
+    A function already jitted is compiled with its own configuration (in/out shardings, donated and
+    static arguments). The program is traced without a context mesh, as plain `jax.jit` traces it;
+    only where JAX asks for one (a bare PartitionSpec in `with_sharding_constraint`, a `shard_map`
+    without a mesh), or where explicit-axes code fails without one, is it traced again under
+    `jax.set_mesh(mesh)`, as the user's own script runs it.
 
     Raises:
         DoesNotFit: compiling for `target`, the TPU compiler ran out of the chip's HBM.
+        ShardcliError: JAX refused the program (one line).
+        UserCodeError: the user's code raised while JAX traced it.
     """
-    import contextlib
-
     import jax
     from jax._src import config as jax_config
 
     from shardcli.core.target import quiet_native_logs
-    from shardcli.user_code import raised_in, user_error
+    from shardcli.user_code import guarded, raised_in, user_error
 
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    jitted, args, kwargs = jit_of(fn, args, kwargs or {})
     lower_s = 0.0
     quiet: contextlib.AbstractContextManager[list[str]] = (
         quiet_native_logs() if target is not None else contextlib.nullcontext([])
     )
     try:
-        # The mesh is the context, as under `with jax.set_mesh(mesh)` in the user's own script:
-        # with_sharding_constraint(x, P(...)) and explicit-axes code find it there.
         # Not from the persistent compile cache: a program compiled before from another copy of the
         # same file would bring that copy's source lines (the cache key leaves locations out).
-        with quiet, jax.set_mesh(mesh), jax_config.enable_compilation_cache(False):
+        with quiet, guarded(f"tracing {what}"), jax_config.enable_compilation_cache(False):
             start = time.perf_counter()
-            lowered = jitted.lower(*args)
+            context_mesh = False
+            try:
+                lowered = jitted.lower(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - retried only where JAX asked for a mesh
+                explicit = any(getattr(t, "name", "") == "Explicit" for t in mesh.axis_types)
+                if not asks_for_context_mesh(error, explicit):
+                    raise
+                context_mesh = True
+                with jax.set_mesh(mesh):
+                    lowered = jitted.lower(*args, **kwargs)
             lower_s = time.perf_counter() - start
             start = time.perf_counter()
             compiled = lowered.compile()
@@ -357,15 +403,28 @@ def compile_program(
     except ShardcliError:
         raise
     except Exception as error:  # noqa: BLE001 - sorted into the user's error or JAX's refusal
-        if raised_in(error, roots):
-            raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
         verdict = oom_verdict(error, target) if target is not None else None
         if verdict is not None:
             raise DoesNotFit(verdict, lower_s) from None
+        if raised_in(error, roots):
+            raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
         lines = str(error).strip().splitlines()
         reason = f"{type(error).__name__}: {lines[0] if lines else ''}"
         raise ShardcliError(f"JAX could not compile {what}: {reason}") from None
-    return jitted, compiled, lower_s, compile_s
+    return Compiled(jitted, compiled, lower_s, compile_s, context_mesh)
+
+
+def _compiled_input_shardings(compiled: Any, count: int) -> list[Any] | None:
+    """The shardings the compiled program takes its array arguments in, where they line up one to one
+    with the `count` array leaves (a jitted function's in_shardings, or what the compiler chose for a
+    leaf given none); None where they do not (Python numbers among the arguments)."""
+    import jax
+
+    shardings = getattr(compiled, "input_shardings", None)
+    if shardings is None:
+        return None
+    flat = jax.tree_util.tree_leaves(shardings, is_leaf=lambda x: x is None)
+    return flat if len(flat) == count else None
 
 
 def inspect_program(
@@ -374,6 +433,7 @@ def inspect_program(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     *,
+    kwargs: dict[str, Any] | None = None,
     roots: tuple[str, ...] = (),
     outs: tuple[ShardingSpec, ...] = (),
     peak_tflops: float | None = None,
@@ -383,18 +443,37 @@ def inspect_program(
     iters: int = 5,
     process_timing: str = "max",
     target: TargetSpec | None = None,
+    mode: str | None = None,
+    mesh_given: bool = True,
 ) -> InspectResult:
     """Lower and compile `fn` on abstract `args` and read what the compiler made of it.
+
+    Args:
+        mode: "auto" or "explicit" axes for the mesh (--mode typed); None: as the arguments' mesh
+            has them.
+        mesh_given: the session's mesh was asked for (--mesh, --axes); else arguments on an abstract
+            mesh bring its shape and names.
 
     Raises:
         ShardcliError: JAX could not compile it (one line).
         UserCodeError: the user's code raised while JAX traced it.
     """
     import jax
+    from jax.sharding import NamedSharding, PartitionSpec
 
-    args = tuple(as_abstract(a) for a in args)
+    from shardcli.core.session import on_program_mesh
+
+    session, (args, kwargs) = on_program_mesh(
+        session,
+        (tuple(as_abstract(a) for a in args), as_abstract(dict(kwargs or {}))),
+        mode,
+        f"the arguments of {name}",
+        mesh_given=mesh_given,
+    )
+    named = _leaf_names(getattr(fn, "__wrapped__", fn), args, kwargs)
+    unplaced = NamedSharding(session.mesh, PartitionSpec())  # until the compiler says otherwise
     try:
-        arguments = tuple(fact_of(n, leaf) for n, leaf in _leaf_names(getattr(fn, "__wrapped__", fn), args))
+        arguments = tuple(fact_of(n, leaf, unplaced) for n, leaf in named)
     except ShardcliError:
         raise
     except Exception as error:  # noqa: BLE001 - a sharding that does not divide its array, say
@@ -403,7 +482,7 @@ def inspect_program(
     biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
     hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
     try:
-        jitted, compiled, lower_s, compile_s = compile_program(fn, args, roots, name, session.mesh, target)
+        built = compile_program(fn, args, roots, name, session.mesh, target, kwargs)
     except DoesNotFit as refused:
         return InspectResult(
             session=session,
@@ -418,6 +497,14 @@ def inspect_program(
             compile_s=0.0,
             fit=refused.verdict,
         )
+    compiled = built.compiled
+    if built.context_mesh:
+        session = _noted(session, "traced under jax.set_mesh(mesh), as JAX asked for this program")
+    placed = _compiled_input_shardings(compiled, len(named))
+    if placed is not None:
+        arguments = tuple(
+            fact_of(n, leaf, unplaced, sharding=sh) for (n, leaf), sh in zip(named, placed, strict=True)
+        )
     out_structs = jax.tree_util.tree_leaves(compiled.out_info) if hasattr(compiled, "out_info") else []
     out_shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
     results = tuple(
@@ -425,7 +512,11 @@ def inspect_program(
         for i, (s, sh) in enumerate(zip(out_structs, out_shardings, strict=False))
     )
     analysis = analyze_compiled(compiled, session.mesh)
-    timing = _run(compiled, args, warmup, iters, process_timing, compile_s) if run else None
+    if analysis.text_source is None:  # XLA could not print it: once more, dumped (--xla_dump_to)
+        analysis = reanalyze_from_dump(
+            analysis, compiled, session.mesh, lambda: _dump_again(built, args, kwargs, session.mesh, target)
+        )
+    timing = _run(compiled, args, kwargs, warmup, iters, process_timing, built.compile_s) if run else None
     return InspectResult(
         session=session,
         target=name,
@@ -435,19 +526,81 @@ def inspect_program(
         model=program_cost(analysis, hardware),
         hardware=hardware,
         findings=find_mistakes(arguments, results, analysis, outs, session.mesh.size),
-        lower_s=lower_s,
-        compile_s=compile_s,
+        lower_s=built.lower_s,
+        compile_s=built.compile_s,
         timing=timing,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
+        step=_step_time(analysis, session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps),
     )
 
 
-def _run(compiled: Any, args: tuple[Any, ...], warmup: int, iters: int, how: str, compile_s: float) -> Timing:
+def _dump_again(
+    built: Compiled, args: tuple[Any, ...], kwargs: dict[str, Any], mesh: Any, target: TargetSpec | None
+) -> tuple[str | None, str]:
+    """The program lowered as `compile_program` lowered it, compiled once more with its optimized
+    HLO dumped (`program_analysis.dump_hlo_text`)."""
+    import jax
+
+    from shardcli.core.program_analysis import dump_hlo_text
+    from shardcli.core.target import quiet_native_logs
+
+    quiet: contextlib.AbstractContextManager[list[str]] = (
+        quiet_native_logs() if target is not None else contextlib.nullcontext([])
+    )
+    context: contextlib.AbstractContextManager[Any] = (
+        jax.set_mesh(mesh) if built.context_mesh else contextlib.nullcontext()
+    )
+    with quiet, context:
+        return dump_hlo_text(built.jitted.lower(*args, **kwargs))
+
+
+def _step_time(
+    analysis: ProgramAnalysis,
+    session: Session,
+    dtype_name: str,
+    peak_tflops: float | None,
+    link_gbps: float | None,
+) -> StepEstimate | None:
+    """The step-time estimate, with --peak-tflops/--link-gbps in place of the table's figures."""
+    from shardcli.hardware import Figure
+
+    return step_time_of(
+        analysis,
+        session.mesh,
+        session.runtime.device_kind,
+        dtype_name,
+        peak=Figure(peak_tflops * 1e12, "FLOP/s", "--peak-tflops") if peak_tflops is not None else None,
+        link=Figure(link_gbps * 1e9, "B/s", "--link-gbps") if link_gbps is not None else None,
+    )
+
+
+def _noted(session: Session, note: str) -> Session:
+    from dataclasses import replace
+
+    runtime = session.runtime
+    return replace(
+        session, runtime=replace(runtime, note=f"{runtime.note}; {note}" if runtime.note else note)
+    )
+
+
+def _run(
+    compiled: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    warmup: int,
+    iters: int,
+    how: str,
+    compile_s: float,
+) -> Timing:
     """Generate inputs on their devices (random normal floats, zeros otherwise) and time the program."""
     import jax
 
     from shardcli.core.program_run import time_compiled
 
+    if kwargs:
+        raise ShardcliError(
+            "--run times positional arguments only; return no kwargs from --inputs with --run"
+        )
     leaves, tree = jax.tree_util.tree_flatten(args)
     key = jax.random.key(0)
     made = []
@@ -470,39 +623,42 @@ def _run(compiled: Any, args: tuple[Any, ...], warmup: int, iters: int, how: str
 
 
 def _generator(leaf: Any, key: Any) -> Callable[[], Any]:
-    """A jitted-able function making one input: random normal floats, zeros otherwise."""
+    """A jitted-able function making one input: random normal floats, random keys, zeros otherwise."""
     import jax
     import jax.numpy as jnp
 
+    from shardcli.core.program_inputs import is_key, key_impl_of
+
+    if is_key(leaf.dtype):
+        impl = key_impl_of(leaf.dtype)
+        return lambda: jax.random.wrap_key_data(
+            jax.random.bits(key, (*leaf.shape, impl.words), jnp.uint32), impl=impl.name
+        )
     if jnp.issubdtype(leaf.dtype, jnp.floating):
         return lambda: jax.random.normal(key, leaf.shape, leaf.dtype)
     return lambda: jnp.zeros(leaf.shape, leaf.dtype)
 
 
 def run_inspect(request: InspectRequest) -> InspectResult:
-    """`shardcli inspect`: load the user's function (and inputs), open the mesh, inspect.
+    """`shardcli inspect`: open the mesh (the devices exist before the user's file is imported), load
+    the user's function (and inputs), inspect.
 
     Raises:
         ShardcliError: bad input (one line).
         UserCodeError: the user's code raised.
     """
+    from shardcli.core.program_inputs import call_inputs
     from shardcli.core.session import open_session
-    from shardcli.user_code import call_user, load
+    from shardcli.runtime import import_jax_quietly
+    from shardcli.user_code import load
 
     check_timing(request.iters, request.warmup)
     if request.args and request.inputs:
         raise ShardcliError("give the arguments with --arg or with --inputs, not both")
-    from shardcli.runtime import import_jax_quietly
-
     import_jax_quietly()  # before the user's file imports it
-    function = load(request.target)
-    if not callable(function.value):
-        raise ShardcliError(
-            f"inspect {request.target!r} names a {type(function.value).__name__}, not a function"
-        )
     x64 = any(a.dtype.needs_x64 for a in request.args)
     if request.compile_target is not None:
-        from shardcli.core.target import open_target_session
+        from shardcli.core.target import open_target_session, target_meshes
 
         if request.run:
             raise ShardcliError(
@@ -511,26 +667,32 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         session = open_target_session(
             request.compile_target, request.mesh_text, request.axes_text, request.options, x64=x64
         )
+        import_meshes: contextlib.AbstractContextManager[None] = target_meshes(session)
     else:
         session = open_session(request.mesh or parse_mesh("2x4", None), request.options, x64=x64)
-    roots = function.roots
-    if request.inputs is not None:
-        maker = load(request.inputs, flag="--inputs", what="NAME")
-        roots = tuple(dict.fromkeys(roots + maker.roots))
-        args = call_user(maker.value, maker.roots, f"--inputs {request.inputs} raised", session.mesh)
-        if not isinstance(args, (tuple, list)):
+        import_meshes = contextlib.nullcontext()
+    with import_meshes:  # a mesh the user's file builds at import is one of the target's chips
+        function = load(request.target)
+        if not callable(function.value):
             raise ShardcliError(
-                f"--inputs {request.inputs} returned a {type(args).__name__}; return the tuple of the "
-                f"function's positional arguments (pytrees of jax.ShapeDtypeStruct with shardings, or arrays)"
+                f"inspect {request.target!r} names a {type(function.value).__name__}, not a function"
             )
-        args = tuple(args)
-    else:
-        args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
+        roots = function.roots
+        fn, kwargs = function.value, {}
+        if request.inputs is not None:
+            maker = load(request.inputs, flag="--inputs", what="NAME")
+            roots = tuple(dict.fromkeys(roots + maker.roots))
+            given = call_inputs(maker, request.inputs, session.mesh)
+            fn, args, kwargs = given.fn or fn, given.args, given.kwargs
+            _check_input_leaves(args, request.inputs)
+        else:
+            args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
     return inspect_program(
         session,
         request.target,
-        function.value,
+        fn,
         args,
+        kwargs=kwargs,
         roots=roots,
         outs=request.outs,
         peak_tflops=request.peak_tflops,
@@ -540,7 +702,33 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         iters=request.iters,
         process_timing=request.options.process_timing,
         target=request.compile_target,
+        mode=str(request.options.mode) if request.mode_given or request.inputs is None else None,
+        mesh_given=request.mesh_text is not None or request.axes_text is not None,
     )
+
+
+# Far above a real model's parameter arrays (hundreds to a few thousand), far below what would
+# take minutes to lower: a program over a million arguments is a mistake, not a model.
+MAX_INPUT_LEAVES = 10_000
+
+
+def _check_input_leaves(args: tuple[Any, ...], inputs: str) -> None:
+    """Raises: ShardcliError when --inputs returned more arrays than a program takes, or a pytree
+    nested too deeply to walk."""
+    import jax
+
+    try:
+        count = len(jax.tree_util.tree_leaves(args))
+    except (RecursionError, SystemError, MemoryError) as error:
+        raise ShardcliError(
+            f"--inputs {inputs} returned a pytree nested too deeply to walk ({type(error).__name__}); "
+            "return the function's arguments"
+        ) from None
+    if count > MAX_INPUT_LEAVES:
+        raise ShardcliError(
+            f"--inputs {inputs} returned {count} arrays; inspect takes at most {MAX_INPUT_LEAVES} (a "
+            "model's parameters are hundreds to thousands): return the function's arguments"
+        )
 
 
 def _checked_on(args: tuple[AbstractArg, ...], mesh: MeshSpec) -> tuple[AbstractArg, ...]:

@@ -15,11 +15,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shardcli.arrays import make_host_array, place_array
+from shardcli.arrays import ShownValues, make_host_array, place_array, shown_values
 from shardcli.core.fit import LatencyBandwidthFit, fit_each
 from shardcli.core.program_analysis import HloCollective, analyze_compiled
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
+from shardcli.core.shard import resolve_show_values
 from shardcli.core.target import FitVerdict, compile_for_target, judge_fit
 from shardcli.core.timing import Timing, compile_timed
 from shardcli.core.verify import dot_input_roundoff, float_eps
@@ -70,6 +71,7 @@ class MatmulRequest:
     dims: tuple[int, int, int] = DEFAULT_DIMS
     init: str = "random"
     scales: tuple[float, ...] | None = None  # --sizes: a sweep over dims x scale
+    show_values: bool | None = None  # None: C is shown where it has up to 256 elements
     warmup: int = 5
     iters: int = 20
     peak_tflops: float | None = None
@@ -112,6 +114,7 @@ class ImplRun:
     wrong: int
     wrong_devices: tuple[int, ...]
     fit: FitVerdict | None = None  # --target: memory per chip against its HBM
+    values: ShownValues | None = None  # C, globally and per device, where it is small enough to show
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,10 @@ def validate_request(request: MatmulRequest) -> Plan:
     sizes = []
     for scale in scales:
         sizes.append((scale, scale_dims(request.dims, scale)))
+    if request.show_values and request.sweep:
+        raise ShardcliError("--show-values is for a single run; --sizes runs several sizes")
+    if request.show_values:
+        resolve_show_values(True, sizes[0][1][0] * sizes[0][1][2])  # C is I x K
     planned: list[tuple[MatmulCase, str | None]] = []
     for case in cases:
         if case.needs_y and axes.y is None:
@@ -271,12 +278,15 @@ def tolerance_for(
 
 
 def _host_operands(case: MatmulCase, dims: tuple[int, int, int], request: MatmulRequest) -> list[np.ndarray]:
-    return [
-        make_host_array(
-            ArraySpec(shape=operand_shape(op, dims), dtype=request.dtype, init=request.init), seed=i
-        )
-        for i, op in enumerate(case.operands)
-    ]
+    """A, B (and the bias); `arange` numbers their elements in one sequence (A from 0, B after A),
+    as the tutorials' `arange(16)` and `arange(16, 32)` do."""
+    hosts = []
+    start = 0
+    for i, op in enumerate(case.operands):
+        spec = ArraySpec(shape=operand_shape(op, dims), dtype=request.dtype, init=request.init)
+        hosts.append(make_host_array(spec, seed=i, start=start))
+        start += spec.size
+    return hosts
 
 
 def _reference(case: MatmulCase, hosts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -403,7 +413,9 @@ def run_impl(
         iters=request.iters,
         process_timing=request.options.process_timing,
     )
-    check = check_blocks(y, ref, bound, scale, [cell.device_id for cell in session.layout.cells])
+    order = [cell.device_id for cell in session.layout.cells]
+    check = check_blocks(y, ref, bound, scale, order)
+    shows = resolve_show_values(request.show_values, int(np.prod(y.shape))) and not request.sweep
     return ImplRun(
         impl=impl,
         status="ok",
@@ -418,6 +430,7 @@ def run_impl(
         max_rel_err=check.max_rel_err,
         wrong=check.wrong,
         wrong_devices=check.wrong_devices,
+        values=shown_values(y, order) if shows else None,
     )
 
 

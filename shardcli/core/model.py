@@ -30,6 +30,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shardcli.core.checkpoint_files import FileRecord, claimed_folder, record_files, verify_files
 from shardcli.core.program_analysis import HloCollective, find_collectives
 from shardcli.core.report import Check, Picture, close_check, picture_of, spec_of
 from shardcli.core.session import Session, open_session
@@ -563,7 +564,8 @@ def run_train(request: TrainRequest) -> ModelResult:
     )
     checkpoint = None
     if target is not None:
-        checkpoint = _save(target, state, request, session, ann, final)
+        with claimed_folder(target, f"--checkpoint {request.checkpoint}"):
+            checkpoint = _save(target, state, request, session, ann, final)
     return ModelResult(
         session=session,
         action="train",
@@ -590,18 +592,19 @@ def run_train(request: TrainRequest) -> ModelResult:
 def _save(
     target: str, state: Any, request: TrainRequest, session: Session, ann: Annotations, final: float
 ) -> dict[str, str]:
+    import logging
+
     import orbax.checkpoint as ocp
 
+    logging.getLogger("absl").setLevel(logging.ERROR)  # orbax's notes about OCDBT, not used here
     state_path = os.path.join(target, STATE_DIR)
-    checkpointer = ocp.StandardCheckpointer()
+    # one folder per array (not OCDBT's shared data files), so a damaged file names its array
+    checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler(use_ocdbt=False))
     try:
-        os.makedirs(target, exist_ok=True)
         checkpointer.save(state_path, state)
-        checkpointer.wait_until_finished()
     except (OSError, ValueError) as error:
         raise ShardcliError(
-            f"--checkpoint {request.checkpoint}: saving failed after training ({error}); the folder may hold "
-            "a partial state"
+            f"--checkpoint {request.checkpoint}: saving failed after training ({error}); nothing was kept"
         ) from error
     finally:
         checkpointer.close()
@@ -615,11 +618,13 @@ def _save(
         rules=ann.rules,
         digests=_digests(state),
         final_loss=final,
+        files={name: (r.size, r.sha256) for name, r in record_files(state_path).items()},
     )
     meta_path = os.path.join(target, METADATA_FILE)
-    with open(meta_path, "w", encoding="utf-8") as f:
+    with open(meta_path + ".tmp", "w", encoding="utf-8") as f:  # whole, or not there at all
         json.dump(saved.to_json(), f, indent=2)
         f.write("\n")
+    os.replace(meta_path + ".tmp", meta_path)
     return {"folder": target, "state": state_path, "metadata": meta_path}
 
 
@@ -645,6 +650,9 @@ def run_restore(request: RestoreRequest) -> ModelResult:
     )
     folder = os.path.abspath(request.folder)
     state_path = os.path.join(folder, STATE_DIR)
+    if saved.files is not None:  # metadata from before the record: orbax alone reads it
+        records = {name: FileRecord(size, sha) for name, (size, sha) in saved.files.items()}
+        verify_files(request.folder, state_path, records)
     state = _orbax_restore(state_path, target, request.folder)
 
     rows = _param_rows(state, ann, mesh)

@@ -29,6 +29,8 @@ class RecipeRequest:
     options: RunOptions = field(default_factory=RunOptions)
     steps: int | None = None  # pipeline-ring: how many ring steps
     show_values: bool = True
+    shape: tuple[int, ...] | None = None  # --shape: the recipe's input (recipes with `input` only)
+    init: str | None = None  # --init: how that input is filled
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,11 @@ class RecipeResult:
         return tuple(c for c in self.checks if not c.ok)
 
 
+# pipeline-ring prints a row per step and checks each; the ring repeats after its length (at most
+# the device count), so more steps than this show nothing new and would run past any patience.
+MAX_RING_STEPS = 1000
+
+
 def run_recipe(request: RecipeRequest) -> RecipeResult:
     """Run one recipe on its mesh and return its sections and checks.
 
@@ -58,12 +65,22 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
         from shardcli.errors import ShardcliError
 
         raise ShardcliError("--steps is for the pipeline-ring recipe; leave it out for " + recipe.name)
-    if request.steps is not None and request.steps < 1:
+    if request.steps is not None and not 1 <= request.steps <= MAX_RING_STEPS:
         from shardcli.errors import ShardcliError
 
-        raise ShardcliError(f"--steps {request.steps} is not valid; give at least 1")
+        raise ShardcliError(
+            f"--steps {request.steps} is not valid; give 1 to {MAX_RING_STEPS} (each step is one row, "
+            "and the ring repeats itself after its length)"
+        )
+    if (request.shape is not None or request.init is not None) and recipe.input is None:
+        from shardcli.errors import ShardcliError
+        from shardcli.recipe_registry import RECIPES
+
+        flag = "--shape" if request.shape is not None else "--init"
+        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None)
+        raise ShardcliError(f"{flag} sets the input of {takes}; recipe {recipe.name} builds its own inputs")
     session = open_session(request.mesh, request.options)
-    output = recipe.program(Lab(session, steps=request.steps))
+    output = recipe.program(Lab(session, steps=request.steps, shape=request.shape, init=request.init))
     # Several processes: each checked its own devices; a check fails if it failed anywhere.
     oks = gather_from_processes(np.array([c.ok for c in output.checks], dtype=np.int32)).min(axis=0)
     checks = tuple(

@@ -44,12 +44,38 @@ class RecipeOutput:
 class Lab:
     """What a recipe program works with: the mesh, and helpers that turn JAX objects into sections."""
 
-    def __init__(self, session: Session, steps: int | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        steps: int | None = None,
+        shape: tuple[int, ...] | None = None,
+        init: str | None = None,
+    ) -> None:
         self.session = session
         self.steps = steps  # pipeline-ring: how many ring steps (None: the ring's length)
         self.mesh = session.mesh
         self.axes = session.spec.axes
         self.sizes = session.spec.shape
+        self.shape = shape  # --shape: the recipe's input shape (None: the recipe's own)
+        self.init = init  # --init: how the input is filled (None: the recipe's own random values)
+
+    def input(self, default_shape: tuple[int, ...], spec: tuple[Any, ...], seed: int = SEED) -> np.ndarray:
+        """The recipe's input in float32: --shape and --init where given, else its own shape and
+        random values in [-1, 1).
+
+        Raises:
+            ShardcliError: a --shape the recipe's sharding `spec` cannot split over this mesh.
+        """
+        from shardcli.specs import ArraySpec, ShardingSpec, check_sharding_fits, parse_dtype
+
+        shape = self.shape if self.shape is not None else default_shape
+        entries = tuple(() if a is None else (a,) if isinstance(a, str) else tuple(a) for a in spec)
+        check_sharding_fits(ShardingSpec(entries), self.session.spec, shape, flag="--shape")
+        if self.init is None:
+            return _random(shape, seed)
+        from shardcli.arrays import make_host_array
+
+        return make_host_array(ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init))
 
     def picture(self, title: str, array: Any) -> Picture:
         """The sharding picture of a JAX array (what `jax.debug.visualize_array_sharding` draws)."""
@@ -148,8 +174,7 @@ def elementwise(lab: Lab) -> RecipeOutput:
     from shardcli.core.verify import EPS32
 
     spec = lab.axes[:2]
-    shape = (2 * lab.sizes[0], 2 * lab.sizes[1] if len(lab.sizes) > 1 else 4)
-    host = _random(shape)
+    host = lab.input((2 * lab.sizes[0], 2 * lab.sizes[1] if len(lab.sizes) > 1 else 4), spec)
     x = _place(lab, host, *spec)
     f = jax.jit(lambda v: 2 * jnp.sin(v) + 1)
     y = f(x)
@@ -187,8 +212,8 @@ def reduce(lab: Lab) -> RecipeOutput:
 
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
-    shape = (2 * n0, 2 * n0 * n1)
-    host = _random(shape)
+    host = lab.input((2 * n0, 2 * n0 * n1), (a0, a1))
+    shape = host.shape
     x = _place(lab, host, a0, a1)
     free = jax.jit(lambda v: v.sum(axis=0))
     y = free(x)

@@ -10,21 +10,19 @@ big (`RESOURCE_EXHAUSTED ... CompileTimeHbmOom`) is a "does not fit" verdict, no
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
-import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from shardcli.compilers import compiler_installed, quiet_native_logs
 from shardcli.core.program_analysis import MemoryUse
 from shardcli.core.session import Session
 from shardcli.errors import TRACEBACK_ENV, ShardcliError
 from shardcli.mesh import describe_mesh
-from shardcli.specs import MeshSpec, RunOptions, parse_axes
-from shardcli.targets import COMPILER_MODULES, GIB, TargetSpec, known_targets
+from shardcli.specs import MAX_FAKE_DEVICES, MeshSpec, RunOptions, parse_axes
+from shardcli.targets import GIB, TargetSpec, known_targets
 
 _OOM_RE = re.compile(
     r"memory required for (?P<what>[^(]+?)\s*\((?P<need>[0-9.]+)(?P<unit>[KMGT])\)?\s*exceeds available HBM "
@@ -106,48 +104,6 @@ def oom_verdict(error: BaseException, target: TargetSpec) -> FitVerdict | None:
     )
 
 
-@contextlib.contextmanager
-def quiet_native_logs() -> Iterator[list[str]]:
-    """Keep what libtpu or the CUDA plugin write straight to file descriptor 2 (C++ logging) off the
-    user's screen.
-
-    On a host without a TPU libtpu warns that TPU_ACCELERATOR_TYPE and TPU_WORKER_HOSTNAMES are not
-    set; without a GPU the CUDA plugin says it found no driver: true, and irrelevant to compiling.
-    The lines are kept for the note (and printed as they came with SHARDCLI_TRACEBACK set).
-    """
-    lines: list[str] = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            lines.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
-            if lines and os.environ.get(TRACEBACK_ENV):
-                sys.stderr.write("\n".join(lines) + "\n")
-
-
-def native_complaint(lines: list[str]) -> list[str]:
-    """libtpu's or the CUDA plugin's start-up lines as at most one complaint for the note or error."""
-    if not lines:
-        return []
-    if any("could not determine TPU" in line for line in lines):
-        return ["libtpu found no TPU on this host (it could not determine the TPU accelerator type)"]
-    if any("Could not find cuda drivers" in line for line in lines):
-        return ["the CUDA plugin found no CUDA driver on this host"]
-    return [f"at start-up: {lines[0].strip()}"]
-
-
-def compiler_installed(platform: str) -> bool:
-    """Whether the compiler for `platform` (tpu: libtpu, cuda: JAX's CUDA plugin) is installed."""
-    return importlib.util.find_spec(COMPILER_MODULES[platform]) is not None
-
-
 def open_target_session(
     target: TargetSpec,
     mesh_text: str | None,
@@ -210,6 +166,9 @@ def _open_target_session(
 
     if not _backends_started():
         jax.config.update("jax_platforms", "cpu")  # the TPU is described, never started
+        # As many CPU devices as chips (up to shardcli's limit), so that a user's file that counts
+        # jax.devices() at import finds the run's size.
+        jax.config.update("jax_num_cpu_devices", min(target.chips, MAX_FAKE_DEVICES))
     if x64:
         jax.config.update("jax_enable_x64", True)
     from jax.experimental import topologies
@@ -265,15 +224,41 @@ def _open_target_session(
     )
 
 
+@contextlib.contextmanager
+def target_meshes(session: Session) -> Iterator[None]:
+    """While the user's file is imported (and its --inputs called): `jax.make_mesh` builds its mesh
+    over the target's chips, so that a module-level `mesh = jax.make_mesh((4, 4), ...)` of the
+    target's size is the target's mesh (laid out by JAX's own helper), not one of this host's CPUs.
+    """
+    import jax
+
+    real = jax.make_mesh
+    chips = list(session.devices)
+
+    def make_mesh(axis_shapes: Any, axis_names: Any, *args: Any, devices: Any = None, **kwargs: Any) -> Any:
+        size = 1
+        for n in axis_shapes:
+            size *= int(n)
+        if devices is None and size <= len(chips):
+            devices = chips[:size]
+        return real(axis_shapes, axis_names, *args, devices=devices, **kwargs)
+
+    jax.make_mesh = make_mesh
+    try:
+        yield
+    finally:
+        jax.make_mesh = real
+
+
 def _topology(target: TargetSpec) -> Any:
     """The compiler's description of the target's devices."""
     from jax.experimental import topologies
 
     if target.generation.platform == "tpu":
-        # A v4 chip holds two TensorCores that TPU VMs (and MaxText) run as one device (megacore);
-        # libtpu's default describes each core apart, twice the chips the topology names.
-        extra = {"chip_config_name": "megacore"} if target.generation.compiler_name == "v4" else {}
-        return topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu", **extra)
+        # libtpu describes a v4 chip's two TensorCores as two devices unless asked for megacore, the
+        # mode JAX runs v4 in (one device per chip); MaxText asks the same for v4.
+        config = {"chip_config_name": "megacore"} if target.generation.compiler_name == "v4" else {}
+        return topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu", **config)
     from importlib import resources
 
     spec = resources.files("shardcli").joinpath("gpu_specs", target.generation.compiler_name).read_text()

@@ -44,6 +44,16 @@ def dot_input_roundoff(platform: str, dtype_name: str) -> tuple[float, str]:
     return 0.0, "exact products"
 
 
+def element_errors(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """|actual - expected| in float64, 0 where the two are the same value: equal (the same infinity
+    too) or both NaN, as NumPy's `equal_nan` says. NaN where one of them alone is NaN."""
+    got = np.asarray(actual).astype(np.float64)
+    want = np.asarray(expected).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        return np.where(same, 0.0, np.abs(got - want))
+
+
 def compare_exact(actual: np.ndarray, expected: np.ndarray) -> Comparison:
     """Bit-for-bit equality (data movement, max/min, integer arithmetic)."""
     actual = np.asarray(actual)
@@ -51,8 +61,10 @@ def compare_exact(actual: np.ndarray, expected: np.ndarray) -> Comparison:
     if actual.shape != expected.shape:
         return Comparison(wrong=max(actual.size, expected.size), max_abs_err=float("inf"))
     equal = actual == expected.astype(actual.dtype)
+    if actual.dtype.kind in "fcV":  # NaN in is NaN out: a NaN where NumPy has one is right
+        equal = equal | (np.isnan(actual.astype(np.float64)) & np.isnan(expected.astype(np.float64)))
     wrong = int(actual.size - np.count_nonzero(equal))
-    diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64)) if wrong else np.zeros(1)
+    diff = element_errors(actual, expected) if wrong else np.zeros(1)
     return Comparison(wrong=wrong, max_abs_err=float(np.max(diff)) if diff.size else 0.0)
 
 
@@ -61,8 +73,8 @@ def compare_within(actual: np.ndarray, expected: np.ndarray, bound: np.ndarray) 
     actual = np.asarray(actual)
     if actual.shape != expected.shape:
         return Comparison(wrong=max(actual.size, expected.size), max_abs_err=float("inf"))
-    diff = np.abs(actual.astype(np.float64) - expected)
-    bad = ~(diff <= bound)  # NaN counts as wrong
+    diff = element_errors(actual, expected)
+    bad = ~((diff == 0) | (diff <= bound))  # a NaN where NumPy has none is wrong (a NaN bound too)
     return Comparison(wrong=int(np.count_nonzero(bad)), max_abs_err=float(np.max(diff)) if diff.size else 0.0)
 
 
@@ -81,9 +93,8 @@ def compare_blocks(array: Any, expected: np.ndarray, bound: np.ndarray | float) 
     bound_arr = np.broadcast_to(np.asarray(bound, dtype=np.float64), expected.shape)
     for shard in array.addressable_shards:
         index = tuple(slice(a, b) for a, b in normalize_index(shard.index, tuple(array.shape)))
-        got = np.asarray(shard.data).astype(np.float64)
-        err = np.abs(got - expected[index])
-        wrong += int(np.count_nonzero(~(err <= bound_arr[index])))
+        err = element_errors(np.asarray(shard.data), expected[index])
+        wrong += int(np.count_nonzero(~((err == 0) | (err <= bound_arr[index]))))
         if err.size:
             worst = max(worst, float(np.max(err)))
     return Comparison(wrong=wrong, max_abs_err=worst)

@@ -263,7 +263,7 @@ def sweep_table(result: CollectiveResult) -> Table:
     table.add_column("dtype", justify="right", priority=3)
     for placement in placements:
         tag = f" {placement}" if len(placements) > 1 else ""
-        table.add_column(f"time p50 (us){tag}", justify="right")
+        table.add_column(f"time p50{tag}", justify="right")
         table.add_column(f"algbw (GB/s){tag}", justify="right", priority=1)
         table.add_column(f"busbw (GB/s){tag}", justify="right")
         table.add_column(f"roofline %{tag}", justify="right", priority=1)
@@ -279,7 +279,7 @@ def sweep_table(result: CollectiveResult) -> Table:
                 row += ["n/a", "n/a", "n/a", "n/a"]
             else:
                 row += [
-                    f"{_us(p.timing.stats.p50):.1f}",
+                    human.format_duration(p.timing.stats.p50),
                     _fmt(p.algbw),
                     _fmt(p.busbw),
                     _pct(p.roofline_fraction),
@@ -322,12 +322,12 @@ def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
     # (name, priority): placement, p50, busbw and #wrong always; the spread goes first.
     for name, priority in (
         ("placement", 0),
-        ("compile (ms)", 2),
-        ("min (us)", 4),
-        ("p50 (us)", 0),
-        ("p90 (us)", 3),
-        ("max (us)", 5),
-        ("stdev (us)", 6),
+        ("compile", 2),
+        ("min", 4),
+        ("p50", 0),
+        ("p90", 3),
+        ("max", 5),
+        ("stdev", 6),
         ("algbw (GB/s)", 1),
         ("busbw (GB/s)", 0),
         ("roofline %", 1),
@@ -348,11 +348,11 @@ def timing_table(run: SizeRun, roofline: Roofline | None = None) -> Table:
         table.add_row(
             label,
             human.compile_text(p.timing),
-            f"{_us(s.min):.1f}",
-            f"{_us(s.p50):.1f}",
-            f"{_us(s.p90):.1f}",
-            f"{_us(s.max):.1f}",
-            f"{_us(s.stdev):.1f}",
+            human.format_duration(s.min),
+            human.format_duration(s.p50),
+            human.format_duration(s.p90),
+            human.format_duration(s.max),
+            human.format_duration(s.stdev),
             _fmt(p.algbw),
             _fmt(p.busbw),
             _pct(p.roofline_fraction),
@@ -546,14 +546,15 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
                     human.spec_tiles(first.out_global_shape, first.out_entries, result.session)
                 ),
             )
-            if first.global_input is not None:
-                human.section(
-                    console,
-                    f"BEFORE and AFTER (per device{human.this_process_only(result.session)})",
-                    blocks_table(first, result),
-                )
-                if first.global_output is not None:
-                    human.section(console, "global result", human.format_values(first.global_output))
+        # -q drops the header and the pictures (provenance), never the values: they are the lesson
+        if first.global_input is not None:
+            human.section(
+                console,
+                f"BEFORE and AFTER (per device{human.this_process_only(result.session)})",
+                blocks_table(first, result),
+            )
+            if first.global_output is not None:
+                human.section(console, "global result", human.format_values(first.global_output))
         human.section(console, "compiled HLO collectives", _hlo_text(first))
         facts = [f"{format_bytes(first.bytes_per_device)} per device ({first.count:,} elements)"]
         if coll.bus_factor:

@@ -6,6 +6,7 @@ import copy
 import csv
 import dataclasses
 import io
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -417,3 +418,35 @@ def show_warnings(runtime: RuntimeInfo) -> None:
     """The run's warnings (an unusable compile cache, ...), one line each on stderr, in every process."""
     for warning in runtime.warnings:
         sys.stderr.write(f"shardcli: warning: {warning}\n")
+
+
+def format_flops(value: float | None, unit: str = "FLOP/s") -> str:
+    """`8.94 GFLOP/s`: SI prefixes, three significant digits."""
+    if value is None:
+        return "-"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration in the unit a person reads, three significant figures: 2.14 s, 12.5 ms, 380 us, 850 ns.
+
+    The one duration formatter of every table and line (a column of mixed units reads fine: each
+    cell carries its unit). None, NaN or infinity is "unknown", never a number.
+    """
+    if seconds is None or not math.isfinite(seconds):
+        return "unknown"
+    size = abs(seconds)
+    unit, scale = next(
+        ((u, f) for u, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)) if size >= f * 0.9995), ("ns", 1e-9)
+    )
+    value = seconds / scale
+    digits = 0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2
+    return f"{value:,.{digits}f} {unit}"
+
+
+def format_seconds(value: float | None) -> str:
+    """A duration (human.format_duration), or '-' where there is none."""
+    return "-" if value is None else format_duration(value)

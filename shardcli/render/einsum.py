@@ -13,7 +13,7 @@ from shardcli import json_schema as schema
 from shardcli.core.einsum import WAY_TEXT, EinsumArray, EinsumResult, EinsumSize, WayRun
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, csv_text, emit, make_console, prints_here, show_warnings
-from shardcli.render.matmul import flop_fit_json, format_flops, ratio_text
+from shardcli.render.matmul import below_bound_text, flop_fit_json, format_flops, ratio_text
 from shardcli.render.program import (
     collectives_cell,
     collectives_table,
@@ -54,6 +54,7 @@ def _way_json(run: WayRun) -> dict[str, Any]:
         wrong=run.wrong,
         wrong_devices=list(run.wrong_devices),
         fit=verdict_json(run.fit),
+        values=jsonout.shown_values_json(run.values),
     )
 
 
@@ -162,7 +163,7 @@ def _csv_rows(result: EinsumResult) -> Iterator[list[Any]]:
 def ways_table(size: EinsumSize) -> Table:
     """Per way: the result's sharding, what the compiled program needs and moves, timing, #wrong."""
     table = DataTable(box=None, header_style="bold")
-    numbers = ("memory/device", "FLOPs/device", "sends/device", "p50 (us)", "FLOP/s", "x bound", "#wrong")
+    numbers = ("memory/device", "FLOPs/device", "sends/device", "p50", "FLOP/s", "x bound", "#wrong")
     # Left out first where narrow: FLOPs/device, FLOP/s, memory/device and x bound, status.
     priorities = {"status": 1, "memory/device": 2, "x bound": 2, "FLOP/s": 3, "FLOPs/device": 4}
     for name in ("impl", "status", "result spec", *numbers):
@@ -183,7 +184,7 @@ def ways_table(size: EinsumSize) -> Table:
             format_bytes(a.memory.total_bytes) if a and a.memory else "-",
             format_flops(a.flops, "") if a and a.flops is not None else "-",
             format_bytes(a.sent_bytes) if a else "-",
-            f"{w.timing.stats.p50 * 1e6:.1f}" if w.timing else "-",
+            human.format_duration(w.timing.stats.p50) if w.timing else "-",
             format_flops(w.achieved_flops, "") if w.achieved_flops else "-",
             ratio_text(ratio),
             Text(str(w.wrong), style="bold red" if w.wrong else "green") if w.timing else Text("-"),
@@ -256,6 +257,9 @@ def render_einsum(result: EinsumResult, options: RunOptions) -> None:
         human.section(console, "what each way compiled to, per device" + suffix, ways_table(size))
         rows = [(w.way, c) for w in size.ways if w.analysis for c in w.analysis.collectives]
         human.section(console, "collectives the compiler inserted" + suffix, collectives_table(rows))
+        shown = next((w for w in size.ways if w.values is not None), None)
+        if shown is not None:
+            human.show_values(console, size.result.name, shown.values, f" (from {shown.way})")
         if not options.quiet:
             for w in size.ways:
                 if w.analysis is not None:
@@ -270,6 +274,14 @@ def render_einsum(result: EinsumResult, options: RunOptions) -> None:
                 cost_model_text(model_way.model, result.hardware, "einsum"),
             )
     console.print()
+    below = [
+        f"{w.way} {ratio_text(w.timing.stats.p50 / w.model.t_bound_s)}"
+        for size in result.sizes
+        for w in size.ways
+        if w.timing and w.model and w.model.t_bound_s and w.timing.stats.p50 < w.model.t_bound_s
+    ]
+    if below:
+        console.print(Text(below_bound_text(below, result.hardware), style="dim"))
     for size in result.sizes:
         for w in size.ways:
             if w.status == "refused":

@@ -14,10 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli import __version__
+from shardcli.arrays import ShownValues
 from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.mesh import MeshLayout
-from shardcli.render.console import ColumnBlocks, SideBySide, WholeLines
+from shardcli.render.console import ColumnBlocks, DataTable, SideBySide, WholeLines, format_duration
 from shardcli.specs import ShardingSpec
 from shardcli.tile_math import GridView, ShardingLayout, format_index, grid_views, spec_layout
 
@@ -191,19 +192,40 @@ def jax_picture(shape: tuple[int, ...], sharding: Any) -> RenderableType | None:
     return WholeLines(Text.from_ansi(buffer.getvalue().rstrip("\n")))
 
 
-def format_values(values: np.ndarray) -> str:
-    """Compact NumPy text for small arrays."""
+def format_values(values: np.ndarray) -> Text:
+    """Compact NumPy text for small arrays, as plain text (`[nan 1.]` is not rich markup)."""
     arr = np.asarray(values)
     if arr.dtype.name == "bfloat16":
         arr = arr.astype(np.float32)
-    return np.array2string(
-        arr, separator=" ", max_line_width=100, threshold=10_000, suppress_small=True, precision=4
+    return Text(
+        np.array2string(
+            arr, separator=" ", max_line_width=100, threshold=10_000, suppress_small=True, precision=4
+        )
     )
 
 
 def compile_text(timing: Timing) -> str:
-    """Compile milliseconds, marked when the program came from the persistent compile cache."""
-    return f"{timing.compile_s * 1e3:.1f}" + (" (cache)" if timing.compile_cached else "")
+    """Compile time, marked when the program came from the persistent compile cache."""
+    return format_duration(timing.compile_s) + (" (cache)" if timing.compile_cached else "")
+
+
+def values_table(shown: ShownValues) -> DataTable:
+    """Each device's block of a small result: device, its global index range, its values."""
+    table = DataTable(box=None, header_style="bold")
+    table.add_column("device", justify="right", priority=0)
+    table.add_column("index", priority=1)
+    table.add_column("block values", priority=0)
+    for block in shown.blocks:
+        table.add_row(str(block.device_id), format_index(block.index), format_values(block.values))
+    return table
+
+
+def show_values(console: Console, name: str, shown: ShownValues | None, where: str = "") -> None:
+    """A small result as the tutorials print it: the global array, then every device's block."""
+    if shown is None:
+        return
+    section(console, f"{name}: global values{where}", format_values(shown.global_values))
+    section(console, f"{name}: each device's block", values_table(shown))
 
 
 def timing_across(session: Session) -> str:

@@ -19,6 +19,8 @@ from shardcli.render.program import (
     memory_clauses,
     model_json,
     program_json,
+    step_time_json,
+    step_time_text,
     verdict_json,
     verdict_text,
 )
@@ -56,6 +58,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
             "model": model_json(result.model),
             "hardware": hardware_json(hw),
             "fit": verdict_json(result.fit),
+            "step_time": step_time_json(result.step),
             "findings": [schema.FINDING(kind=f.kind, message=f.message) for f in result.findings],
             "lower_s": result.lower_s,
             "compile_s": result.compile_s,
@@ -120,8 +123,9 @@ def report_renderable(
     if a is not None:
         rows = [("", c) for c in a.collectives]
         section("collectives the compiler inserted", collectives_table(rows, label=""))
-        flops = f"{a.flops:,.0f}" if a.flops is not None else "unknown"
-        accessed = format_bytes(a.bytes_accessed) if a.bytes_accessed is not None else "unknown"
+        trips = f" (at least: {len(a.unknown_trips)} loop(s) of unknown trips)" if a.unknown_trips else ""
+        flops = f"{a.flops:,.0f}{trips}" if a.flops is not None else "unknown"
+        accessed = format_bytes(a.bytes_accessed) + trips if a.bytes_accessed is not None else "unknown"
         section(
             "per device",
             Group(
@@ -137,7 +141,13 @@ def report_renderable(
         )
     if not quiet and result.model is not None:
         section(
-            "cost model (roofline, per device)", cost_model_text(result.model, result.hardware, "the program")
+            "cost model (roofline, per device)",
+            cost_model_text(
+                result.model,
+                result.hardware,
+                "the program",
+                flops_known=getattr(result.analysis, "flops", None) is not None,
+            ),
         )
     if result.timing is not None:
         s = result.timing.stats
@@ -145,13 +155,17 @@ def report_renderable(
             "run on generated inputs",
             Clauses(
                 [
-                    f"compile {human.compile_text(result.timing)} ms",
-                    f"p50 {s.p50 * 1e6:,.1f} us, min {s.min * 1e6:,.1f} us "
+                    f"compile {human.compile_text(result.timing)}",
+                    f"p50 {human.format_duration(s.p50)}, min {human.format_duration(s.min)} "
                     f"over {len(result.timing.samples)} iterations",
                 ]
             ),
         )
     parts.append(Text(""))
+    for line in a.missing if a is not None else ():
+        parts.append(Text(f"missing: {line}", style="yellow"))
+    if result.step is not None:
+        parts.append(step_time_text(result.step))
     if result.fit is not None:
         parts.append(verdict_text(result.fit))
     if result.findings:

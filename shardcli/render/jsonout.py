@@ -17,6 +17,7 @@ from shardcli.specs import RunOptions
 from shardcli.tile_math import Index, Tile
 
 if TYPE_CHECKING:
+    from shardcli.arrays import ShownValues
     from shardcli.core.program_analysis import HloCollective
     from shardcli.core.report import Check
 
@@ -29,6 +30,19 @@ def values_json(values: np.ndarray | None) -> Any:
     if arr.dtype.kind == "V" or arr.dtype.name == "bfloat16" or arr.dtype.kind == "f":
         return arr.astype(np.float64).tolist()
     return arr.tolist()
+
+
+def shown_values_json(shown: ShownValues | None) -> dict[str, Any] | None:
+    """A small result's global values and every device's block; None where values are not shown."""
+    if shown is None:
+        return None
+    return schema.RESULT_VALUES(
+        global_values=values_json(shown.global_values),
+        blocks=[
+            schema.VALUE_BLOCK(device_id=b.device_id, index=index_json(b.index), values=values_json(b.values))
+            for b in shown.blocks
+        ],
+    )
 
 
 def timing_json(timing: Timing | None) -> dict[str, Any] | None:

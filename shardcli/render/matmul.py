@@ -19,6 +19,8 @@ from shardcli.render.console import (
     DataTable,
     csv_text,
     emit,
+    format_flops,
+    format_seconds,
     make_console,
     prints_here,
     show_warnings,
@@ -35,26 +37,6 @@ from shardcli.render.program import (
 from shardcli.specs import RunOptions, format_bytes
 
 FORMATS = ("table", "json", "csv")
-
-
-def format_flops(value: float | None, unit: str = "FLOP/s") -> str:
-    """`8.94 GFLOP/s`: SI prefixes, three significant digits."""
-    if value is None:
-        return "-"
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def format_seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 1:
-        return f"{value:.3g} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} us"
 
 
 def hlo_text(run: ImplRun, with_bytes: bool = False) -> str:
@@ -118,6 +100,7 @@ def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
         wrong=run.wrong,
         wrong_devices=list(run.wrong_devices),
         fit=verdict_json(run.fit),
+        values=jsonout.shown_values_json(run.values),
     )
 
 
@@ -284,17 +267,17 @@ def timing_table(run: CaseRun) -> Table:
     """Timing, achieved FLOP/s and verification of each implementation that ran."""
     columns = (
         "impl",
-        "compile (ms)",
-        "min (us)",
-        "p50 (us)",
-        "p90 (us)",
+        "compile",
+        "min",
+        "p50",
+        "p90",
         "achieved FLOP/s",
         "p50/bound",
         "max rel err",
         "#wrong",
     )
-    priorities = {"achieved FLOP/s": 1, "max rel err": 1, "p50/bound": 2, "compile (ms)": 3, "min (us)": 4}
-    table = _table(columns, ("impl",), priorities | {"p90 (us)": 5})
+    priorities = {"achieved FLOP/s": 1, "max rel err": 1, "p50/bound": 2, "compile": 3, "min": 4}
+    table = _table(columns, ("impl",), priorities | {"p90": 5})
     for i in run.impls:
         if i.timing is None:
             continue
@@ -303,9 +286,9 @@ def timing_table(run: CaseRun) -> Table:
         table.add_row(
             i.impl,
             human.compile_text(i.timing),
-            f"{s.min * 1e6:.1f}",
-            f"{s.p50 * 1e6:.1f}",
-            f"{s.p90 * 1e6:.1f}",
+            human.format_duration(s.min),
+            human.format_duration(s.p50),
+            human.format_duration(s.p90),
             format_flops(i.achieved_flops, ""),
             ratio_text(ratio),
             f"{i.max_rel_err:.2e}",
@@ -318,12 +301,11 @@ def comparison_table(result: MatmulResult) -> Table:
     """`--case all` and `--sizes`: one row per (size, case, impl)."""
     sweep = result.request.sweep
     columns: tuple[str, ...] = ("dims",) if sweep else ()
-    columns += ("case", "impl", "status", "HLO collectives", "p50 us", "FLOP/s", "bound us", "by", "x bound")
+    columns += ("case", "impl", "status", "HLO collectives", "p50", "FLOP/s", "bound", "by", "x bound")
     columns += ("rel err", "#wrong")
-    priorities = {"x bound": 1, "status": 2, "FLOP/s": 2, "rel err": 3, "HLO collectives": 3}
-    table = _table(
-        columns, ("case", "impl", "status", "HLO collectives", "by"), priorities | {"bound us": 4, "by": 5}
-    )
+    # The compiler's collectives are the lesson of the cases: they are never left out.
+    priorities = {"x bound": 1, "status": 2, "FLOP/s": 2, "rel err": 3, "bound": 4, "by": 5}
+    table = _table(columns, ("case", "impl", "status", "HLO collectives", "by"), priorities)
     table.title = (
         "p50 of per-iteration times; bound = max(T_math, T_comm) of the cost model, by compute or comm; "
         "x bound = p50 / bound"
@@ -343,9 +325,9 @@ def comparison_table(result: MatmulResult) -> Table:
                 i.impl,
                 impl_status(i),
                 hlo_text(i),
-                f"{timing.stats.p50 * 1e6:.1f}" if timing is not None else "-",
+                format_seconds(timing.stats.p50 if timing is not None else None),
                 format_flops(i.achieved_flops, ""),
-                f"{model.t_bound_s * 1e6:,.1f}" if model and model.t_bound_s is not None else "-",
+                format_seconds(model.t_bound_s if model else None),
                 _bound_by(model),
                 ratio_text(ratio),
                 f"{i.max_rel_err:.1e}" if timing is not None else "-",
@@ -374,6 +356,8 @@ def _notes(console: Console, result: MatmulResult) -> None:
                 console.print(Text(f"{run.case.name}/{i.impl} {label}: {i.message}", style="yellow"))
             if i.fit is not None:
                 console.print(verdict_text(i.fit, f"{run.case.name}/{i.impl}: "))
+    _below_bound_note(console, result)
+    for run in result.runs:
         if not run.skipped and any(
             i.xla_flops is not None and run.model and i.xla_flops < 0.9 * run.model.flops_per_device
             for i in run.impls
@@ -388,10 +372,41 @@ def _notes(console: Console, result: MatmulResult) -> None:
             )
 
 
+def _below_bound_note(console: Console, result: MatmulResult) -> None:
+    """Where a measured p50 beats the model's bound, one line on why that can be (the bound is a model)."""
+    below = [
+        f"{r.case.name}/{i.impl} {ratio_text(ratio)}"
+        for r in result.runs
+        for i in r.impls
+        if (ratio := _bound_ratio(i, r.model)) is not None and ratio < 1
+    ]
+    if below:
+        console.print(Text(below_bound_text(below, result.hardware), style="dim"))
+
+
+def below_bound_text(below: list[str], hardware: Any) -> str:
+    """Why p50/bound can be under 1x: the bound comes from the model's peak and link figures."""
+    return (
+        f"p50/bound under 1x ({', '.join(below)}): the bound is a model, not a floor; it takes peak "
+        f"{format_flops(hardware.peak_flops)} ({hardware.peak_source}) and link "
+        f"{format_flops(hardware.link_bytes_per_s, 'B/s')} ({hardware.link_source}), and a run that beats "
+        "them (caches, fused work, a small size) is faster than those figures say"
+    )
+
+
 def _verdict(console: Console, result: MatmulResult) -> None:
     target = result.request.compile_target
     if target is not None:
         console.print(Text(f"compile-only for {target.name}: nothing ran, nothing was verified", style="dim"))
+        return
+    ran = [i for r in result.runs for i in r.impls if i.timing is not None]
+    if not ran:
+        console.print(
+            Text(
+                "nothing ran (every implementation was refused or skipped), so nothing was verified",
+                style="dim",
+            )
+        )
         return
     if result.wrong:
         bad = [
@@ -465,8 +480,12 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
                     human.sharding_picture(human.spec_tiles(layout.shape, layout.entries, result.session)),
                 )
         human.section(console, "what the compiler did", compiled_table(run))
-        human.section(console, "timing and verification", timing_table(run))
-        human.section(console, "cost model (roofline, per device)", cost_text(run, result))
+        shown = next((i for i in run.impls if i.values is not None), None)
+        if shown is not None:
+            human.show_values(console, run.result.name, shown.values, f" (from {shown.impl})")
+        if any(i.timing is not None for i in run.impls):  # no empty table where nothing ran
+            human.section(console, "timing and verification", timing_table(run))
+            human.section(console, "cost model (roofline, per device)", cost_text(run, result))
     else:
         human.section(console, "matmul cases", comparison_table(result))
         if result.fits:

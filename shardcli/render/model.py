@@ -12,8 +12,7 @@ from shardcli.core.model import ModelResult
 from shardcli.core.report import collectives_text
 from shardcli.model_spec import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
-from shardcli.render.matmul import format_seconds
+from shardcli.render.console import DataTable, format_seconds, make_console, prints_here, show_warnings
 from shardcli.specs import RunOptions
 
 

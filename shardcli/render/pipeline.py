@@ -54,13 +54,19 @@ def timeline(result: PipelineResult, width: int = TIMELINE_WIDTH) -> Text:
             for char, style in line:
                 text.append(char, style=style)
             text.append("│\n")
-    text.append(f"{'':10}0{'':>{width - 12}}{run.makespan_s * 1e3:.1f} ms\n", style="dim")
+    end = human.format_duration(run.makespan_s)
+    text.append(f"{'':10}0{end:>{width + 1}}\n", style="dim")
     text.append(
         "digits: microbatch of a forward (F row) or backward (B row) step; > activation sent, "
         "< gradient sent; · idle",
         style="dim",
     )
     return text
+
+
+def timeline_width(console: Any) -> int:
+    """The timeline's columns of time that fit the console beside `stage 0 F │` and the closing `│`."""
+    return max(16, min(TIMELINE_WIDTH, console.width - 13))
 
 
 SPMD_SCHEDULE = "fill-drain (GPipe order; the backward by jax.value_and_grad through the loop)"
@@ -81,7 +87,7 @@ def schedule_text(result: PipelineResult) -> str:
 def stage_table(result: PipelineResult) -> Table:
     table = DataTable(box=None, header_style="bold")
     priorities = {"sub-mesh": 1, "layers": 2, "devices": 3}
-    for name in ("stage", "devices", "sub-mesh", "layers", "compute (ms)", "transfer (ms)", "busy"):
+    for name in ("stage", "devices", "sub-mesh", "layers", "compute", "transfer", "busy"):
         table.add_column(
             name,
             justify="right" if name not in ("devices", "sub-mesh", "layers") else "left",
@@ -95,8 +101,8 @@ def stage_table(result: PipelineResult) -> Table:
             ",".join(map(str, st.device_ids)),
             "x".join(map(str, st.sub_mesh)),
             f"{st.layers[0]}-{st.layers[1] - 1}",
-            f"{st.compute_s * 1e3:.2f}",
-            f"{st.transfer_s * 1e3:.2f}",
+            human.format_duration(st.compute_s),
+            human.format_duration(st.transfer_s),
             f"{st.compute_s / run.makespan_s:.0%}" if run.makespan_s else "-",
         )
     return table
@@ -183,13 +189,17 @@ def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
         human.section(
             console, "stages (mpmd: one jitted program per stage, on its own sub-mesh)", stage_table(result)
         )
-        human.section(console, "timeline (mpmd)", timeline(result))
+        # The picture is folded to the terminal (time squeezed into fewer columns), never wrapped.
+        wide = getattr(console, "wide", False)
+        human.section(
+            console, "timeline (mpmd)", timeline(result, TIMELINE_WIDTH if wide else timeline_width(console))
+        )
         measured, textbook = bubble_text(result)
         console.print(
             Clauses(
                 [
-                    f"makespan {run.makespan_s * 1e3:.2f} ms "
-                    f"(compile {run.compile_s * 1e3:.0f} ms, separate)",
+                    f"makespan {human.format_duration(run.makespan_s)} "
+                    f"(compile {human.format_duration(run.compile_s)}, separate)",
                     f"bubble {measured:.0%} measured, {textbook:.0%} textbook (S-1)/(M+S-1)",
                 ]
             )
@@ -200,9 +210,9 @@ def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
             "spmd (one shard_map, ppermute between stages)",
             Clauses(
                 [
-                    f"step p50 {result.spmd.step_s * 1e3:.2f} ms "
-                    f"(compile {result.spmd.compile_s * 1e3:.0f} ms)",
-                    f"mpmd makespan {result.mpmd.makespan_s * 1e3:.2f} ms" if result.mpmd else "",
+                    f"step p50 {human.format_duration(result.spmd.step_s)} "
+                    f"(compile {human.format_duration(result.spmd.compile_s)})",
+                    f"mpmd makespan {human.format_duration(result.mpmd.makespan_s)}" if result.mpmd else "",
                 ]
             ),
         )

@@ -12,9 +12,10 @@ from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnalysis
+from shardcli.core.step_time import StepEstimate, Term
 from shardcli.core.target import FitVerdict
 from shardcli.costmodel import CostEstimate, Hardware
-from shardcli.render.console import Clauses, DataTable
+from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds
 from shardcli.specs import format_bytes
 
 
@@ -27,6 +28,68 @@ def program_json(analysis: ProgramAnalysis | None) -> dict[str, Any] | None:
         flops_per_device=analysis.flops,
         bytes_accessed_per_device=analysis.bytes_accessed,
         sent_bytes_per_device=analysis.sent_bytes,
+        xla_flops_per_device=analysis.xla_flops,
+        xla_bytes_accessed_per_device=analysis.xla_bytes_accessed,
+        loops=[
+            schema.PROGRAM_LOOP(
+                name=loop.name,
+                trips=loop.trips,
+                runs=loop.runs,
+                body_flops=loop.body_flops,
+                body_bytes=loop.body_bytes,
+                op_name=loop.op_name,
+                source=loop.source,
+            )
+            for loop in analysis.loops
+        ],
+        trips_known=analysis.trips_known,
+        missing=list(analysis.missing),
+    )
+
+
+def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
+    """The step-time estimate with every term's amount, rate and source."""
+    if step is None:
+        return None
+
+    def term(t: Term) -> dict[str, Any]:
+        return schema.STEP_TERM(name=t.name, amount=t.amount, rate=t.rate, seconds=t.seconds, source=t.source)
+
+    return schema.STEP_TIME(
+        chip=step.chip,
+        math=term(step.math),
+        hbm=term(step.hbm),
+        comm=[term(t) for t in step.comm],
+        t_comm_s=step.t_comm_s,
+        bound_s=step.bound_s,
+        sum_s=step.sum_s,
+        dominant=step.dominant,
+        efficiency=step.efficiency,
+        efficiency_source=step.efficiency_source,
+        estimate_s=step.estimate_s,
+        compiler_seconds=step.compiler_seconds,
+        compiler_note=step.compiler_note,
+        notes=list(step.notes),
+    )
+
+
+def step_time_text(step: StepEstimate) -> Text:
+    """One line: the estimate, its dominant term, and the terms."""
+    from shardcli.render.console import format_seconds
+
+    if step.estimate_s is None:
+        return Text(f"step time: unknown ({step.math.source})", style="dim")
+    comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
+    given = (
+        f"; the TPU compiler's own: {format_seconds(step.compiler_seconds)}"
+        if step.compiler_seconds is not None
+        else ""
+    )
+    at_least = " at least" if step.notes and any("unknown trip" in n for n in step.notes) else ""
+    return Text(
+        f"step time{at_least} {format_seconds(step.estimate_s)} ({step.dominant}-bound on {step.chip}): "
+        f"math {format_seconds(step.math.seconds)}, HBM {format_seconds(step.hbm.seconds)}, "
+        f"communication {comm}; no overlap {format_seconds(step.sum_s)}{given}"
     )
 
 
@@ -34,6 +97,7 @@ def collective_json(c: CollectiveOp) -> dict[str, Any]:
     return schema.PROGRAM_COLLECTIVE(
         kind=c.kind,
         mesh_axes=list(c.mesh_axes) if c.mesh_axes is not None else None,
+        axis_slices=list(c.axis_slices),
         group_size=c.group_size,
         shape=c.shape,
         result_bytes=c.result_bytes,
@@ -174,11 +238,24 @@ def memory_text(memory: MemoryUse | None) -> str:
     return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)})"
 
 
-def cost_model_text(model: CostEstimate, hw: Hardware, what: str) -> RenderableType:
+def cost_model_text(model: CostEstimate, hw: Hardware, what: str, flops_known: bool = True) -> RenderableType:
     """The roofline per device: FLOPs and what each collective sends, the peak and link figures
     with their sources, T_math, T_comm and the bounds (lines broken between clauses where the
-    terminal is narrow, never inside a figure)."""
-    from shardcli.render.matmul import format_flops, format_seconds
+    terminal is narrow, never inside a figure). `flops_known` False: the compiler counted no FLOPs,
+    so they, and T_math, are "unknown" (never 0)."""
+
+    if not flops_known:
+        flops = f"per device: FLOPs of {what} unknown (the compiler's cost analysis gave none)"
+        comm_only = [
+            f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"
+            for c in model.comm
+        ]
+        return Group(
+            Clauses([flops, *(comm_only or ["no communication"])]),
+            Text(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})", style="dim"),
+            Text(f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})", style="dim"),
+            Text("T_math unknown, so no bound: the FLOPs are unknown", style="yellow"),
+        )
 
     comm = [
         f"{c.op} over {c.axis} (n={c.group_size}): sends {format_bytes(c.bytes_per_device)}"

@@ -16,7 +16,7 @@ from shardcli.render.console import DataTable, make_console, prints_here, show_w
 from shardcli.specs import RunOptions
 
 
-def _cell_text(value: Any) -> str:
+def _cell_text(value: Any) -> str | Text:
     if isinstance(value, np.ndarray):
         return human.format_values(value)
     return str(value)

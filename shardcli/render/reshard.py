@@ -58,7 +58,7 @@ def reshard_json(result: ReshardResult) -> dict[str, Any]:
             "config": schema.RESHARD_CONFIG(
                 shape=list(req.array.shape),
                 dtype=req.array.dtype.name,
-                init=req.array.init,
+                init=req.array.init if req.array.values is None else "values",
                 nbytes=req.array.nbytes,
                 from_spec=jsonout.spec_json(req.source.entries),
                 to_spec=jsonout.spec_json(req.target.entries),
@@ -148,9 +148,9 @@ def moves_table(result: ReshardResult) -> Table:
 
 def ways_table(result: ReshardResult) -> Table:
     table = DataTable(box=None, header_style="bold")
-    numbers = ("sends/device", "memory/device", "compile (ms)", "p50 (us)", "algbw (GB/s)", "#wrong")
+    numbers = ("sends/device", "memory/device", "compile", "p50", "algbw (GB/s)", "#wrong")
     # Left out first where narrow: compile, memory/device, result spec, status and algbw.
-    priorities = {"status": 1, "algbw (GB/s)": 1, "result spec": 2, "memory/device": 3, "compile (ms)": 4}
+    priorities = {"status": 1, "algbw (GB/s)": 1, "result spec": 2, "memory/device": 3, "compile": 4}
     for name in ("impl", "status", "result spec", *numbers):
         table.add_column(
             name,
@@ -167,7 +167,7 @@ def ways_table(result: ReshardResult) -> Table:
             format_bytes(a.sent_bytes) if a else "-",
             format_bytes(a.memory.total_bytes) if a and a.memory else "-",
             human.compile_text(w.timing) if w.timing and a else "-",
-            f"{w.timing.stats.p50 * 1e6:.1f}" if w.timing else "-",
+            human.format_duration(w.timing.stats.p50) if w.timing else "-",
             f"{w.algbw / 1e9:.3g}" if w.algbw is not None else "-",
             Text(str(w.wrong), style="bold red" if w.wrong else "green") if w.timing else Text("-"),
         )
@@ -190,7 +190,7 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
     if not options.quiet:
         facts = {
             "array": f"{'x'.join(map(str, shape))} {req.array.dtype.name} "
-            f"({format_bytes(req.array.nbytes)}), init {req.array.init}",
+            f"({format_bytes(req.array.nbytes)}), {req.array.source}",
             "move": f"{req.source.describe()}  ->  {req.target.describe()}",
         }
         details = {

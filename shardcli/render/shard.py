@@ -23,7 +23,7 @@ def shard_json(result: ShardResult) -> dict:
             "array": schema.SHARD_ARRAY(
                 shape=list(req.array.shape),
                 dtype=req.array.dtype.name,
-                init=req.array.init,
+                init=req.array.init if req.array.values is None else "values",
                 nbytes=req.array.nbytes,
                 spec=jsonout.spec_json(req.sharding.entries),
                 jax_type=result.jax_type,
@@ -61,7 +61,7 @@ def shard_table(result: ShardResult) -> Table:
     if show_values:
         table.add_column("local values")
     for s in result.shards:
-        row = [
+        row: list[str | Text] = [
             str(s.device_id),
             human.coords_text(axes, s.coords),
             str(s.process_index),
@@ -90,7 +90,7 @@ def render_shard(result: ShardResult, options: RunOptions) -> None:
             human.header(
                 result.session,
                 {
-                    "array": f"{shape} {req.array.dtype.name}, init {req.array.init}",
+                    "array": f"{shape} {req.array.dtype.name}, {req.array.source}",
                     "spec": req.sharding.describe(),
                     "type": result.jax_type,
                 },

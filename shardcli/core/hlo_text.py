@@ -1,0 +1,344 @@
+"""Reading compiled HLO text: computations, instructions, who calls whom, and loop trip counts.
+
+The one place that reads the structure of XLA's text (`compiled.as_text()`), for what JAX's own
+analyses do not give: which computations a loop runs and how many times. `program_analysis` builds
+the frozen analysis on top of it. No JAX import: everything here is tested on strings.
+
+Trip counts: the CPU and GPU compilers write `"known_trip_count":{"n":"8"}` into a while's
+backend config; the TPU compiler (libtpu 0.0.52) writes none, so the count is read the way XLA's
+own loop analysis reads it: the condition compares a counter in the loop's tuple with a bound
+(`counter < 8`), the counter starts at a constant (the while's operand) and the body adds a constant
+to it each trip.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+_HEADER_RE = re.compile(r"^(?P<entry>ENTRY )?%?(?P<name>[\w.\-]+) \(.*\{\s*$")
+_NAME_RE = re.compile(r"^\s*(?P<root>ROOT )?%?(?P<name>[\w.\-]+) = ")
+_OPCODE_RE = re.compile(r"\s*(?P<op>[a-z][\w\-]*)\(")
+_OPERAND_NAME_RE = re.compile(r"%([\w.\-]+)")
+_CALLEE_RE = re.compile(
+    r"\b(?P<kind>body|condition|to_apply|calls|true_computation|false_computation)=%(?P<name>[\w.\-]+)"
+)
+_BRANCHES_RE = re.compile(r"\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
+_TRIP_RE = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
+_INDEX_RE = re.compile(r"\bindex=(?P<i>\d+)")
+_DIRECTION_RE = re.compile(r"\bdirection=(?P<d>[A-Z]+)")
+_CONSTANT_RE = re.compile(r"^-?\d+$")
+# Ops that pass a scalar through unchanged, followed when looking for a constant or a tuple element.
+_PASS_THROUGH = ("copy", "bitcast", "convert", "reshape")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One HLO instruction: `%name = shape opcode(operands), attributes`."""
+
+    name: str
+    shape: str
+    opcode: str
+    operands: tuple[str, ...]  # operand instruction names; a constant's literal is `literal`
+    literal: str
+    attributes: str
+    is_root: bool
+
+
+@dataclass
+class Computation:
+    """One computation of the module: its header line, its instructions and its raw text."""
+
+    name: str
+    is_entry: bool
+    text: list[str] = field(default_factory=list)
+    instructions: dict[str, Instruction] = field(default_factory=dict)
+    root: str | None = None
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One while loop: the instruction, the computations it runs, and its trip count where known."""
+
+    name: str
+    computation: str  # the computation holding the while
+    body: str
+    condition: str
+    trips: int | None
+    op_name: str | None
+    source_frame: int | None
+
+
+@dataclass
+class HloModuleText:
+    """The parsed module: its prologue (the header and source tables) and its computations."""
+
+    prologue: list[str]
+    computations: dict[str, Computation]
+    entry: str
+
+    def callees(self, name: str) -> Iterator[tuple[str, str]]:
+        """(kind, callee) for every computation `name` calls: body, condition, calls, to_apply..."""
+        for inst in self.computations[name].instructions.values():
+            for match in _CALLEE_RE.finditer(inst.attributes):
+                yield match.group("kind"), match.group("name")
+            for branches in _BRANCHES_RE.finditer(inst.attributes):
+                for callee in branches.group("names").split(","):
+                    if callee.strip():
+                        yield "branch", callee.strip().lstrip("%")
+
+    def reachable(self, start: str) -> list[str]:
+        """`start` and every computation it calls, directly or not, in the module's order."""
+        seen = {start}
+        todo = [start]
+        while todo:
+            for _, callee in self.callees(todo.pop()):
+                if callee in self.computations and callee not in seen:
+                    seen.add(callee)
+                    todo.append(callee)
+        return [name for name in self.computations if name in seen]
+
+    def loops(self) -> list[Loop]:
+        """Every while instruction of the module, with its trip count where it can be read."""
+        found = []
+        for comp in self.computations.values():
+            for inst in comp.instructions.values():
+                if inst.opcode != "while":
+                    continue
+                body = re.search(r"\bbody=%([\w.\-]+)", inst.attributes)
+                cond = re.search(r"\bcondition=%([\w.\-]+)", inst.attributes)
+                if body is None or cond is None:
+                    continue
+                op_name = re.search(r'op_name="([^"]*)"', inst.attributes)
+                frame = re.search(r"stack_frame_id=(\d+)", inst.attributes)
+                found.append(
+                    Loop(
+                        name=inst.name,
+                        computation=comp.name,
+                        body=body.group(1),
+                        condition=cond.group(1),
+                        trips=self.trip_count(comp, inst, body.group(1), cond.group(1)),
+                        op_name=op_name.group(1) if op_name else None,
+                        source_frame=int(frame.group(1)) if frame else None,
+                    )
+                )
+        return found
+
+    def trip_count(self, comp: Computation, loop: Instruction, body: str, cond: str) -> int | None:
+        """The compiler's `known_trip_count`, else the counted-loop pattern; None where neither."""
+        known = _TRIP_RE.search(loop.attributes)
+        if known is not None:
+            return int(known.group("n"))
+        if body not in self.computations or cond not in self.computations or not loop.operands:
+            return None
+        bound = self._bound(self.computations[cond])
+        if bound is None:
+            return None
+        index, direction, bound_value = bound
+        init_tuple = comp.instructions.get(loop.operands[0])
+        if init_tuple is None or init_tuple.opcode != "tuple" or index >= len(init_tuple.operands):
+            return None
+        start = _constant(comp, init_tuple.operands[index])
+        limit: int | None
+        if isinstance(bound_value, str):  # the bound is another element of the loop's tuple
+            at = int(bound_value)
+            limit = _constant(comp, init_tuple.operands[at]) if at < len(init_tuple.operands) else None
+        else:
+            limit = bound_value
+        step = self._step(self.computations[body], index)
+        if start is None or limit is None or step is None:
+            return None
+        return _trips(start, limit, step, direction)
+
+    def _bound(self, cond: Computation) -> tuple[int, str, int | str] | None:
+        """(counter's tuple index, direction as `counter OP bound`, the bound or its tuple index)."""
+        root = cond.instructions.get(cond.root or "")
+        if root is None:
+            return None
+        where, compare = cond, root
+        args: list[str | None] = list(root.operands)
+        if root.opcode == "fusion":  # the compare inside a fused computation: map its parameters back
+            called = re.search(r"\bcalls=%([\w.\-]+)", root.attributes)
+            fused = self.computations.get(called.group(1)) if called else None
+            inner = fused.instructions.get(fused.root or "") if fused else None
+            if fused is None or inner is None or inner.opcode != "compare":
+                return None
+            args = [_fused_argument(fused, name, root.operands) for name in inner.operands]
+            compare = inner
+        if compare.opcode != "compare" or len(args) != 2 or any(a is None for a in args):
+            return None
+        direction = _DIRECTION_RE.search(compare.attributes)
+        if direction is None:
+            return None
+        sides = []
+        for arg in args:
+            assert arg is not None
+            index = _tuple_index(where, arg)
+            value = _constant(where, arg)
+            sides.append((index, value))
+        (li, lv), (ri, rv) = sides
+        d = direction.group("d")
+        if li is not None and (rv is not None or ri is not None):
+            return li, d, rv if rv is not None else str(ri)
+        if ri is not None and (lv is not None or li is not None):
+            flipped = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(d, d)
+            return ri, flipped, lv if lv is not None else str(li)
+        return None
+
+    def _step(self, body: Computation, index: int) -> int | None:
+        """What the body adds to tuple element `index` each trip (a constant), or None."""
+        root = body.instructions.get(body.root or "")
+        if root is None or root.opcode != "tuple" or index >= len(root.operands):
+            return None
+        update = _follow(body, root.operands[index])
+        if update is None or update.opcode not in ("add", "subtract") or len(update.operands) != 2:
+            return None
+        a, b = update.operands
+        if _tuple_index(body, a) == index and _constant(body, b) is not None:
+            step = _constant(body, b)
+        elif update.opcode == "add" and _tuple_index(body, b) == index and _constant(body, a) is not None:
+            step = _constant(body, a)
+        else:
+            return None
+        assert step is not None
+        return -step if update.opcode == "subtract" else step
+
+    def module_of(self, entry: str) -> str:
+        """HLO text of a module whose entry computation is `entry`, with everything it calls."""
+        head = ["HloModule " + entry.replace("%", "")]
+        body: list[str] = []
+        for name in self.reachable(entry):
+            lines = list(self.computations[name].text)
+            header = lines[0].removeprefix("ENTRY ")
+            lines[0] = ("ENTRY " + header) if name == entry else header
+            body.extend([*lines, ""])
+        return "\n".join(head + self.prologue[1:] + body)
+
+
+def _follow(comp: Computation, name: str) -> Instruction | None:
+    """The instruction `name`, through copies and bitcasts."""
+    inst = comp.instructions.get(name)
+    for _ in range(16):
+        if inst is None or inst.opcode not in _PASS_THROUGH or not inst.operands:
+            return inst
+        inst = comp.instructions.get(inst.operands[0])
+    return inst
+
+
+def _constant(comp: Computation, name: str) -> int | None:
+    inst = _follow(comp, name)
+    if inst is None or inst.opcode != "constant" or not _CONSTANT_RE.match(inst.literal.strip()):
+        return None
+    return int(inst.literal.strip())
+
+
+def _tuple_index(comp: Computation, name: str) -> int | None:
+    """i where `name` is element i of the computation's (tuple) parameter."""
+    inst = _follow(comp, name)
+    if inst is None or inst.opcode != "get-tuple-element" or not inst.operands:
+        return None
+    source = comp.instructions.get(inst.operands[0])
+    if source is None or source.opcode != "parameter":
+        return None
+    index = _INDEX_RE.search(inst.attributes)
+    return int(index.group("i")) if index else None
+
+
+def _fused_argument(fused: Computation, name: str, outer: tuple[str, ...]) -> str | None:
+    """The caller's operand that fused parameter `name` stands for."""
+    inst = fused.instructions.get(name)
+    if inst is None or inst.opcode != "parameter" or not _CONSTANT_RE.match(inst.literal.strip()):
+        return None
+    i = int(inst.literal.strip())
+    return outer[i] if i < len(outer) else None
+
+
+def _trips(start: int, limit: int, step: int, direction: str) -> int | None:
+    """How many times `counter OP limit` holds, the counter going from `start` by `step`."""
+    if step == 0:
+        return None
+    if direction == "LT" and step > 0:
+        return max(0, math.ceil((limit - start) / step))
+    if direction == "LE" and step > 0:
+        return max(0, (limit - start) // step + 1)
+    if direction == "GT" and step < 0:
+        return max(0, math.ceil((start - limit) / -step))
+    if direction == "GE" and step < 0:
+        return max(0, (start - limit) // -step + 1)
+    if direction == "NE" and (limit - start) % step == 0 and (limit - start) // step >= 0:
+        return (limit - start) // step
+    return None
+
+
+def parse_module(hlo_text: str) -> HloModuleText:
+    """Split compiled HLO text into its computations and instructions."""
+    prologue: list[str] = []
+    computations: dict[str, Computation] = {}
+    entry = ""
+    current: Computation | None = None
+    for line in hlo_text.splitlines():
+        header = _HEADER_RE.match(line)
+        if header is not None:
+            current = Computation(
+                name=header.group("name"), is_entry=bool(header.group("entry")), text=[line]
+            )
+            computations[current.name] = current
+            if current.is_entry:
+                entry = current.name
+            continue
+        if current is None:
+            prologue.append(line)
+            continue
+        current.text.append(line)
+        if line.startswith("}"):
+            current = None
+            continue
+        inst = parse_instruction(line)
+        if inst is not None:
+            current.instructions[inst.name] = inst
+            if inst.is_root:
+                current.root = inst.name
+    return HloModuleText(prologue=prologue, computations=computations, entry=entry)
+
+
+def parse_instruction(line: str) -> Instruction | None:
+    """`%name = shape opcode(operands), attributes` as an Instruction; None for other lines."""
+    head = _NAME_RE.match(line)
+    if head is None:
+        return None
+    rest = line[head.end() :]
+    shape_end = _shape_end(rest)
+    op = _OPCODE_RE.match(rest, shape_end)
+    if op is None:
+        return None
+    start = op.end()
+    depth = 1
+    i = start
+    while i < len(rest) and depth:
+        depth += {"(": 1, ")": -1}.get(rest[i], 0)
+        i += 1
+    inside = rest[start : i - 1]
+    return Instruction(
+        name=head.group("name"),
+        shape=rest[:shape_end],
+        opcode=op.group("op"),
+        operands=tuple(_OPERAND_NAME_RE.findall(inside)),
+        literal=inside,
+        attributes=rest[i:],
+        is_root=bool(head.group("root")),
+    )
+
+
+def _shape_end(text: str) -> int:
+    """Where the result type at the start of `text` ends: brackets, braces and parens balanced."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            return i
+    return len(text)

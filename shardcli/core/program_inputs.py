@@ -1,0 +1,306 @@
+"""The arguments of a user's program as `jax.jit(...).lower` takes them, on the run's mesh.
+
+Whatever `lower` accepts is accepted here: any pytree (NamedTuples, dataclasses, Flax boxes, NNX
+state, equinox modules, whose non-array leaves are left alone), typed PRNG keys of any
+implementation, and shardings on an `AbstractMesh` (what `nnx.eval_shape` gives under
+`jax.set_mesh`), which are bound to the run's concrete mesh by their axis names and sizes. Nothing
+here changes what the program computes: a leaf keeps its shape, dtype and partition spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shardcli.errors import ShardcliError
+from shardcli.specs import KEY_IMPLS, AbstractArg, KeyImpl
+
+
+def key_dtype(impl: KeyImpl) -> Any:
+    """JAX's dtype of a typed PRNG key of `impl` (`key<fry>`), made without computing anything."""
+    import jax
+
+    return jax.eval_shape(lambda: jax.random.key(0, impl=impl.name)).dtype
+
+
+def is_key(dtype: Any) -> bool:
+    """Whether `dtype` is a typed PRNG key's (`key<fry>`, `key<rbg>`)."""
+    import jax
+
+    return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def key_impl_of(dtype: Any) -> KeyImpl:
+    """The implementation of a key dtype, by the name JAX prints (`key<rbg>` -> rbg)."""
+    short = str(dtype)[len("key<") : -1]
+    for impl in KEY_IMPLS.values():
+        if impl.short == short:
+            return impl
+    raise ShardcliError(f"the PRNG key dtype {dtype} is not one shardcli knows ({', '.join(KEY_IMPLS)})")
+
+
+def abstract_args(args: tuple[AbstractArg, ...], mesh: Any) -> tuple[Any, ...]:
+    """`jax.ShapeDtypeStruct`s with NamedShardings on the mesh: nothing allocated."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+
+    from shardcli.mesh import partition_spec
+
+    return tuple(
+        jax.ShapeDtypeStruct(
+            a.shape,
+            key_dtype(a.key) if a.key is not None else jnp.dtype(a.dtype.name),
+            sharding=NamedSharding(mesh, partition_spec(a.sharding.entries)),
+        )
+        for a in args
+    )
+
+
+def is_array_leaf(x: Any) -> bool:
+    """An array-like leaf (an array or a ShapeDtypeStruct); other leaves (Python numbers, functions
+    in an equinox module, None) are not arguments that take memory or a sharding."""
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type)
+
+
+def as_abstract(tree: Any) -> Any:
+    """Arrays in a pytree become ShapeDtypeStructs with their shardings (nothing is copied)."""
+    import jax
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct) or not is_array_leaf(x) or not hasattr(x, "sharding"):
+            return x
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+def _shardings(tree: Any) -> Iterator[Any]:
+    import jax
+
+    for leaf in jax.tree_util.tree_leaves(tree):
+        sharding = getattr(leaf, "sharding", None) if is_array_leaf(leaf) else None
+        if sharding is not None:
+            yield sharding
+
+
+@dataclass(frozen=True)
+class ProgramMesh:
+    """The mesh the arguments' shardings name: a concrete one (its devices), or an AbstractMesh."""
+
+    mesh: Any
+    abstract: bool
+
+    @property
+    def explicit(self) -> bool:
+        return any(getattr(t, "name", "") == "Explicit" for t in getattr(self.mesh, "axis_types", ()))
+
+    def describe(self) -> str:
+        sizes = "x".join(str(s) for s in self.mesh.axis_sizes)
+        return f"{sizes} ({', '.join(map(str, self.mesh.axis_names))})"
+
+
+def program_mesh(tree: Any) -> ProgramMesh | None:
+    """The mesh of the arguments' NamedShardings: the first concrete one, else the first abstract."""
+    from jax.sharding import AbstractMesh
+
+    abstract = None
+    for sharding in _shardings(tree):
+        mesh = getattr(sharding, "mesh", None)
+        if mesh is None or not getattr(mesh, "axis_names", ()):
+            continue
+        if not isinstance(mesh, AbstractMesh):
+            return ProgramMesh(mesh, abstract=False)
+        abstract = abstract or ProgramMesh(mesh, abstract=True)
+    return abstract
+
+
+def check_binds(found: ProgramMesh, mesh: Any, where: str) -> None:
+    """An AbstractMesh binds to `mesh` when their axis names and sizes agree; else one line.
+
+    Raises:
+        ShardcliError: the names or sizes differ.
+    """
+    have = tuple(zip(map(str, found.mesh.axis_names), found.mesh.axis_sizes, strict=True))
+    run = tuple(zip(map(str, mesh.axis_names), mesh.axis_sizes, strict=True))
+    if have != run:
+        shape = "x".join(str(s) for s in found.mesh.axis_sizes)
+        axes = ",".join(map(str, found.mesh.axis_names))
+        raise ShardcliError(
+            f"{where} are sharded on an abstract mesh {found.describe()}, which does not match this run's "
+            f"mesh {ProgramMesh(mesh, False).describe()}; run with --mesh {shape} --axes {axes}"
+        )
+
+
+def bind_to_mesh(tree: Any, mesh: Any) -> Any:
+    """Every NamedSharding in `tree` on `mesh`: same partition spec, `mesh`'s devices and axis types.
+
+    The caller has checked that the names and sizes agree (`check_binds`); a leaf without a sharding
+    or with another kind of sharding is left as it is.
+    """
+    import jax
+    from jax.sharding import NamedSharding
+
+    def leaf(x: Any) -> Any:
+        sharding = getattr(x, "sharding", None) if isinstance(x, jax.ShapeDtypeStruct) else None
+        if not isinstance(sharding, NamedSharding) or sharding.mesh is mesh:
+            return x
+        bound = NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=bound, weak_type=x.weak_type)
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+def with_axis_types(mesh: Any, explicit: bool) -> Any:
+    """`mesh` with every axis Explicit (or Auto): the same devices and names."""
+    import jax
+    from jax.sharding import AxisType
+
+    kind = AxisType.Explicit if explicit else AxisType.Auto
+    if all(t == kind for t in mesh.axis_types):
+        return mesh
+    return jax.sharding.Mesh(mesh.devices, mesh.axis_names, axis_types=(kind,) * len(mesh.axis_names))
+
+
+@dataclass(frozen=True)
+class GivenInputs:
+    """What `--inputs FILE.py:NAME` gave: the arguments, and the step itself where it returned one."""
+
+    fn: Any  # None: compile the function the command line named
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+_RETURNS = (
+    "return the tuple of the function's positional arguments, (step, args), or "
+    '{"fn": step, "args": (...), "kwargs": {...}} (pytrees of jax.ShapeDtypeStruct with shardings, or arrays)'
+)
+
+
+def _takes_mesh(value: Any, flag: str) -> bool:
+    """Whether the maker takes the mesh (one positional parameter) or nothing.
+
+    Raises:
+        ShardcliError: it needs more than one argument.
+    """
+    import inspect
+
+    try:
+        params = list(inspect.signature(value).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if len(required) > 1:
+        names = ", ".join(p.name for p in required)
+        raise ShardcliError(
+            f"--inputs {flag} takes {len(required)} arguments ({names}); give a function of no arguments "
+            f"or of one, the mesh"
+        )
+    return bool(positional) or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def _is_step(x: Any) -> bool:
+    """A function to compile (jitted or not), not an argument: callables that hold no arrays."""
+    import jax
+
+    return callable(x) and not any(is_array_leaf(leaf) for leaf in jax.tree_util.tree_leaves(x))
+
+
+def call_inputs(maker: Any, flag: str, mesh: Any) -> GivenInputs:
+    """Call the `--inputs` maker (with the mesh if it takes one) and sort out what it returned.
+
+    Args:
+        maker: the loaded `UserObject`.
+        flag: the `--inputs` value as typed.
+        mesh: the run's mesh.
+
+    Raises:
+        ShardcliError: it names no function, takes the wrong arguments or returns something else.
+        UserCodeError: it raised.
+    """
+    from shardcli.user_code import call_user
+
+    value = maker.value
+    if not callable(value):
+        raise ShardcliError(
+            f"--inputs {flag} names a {type(value).__name__}, not a function; give a function that "
+            f"takes the mesh (or nothing) and returns the arguments"
+        )
+    given = (mesh,) if _takes_mesh(value, flag) else ()
+    made = call_user(value, maker.roots, f"--inputs {flag} raised", *given, doing=f"calling --inputs {flag}")
+    if isinstance(made, dict):
+        unknown = sorted(set(map(str, made)) - {"fn", "args", "kwargs"})
+        if unknown or "args" not in made:
+            raise ShardcliError(
+                f"--inputs {flag} returned a dict with keys {', '.join(map(str, made)) or 'none'}; "
+                f'give "args" (and "fn", "kwargs" where needed)'
+            )
+        fn, args, kwargs = made.get("fn"), made["args"], made.get("kwargs") or {}
+        if fn is not None and not callable(fn):
+            raise ShardcliError(f'--inputs {flag} returned "fn": a {type(fn).__name__}, not a function')
+        if not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
+            raise ShardcliError(f'--inputs {flag}: "args" must be a tuple or list and "kwargs" a dict')
+        return GivenInputs(fn, tuple(args), dict(kwargs))
+    if not isinstance(made, (tuple, list)):
+        raise ShardcliError(f"--inputs {flag} returned a {type(made).__name__}; {_RETURNS}")
+    if len(made) == 2 and _is_step(made[0]) and isinstance(made[1], (tuple, list)):
+        return GivenInputs(made[0], tuple(made[1]), {})
+    return GivenInputs(None, tuple(made), {})
+
+
+_PLAIN_LEAVES = (int, float, complex, bool, type(None))
+
+
+def _filtered_jit(fn: Any) -> bool:
+    """An equinox `filter_jit` function: arrays are its traced arguments, every other leaf static."""
+    return type(fn).__module__.split(".")[0] == "equinox" and hasattr(fn, "__wrapped__")
+
+
+def jit_of(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The jitted function `lower` is called on, with its arguments, computing what `fn` computes.
+
+    A `jax.jit` function is taken as it is (its shardings, donated and static arguments). A plain
+    function is `jax.jit`-ed, as `jax.jit(fn).lower(*args)` would. Where the arguments hold leaves
+    that are no JAX type (an equinox module's activation function), or `fn` is an equinox
+    `filter_jit` function (which takes abstract arrays as static values), the arrays are traced and
+    every other leaf is held static, as `eqx.filter_jit` does; its `donate` is kept.
+    """
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    filtered = _filtered_jit(fn)
+    if not filtered and (
+        hasattr(fn, "lower") or all(is_array_leaf(x) or isinstance(x, _PLAIN_LEAVES) for x in leaves)
+    ):
+        return (fn if hasattr(fn, "lower") else jax.jit(fn)), args, kwargs
+    inner = fn.__wrapped__ if filtered else fn
+    traced = [is_array_leaf(x) for x in leaves]
+    held = [None if t else x for x, t in zip(leaves, traced, strict=True)]
+    first = len(jax.tree_util.tree_leaves(args[0])) if args else 0
+    donate = []
+    for i, t in enumerate(traced):
+        if t and (
+            (getattr(fn, "donate_first", False) and i < first)
+            or (getattr(fn, "donate_rest", False) and i >= first)
+        ):
+            donate.append(sum(traced[:i]))
+
+    def call(*arrays: Any) -> Any:
+        given = iter(arrays)
+        a, k = jax.tree_util.tree_unflatten(
+            tree, [next(given) if t else h for t, h in zip(traced, held, strict=True)]
+        )
+        out = inner(*a, **k)
+        return [x for x in jax.tree_util.tree_leaves(out) if is_array_leaf(x)]
+
+    call.__name__ = getattr(inner, "__name__", "step")
+    call.__wrapped__ = inner  # type: ignore[attr-defined]
+    return (
+        jax.jit(call, donate_argnums=tuple(donate)),
+        tuple(x for x, t in zip(leaves, traced, strict=True) if t),
+        {},
+    )

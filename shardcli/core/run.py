@@ -1,0 +1,423 @@
+"""`shardcli run FILE.py:FN`: run your own function on concrete inputs, every device's block shown.
+
+The inputs are filled (`arange`, `ones`, `random`, a `.npy` file, or the arrays `--inputs` returns)
+and placed with their shardings; the function runs once on the mesh (as `jit`, under
+`jax.set_mesh`), and what each device held before and after is read back, with every
+`shardcli.probe` value seen on the way (inside `shard_map` bodies: per device). Then the same
+function runs on one device, on a mesh with the same axis names each of size 1, and the sharded
+result is compared with it: exactly for integers and booleans, within a per-dtype tolerance for
+floats. A result whose shape differs between the two (a `shard_map` that returns one value per
+shard) is shown and named as depending on the mesh, not compared.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardcli.core.inspect import _leaf_names, fact_of
+from shardcli.core.run_probe import ProbeCall, recording
+from shardcli.core.run_request import SHOW_VALUES_MAX, RunArg, RunRequest
+from shardcli.core.session import Session, open_session
+from shardcli.core.verify import RTOL, float_eps
+from shardcli.errors import ShardcliError
+from shardcli.tile_math import ShardingLayout
+
+
+@dataclass(frozen=True)
+class DeviceBlock:
+    """One device's block of an array (or of a probe's value)."""
+
+    device_ids: tuple[int, ...]  # the devices holding this block (several where it is replicated)
+    coords: tuple[int, ...]  # the first device's mesh coordinates
+    index: tuple[tuple[int, int], ...]  # its place in the global array
+    values: np.ndarray | None  # None: not shown (too large)
+
+
+@dataclass(frozen=True)
+class ArrayValues:
+    """An argument or a result: its type, sharding, and (when small) its values, global and per device."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    spec: str
+    layout: ShardingLayout | None  # None: a host array with no sharding
+    filled_with: str  # arange, ones, random, a file, "--inputs", "result"
+    global_values: np.ndarray | None
+    blocks: tuple[DeviceBlock, ...]
+
+    @property
+    def replicated(self) -> bool:
+        return self.layout is None or len(self.layout.tiles) == 1
+
+
+@dataclass(frozen=True)
+class ProbeValues:
+    """Every value one probe saw: per device inside shard_map, else the global value."""
+
+    name: str
+    axes: tuple[str, ...]  # the shard_map's manual axes; () for a global value
+    blocks: tuple[DeviceBlock, ...]  # in mesh order; values of several calls are stacked
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close the sharded result must come to the one-device result."""
+
+    exact: bool
+    rtol: float  # |err| <= rtol * max|reference| (floats)
+    text: str
+
+
+@dataclass(frozen=True)
+class ResultCheck:
+    """One result leaf against the same function run on one device."""
+
+    name: str
+    compared: bool  # False: the result's shape depends on the mesh
+    wrong: int
+    max_abs_err: float
+    bound: float
+    reference: np.ndarray | None  # the one-device result (shown when small)
+    note: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What `shardcli run` shows: inputs, probes, results and their check, device by device."""
+
+    session: Session
+    request: RunRequest
+    inputs: tuple[ArrayValues, ...]
+    probes: tuple[ProbeValues, ...]
+    results: tuple[ArrayValues, ...]
+    checks: tuple[ResultCheck, ...]
+    tolerance_text: str
+    show_values: bool
+
+    @property
+    def wrong(self) -> int:
+        return sum(c.wrong for c in self.checks)
+
+    @property
+    def compared(self) -> bool:
+        return any(c.compared for c in self.checks)
+
+
+# --- tolerances -----------------------------------------------------------------------------------
+
+
+def tolerance_for(dtype: np.dtype) -> Tolerance:
+    """Integers and booleans exactly; floats within max(1e-4, 8 eps) of the largest |reference|.
+
+    The two runs may sum in another order (a psum over shards against one long sum), so a float
+    result differs by rounding; 8 eps of the dtype covers bfloat16 and float16, and 1e-4 (the
+    project's float32 tolerance, `verify.RTOL`) float32 through a few layers.
+    """
+    if dtype.kind in "iub":
+        return Tolerance(True, 0.0, "exactly")
+    rtol = max(RTOL, 8 * float_eps(dtype))
+    return Tolerance(False, rtol, f"{dtype.name}: |err| <= {rtol:.3g} x max|ref|")
+
+
+def compare_to_reference(name: str, got: np.ndarray, want: np.ndarray) -> ResultCheck:
+    """The sharded result leaf against the one-device one (shapes that differ: not compared)."""
+    if got.shape != want.shape:
+        return ResultCheck(
+            name,
+            False,
+            0,
+            0.0,
+            0.0,
+            want,
+            f"shape {got.shape} on the mesh, {want.shape} on one device: the result depends on the "
+            f"mesh (one value per shard), so it is shown, not compared",
+        )
+    tol = tolerance_for(np.asarray(got).dtype)
+    g, w = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
+    diff = np.abs(g - w)
+    err = float(np.nanmax(diff)) if diff.size else 0.0
+    if tol.exact:
+        wrong = int(np.count_nonzero(np.asarray(got) != np.asarray(want)))
+        return ResultCheck(name, True, wrong, err, 0.0, want, tol.text)
+    scale = float(np.max(np.abs(w))) if w.size else 0.0
+    bound = tol.rtol * (scale or 1.0)
+    wrong = int(np.count_nonzero(~(diff <= bound)))  # NaN counts as wrong
+    return ResultCheck(name, True, wrong, err, bound, want, tol.text)
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def host_values(arg: RunArg, default_init: str) -> np.ndarray:
+    """The global values of one --arg: an init, or a .npy file of the declared shape.
+
+    Raises:
+        ShardcliError: the file cannot be read, or holds another shape or a dtype it cannot be cast from.
+    """
+    from shardcli.arrays import make_host_array, numpy_dtype
+    from shardcli.specs import ArraySpec
+
+    dtype = numpy_dtype(arg.arg.dtype)
+    if arg.values_file is None:
+        return make_host_array(ArraySpec(arg.arg.shape, arg.arg.dtype, arg.init or default_init))
+    try:
+        loaded = np.load(arg.values_file, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise ShardcliError(f"--arg {arg.describe()!r}: cannot read {arg.values_file}: {error}") from None
+    if tuple(loaded.shape) != arg.arg.shape:
+        raise ShardcliError(
+            f"--arg {arg.describe()!r}: {arg.values_file} holds shape {list(loaded.shape)}, not "
+            f"{list(arg.arg.shape)}; give the file's shape in the --arg"
+        )
+    if not np.can_cast(loaded.dtype, dtype, casting="same_kind"):
+        raise ShardcliError(
+            f"--arg {arg.describe()!r}: {arg.values_file} holds {loaded.dtype}, which does not cast to "
+            f"{arg.arg.dtype.name}; give its dtype in the --arg"
+        )
+    return loaded.astype(dtype)
+
+
+def _fill(struct: Any, init: str, seed: int) -> np.ndarray:
+    """Values for an abstract leaf (a ShapeDtypeStruct that --inputs returned)."""
+    from shardcli.arrays import make_host_array
+    from shardcli.specs import DTYPES, ArraySpec
+
+    name = np.dtype(struct.dtype).name
+    if name not in DTYPES:
+        raise ShardcliError(
+            f"--inputs returned an abstract {name} array; shardcli fills {', '.join(DTYPES)}: "
+            f"return the array itself"
+        )
+    return make_host_array(ArraySpec(tuple(struct.shape), DTYPES[name], init), seed=seed)
+
+
+def _concrete_inputs(request: RunRequest, session: Session) -> tuple[Any, list[str], tuple[str, ...]]:
+    """The function's positional arguments as arrays on the mesh, what filled each leaf, and the
+    files of --inputs (an error raised there is the user's)."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from shardcli.arrays import place_array
+    from shardcli.mesh import partition_spec
+    from shardcli.user_code import call_user, load
+
+    if request.inputs is None:
+        arrays = []
+        for a in request.args:
+            sharding = NamedSharding(session.mesh, partition_spec(a.arg.sharding.entries))
+            arrays.append(place_array(host_values(a, request.init), sharding))
+        return tuple(arrays), [a.filled_with(request.init) for a in request.args], ()
+    maker = load(request.inputs, flag="--inputs", what="NAME")
+    made = call_user(maker.value, maker.roots, f"--inputs {request.inputs} raised", session.mesh)
+    if not isinstance(made, (tuple, list)):
+        raise ShardcliError(
+            f"--inputs {request.inputs} returned a {type(made).__name__}; return the tuple of the "
+            f"function's positional arguments (arrays, or jax.ShapeDtypeStruct to fill with --init)"
+        )
+    leaves, tree = jax.tree_util.tree_flatten(tuple(made))
+    filled, how = [], []
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, jax.ShapeDtypeStruct):
+            host = _fill(leaf, request.init, seed=i)
+            sharding = leaf.sharding or NamedSharding(session.mesh, partition_spec(()))
+            filled.append(place_array(host, sharding))
+            how.append(request.init)
+        else:
+            filled.append(leaf)
+            how.append("--inputs")
+    return jax.tree_util.tree_unflatten(tree, filled), how, maker.roots
+
+
+# --- reading values back --------------------------------------------------------------------------
+
+
+def _coords_of(session: Session) -> dict[int, tuple[int, ...]]:
+    return {c.device_id: c.coords for c in session.layout.cells}
+
+
+def array_values(name: str, leaf: Any, filled_with: str, session: Session, show: bool | None) -> ArrayValues:
+    """An argument or result leaf: its sharding and, when small enough, its global and per-device values."""
+    import jax
+
+    coords = _coords_of(session)
+    size = math.prod(tuple(leaf.shape))
+    shown = show if show is not None else size <= SHOW_VALUES_MAX
+    if not isinstance(leaf, jax.Array):
+        host = np.asarray(leaf)
+        return ArrayValues(
+            name=name,
+            dtype=str(host.dtype),
+            shape=tuple(host.shape),
+            spec="host array (no sharding)",
+            layout=None,
+            filled_with=filled_with,
+            global_values=host if shown else None,
+            blocks=(),
+        )
+    fact = fact_of(name, leaf)
+    by_device = {s.device.id: s for s in leaf.addressable_shards}
+    blocks = []
+    for tile in fact.layout.tiles:
+        mine = [d for d in tile.device_ids if d in by_device]
+        values = np.asarray(by_device[mine[0]].data) if mine and shown else None
+        blocks.append(DeviceBlock(tuple(tile.device_ids), coords[tile.device_ids[0]], tile.index, values))
+    whole = np.asarray(jax.device_get(leaf)) if shown and leaf.is_fully_addressable else None
+    return ArrayValues(
+        name=name,
+        dtype=fact.dtype,
+        shape=fact.shape,
+        spec=fact.spec,
+        layout=fact.layout,
+        filled_with=filled_with,
+        global_values=whole,
+        blocks=tuple(sorted(blocks, key=lambda b: b.device_ids[0])),
+    )
+
+
+def probe_values(calls: list[ProbeCall], session: Session, show: bool | None) -> tuple[ProbeValues, ...]:
+    """Each probe's values per device (grouped by name, in the order first seen; calls stacked)."""
+    axes = session.spec.axes
+    cells = session.layout.cells
+    out = []
+    for name in dict.fromkeys(c.name for c in calls):
+        mine = [c for c in calls if c.name == name]
+        manual = mine[0].axes
+        groups: dict[tuple[int, ...], list[Any]] = {}
+        for c in mine:
+            groups.setdefault(c.coords, []).append(c.value)
+        blocks = []
+        for where, values in sorted(groups.items()):
+            want = dict(zip(manual, where, strict=True))
+            ids = tuple(
+                cell.device_id
+                for cell in cells
+                if all(cell.coords[axes.index(a)] == k for a, k in want.items())
+            )
+            value = values[0] if len(values) == 1 else np.stack([np.asarray(v) for v in values])
+            size = int(np.asarray(value).size)
+            keep = show if show is not None else size <= SHOW_VALUES_MAX
+            first = ids[0] if ids else -1
+            blocks.append(
+                DeviceBlock(
+                    ids,
+                    next((c.coords for c in cells if c.device_id == first), ()),
+                    (),
+                    np.asarray(value) if keep else None,
+                )
+            )
+        out.append(ProbeValues(name, manual, tuple(sorted(blocks, key=lambda b: b.device_ids or (-1,)))))
+    return tuple(out)
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+def _result_names(out: Any) -> list[tuple[str, Any]]:
+    import jax
+
+    flat = jax.tree_util.tree_flatten_with_path(out)[0]
+    if len(flat) == 1 and not flat[0][0]:
+        return [("result", flat[0][1])]
+    return [("result" + jax.tree_util.keystr(path), leaf) for path, leaf in flat]
+
+
+def _one_device_mesh(session: Session) -> Any:
+    """A mesh with the session's axis names and types, every axis of size 1, on its first device."""
+    import jax
+
+    return jax.make_mesh(
+        (1,) * len(session.spec.axes),
+        session.spec.axes,
+        axis_types=tuple(session.mesh.axis_types),
+        devices=[session.devices[0]],
+    )
+
+
+def _host_copy(tree: Any) -> Any:
+    import jax
+
+    return jax.tree_util.tree_map(lambda leaf: np.asarray(jax.device_get(leaf)), tree)
+
+
+def execute(
+    fn: Callable[..., Any], args: Any, mesh: Any, roots: tuple[str, ...], what: str
+) -> tuple[Any, list[ProbeCall]]:
+    """Compile and run `fn(*args)` once on `mesh` (as jit, under the mesh), recording the probes.
+
+    Raises:
+        UserCodeError: the user's code raised while JAX traced or ran it.
+        ShardcliError: JAX could not compile it.
+    """
+    import jax
+
+    from shardcli.core.inspect import compile_program
+    from shardcli.core.target import quiet_native_logs
+    from shardcli.user_code import call_user
+
+    # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
+    with quiet_native_logs():
+        _, compiled, _, _ = compile_program(fn, tuple(args), roots, what, mesh)
+    with recording() as calls, jax.set_mesh(mesh):
+        out = call_user(compiled, roots, f"{what} raised while it ran:", *args)
+        jax.block_until_ready(out)
+        jax.effects_barrier()
+    return out, list(calls)
+
+
+def run_function(request: RunRequest) -> RunResult:
+    """`shardcli run`: fill the inputs, run the function on the mesh and on one device, compare.
+
+    Raises:
+        ShardcliError: bad input (one line).
+        UserCodeError: the user's code raised.
+    """
+    import jax
+
+    from shardcli.runtime import import_jax_quietly
+    from shardcli.user_code import load
+
+    if request.args and request.inputs:
+        raise ShardcliError("give the arguments with --arg or with --inputs, not both")
+    import_jax_quietly()  # before the user's file imports it
+    function = load(request.target, flag="run")
+    if not callable(function.value):
+        raise ShardcliError(f"run {request.target!r} names a {type(function.value).__name__}, not a function")
+    x64 = any(a.arg.dtype.needs_x64 for a in request.args)
+    session = open_session(request.mesh, request.options, x64=x64)
+    args, how, input_roots = _concrete_inputs(request, session)
+    roots = tuple(dict.fromkeys(function.roots + input_roots))
+    names = _leaf_names(getattr(function.value, "__wrapped__", function.value), tuple(args))
+    inputs = tuple(
+        array_values(n, leaf, h, session, request.show_values)
+        for (n, leaf), h in zip(names, how, strict=True)
+    )
+    out, calls = execute(function.value, args, session.mesh, roots, request.target)
+    results = tuple(
+        array_values(n, leaf, "result", session, request.show_values) for n, leaf in _result_names(out)
+    )
+    probes = probe_values(calls, session, request.show_values)
+    host_args = _host_copy(args)
+    reference, _ = execute(function.value, host_args, _one_device_mesh(session), roots, request.target)
+    got_leaves = [(name, np.asarray(jax.device_get(leaf))) for name, leaf in _result_names(out)]
+    checks = tuple(
+        compare_to_reference(name, got, np.asarray(jax.device_get(want)))
+        for (name, got), (_, want) in zip(got_leaves, _result_names(reference), strict=True)
+    )
+    tol_text = "; ".join(dict.fromkeys(tolerance_for(got.dtype).text for _, got in got_leaves))
+    show = request.show_values if request.show_values is not None else True
+    return RunResult(
+        session=session,
+        request=request,
+        inputs=inputs,
+        probes=probes,
+        results=results,
+        checks=checks,
+        tolerance_text=tol_text,
+        show_values=show,
+    )

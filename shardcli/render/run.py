@@ -1,0 +1,247 @@
+"""Rendering `shardcli run`: each device's blocks before and after (as `collective` shows them),
+the probes' values per device, the global result, and its check against one device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
+
+from shardcli import json_schema as schema
+from shardcli.core.run import ArrayValues, DeviceBlock, ProbeValues, RunResult
+from shardcli.render import human, jsonout
+from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
+from shardcli.specs import RunOptions
+
+# --- JSON -----------------------------------------------------------------------------------------
+
+
+def _block_json(block: DeviceBlock, axes: tuple[str, ...]) -> dict[str, Any]:
+    return schema.RUN_BLOCK(
+        device_ids=list(block.device_ids),
+        coords=dict(zip(axes, block.coords, strict=False)),
+        index=jsonout.index_json(block.index) if block.index else None,
+        values=jsonout.values_json(block.values),
+    )
+
+
+def _array_json(array: ArrayValues, axes: tuple[str, ...]) -> dict[str, Any]:
+    return schema.RUN_ARRAY(
+        name=array.name,
+        dtype=array.dtype,
+        shape=list(array.shape),
+        spec=array.spec,
+        filled_with=array.filled_with,
+        values=jsonout.values_json(array.global_values),
+        blocks=[_block_json(b, axes) for b in array.blocks],
+    )
+
+
+def run_json(result: RunResult) -> dict[str, Any]:
+    req = result.request
+    axes = result.session.spec.axes
+    return jsonout.document(
+        "run",
+        result.session,
+        {
+            "config": schema.RUN_CONFIG(
+                function=req.target,
+                args=[a.describe() for a in req.args],
+                inputs=req.inputs,
+                init=req.init,
+                show_values=req.show_values,
+                tolerance=result.tolerance_text,
+            ),
+            "inputs": [_array_json(a, axes) for a in result.inputs],
+            "probes": [
+                schema.RUN_PROBE(
+                    name=p.name, manual_axes=list(p.axes), blocks=[_block_json(b, axes) for b in p.blocks]
+                )
+                for p in result.probes
+            ],
+            "results": [_array_json(a, axes) for a in result.results],
+            "checks": [
+                schema.RUN_CHECK(
+                    name=c.name,
+                    compared=c.compared,
+                    wrong=c.wrong,
+                    max_abs_err=c.max_abs_err,
+                    bound=c.bound,
+                    reference=jsonout.values_json(c.reference)
+                    if c.reference is not None and c.reference.size <= 256
+                    else None,
+                    note=c.note,
+                )
+                for c in result.checks
+            ],
+            "ok": result.wrong == 0,
+        },
+    )
+
+
+# --- people ---------------------------------------------------------------------------------------
+
+
+def _values_text(values: Any) -> str:
+    if isinstance(values, tuple):
+        return " | ".join(_values_text(v) for v in values)
+    return str(human.format_values(values))
+
+
+def _block_text(array: ArrayValues, device: int) -> str:
+    block = next((b for b in array.blocks if device in b.device_ids), None)
+    if block is None:
+        return "-"
+    if block.values is None:
+        local = "x".join(str(b - a) for a, b in block.index) or "scalar"
+        return f"{local} block (not shown)"
+    return _values_text(block.values)
+
+
+def _array_line(array: ArrayValues) -> str:
+    kind = f"{array.dtype}[{','.join(map(str, array.shape))}]"
+    filled = "" if array.filled_with == "result" else f", {array.filled_with}"
+    if array.layout is None:
+        return f"{array.name}: {kind}{filled}, {array.spec}"
+    tiles = len(array.layout.tiles)
+    copies = array.layout.replication
+    spread = f"{tiles} block(s) of {array.layout.local_shape}" + (
+        f", each on {copies} devices" if copies > 1 else ""
+    )
+    return f"{array.name}: {kind}{filled}, spec {array.spec}: {spread}"
+
+
+def blocks_table(result: RunResult) -> DataTable:
+    """One row per device: its block of every input (BEFORE) and of every result (AFTER)."""
+    axes = result.session.spec.axes
+    arrays = [("BEFORE", a) for a in result.inputs if a.layout is not None] + [
+        ("AFTER", a) for a in result.results if a.layout is not None
+    ]
+    table = DataTable(box=None, header_style="bold")
+    table.add_column("device", justify="right")
+    table.add_column("mesh coords", priority=1)
+    for when, array in arrays:
+        table.add_column(f"{array.name} ({'input' if when == 'BEFORE' else 'output'} block)")
+    for cell in result.session.layout.cells:
+        table.add_row(
+            str(cell.device_id),
+            human.coords_text(axes, cell.coords),
+            *(Text(_block_text(a, cell.device_id)) for _, a in arrays),
+        )
+    return table
+
+
+def probes_table(result: RunResult, probes: list[ProbeValues]) -> DataTable:
+    """One row per device (per position on the manual axes), one column per probe."""
+    axes = result.session.spec.axes
+    table = DataTable(box=None, header_style="bold")
+    table.add_column("device", justify="right")
+    table.add_column("mesh coords", priority=1)
+    for p in probes:
+        table.add_column(p.name)
+    for cell in result.session.layout.cells:
+        cells = []
+        for p in probes:
+            block = next((b for b in p.blocks if cell.device_id in b.device_ids), None)
+            cells.append(
+                "-"
+                if block is None
+                else ("(not shown)" if block.values is None else _values_text(block.values))
+            )
+        table.add_row(str(cell.device_id), human.coords_text(axes, cell.coords), *map(Text, cells))
+    return table
+
+
+def _global_probes(probes: list[ProbeValues]) -> RenderableType:
+    lines: list[RenderableType] = []
+    for p in probes:
+        for k, block in enumerate(p.blocks):
+            label = p.name if len(p.blocks) == 1 else f"{p.name} (call {k + 1})"
+            lines.append(Text(f"{label}:", style="bold"))
+            lines.append(Text("(not shown)" if block.values is None else _values_text(block.values)))
+    return Group(*lines)
+
+
+def _verdict(console: Console, result: RunResult) -> None:
+    for check in result.checks:
+        if not check.compared:
+            console.print(Text(f"{check.name}: {check.note}", style="yellow"))
+    compared = [c for c in result.checks if c.compared]
+    if not compared:
+        return
+    wrong = [c for c in compared if c.wrong]
+    if wrong:
+        for c in wrong:
+            console.print(
+                Text(
+                    f"WRONG: {c.wrong} element(s) of {c.name} differ from the function run on one device "
+                    f"(max |err| {c.max_abs_err:.3g}; {c.note})",
+                    style="bold red",
+                )
+            )
+        return
+    names = ", ".join(c.name for c in compared)
+    worst = max(c.max_abs_err for c in compared)
+    how = (
+        "exactly"
+        if all(c.note == "exactly" for c in compared)
+        else f"max |err| {worst:.3g}; {result.tolerance_text}"
+    )
+    console.print(Text(f"verified: {names} matches the same function on one device ({how})", style="green"))
+
+
+def render_run(result: RunResult, options: RunOptions) -> None:
+    """`shardcli run`'s report: JSON for scripts, else the tables for people."""
+    show_warnings(result.session.runtime)
+    if not prints_here(options, result.session.runtime):
+        return
+    if options.format == "json":
+        jsonout.write_json(run_json(result), options)
+        return
+    console = make_console(options)
+    if not options.quiet:
+        console.print(
+            human.header(
+                result.session,
+                {"function": result.request.target},
+                details={
+                    "compared with": "the same function on one device, every mesh axis of size 1; "
+                    + result.tolerance_text
+                },
+                verbose=options.verbose,
+            )
+        )
+        human.section(
+            console,
+            "arrays",
+            Text("\n".join(_array_line(a) for a in (*result.inputs, *result.results))),
+        )
+    _values_sections(console, result, options.quiet)
+    console.print()
+    _verdict(console, result)
+
+
+def _values_sections(console: Console, result: RunResult, quiet: bool) -> None:
+    """The lesson: blocks per device, probes, the global result (kept under --quiet)."""
+    shown = any(b.values is not None for a in (*result.inputs, *result.results) for b in a.blocks)
+    if shown:
+        human.section(console, "BEFORE and AFTER (per device)", blocks_table(result))
+    per_device = [p for p in result.probes if p.axes]
+    if per_device:
+        human.section(console, "probes (per device, inside shard_map)", probes_table(result, per_device))
+    global_ = [p for p in result.probes if not p.axes]
+    if global_:
+        human.section(console, "probes (global values, under jit)", _global_probes(global_))
+    for array in result.inputs if not quiet else ():
+        if array.layout is None and array.global_values is not None:
+            human.section(console, f"{array.name} (a host array)", Text(_values_text(array.global_values)))
+    for array in result.results:
+        if array.global_values is not None:
+            human.section(console, f"global {array.name}", Text(_values_text(array.global_values)))
+    for check in result.checks:
+        if not check.compared and check.reference is not None and check.reference.size <= 256:
+            human.section(
+                console, f"{check.name} on one device", Text(_values_text(np.asarray(check.reference)))
+            )

@@ -1,0 +1,163 @@
+"""The house: shardcli's imports point one way (cli -> commands -> render -> core -> pure modules).
+
+The graph is read from the source with `ast`: module-level imports and the imports inside functions
+alike (a function-level import hides a circle from Python's import machinery, not from a reader).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "shardcli"
+
+
+def module_files(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its own name)."""
+    modules = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The module of the package that `import name` runs last (name itself, or its package)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the package's modules it imports, anywhere in its source.
+
+    An import of a package's own `__init__` from inside that package (`from shardcli import
+    __version__`) is no edge: Python initialises a parent package before any of its modules, so it
+    orders nothing.
+    """
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, *([node.module] if node.module else [])])
+                # `from shardcli.render import human` imports the module shardcli.render.human
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                owner = _owner(target, modules)
+                if owner is None or owner == module or module.startswith(owner + "."):
+                    continue
+                graph[module].add(owner)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle through each strongly connected group of modules (Tarjan), as a path a -> ... -> a."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_circle_in(group, graph) for group in groups]
+
+
+def _circle_in(group: set[str], graph: dict[str, set[str]]) -> list[str]:
+    """The shortest circle from the group's first module back to itself (breadth first)."""
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(graph[v] & group):
+                if w == start:
+                    return [*paths[v], start]
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"no circle in {sorted(group)}")
+
+
+def test_shardcli_has_no_import_circle():
+    found = cycles(import_graph(module_files()))
+    assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def _write(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    for name, text in files.items():
+        path = tmp_path / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return module_files(tmp_path / "pkg")
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        pytest.param(
+            {"__init__.py": "", "a.py": "import pkg.b\n", "b.py": "def f():\n    from pkg import a\n"},
+            [["pkg.a", "pkg.b", "pkg.a"]],
+            id="function-level-import-closes-a-circle",
+        ),
+        pytest.param(
+            {
+                "__init__.py": "",
+                "a.py": "from . import b\n",
+                "b.py": "from .c import x\n",
+                "c.py": "from pkg.a import y\n",
+            },
+            [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]],
+            id="relative-imports-three-modules",
+        ),
+        pytest.param(
+            {"__init__.py": "def f():\n    from pkg import a\n", "a.py": "from pkg import VERSION\n"},
+            [],
+            id="a-module-importing-its-own-package-is-no-edge",
+        ),
+        pytest.param(
+            {
+                "__init__.py": "",
+                "sub/__init__.py": "",
+                "sub/x.py": "from pkg import y\n",
+                "y.py": "import json\n",
+            },
+            [],
+            id="one-way",
+        ),
+    ],
+)
+def test_the_cycle_check_finds_circles_and_only_circles(tmp_path, files, expected):
+    assert cycles(import_graph(_write(tmp_path, files))) == expected

@@ -1,0 +1,72 @@
+"""Every trip counted: a looped program's FLOPs and bytes against the unrolled compile of the same
+program, on the CPU and for a TPU target (tests/looped_programs.py holds the programs)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from looped_programs import CASES, GPU_TARGET, TPU_TARGET, Case, analyze, compare
+
+PLATFORMS = [
+    "cpu",
+    pytest.param(
+        TPU_TARGET,
+        marks=pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the tpu extra: libtpu"),
+    ),
+]
+NO_CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is None
+BY_NAME = {case.name: case for case in CASES}
+# Trip-counted bytes over the unrolled program's, measured (bench/trip_counts.py): the looped program
+# really moves more (the loop carry's copies, dynamic slices of the stacked weights), most where the
+# body is small. Layer stacks: 1.15 and 1.33 on the CPU, 1.05 and 1.17 on tpu-v5e:2x2 (1.04 and 1.15
+# on gpu-h100:4).
+LAYER_BYTES = (0.95, 1.4)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_trip_counted_flops_equal_the_unrolled_programs(case: Case, platform: str) -> None:
+    looped, unrolled = compare(case, platform)
+    assert looped.flops is not None and unrolled.flops is not None and unrolled.flops > 0
+    assert looped.flops == pytest.approx(unrolled.flops, rel=0.01)
+    assert len(looped.loops) == case.loops and all(loop.trips for loop in looped.loops)
+    assert looped.trips_known and looped.missing == ()
+    # XLA's own count leaves out every trip after the first: at most half of the work here
+    assert looped.xla_flops is not None and looped.xla_flops < 0.5 * unrolled.flops
+    assert unrolled.loops == () and unrolled.flops == unrolled.xla_flops
+
+
+@pytest.mark.skipif(NO_CUDA_PLUGIN, reason="the gpu extra: JAX's CUDA plugin")
+@pytest.mark.parametrize("name", ["scan-of-matmuls", "layers-full-remat"])
+def test_a_gpu_target_gets_trip_counted_flops_from_xlas_analysis_of_its_text(name: str) -> None:
+    """The GPU compiler gives no cost_analysis(): XLA's analysis of the compiled text stands in."""
+    looped, unrolled = compare(BY_NAME[name], GPU_TARGET)
+    assert looped.cost_source.startswith("XLA's HloCostAnalysis of the compiled HLO")
+    assert looped.flops is not None and unrolled.flops is not None
+    assert looped.flops == pytest.approx(unrolled.flops, rel=0.01)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("name", ["layers-full-remat", "layers-dots-saved"])
+def test_trip_counted_bytes_of_a_layer_stack_are_near_the_unrolled_programs(name: str, platform: str) -> None:
+    looped, unrolled = compare(BY_NAME[name], platform)
+    assert looped.bytes_accessed is not None and unrolled.bytes_accessed
+    low, high = LAYER_BYTES
+    assert low <= looped.bytes_accessed / unrolled.bytes_accessed <= high
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_bytes_and_flops_grow_by_one_body_per_trip(platform: str) -> None:
+    """Twice the layers: XLA's once-counted figures stay, the trip-counted ones grow by the body's."""
+    four = Case("scan-4", BY_NAME["scan-of-matmuls"].make, (("w", (4, 128, 128)),), 1)
+    eight = Case("scan-8", BY_NAME["scan-of-matmuls"].make, (("w", (8, 128, 128)),), 1)
+    a, b = analyze(four, platform, False), analyze(eight, platform, False)
+    (body,) = b.loops
+    assert body.trips == 8 and body.body_flops and body.body_bytes
+    assert a.xla_flops == b.xla_flops
+    assert b.flops - a.flops == pytest.approx(4 * body.body_flops, rel=1e-9)  # type: ignore[operator]
+    assert b.bytes_accessed - a.bytes_accessed == pytest.approx(  # type: ignore[operator]
+        4 * body.body_bytes + (b.xla_bytes_accessed - a.xla_bytes_accessed),  # type: ignore[operator]
+        rel=1e-9,
+    )
