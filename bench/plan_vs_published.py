@@ -2,8 +2,9 @@
 
 Each row builds shardcli's decoder at a published MaxText size and layout (the Dec-2023 base.yml
 scaled by global_parameter_scale; sequence 2048), compiles it for the TPU topology through the same
-path `shardcli plan` and `shardcli inspect --target` take (`plan_compile.compile_candidate`: the full
-program for memory and fit, 1- and 2-layer copies for per-layer costs), and compares the roofline
+path `shardcli plan` and `shardcli inspect --target` take (`plan_compile.compile_candidate`: the
+program as it trains, its scanned layers counted per trip; `--method layers` adds 1- and 2-layer
+copies extrapolated per layer), and compares the roofline
 max(T_math, T_hbm, T_comm per axis) with the measured step time. The measured step time is derived
 from the published TFLOP/s/chip with MaxText's own FLOP count (`calculate_tflops_training_per_device`,
 Dec 2023: 6 x parameters + causal attention per token): step = FLOPs per chip / (TFLOP/s x 1e12).
@@ -38,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from shardcli.core.plan_candidates import Candidate, MeshChoice  # noqa: E402
-from shardcli.core.plan_estimate import CALIBRATION, Calibration, estimate_step  # noqa: E402
+from shardcli.core.plan_estimate import CALIBRATION, ROOFLINE, estimate_of  # noqa: E402
 from shardcli.core.plan_model import chip_figures  # noqa: E402
 from shardcli.decoder_spec import PRESETS  # noqa: E402
 from shardcli.targets import parse_target  # noqa: E402
@@ -117,29 +118,33 @@ def _candidate(row: Row, chips: int) -> Candidate:
     return Candidate(MeshChoice(row.mesh, True), rule_set, row.remat, row.per_device_batch * chips, chips)
 
 
+METHOD = ["scan"]  # --method
+
+
 def _figures(cfg, candidate, target, sessions):  # type: ignore[no-untyped-def]
+    """(figures, the mesh, whether they came from the cache)."""
     from shardcli.core.plan import _session
     from shardcli.core.plan_compile import cache_key, compile_candidate, read_cached, write_cached
     from shardcli.specs import RunOptions
 
-    key = cache_key(cfg, candidate, target, "layers")
+    session = _session(sessions, target, candidate, RunOptions())
+    key = cache_key(cfg, candidate, target, METHOD[0])
     figures = read_cached(key)
     if figures is not None:
-        return figures, True
-    session = _session(sessions, target, candidate, RunOptions())
-    figures = compile_candidate(session, cfg, candidate, target, "layers")
+        return figures, session.mesh, True
+    figures = compile_candidate(session, cfg, candidate, target, METHOD[0])
     write_cached(key, figures, candidate.label)
-    return figures, False
+    return figures, session.mesh, False
 
 
 def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[type-arg]
     cfg = PRESETS[row.preset]
     target = parse_target(row.target)
-    chip = chip_figures(target.generation.name, target.generation.hbm_bytes, target.topology)
+    chip = chip_figures(target.generation.name, target.topology)
     candidate = _candidate(row, target.chips)
-    figures, cached = _figures(cfg, candidate, target, sessions)
-    raw = estimate_step(figures, candidate.mesh.sizes, chip, Calibration(1.0, "roofline"))
-    if raw is None:
+    figures, mesh, cached = _figures(cfg, candidate, target, sessions)
+    raw = estimate_of(figures, mesh, ROOFLINE)
+    if raw is None or raw.bound_s is None:
         raise SystemExit(f"{row.name}: the published layout was refused: {figures.fit_text}")
     measured = None
     if row.tflops_per_chip is not None:
@@ -147,8 +152,8 @@ def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[typ
         measured = flops / (row.tflops_per_chip * 1e12)
     result = Result(
         row,
-        raw.t_bound_s,
-        raw.bound,
+        raw.bound_s,
+        raw.dominant or "-",
         measured,
         figures.fits,
         figures.needed_bytes / 2**30 if figures.needed_bytes else None,
@@ -165,10 +170,10 @@ def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[typ
     )
     kept, _ = rank_candidates(cfg, candidates, chip, CALIBRATION.efficiency)
     top = kept[0].candidate
-    top_figures, _ = _figures(cfg, top, target, sessions)
-    top_raw = estimate_step(top_figures, top.mesh.sizes, chip, Calibration(1.0, "roofline"))
+    top_figures, top_mesh, _ = _figures(cfg, top, target, sessions)
+    top_raw = estimate_of(top_figures, top_mesh, ROOFLINE)
     label = f"{top.label} {top.remat}{'' if top_figures.fits else ' (no fit)'}"
-    return replace(result, pick=label, pick_roofline_s=top_raw.t_bound_s if top_raw else None)
+    return replace(result, pick=label, pick_roofline_s=top_raw.bound_s if top_raw else None)
 
 
 def main() -> None:
@@ -176,12 +181,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one tiny row (seconds)")
     parser.add_argument("--rows", default=",".join(r.name for r in ROWS))
     parser.add_argument("--no-pick", action="store_true", help="skip the planner's top pick")
+    parser.add_argument(
+        "--method",
+        choices=("scan", "layers"),
+        default="scan",
+        help="scan: one compile, loops counted per trip; layers: 1- and 2-layer copies extrapolated",
+    )
     args = parser.parse_args()
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     by_name = {r.name: r for r in ROWS}
     unknown = [n for n in args.rows.split(",") if n not in by_name]
     if unknown:
         parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(by_name)}")
+    METHOD[0] = args.method
     rows = [QUICK] if args.quick else [by_name[n] for n in args.rows.split(",")]
     sessions: dict = {}  # type: ignore[type-arg]
     results = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from shardcli.errors import ShardcliError
 
@@ -196,7 +197,7 @@ def build_config(preset: str | None, **shape: int | str | bool | None) -> Decode
         ShardcliError: an unknown preset, a missing or non-positive size, kv heads that do not
             divide the heads, an unknown activation.
     """
-    given = {k: v for k, v in shape.items() if v is not None}
+    given: dict[str, Any] = {k: v for k, v in shape.items() if v is not None}
     if preset is not None:
         base = PRESETS.get(preset.lower())
         if base is None:
@@ -214,7 +215,7 @@ def build_config(preset: str | None, **shape: int | str | bool | None) -> Decode
                 f"give --preset NAME or every shape flag; missing {flags} (presets: {', '.join(PRESETS)})"
             )
         given.setdefault("kv_heads", given["heads"])
-        cfg = DecoderConfig(name="custom", source="flags", **given)  # type: ignore[arg-type]
+        cfg = DecoderConfig(name="custom", source="flags", **given)
     for k in SHAPE_FLAGS:
         value = getattr(cfg, k)
         if not isinstance(value, int) or value < 1:

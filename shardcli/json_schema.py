@@ -635,7 +635,15 @@ PLAN_COMPILED = Record(
     "notes",
 )
 PLAN_ESTIMATE = Record(
-    "step_s", "t_math_s", "t_hbm_s", "t_comm_s", "bound", "t_bound_s", "t_sum_s", "efficiency"
+    "step_s",
+    "t_math_s",
+    "t_hbm_s",
+    "t_comm_s",
+    "bound",
+    "t_bound_s",
+    "t_sum_s",
+    "efficiency",
+    "efficiency_source",
 )
 PLAN_CANDIDATE = Record(
     "rank",

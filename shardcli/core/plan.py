@@ -26,8 +26,9 @@ from shardcli.core.plan_compile import (
     read_cached,
     write_cached,
 )
-from shardcli.core.plan_estimate import CALIBRATION, Calibration, StepEstimate, estimate_step
+from shardcli.core.plan_estimate import CALIBRATION, Calibration, estimate_of
 from shardcli.core.plan_model import ChipFigures, Modelled, chip_figures, model_candidate
+from shardcli.core.step_time import StepEstimate
 from shardcli.decoder_spec import REMAT_POLICIES, DecoderConfig
 from shardcli.errors import ShardcliError
 from shardcli.specs import RunOptions
@@ -95,9 +96,9 @@ class PlanResult:
         return fitting[0] if fitting else None
 
     def tokens_per_s_per_chip(self, row: PlanRow) -> float | None:
-        if row.estimate is None:
+        if row.estimate is None or not row.estimate.estimate_s:
             return None
-        return row.candidate.global_batch * self.request.model.seq / self.chips / row.estimate.step_s
+        return row.candidate.global_batch * self.request.model.seq / self.chips / row.estimate.estimate_s
 
     def mfu(self, row: PlanRow) -> float | None:
         """MaxText's model FLOPs per chip (6 x parameters + causal attention per token) over
@@ -178,7 +179,7 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
             f"--target {target.name}: plan lays the decoder out on TPU tori; "
             "give a TPU target such as tpu-v5p:4x4x4"
         )
-    chip = chip_figures(target.generation.name, target.generation.hbm_bytes, target.topology)
+    chip = chip_figures(target.generation.name, target.topology)
     candidates, pruned = enumerate_candidates(
         target.topology,
         global_batch=request.global_batch,
@@ -206,22 +207,20 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         key = cache_key(cfg, c, target, request.method)
         figures = read_cached(key) if request.use_cache else None
         status = "cached" if figures is not None else "compiled"
-        if figures is None:
-            try:
-                session = _session(sessions, target, c, request.options)
-                note = session.runtime.note
+        try:
+            session = _session(sessions, target, c, request.options)
+            note = session.runtime.note
+            if figures is None:
                 from shardcli.core.plan_compile import compile_candidate
 
                 figures = compile_candidate(session, cfg, c, target, request.method)
-            except KeyboardInterrupt:
-                interrupted = True
-                break
-            write_cached(key, figures, c.label)
-        else:
-            hits += 1
-        rows.append(
-            PlanRow(c, m, status, compiled=figures, estimate=estimate_step(figures, c.mesh.sizes, chip))
-        )
+                write_cached(key, figures, c.label)
+            else:
+                hits += 1
+        except KeyboardInterrupt:
+            interrupted = True
+            break
+        rows.append(PlanRow(c, m, status, compiled=figures, estimate=estimate_of(figures, session.mesh)))
     if progress is not None:
         progress(len(rows), len(to_compile), "")
     done = {id(r.modelled) for r in rows}
@@ -257,9 +256,9 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
 
 def _per_token(row: PlanRow) -> float:
     """Estimated seconds per token on the whole slice (what ranks compiled candidates)."""
-    if row.estimate is None:
+    if row.estimate is None or row.estimate.estimate_s is None:
         return float("inf")
-    return row.estimate.step_s / row.candidate.global_batch
+    return row.estimate.estimate_s / row.candidate.global_batch
 
 
 def _session(

@@ -148,7 +148,9 @@ def _traffic(analysis: Any) -> tuple[AxisTraffic, ...]:
     """Bytes sent per step over each mesh axis (group), with the collective that sends most."""
     groups: dict[str, list[Any]] = {}
     for c in analysis.collectives:
-        groups.setdefault(c.axes_text, []).append(c)
+        # by the mesh axes themselves (a strided part of an axis moves over that axis's links)
+        axes = "+".join(c.mesh_axes) if c.mesh_axes is not None else "?"
+        groups.setdefault(axes, []).append(c)
     out = []
     for axes, ops in groups.items():
         top = max(ops, key=lambda c: c.sent_bytes * c.runs)
@@ -183,7 +185,7 @@ def compile_candidate(
     full = _inspect(session, cfg, c, target, None)
     fit = full.fit
     memory = full.analysis.memory if full.analysis is not None else None
-    base = {
+    base: dict[str, Any] = {
         "fits": bool(fit is not None and fit.fits),
         "needed_bytes": fit.needed_bytes if fit is not None else None,
         "capacity_bytes": fit.capacity_bytes if fit is not None else target.generation.hbm_bytes,

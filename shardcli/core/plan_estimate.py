@@ -1,20 +1,25 @@
-"""A compiled candidate's step time: the roofline of its compiled figures over one calibrated efficiency.
+"""A compiled candidate's step time: the project's one estimate (`core.step_time`), calibrated once.
 
-T_math = FLOPs / peak, T_hbm = bytes accessed / HBM bandwidth, T_comm per mesh axis = bytes that axis
-carries / its ICI bandwidth (the links it runs along); the bound is the largest, the no-overlap sum
-their total, and the estimate is bound / efficiency. Pure Python.
+`plan` keeps each compile's figures on disk (`plan_compile.CompiledFigures`: FLOPs and bytes per
+step, the bytes each set of mesh axes carries); `estimate_of` hands them to `step_time.estimate_step`
+with the mesh's axis bandwidths (`step_time.axis_links`, from where each chip sits on the torus),
+the hardware table's chip, and the calibration below: T_math, T_hbm, T_comm per axis, the bound
+max(T_math, T_hbm, sum of T_comm), and the estimate = bound / efficiency.
 
-The efficiency is ONE number, calibrated on MaxText's published TPU rows of the plan issue (32B and
-64B on v5p-128, 128B on v5p-256, 22B on v4-128; bench/plan_vs_published.py) and on nothing else: the
-median of (roofline / measured step time) over those rows. See CALIBRATION.
+CALIBRATION is ONE efficiency for TPU training steps, set from MaxText's published rows named in
+the plan issue (32B and 64B on v5p-128, 128B on v5p-256, 22B on v4-128; sequence 2048) and nothing
+else: `bench/plan_vs_published.py` compiles each at its published layout and prints the median of
+roofline / measured step time over those rows; that median is the efficiency.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from shardcli.core.plan_compile import CompiledFigures
-from shardcli.core.plan_model import ChipFigures, axis_links
+from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis
+from shardcli.core.step_time import StepEstimate
 
 
 @dataclass(frozen=True)
@@ -27,68 +32,58 @@ class Calibration:
 
 CALIBRATION = Calibration(
     efficiency=0.73,
-    provenance="uncalibrated placeholder (0.70-0.76 in JAX_NOTES); bench/plan_vs_published.py sets it",
+    provenance="placeholder until bench/plan_vs_published.py has run (JAX_NOTES: 0.70-0.76 on six rows)",
 )
+ROOFLINE = Calibration(1.0, "none: the roofline as it is (1.0)")
 
 
-@dataclass(frozen=True)
-class StepEstimate:
-    """One step's time on the target, per chip."""
-
-    t_math_s: float
-    t_hbm_s: float
-    t_comm_s: tuple[tuple[str, float], ...]  # (mesh axes, seconds), slowest first
-    efficiency: float
-
-    @property
-    def t_bound_s(self) -> float:
-        return max([self.t_math_s, self.t_hbm_s, *(t for _, t in self.t_comm_s)])
-
-    @property
-    def t_sum_s(self) -> float:
-        return self.t_math_s + self.t_hbm_s + sum(t for _, t in self.t_comm_s)
-
-    @property
-    def step_s(self) -> float:
-        return self.t_bound_s / self.efficiency
-
-    @property
-    def bound(self) -> str:
-        """compute, memory (HBM) or the mesh axis whose communication takes longest."""
-        terms = [("compute", self.t_math_s), ("hbm", self.t_hbm_s), *self.t_comm_s]
-        return max(terms, key=lambda x: x[1])[0]
+def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
+    """The figures `step_time` reads, as a ProgramAnalysis: each set of mesh axes' bytes per step as
+    one point-to-point transfer (whose bytes sent are its bytes)."""
+    collectives = tuple(
+        CollectiveOp(
+            kind="collective-permute",
+            shape="",
+            result_bytes=int(t.sent_bytes),
+            mesh_axes=None if t.axes == "?" else tuple(t.axes.split("+")),
+            group_size=None,
+            runs=1,
+            runs_known=True,
+            op_name=t.top_op,
+            source=None,
+            is_async=False,
+        )
+        for t in figures.traffic
+        if t.sent_bytes > 0
+    )
+    return ProgramAnalysis(
+        collectives=collectives, memory=None, flops=figures.flops, bytes_accessed=figures.bytes_accessed
+    )
 
 
-def axes_bandwidth(axes: str, mesh_sizes: tuple[tuple[str, int], ...], chip: ChipFigures) -> float:
-    """Bytes/s one chip sends over a group of mesh axes: the links of every axis in it."""
-    inner = 1
-    links = 0.0
-    names = set(axes.split("+"))
-    for axis, size in reversed(mesh_sizes):
-        if axis in names:
-            links += axis_links(size, chip.torus, chip.wraparound, inner)
-        inner *= size
-    return chip.link_bytes_per_s * max(links, 1.0)
-
-
-def estimate_step(
-    figures: CompiledFigures,
-    mesh_sizes: tuple[tuple[str, int], ...],
-    chip: ChipFigures,
-    calibration: Calibration = CALIBRATION,
+def estimate_of(
+    figures: CompiledFigures, mesh: Any, calibration: Calibration = CALIBRATION
 ) -> StepEstimate | None:
-    """The step time of a compiled candidate; None where the compiler gave no FLOPs."""
+    """The step time of a compiled candidate on `mesh` (a JAX mesh over the target's devices); None
+    where the compiler gave no FLOPs (it refused the program)."""
+    from shardcli.core.step_time import axis_links, devices_per_chip, estimate_step, places_of_mesh
+    from shardcli.hardware import chip_for_kind
+
     if figures.flops is None:
         return None
-    comm = tuple(
-        sorted(
-            ((t.axes, t.sent_bytes / axes_bandwidth(t.axes, mesh_sizes, chip)) for t in figures.traffic),
-            key=lambda x: -x[1],
-        )
-    )
-    return StepEstimate(
-        t_math_s=figures.flops / chip.peak_flops,
-        t_hbm_s=(figures.bytes_accessed or 0.0) / chip.hbm_bytes_per_s,
-        t_comm_s=comm,
+    device = next(iter(mesh.devices.flat))
+    chip = chip_for_kind(device.device_kind)
+    if chip is None:
+        return None
+    places = places_of_mesh(mesh, chip)
+    names = tuple(str(a) for a in mesh.axis_names)
+    links = axis_links(chip, tuple(mesh.devices.shape), names, places)
+    return estimate_step(
+        analysis_of(figures),
+        chip,
+        links,
+        "bfloat16",
+        per_chip=devices_per_chip(places, chip),
         efficiency=calibration.efficiency,
+        efficiency_source=calibration.provenance,
     )

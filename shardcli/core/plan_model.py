@@ -6,8 +6,9 @@ included), and bytes each chip sends over each mesh axis (FSDP's weight all-gath
 reduce-scatters, tensor parallelism's activation all-reduces, data parallelism's gradient
 all-reduce, sequence parallelism's key/value all-gathers). Each axis's bandwidth is the ICI links
 it runs along (both directions of every torus ring it spans, one where there is no wraparound).
-The ranking figure is max(T_math, T_comm of the slowest axis), over the calibrated efficiency of
-the step-time estimate; the table `plan` prints comes from compiles, never from here.
+The ranking figure is max(T_math, the axes' T_comm summed), over the calibrated efficiency of
+the step-time estimate (`core.step_time` bounds a compiled step the same way); the table `plan`
+prints comes from compiles, never from here.
 """
 
 from __future__ import annotations
@@ -49,12 +50,13 @@ class Modelled:
 
     @property
     def t_bound_s(self) -> float:
-        return max([self.t_math_s, *(t for _, t in self.t_comm_s)])
+        """max(T_math, the axes' T_comm summed), as the step-time estimate bounds a step."""
+        return max(self.t_math_s, sum(t for _, t in self.t_comm_s))
 
     @property
     def bound(self) -> str:
-        axis, t = max(self.t_comm_s, key=lambda x: x[1], default=("", 0.0))
-        return "compute" if self.t_math_s >= t else axis
+        axis, _ = max(self.t_comm_s, key=lambda x: x[1], default=("", 0.0))
+        return "math" if self.t_math_s >= sum(t for _, t in self.t_comm_s) else axis
 
     def tokens_per_s_per_chip(self, seq: int) -> float:
         c = self.candidate
@@ -152,27 +154,16 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     )
 
 
-# Per-chip figures by generation: bf16 FLOP/s, HBM bytes/s, one ICI link one way (How To Scale Your
-# Model, "How to think about TPUs"; Google Cloud TPU system-architecture pages), and which torus
-# dimensions wrap around (v4 and v5p slices of 4 or more along a dimension do; v5e and v6e do not).
-CHIP_TABLE: dict[str, tuple[float, float, float, bool]] = {
-    "tpu-v4": (275e12, 1.2e12, 4.5e10, True),
-    "tpu-v5e": (197e12, 8.1e11, 4.5e10, False),
-    "tpu-v5p": (459e12, 2.76e12, 9.0e10, True),
-    "tpu-v6e": (918e12, 1.64e12, 9.0e10, False),
-    "gpu-h100": (989e12, 3.35e12, 4.5e11, False),
-    "gpu-h200": (989e12, 4.8e12, 4.5e11, False),
-}
+def chip_figures(generation: str, topology: tuple[int, ...]) -> ChipFigures:
+    """One chip of a target from the hardware table (`shardcli.hardware`), and its torus."""
+    from shardcli.hardware import CHIPS
 
-
-def chip_figures(generation: str, hbm_bytes: int, topology: tuple[int, ...]) -> ChipFigures:
-    """The figures of one chip of a target, and its torus."""
-    peak, hbm_bw, link, wraps = CHIP_TABLE[generation]
+    chip = CHIPS[generation]
     return ChipFigures(
-        peak_flops=peak,
-        hbm_bytes_per_s=hbm_bw,
-        hbm_bytes=hbm_bytes,
-        link_bytes_per_s=link,
+        peak_flops=chip.bf16_flops.value,
+        hbm_bytes_per_s=chip.hbm_bytes_per_s.value,
+        hbm_bytes=int(chip.hbm_bytes.value),
+        link_bytes_per_s=chip.link_bytes_per_s.value,
         torus=topology,
-        wraparound=tuple(wraps and d >= 4 for d in topology),
+        wraparound=tuple(chip.wraps(d, topology) for d in topology),
     )

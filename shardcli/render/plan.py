@@ -41,7 +41,7 @@ def rules_by_axis(rules: tuple[tuple[str, tuple[str, ...]], ...], axes: tuple[st
 def _bound(row: PlanRow) -> str:
     if row.estimate is None:
         return "-"
-    return row.estimate.bound
+    return row.estimate.dominant or "-"
 
 
 def ranked_table(result: PlanResult) -> DataTable:
@@ -60,7 +60,7 @@ def ranked_table(result: PlanResult) -> DataTable:
         ("tok/s/chip", "right", 1),
     )
     for name, justify, priority in columns:
-        table.add_column(name, justify=justify, priority=priority)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, priority=priority)
     for i, row in enumerate(result.compiled, 1):
         f = row.compiled
         assert f is not None
@@ -74,7 +74,7 @@ def ranked_table(result: PlanResult) -> DataTable:
             f"{row.candidate.global_batch}",
             Text("yes", style="green") if f.fits else Text("no", style="red"),
             gib,
-            _seconds(row.estimate.step_s if row.estimate else None),
+            _seconds(row.estimate.estimate_s if row.estimate else None),
             f"{mfu:.0%}" if mfu is not None and f.fits else "-",
             _bound(row),
             f"{tokens:,.0f}" if tokens is not None and f.fits else "-",
@@ -89,7 +89,7 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
         return [Text("no compiled layout fits the chips' HBM", style="red bold")]
     c, est, f = row.candidate, row.estimate, row.compiled
     assert est is not None and f is not None
-    comm = ", ".join(f"{axes} {_seconds(t)}" for axes, t in est.t_comm_s[:3]) or "none"
+    comm = ", ".join(f"{t.name} {_seconds(t.seconds)}" for t in est.comm[:3]) or "none"
     top = f.traffic[0] if f.traffic else None
     lines: list[RenderableType] = [
         Text(f"winner: {c.label}, remat {c.remat}, global batch {c.global_batch}", style="bold"),
@@ -101,10 +101,10 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
         ),
         Clauses(
             [
-                f"T_math {_seconds(est.t_math_s)}",
-                f"T_hbm {_seconds(est.t_hbm_s)}",
+                f"T_math {_seconds(est.math.seconds)}",
+                f"T_hbm {_seconds(est.hbm.seconds)}",
                 f"T_comm {comm}",
-                f"bound {est.bound}; / efficiency {est.efficiency:.2f}",
+                f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.2f}",
             ]
         ),
     ]
@@ -218,14 +218,15 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
         estimate=None
         if e is None
         else schema.PLAN_ESTIMATE(
-            step_s=e.step_s,
-            t_math_s=e.t_math_s,
-            t_hbm_s=e.t_hbm_s,
-            t_comm_s=dict(e.t_comm_s),
-            bound=e.bound,
-            t_bound_s=e.t_bound_s,
-            t_sum_s=e.t_sum_s,
+            step_s=e.estimate_s,
+            t_math_s=e.math.seconds,
+            t_hbm_s=e.hbm.seconds,
+            t_comm_s={t.name: t.seconds for t in e.comm},
+            bound=e.dominant,
+            t_bound_s=e.bound_s,
+            t_sum_s=e.sum_s,
             efficiency=e.efficiency,
+            efficiency_source=e.efficiency_source,
         ),
         tokens_per_s_per_chip=result.tokens_per_s_per_chip(row),
         mfu=result.mfu(row),
