@@ -666,6 +666,24 @@ PLAN_WINNER = Record("layout", "mesh_shape", "mesh_axes", "rules", "remat", "glo
 PLAN_SUMMARY = Record(
     "candidates", "compiled", "cached", "modelled", "pruned", "fits", "interrupted", "compile_s"
 )
+PLAN_PROGRAM_CANDIDATE = Record(
+    "rank",
+    "layout",
+    "mesh",
+    "rule_set",
+    "rules",
+    "argument_bytes",
+    "status",
+    "why",
+    ("compiled", Maybe(PLAN_COMPILED)),
+    ("estimate", Maybe(PLAN_ESTIMATE)),
+)
+PLAN_PROGRAM_BODY = Record(
+    ("config", Record("program", "inputs", "target", "chips", "rules", "compile", "named_leaves", "leaves")),
+    ("candidates", ListOf(PLAN_PROGRAM_CANDIDATE)),
+    ("winner", Maybe(Record("layout", "mesh_shape", "mesh_axes", "rules"))),
+    ("summary", Record("candidates", "compiled", "fits", "interrupted", "compile_s")),
+)
 PLAN_BODY = Record(
     ("config", PLAN_CONFIG),
     ("chip", PLAN_CHIP),
@@ -748,6 +766,7 @@ DOCUMENTS: dict[str, DocumentKind] = {
         DocumentKind("pipeline", ("pipeline",), PIPELINE_BODY),
         DocumentKind("compare", ("compare",), COMPARE_BODY, on_devices=False),
         DocumentKind("plan", ("plan",), PLAN_BODY, on_devices=False),  # compile-only, one mesh per layout
+        DocumentKind("plan-program", ("plan",), PLAN_PROGRAM_BODY, on_devices=False),  # the user's program
     )
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -324,3 +325,59 @@ def test_bad_flags_exit_2_with_one_line(cli, args, message):
         f"shardcli: error: {message}"
     ), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+# --- the user's own program -----------------------------------------------------------------------
+
+LINEN = str(Path(__file__).parent / "programs" / "plan_linen.py")
+
+
+def test_a_linen_program_with_logical_axis_names_is_laid_out(cli, plan_cache):
+    """nn.with_partitioning names (embed, mlp) and a LOGICAL_AXES table (batch) become specs per layout."""
+    pytest.importorskip("libtpu")
+    pytest.importorskip("flax")
+    args = [
+        "plan",
+        f"{LINEN}:train_step",
+        "--inputs",
+        f"{LINEN}:inputs",
+        "--target",
+        "tpu-v5e:2x2",
+        "-n",
+        "2",
+    ]
+    out = cli([*args, "--format", "json"], env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]})
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert schema.document_problems(doc, "plan-program") == []
+    assert (doc["config"]["named_leaves"], doc["config"]["leaves"]) == (3, 3)
+    compiled = [c for c in doc["candidates"] if c["compiled"] is not None]
+    assert len(compiled) == 2 and doc["winner"] is not None
+    # two f32 weights of 512 x 2048 and a 64 x 512 batch, split as each layout's rules say
+    for c in doc["candidates"]:
+        mesh = c["mesh"]
+        fsdp, tensor, data = (mesh.get(a, 1) for a in ("fsdp", "tensor", "data"))
+        weights = 2 * 512 * 2048 * 4 // (fsdp * tensor)
+        assert c["argument_bytes"] == weights + 64 * 512 * 4 // (data * fsdp), c["layout"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param([f"{LINEN}:train_step"], "plan ", id="no-inputs"),
+        pytest.param(
+            [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", "--preset", "tiny"],
+            "--preset describes the decoder",
+            id="preset",
+        ),
+        pytest.param(
+            ["--preset", "tiny", "--inputs", f"{LINEN}:inputs"],
+            "--inputs goes with your own program",
+            id="inputs",
+        ),
+    ],
+)
+def test_program_flags_exit_2(cli, args, message):
+    out = cli(["plan", *args])
+    assert out.exit_code == 2, out.output
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -15,6 +15,26 @@ def _int_option(flag: str, text: str) -> typer.models.OptionInfo:
     return typer.Option(flag, help=text, show_default=False)
 
 
+Program = Annotated[
+    str | None,
+    typer.Argument(
+        help="Your own program instead of the decoder: FILE.py:FUNCTION, whose arguments (from --inputs) "
+        "carry logical axis names.",
+        show_default=False,
+    ),
+]
+Inputs = Annotated[
+    str | None,
+    typer.Option(
+        "--inputs",
+        help="With FILE.py:FUNCTION: FILE.py:NAME, NAME() returns the arguments, parameters boxed by "
+        "nn.with_partitioning (or named in a LOGICAL_AXES table in that file).",
+    ),
+]
+Rules = Annotated[
+    str | None,
+    typer.Option("--rules", help="With FILE.py:FUNCTION: logical axes to mesh axes, embed=fsdp,mlp=tensor."),
+]
 Preset = Annotated[
     str | None,
     typer.Option(
@@ -92,6 +112,9 @@ def _positive(flag: str, value: int | None) -> None:
     formats=("table", "json"), mode=False, devices=False, compile_cache=False, processes=False
 )
 def plan(
+    program: Program = None,
+    inputs: Inputs = None,
+    rules: Rules = None,
     preset: Preset = None,
     target: Target = "tpu-v5p:4x4x4",
     layers: Layers = None,
@@ -120,8 +143,34 @@ def plan(
     compiler, and the table ranks them by the step-time estimate from those compiles (memory per
     chip and fit, estimated step, MFU, the bound). Exit 1 when no compiled layout fits.
 
+    With FILE.py:FUNCTION --inputs FILE.py:NAME it lays out your own program instead: its
+    arguments carry logical axis names (nn.with_partitioning), and each layout is a mesh and a rule
+    set mapping those names to mesh axes.
+
     Example: shardcli plan --preset llama2-7b --target tpu-v5p:4x4x4
     """
+    if program is not None:
+        decoder_flags = {
+            "--preset": preset, "--layers": layers, "--d-model": d_model, "--heads": heads,
+            "--kv-heads": kv_heads, "--head-dim": head_dim, "--mlp-dim": mlp_dim, "--vocab": vocab,
+            "--seq": seq, "--activation": activation, "--global-batch": global_batch, "--batch": batch,
+            "--emit": emit,
+        }  # fmt: skip
+        given = [flag for flag, value in decoder_flags.items() if value is not None]
+        if remat != "none,minimal,full":
+            given.append("--remat")
+        if sequence:
+            given.append("--sequence")
+        if given:
+            raise ShardcliError(
+                f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the decoder; "
+                f"{program} is laid out as it is (leave {'it' if len(given) == 1 else 'them'} out)"
+            )
+        _plan_program(program, inputs, rules, target, compile_n, options)
+        return
+    if inputs is not None or rules is not None:
+        flag = "--inputs" if inputs is not None else "--rules"
+        raise ShardcliError(f"{flag} goes with your own program (shardcli plan FILE.py:FUNCTION {flag} ...)")
     from shardcli.core.plan import PlanRequest
     from shardcli.decoder_spec import REMAT_POLICIES, build_config
     from shardcli.targets import parse_target
@@ -178,6 +227,42 @@ def plan(
         except OSError as error:
             raise ShardcliError(f"--emit {emit}: cannot write it ({error.strerror or error})") from None
     render_plan(result, options, emit)
+    if result.interrupted:
+        raise typer.Exit(ExitCode.INTERRUPTED)
+    raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
+
+
+def _plan_program(
+    program: str, inputs: str | None, rules: str | None, target: str, compile_n: int, options: RunOptions
+) -> None:
+    """`plan FILE.py:FUNCTION --inputs FILE.py:NAME`."""
+    from shardcli.core.plan_program import ProgramPlanRequest, run_program_plan
+    from shardcli.decoder_spec import parse_rules
+    from shardcli.render.plan import render_program_plan
+    from shardcli.render.progress import progress_bar
+    from shardcli.targets import parse_target
+
+    _positive("--compile", compile_n)
+    if inputs is None:
+        raise ShardcliError(
+            f"plan {program} needs --inputs FILE.py:NAME (the arguments, with logical axis names)"
+        )
+    request = ProgramPlanRequest(
+        program=program,
+        inputs=inputs,
+        target=parse_target(target),
+        rules=parse_rules(rules) if rules is not None else None,
+        compile_n=compile_n,
+        options=options,
+    )
+    if request.target.generation.platform != "tpu":
+        raise ShardcliError(
+            f"--target {target}: plan lays programs out on TPU tori; give one such as tpu-v5e:2x2"
+        )
+    show = options.format != "json" and not options.quiet
+    with progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update:
+        result = run_program_plan(request, progress=update)
+    render_program_plan(result, options)
     if result.interrupted:
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)

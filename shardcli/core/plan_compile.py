@@ -177,42 +177,48 @@ def _inspect(session: Any, cfg: DecoderConfig, c: Candidate, target: TargetSpec,
     return inspect_program(session, f"{cfg.name} train step", program.fn, program.args, target=target)
 
 
+def figures_of(result: Any, target: TargetSpec, method: str, seconds: float) -> CompiledFigures:
+    """The figures of one `inspect` of a program on the target (the program as it trains)."""
+    fit = result.fit
+    analysis = result.analysis
+    memory = analysis.memory if analysis is not None else None
+    return CompiledFigures(
+        fits=bool(fit is not None and fit.fits),
+        needed_bytes=fit.needed_bytes if fit is not None else None,
+        capacity_bytes=fit.capacity_bytes if fit is not None else target.generation.hbm_bytes,
+        argument_bytes=memory.argument_bytes if memory is not None else None,
+        temp_bytes=memory.temp_bytes if memory is not None else None,
+        flops=analysis.flops if analysis is not None else None,
+        bytes_accessed=analysis.bytes_accessed if analysis is not None else None,
+        traffic=_traffic(analysis) if analysis is not None else (),
+        method=method,
+        compile_s=seconds,
+        fit_text=fit.text if fit is not None else "no memory analysis",
+        notes=tuple(analysis.missing) if analysis is not None else (),
+    )
+
+
 def compile_candidate(
     session: Any, cfg: DecoderConfig, c: Candidate, target: TargetSpec, method: str
 ) -> CompiledFigures:
     """The candidate's figures from the compiler (see the module's docstring for `method`)."""
+    from dataclasses import replace
+
     start = time.perf_counter()
     full = _inspect(session, cfg, c, target, None)
-    fit = full.fit
-    memory = full.analysis.memory if full.analysis is not None else None
-    base: dict[str, Any] = {
-        "fits": bool(fit is not None and fit.fits),
-        "needed_bytes": fit.needed_bytes if fit is not None else None,
-        "capacity_bytes": fit.capacity_bytes if fit is not None else target.generation.hbm_bytes,
-        "argument_bytes": memory.argument_bytes if memory is not None else None,
-        "temp_bytes": memory.temp_bytes if memory is not None else None,
-        "fit_text": fit.text if fit is not None else "no memory analysis",
-    }
-    if method == "scan" or full.analysis is None:
-        analysis = full.analysis
-        flops = analysis.flops if analysis is not None else None
-        bytes_accessed = analysis.bytes_accessed if analysis is not None else None
-        traffic = _traffic(analysis) if analysis is not None else ()
-        notes: tuple[str, ...] = ()
-    else:
+    figures = figures_of(full, target, method, 0.0)
+    if method == "layers" and full.analysis is not None:
         one = _inspect(session, cfg, c, target, 1).analysis
         two = _inspect(session, cfg, c, target, 2).analysis
         flops, bytes_accessed, traffic = _extrapolate(one, two, cfg.layers)
-        notes = ("costs from 1- and 2-layer copies, extrapolated per layer",)
-    return CompiledFigures(
-        flops=flops,
-        bytes_accessed=bytes_accessed,
-        traffic=traffic,
-        method=method,
-        compile_s=time.perf_counter() - start,
-        notes=notes,
-        **base,
-    )
+        figures = replace(
+            figures,
+            flops=flops,
+            bytes_accessed=bytes_accessed,
+            traffic=traffic,
+            notes=("costs from 1- and 2-layer copies, extrapolated per layer",),
+        )
+    return replace(figures, compile_s=time.perf_counter() - start)
 
 
 def _extrapolate(

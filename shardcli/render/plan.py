@@ -9,6 +9,9 @@ from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.plan import PlanResult, PlanRow, inspect_command
+from shardcli.core.plan_compile import CompiledFigures
+from shardcli.core.plan_program import ProgramPlanResult
+from shardcli.core.step_time import StepEstimate
 from shardcli.decoder_spec import rules_text
 from shardcli.render.console import Clauses, DataTable, emit, make_console
 from shardcli.runtime import format_bytes
@@ -168,6 +171,50 @@ def plan_renderable(result: PlanResult, emit_file: str | None, quiet: bool = Fal
     return Group(*parts)
 
 
+def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    return schema.PLAN_COMPILED(
+        fits=f.fits,
+        needed_bytes=f.needed_bytes,
+        capacity_bytes=f.capacity_bytes,
+        argument_bytes=f.argument_bytes,
+        temp_bytes=f.temp_bytes,
+        flops=f.flops,
+        bytes_accessed=f.bytes_accessed,
+        traffic=[
+            schema.PLAN_TRAFFIC(
+                axes=t.axes,
+                sent_bytes=t.sent_bytes,
+                collectives=t.collectives,
+                top_kind=t.top_kind,
+                top_op=t.top_op,
+            )
+            for t in f.traffic
+        ],
+        method=f.method,
+        compile_s=f.compile_s,
+        fit_text=f.fit_text,
+        notes=list(f.notes),
+    )
+
+
+def _estimate_json(e: StepEstimate | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return schema.PLAN_ESTIMATE(
+        step_s=e.estimate_s,
+        t_math_s=e.math.seconds,
+        t_hbm_s=e.hbm.seconds,
+        t_comm_s={t.name: t.seconds for t in e.comm},
+        bound=e.dominant,
+        t_bound_s=e.bound_s,
+        t_sum_s=e.sum_s,
+        efficiency=e.efficiency,
+        efficiency_source=e.efficiency_source,
+    )
+
+
 def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[str, Any]:
     c, m, f, e = row.candidate, row.modelled, row.compiled, row.estimate
     return schema.PLAN_CANDIDATE(
@@ -190,44 +237,8 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
             comm_bytes=dict(m.comm_bytes),
             bound=m.bound,
         ),
-        compiled=None
-        if f is None
-        else schema.PLAN_COMPILED(
-            fits=f.fits,
-            needed_bytes=f.needed_bytes,
-            capacity_bytes=f.capacity_bytes,
-            argument_bytes=f.argument_bytes,
-            temp_bytes=f.temp_bytes,
-            flops=f.flops,
-            bytes_accessed=f.bytes_accessed,
-            traffic=[
-                schema.PLAN_TRAFFIC(
-                    axes=t.axes,
-                    sent_bytes=t.sent_bytes,
-                    collectives=t.collectives,
-                    top_kind=t.top_kind,
-                    top_op=t.top_op,
-                )
-                for t in f.traffic
-            ],
-            method=f.method,
-            compile_s=f.compile_s,
-            fit_text=f.fit_text,
-            notes=list(f.notes),
-        ),
-        estimate=None
-        if e is None
-        else schema.PLAN_ESTIMATE(
-            step_s=e.estimate_s,
-            t_math_s=e.math.seconds,
-            t_hbm_s=e.hbm.seconds,
-            t_comm_s={t.name: t.seconds for t in e.comm},
-            bound=e.dominant,
-            t_bound_s=e.bound_s,
-            t_sum_s=e.sum_s,
-            efficiency=e.efficiency,
-            efficiency_source=e.efficiency_source,
-        ),
+        compiled=_compiled_json(f),
+        estimate=_estimate_json(e),
         tokens_per_s_per_chip=result.tokens_per_s_per_chip(row),
         mfu=result.mfu(row),
     )
@@ -311,3 +322,142 @@ def render_plan(result: PlanResult, options: RunOptions, emit_file: str | None) 
         emit(json.dumps(plan_json(result, emit_file), indent=2) + "\n", options)
         return
     make_console(options).print(plan_renderable(result, emit_file, quiet=options.quiet))
+
+
+# --- the user's own program -----------------------------------------------------------------------
+
+
+def program_table(result: ProgramPlanResult) -> DataTable:
+    """The compiled layouts of the user's program, best first."""
+    table = DataTable(box=None, header_style="bold")
+    for name, justify in (
+        ("#", "right"),
+        ("layout", "left"),
+        ("fits", "left"),
+        ("GiB/chip", "right"),
+        ("args GiB", "right"),
+        ("est step", "right"),
+        ("HFU", "right"),
+        ("bound", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for i, row in enumerate((r for r in result.rows if r.compiled is not None), 1):
+        f, e = row.compiled, row.estimate
+        assert f is not None
+        step = e.estimate_s if e is not None else None
+        hfu = f.flops / step / result.peak_flops if step and f.flops else None
+        table.add_row(
+            str(i),
+            row.label,
+            Text("yes", style="green") if f.fits else Text("no", style="red"),
+            f"{f.needed_bytes / GIB:.1f}" if f.needed_bytes is not None else "?",
+            f"{row.argument_bytes / GIB:.1f}",
+            _seconds(step),
+            f"{hfu:.0%}" if hfu is not None and f.fits else "-",
+            (e.dominant or "-") if e is not None else "-",
+        )
+    return table
+
+
+def program_renderable(result: ProgramPlanResult, quiet: bool = False) -> RenderableType:
+    req = result.request
+    parts: list[RenderableType] = []
+    if not quiet:
+        parts.append(Text(f"plan {req.program} on {req.target.name}", style="bold"))
+        parts.append(
+            Clauses(
+                [
+                    f"{result.named_leaves} of {result.leaves} argument leaves carry logical axis names",
+                    "HFU: the compiled FLOPs over the estimated step at the chip's peak",
+                ],
+                style="dim",
+            )
+        )
+        parts.append(Text(""))
+    parts.append(program_table(result))
+    parts.append(Text(""))
+    row = result.winner
+    if row is None:
+        parts.append(Text("no compiled layout fits the chips' HBM", style="red bold"))
+    else:
+        parts.append(Text(f"winner: {row.label}", style="bold"))
+        parts.append(
+            Clauses(
+                [
+                    f"mesh {'x'.join(map(str, row.mesh.shape))} ({','.join(row.mesh.axes)})",
+                    *rules_by_axis(tuple(r for r in row.rules if r[0] in result.names_used), row.mesh.axes),
+                ]
+            )
+        )
+    if not quiet:
+        compiled = sum(r.compiled is not None for r in result.rows)
+        parts.append(
+            Clauses(
+                [
+                    f"{len(result.rows)} layouts",
+                    f"{compiled} compiled in {result.compile_s:,.0f} s",
+                    "interrupted: the rest were not compiled" if result.interrupted else "",
+                ],
+                style="dim",
+            )
+        )
+    return Group(*parts)
+
+
+def program_json(result: ProgramPlanResult) -> dict[str, Any]:
+    req = result.request
+    ranked = [r for r in result.rows if r.compiled is not None]
+    ranks = {id(r): i for i, r in enumerate(ranked, 1)}
+    winner = result.winner
+    return schema.document(
+        "plan",
+        config={
+            "program": req.program,
+            "inputs": req.inputs,
+            "target": req.target.name,
+            "chips": req.target.chips,
+            "rules": rules_text(req.rules) if req.rules is not None else None,
+            "compile": req.compile_n,
+            "named_leaves": result.named_leaves,
+            "leaves": result.leaves,
+        },
+        candidates=[
+            schema.PLAN_PROGRAM_CANDIDATE(
+                rank=ranks.get(id(r)),
+                layout=r.label,
+                mesh={a: s for a, s in r.mesh.sizes},
+                rule_set=r.rule_set,
+                rules=rules_text(r.rules),
+                argument_bytes=r.argument_bytes,
+                status=r.status,
+                why=r.why,
+                compiled=_compiled_json(r.compiled),
+                estimate=_estimate_json(r.estimate),
+            )
+            for r in result.rows
+        ],
+        winner=None
+        if winner is None
+        else {
+            "layout": winner.label,
+            "mesh_shape": list(winner.mesh.shape),
+            "mesh_axes": list(winner.mesh.axes),
+            "rules": rules_text(winner.rules),
+        },
+        summary={
+            "candidates": len(result.rows),
+            "compiled": len(ranked),
+            "fits": sum(bool(r.compiled and r.compiled.fits) for r in ranked),
+            "interrupted": result.interrupted,
+            "compile_s": result.compile_s,
+        },
+    )
+
+
+def render_program_plan(result: ProgramPlanResult, options: RunOptions) -> None:
+    if options.format == "json":
+        import json
+
+        emit(json.dumps(program_json(result), indent=2) + "\n", options)
+        return
+    make_console(options).print(program_renderable(result, quiet=options.quiet))
