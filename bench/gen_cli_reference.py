@@ -149,6 +149,8 @@ EXAMPLES: dict[str, str | list[str]] = {
         "shardcli compare before.json after.json --format json "
         "| jq -c '{regressions, worst_ratio, row1: .rows[1]}'",
     ],
+    # plan compiles 8 layouts of a 7B model for v5p-128: minutes, once; its cache makes a rerun quick
+    "readme-plan": "shardcli plan --preset llama2-7b --target tpu-v5p:4x4x4",
     "example-compare-errors": [
         "shardcli collective psum --mesh 8 --size 64K --iters 2 --format json > before.json",
         "shardcli collective psum --mesh 4 --size 64K --iters 2 --format json > m4.json",
@@ -183,11 +185,13 @@ VOLATILE = {
     "example-pipeline",
     "example-model",
     "example-compare",
+    "readme-plan",  # compile seconds
 }
 # Examples that draw charts or timelines from their timings: --check also leaves out those lines.
 CHARTS = {"example-collective-sweep", "example-pipeline"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
 NEEDS_TPU = {
+    "readme-plan",
     "readme-tpu",
     "readme-step-time",
     "tutorial-tpu-mesh",

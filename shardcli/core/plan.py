@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from shardcli.core.plan_candidates import Candidate, Pruned, enumerate_candidates
@@ -127,9 +128,9 @@ def rank_candidates(
         if other is None:
             best[key] = m
             continue
-        better = (m.fits, m.tokens_per_s_per_chip(cfg.seq)) > (
+        better = (m.fits, m.rank_tokens_per_s_per_chip(cfg.seq)) > (
             other.fits,
-            other.tokens_per_s_per_chip(cfg.seq),
+            other.rank_tokens_per_s_per_chip(cfg.seq),
         )
         loser = other if better else m
         winner = m if better else other
@@ -137,7 +138,7 @@ def rank_candidates(
             (loser, f"batch {winner.candidate.global_batch} of the same layout ranks higher (model)")
         )
         best[key] = winner
-    kept = sorted(best.values(), key=lambda m: (not m.fits, -m.tokens_per_s_per_chip(cfg.seq)))
+    kept = sorted(best.values(), key=lambda m: (not m.fits, -m.rank_tokens_per_s_per_chip(cfg.seq)))
     return kept, pruned
 
 
@@ -213,7 +214,7 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
             if figures is None:
                 from shardcli.core.plan_compile import compile_candidate
 
-                figures = compile_candidate(session, cfg, c, target, request.method)
+                figures = _interruptible(partial(compile_candidate, session, cfg, c, target, request.method))
                 write_cached(key, figures, c.label)
             else:
                 hits += 1
@@ -252,6 +253,29 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         cache_hits=hits,
         session_note=note,
     )
+
+
+def _interruptible(work: Callable[[], Any]) -> Any:
+    """Run `work` in a thread the main thread waits on, so that Ctrl-C ends the wait at once (a
+    compile inside libtpu would hold the signal until it returned); the abandoned compile ends with
+    the process."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread as it is
+            box["error"] = error
+
+    thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _per_token(row: PlanRow) -> float:

@@ -340,7 +340,7 @@ def program_table(result: ProgramPlanResult) -> DataTable:
         ("HFU", "right"),
         ("bound", "left"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify)
     for i, row in enumerate((r for r in result.rows if r.compiled is not None), 1):
         f, e = row.compiled, row.estimate
         assert f is not None
