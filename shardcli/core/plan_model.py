@@ -123,8 +123,8 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
         residual = d + 8 * d / tp if split_residual else 10 * d
         saved = qkv + mlp + f / tp + cfg.heads / heads_split * hd + residual
     activations = 2 * tokens * saved * cfg.layers
-    working = 2 * tokens * (qkv + 2 * mlp + 4 * d) * 2  # one layer's forward and backward
-    logits = 3 * 4 * tokens * cfg.vocab / tp
+    working = tokens * (qkv + 2 * mlp + 4 * d) * 2  # one layer's intermediates, bf16
+    logits = 2 * 4 * tokens * cfg.vocab / tp  # the f32 logits and their gradient
     gathered = 2 * 2 * layer / tp  # one layer's weights gathered in bf16, and the next one's
     memory = int(weights + activations + working + logits + gathered)
 
