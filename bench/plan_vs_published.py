@@ -214,7 +214,7 @@ def main() -> None:
     eff = CALIBRATION.efficiency
     print(f"\nstored efficiency {eff:.3f} ({CALIBRATION.provenance})")
     if fitted is not None:
-        print(f"median roofline/measured over these rows: {fitted:.3f} (the calibration's value)")
+        print(f"median roofline/measured over these rows: {fitted:.4f} (the calibration's value)")
     head = f"{'row':5} {'target':14} {'layout':16} {'GiB':>5} {'fits':4} {'roofline':>9} {'bound':8}"
     print(f"\n{head} {'measured':>9} {'roof/meas':>9} {'est/meas':>8} {'top pick':24} {'pick/pub':>8}")
     errors = []
