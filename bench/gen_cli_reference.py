@@ -149,8 +149,8 @@ EXAMPLES: dict[str, str | list[str]] = {
         "shardcli compare before.json after.json --format json "
         "| jq -c '{regressions, worst_ratio, row1: .rows[1]}'",
     ],
-    # plan compiles 8 layouts of a 7B model for v5p-128: minutes, once; its cache makes a rerun quick
-    "readme-plan": "shardcli plan --preset llama2-7b --target tpu-v5p:4x4x4",
+    # a tiny decoder on 4 chips: three compiles of a few seconds (a 7B model's are minutes each)
+    "readme-plan": "shardcli plan --preset tiny --target tpu-v5e:2x2 --batch 2 --compile 3",
     "example-compare-errors": [
         "shardcli collective psum --mesh 8 --size 64K --iters 2 --format json > before.json",
         "shardcli collective psum --mesh 4 --size 64K --iters 2 --format json > m4.json",

@@ -31,6 +31,10 @@ def _seconds(s: float | None) -> str:
     return f"{s:,.2f} s"
 
 
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+
 def rules_by_axis(rules: tuple[tuple[str, tuple[str, ...]], ...], axes: tuple[str, ...]) -> list[str]:
     """`fsdp <- batch, embed` per mesh axis of the layout: the rules that take effect on it."""
     out = []
@@ -148,7 +152,7 @@ def plan_renderable(result: PlanResult, emit_file: str | None, quiet: bool = Fal
         m = req.model
         parts.append(
             Text(
-                f"plan {m.name} ({m.parameters() / 1e9:.2f}B parameters, seq {m.seq}) on {req.target.name}",
+                f"plan {m.name} ({_count(m.parameters())} parameters, seq {m.seq}) on {req.target.name}",
                 style="bold",
             )
         )
