@@ -381,3 +381,35 @@ def test_program_flags_exit_2(cli, args, message):
     out = cli(["plan", *args])
     assert out.exit_code == 2, out.output
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):
+    """The second compile is interrupted: the first stays in the result (and the cache), the rest are
+    marked as not compiled."""
+    pytest.importorskip("libtpu")
+    from shardcli.core import plan_compile
+    from shardcli.core.plan import PlanRequest, run_plan
+    from shardcli.targets import parse_target
+
+    real = plan_compile.compile_candidate
+    calls = []
+
+    def compile_then_interrupt(*args, **kwargs):
+        calls.append(args[2].label)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_compile, "compile_candidate", compile_then_interrupt)
+    request = PlanRequest(
+        model=PRESETS["tiny"],
+        target=parse_target("tpu-v5e:2x2"),
+        per_device_batch=2,
+        remats=("full",),
+        compile_n=3,
+    )
+    result = run_plan(request)
+    assert result.interrupted
+    assert [r.status for r in result.rows[:3]] == ["compiled", "interrupted", "interrupted"]
+    assert result.rows[0].compiled is not None and result.rows[0].estimate is not None
+    assert len(list(plan_cache.glob("*.json"))) == 1
