@@ -113,7 +113,7 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     qkv = (cfg.heads / heads_split + 2 * cfg.kv_heads / kv_split) * hd
     mlp = f * (2 if cfg.gated else 1) / tp
     # Saved per token and layer (elements, bf16). Each layer's input is kept under any policy; the
-    # counts of [tokens, embed] tensors were fitted to compiles of 7B and 32B programs on v5p.
+    # counts were fitted to compiles of 7B (none) and 32B (minimal) on v5p-128 and 22B (full) on v4-128.
     if c.remat == "full":
         saved = act_embed
     elif c.remat == "minimal":  # the matmul outputs: q, k, v, the MLP's, wo's and w_down's
@@ -121,7 +121,8 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     else:  # everything, the norms' gathered outputs whole where the residual is split
         split_residual = c.rule_set == "fsdp-tp-sp"
         residual = d + 8 * d / tp if split_residual else 10 * d
-        saved = qkv + mlp + f / tp + cfg.heads / heads_split * hd + residual
+        # the MLP's gate, up, activation and its derivative's inputs: about 6 of width f / tensor
+        saved = qkv + 6 * f / tp + cfg.heads / heads_split * hd + residual
     activations = 2 * tokens * saved * cfg.layers
     working = tokens * (qkv + 2 * mlp + 4 * d) * 2  # one layer's intermediates, bf16
     logits = 4 * tokens * cfg.vocab / tp  # the f32 logits (their gradient fused where it is made)
