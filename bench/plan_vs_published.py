@@ -119,6 +119,7 @@ def _candidate(row: Row, chips: int) -> Candidate:
 
 
 METHOD = ["scan"]  # --method
+PICK_TRIES = 4  # the planner's top candidates compiled, in its order, until one fits
 
 
 def _figures(cfg, candidate, target, sessions):  # type: ignore[no-untyped-def]
@@ -169,8 +170,12 @@ def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[typ
         target.topology, global_batch=None, per_device_batch=row.per_device_batch, seq_len=cfg.seq
     )
     kept, _ = rank_candidates(cfg, candidates, chip, CALIBRATION.efficiency)
-    top = kept[0].candidate
-    top_figures, top_mesh, _ = _figures(cfg, top, target, sessions)
+    # as the planner does: its ranking compiled in order, the first that fits is its pick
+    for modelled in kept[:PICK_TRIES]:
+        top = modelled.candidate
+        top_figures, top_mesh, _ = _figures(cfg, top, target, sessions)
+        if top_figures.fits:
+            break
     top_raw = estimate_of(top_figures, top_mesh, ROOFLINE)
     label = f"{top.label} {top.remat}{'' if top_figures.fits else ' (no fit)'}"
     return replace(result, pick=label, pick_roofline_s=top_raw.bound_s if top_raw else None)
