@@ -288,8 +288,8 @@ def _per_token(row: PlanRow) -> float:
 def _session(
     sessions: dict[tuple[Any, ...], Any], target: TargetSpec, c: Candidate, options: RunOptions
 ) -> Any:
-    """A target session with the candidate's mesh (one per mesh shape)."""
-    key = (c.mesh.shape, c.mesh.axes)
+    """A target session with the candidate's mesh (one per target and mesh)."""
+    key = (target.name, c.mesh.shape, c.mesh.axes)
     if key not in sessions:
         from shardcli.core.target import open_target_session
 
