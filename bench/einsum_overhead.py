@@ -88,7 +88,14 @@ def main() -> None:
     parser.add_argument("--axes", default="data,model")
     parser.add_argument("--no-calibration", action="store_true")
     parser.add_argument("--hand-run", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a seconds-long run for CI (figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.quick:  # the hand run gets --quick too (it is passed sys.argv) and shrinks alike
+        args.rounds, args.warmup, args.iters, args.shapes = 1, 0, 1, "8x16x32,32x64"
     if args.hand_run:
         hand_run(args)
         return

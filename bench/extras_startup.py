@@ -37,7 +37,20 @@ def run(python: str, env: dict[str, str]) -> tuple[float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="one run with this interpreter only (no second venv to install): checks the command runs "
+        "and prints nothing on stderr (CI)",
+    )
     args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    if args.quick:
+        t, err = run(sys.executable, env)
+        print(f"  with the extras: {t:.2f} s; stderr empty: {not err.strip()}")
+        if err.strip():
+            raise SystemExit(f"stderr was not empty: {err.strip()[:500]}")
+        return
     installed = [m for m in ("libtpu", "jax_cuda12_plugin") if importlib.util.find_spec(m) is not None]
     print(f"extras installed here: {', '.join(installed) or 'none (the comparison means nothing)'}")
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH")}

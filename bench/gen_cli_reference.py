@@ -55,6 +55,11 @@ PLAIN_ENV = {"COLUMNS": str(COLUMNS), "NO_COLOR": "1", "TERM": "dumb"}
 TIMING_SLACK = (-4, 4, -8, 8, -12, 12)
 # Where a session's temporary folder appears in its output.
 SHOWN_CWD = "/home/me/shardcli"
+# The lessons' shell snippets: MinText's and intro_to_distributed's 16 numbers, and the cuts that keep
+# a command's numbers without its timings.
+_PI = "3,1,4,1,5,9,2,6,5,3,5,8,9,7,1,2"
+_BEFORE_AFTER = "| sed '/^compiled HLO/,$d'"
+_COMPILED_AND_C = "| sed '/^timing and verification/,$d'"
 # Each example: the lines of one shell session (a string is one line).
 EXAMPLES: dict[str, str | list[str]] = {
     "quickstart-mesh": "shardcli mesh --mesh 2x4 --axes data,model --no-color",
@@ -81,9 +86,9 @@ EXAMPLES: dict[str, str | list[str]] = {
     "example-reshard": "shardcli reshard --shape 8x1024 --from data,model --to model,data --mesh 2x4 "
     "--axes data,model --no-color",
     "readme-matmul": "shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all --no-color -q",
-    "readme-inspect": "shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model "
-    "--arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None' "
-    "--no-color -q",
+    # a real model's first screen (README and the inspect tutorial): a 1.24B-parameter Llama
+    "readme-inspect": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
+    "--mesh 2x4 --axes data,model --no-color -q",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target tpu-v5e:4x4 --axes data,model --no-color -q",
     "readme-step-time": "shardcli inspect examples/layers.py:train_step --inputs examples/layers.py:inputs "
@@ -105,6 +110,11 @@ EXAMPLES: dict[str, str | list[str]] = {
         "'f32[64,1024]@data,None' "
         "--arg 'f32[1024,1024]' --no-color -q | tail -2",
     ],
+    "readme-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
+    "examples/llama.py:tiny_inputs --axes data,model --no-color -q | head -8",
+    "tutorial-inspect-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
+    "examples/llama.py:tiny_inputs --axes data,model --format json | jq -c '.program.memory, "
+    '[.arguments[] | select(.name | startswith("params.layers.w_")) | {name, spec}]\'',
     "tutorial-inspect-errors": [
         "shardcli inspect examples/mlp.py:train --arg 'f32[8,8]'",
         "shardcli inspect examples/mlp.py:train_step --arg 'f32[8,8]@nosuch'",
@@ -134,6 +144,25 @@ EXAMPLES: dict[str, str | list[str]] = {
     "--no-color -q",
     "tutorial-gpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target gpu-h100:8 --mesh 2x4 --axes data,model --no-color -q",
+    "readme-run": "shardcli run examples/lessons.py:sum_then_psum --mesh 8 --axes x --arg 'i32[32]@x=arange' "
+    "--no-color",
+    "tutorial-run-sin": "shardcli run examples/lessons.py:sin_per_shard --mesh 8 --axes x "
+    "--arg 'i32[32]@x=arange' --no-color -q",
+    "tutorial-run-per-shard": "shardcli run examples/lessons.py:sum_per_shard --mesh 8 --axes x "
+    "--arg 'i32[32]@x=arange' --no-color -q",
+    "tutorial-run-layer": "shardcli run examples/lessons.py:layer_sharded --mesh 8 --axes x "
+    "--inputs examples/lessons.py:layer_inputs --no-color -q",
+    "tutorial-run-wrong": [
+        "shardcli run examples/lessons.py:plus_axis_index --mesh 4 --axes x --arg 'i32[8]@x=zeros' "
+        "--no-color -q",
+        "echo $?",
+    ],
+    "tutorial-run-json": "shardcli run examples/lessons.py:sum_then_psum --mesh 8 --axes x "
+    "--arg 'i32[32]@x=arange' --format json | jq -c '{result: .results[0].values, "
+    "per_shard: [.probes[0].blocks[].values], ok}'",
+    "tutorial-recipe-three-ways": "shardcli recipe three-ways --mesh 8 --axes x --no-color | tail -16",
+    "tutorial-pipeline-launch": "shardcli launch -n 2 -- pipeline --mesh 4x2 --axes stage,model --layers 4 "
+    "--width 16 --batch 8 --microbatches 4 --no-color 2>/dev/null | tail -24",
     "example-pipeline": "shardcli pipeline --mesh 4x2 --microbatches 8 --schedule 1f1b --impl both "
     "--no-color -q",
     "example-model": [
@@ -159,6 +188,65 @@ EXAMPLES: dict[str, str | list[str]] = {
         "shardcli compare mm.json mm.json --metric busbw",
         "shardcli compare before.json nope.json",
     ],
+    **{
+        # docs/tutorials/lessons.md: each tutorial lesson's command, cut to the part with its numbers
+        # (no timings: tests/test_lessons.py compares the same numbers exactly).
+        "lesson-mintext-mesh": "shardcli mesh --mesh 2x2 --axes x,y --no-color",
+        "lesson-mintext-shards": "shardcli shard --mesh 2x2 --axes x,y --shape 8192x8192 --spec x,y "
+        "--dtype int8 --no-color -q",
+        "lesson-mintext-strategies": [
+            "shardcli shard --mesh 2x2 --axes x,y --shape 8x8 --spec x,None --no-color --no-show-values "
+            "| sed -n '/^tiles/,/^$/p'",
+            "shardcli shard --mesh 2x2 --axes x,y --shape 8x8 --spec None,y --no-color --no-show-values "
+            "| sed -n '/^tiles/,/^$/p'",
+        ],
+        "lesson-mintext-case2-blocks": "shardcli shard --mesh 2x2 --axes x,y --shape 4x4 --spec None,x "
+        "--no-color -q",
+        "lesson-mintext-all-gather": f"shardcli collective all_gather --mesh 4 --axes i --values 3,9,5,2 "
+        f"--dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-mintext-case2": "shardcli matmul --case allgather --mesh 2x2 --axes x,y --dims 4,4,4 "
+        f"--init arange --no-color -q {_COMPILED_AND_C}",
+        "lesson-mintext-psum": f"shardcli collective psum --mesh 4 --axes i --values {_PI} --dtype int32 "
+        f"--no-color -q {_BEFORE_AFTER}",
+        "lesson-mintext-case3": "shardcli matmul --case allreduce --mesh 2x2 --axes x,y --dims 4,4,4 "
+        f"--init arange --no-color -q {_COMPILED_AND_C}",
+        "lesson-mintext-psum-scatter": f"shardcli collective psum_scatter --mesh 4 --axes i --values {_PI} "
+        f"--dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-mintext-case4": [
+            "shardcli matmul --case illegal --mesh 2x2 --axes x,y --dims 4,4,4 --no-color -q",
+            "shardcli matmul --case gather-b --mesh 2x2 --axes x,y --dims 4,4,4 --init arange --no-color -q "
+            "| sed -n '/^what the compiler/,/^$/p;/^C: global/,/^$/p'",
+        ],
+        "lesson-mintext-all-to-all": f"shardcli collective all_to_all --mesh 4 --axes i --values {_PI} "
+        f"--dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-projax-arange": "shardcli shard --mesh 2x4 --axes x,y --shape 4x8 --spec x,y --no-color "
+        "| sed '/^jax.debug/,/^$/d'",
+        "lesson-projax-sum": "shardcli einsum 'ij->j' --shape 4x8 --in x,y --mesh 2x4 --axes x,y "
+        "--init arange --no-color -q | sed -n '/^collectives the compiler/,/^$/p;/^C: global/,/^$/p'",
+        "lesson-projax-constraint": "shardcli recipe reduce --mesh 2x4 --axes x,y --shape 4x8 --init arange "
+        "--no-color | sed -n '/^compiled collectives (forced)/,$p'",
+        "lesson-projax-elementwise": "shardcli recipe elementwise --mesh 8 --axes x --shape 32 --init arange "
+        "--no-color | sed -n '/^per device/,$p'",
+        "lesson-projax-shard-sums": [
+            "shardcli einsum 'ij->i' --shape 8x4 --in x,None --mesh 8 --axes x --init arange --no-color -q "
+            "| sed -n '/^C: global/,/^$/p'",
+            "shardcli einsum 'i->' --shape 32 --in x --mesh 8 --axes x --init arange --no-color -q "
+            "| sed -n '/^collectives the compiler/,/^$/p;/^C: global/,/^$/p'",
+        ],
+        "lesson-intro-scatter": "shardcli collective psum_scatter --mesh 4x2 --axes i,j --axis i --shape 4x4 "
+        f"--values {_PI} --spec i,None --scatter-dim 1 --dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-intro-ppermute": "shardcli collective ppermute --mesh 4 --axes i --values 0,1,2,3 "
+        f"--dtype int32 --no-color -q {_BEFORE_AFTER}",
+        "lesson-intro-axis-index": "shardcli recipe axis-index --mesh 4x2 --axes i,j --no-color "
+        "| sed -n '/^axis_index per device/,$p'",
+        "lesson-flax-kernel": [
+            "shardcli shard --mesh 2x4 --axes data,model --shape 1024x1024 --spec None,model --no-color "
+            "| sed -n '/^tiles/,/^$/p'",
+            "shardcli einsum 'bd,df->bf' --shape 8x1024 --shape 1024x1024 --in data,model --in model,None "
+            "--impl auto --mesh 2x4 --axes data,model --format json "
+            "| jq -c '.sizes[0] | {shape: .result.shape, out_spec: .impls[0].out_spec}'",
+        ],
+    },
 }
 # Examples whose output holds timings (and figures measured from them): --check compares them with
 # every digit masked and runs of spaces joined, so a new run's times do not make a page stale,
@@ -172,6 +260,7 @@ VOLATILE = {
     "tutorial-tpu-einsum",
     "tutorial-gpu",
     "readme-inspect",
+    "readme-real-model",
     "readme-tpu",
     "example-collective",
     "example-collective-sweep",
@@ -183,12 +272,13 @@ VOLATILE = {
     "example-einsum-lesson",
     "example-reshard",
     "example-pipeline",
+    "tutorial-pipeline-launch",
     "example-model",
     "example-compare",
     "readme-plan",  # compile seconds
 }
 # Examples that draw charts or timelines from their timings: --check also leaves out those lines.
-CHARTS = {"example-collective-sweep", "example-pipeline"}
+CHARTS = {"example-collective-sweep", "example-pipeline", "tutorial-pipeline-launch"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
 NEEDS_TPU = {
     "readme-plan",
@@ -307,6 +397,11 @@ BLOCKS: dict[str, Callable[..., str]] = {
 _RULES = re.compile(r"[\u2500-\u257f]+")
 
 
+# Lines that a run prints or not by its timings: matmul's and einsum's note where p50 beat the model's
+# bound (whether it did depends on the machine's load), as masked() reads them.
+_TIMING_NOTES = re.compile(r"p#/bound under #x \(.*?under other load\) ?")
+
+
 def masked(text: str, charts: bool = False) -> str:
     """What a reader would call the same output, whatever the timings: every number (with its unit's
     prefix) as `#`, no compile-cache marks, every rule of a table as one `-`, and all whitespace
@@ -320,7 +415,8 @@ def masked(text: str, charts: bool = False) -> str:
     # one `#`: a unit that changes with the figure is not a change in what the output says.
     text = re.sub(r"[0-9][0-9.,]*(?:e[-+]?[0-9]+)?(?: ?(?:[kKMGTP]i?|[m\u00b5un])(?=[A-Za-z/]))?", "#", text)
     text = _RULES.sub("-", text)
-    return re.sub(r"# ", "#", re.sub(r"\s+", " ", text)).strip()
+    text = re.sub(r"# ", "#", re.sub(r"\s+", " ", text)).strip()
+    return _TIMING_NOTES.sub("", text).strip()
 
 
 def same(name: str, old: str, new: str) -> bool:
@@ -388,7 +484,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a generated part is out of date")
     parser.add_argument("--only", help="comma-separated block names: regenerate or check only these")
+    parser.add_argument("--quick", action="store_true", help="--check of one fast block only (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.check, args.only = True, "example-bad-input"
 
     texts = {path: path.read_text(encoding="utf-8") for path in doc_files()}
     wanted = {name for text in texts.values() for name in MARKER.findall(text)}

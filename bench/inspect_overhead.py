@@ -99,7 +99,14 @@ def main() -> None:
     parser.add_argument("--target", help="a TPU target, e.g. tpu-v5p:8x8x16 (needs the tpu extra)")
     parser.add_argument("--mesh", default="2x4", help="data x model, e.g. 64x16 for tpu-v5p:8x8x16")
     parser.add_argument("--hand-run", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a seconds-long run for CI (figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.size = 1, "small"
     mesh_shape = tuple(int(d) for d in args.mesh.split("x"))
     if args.hand_run:
         sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -111,7 +118,7 @@ def main() -> None:
             f.write(WRAPPER.format(examples=os.path.join(ROOT, "examples"), size=SIZES[args.size]))
         ours_cmd = [sys.executable, "-m", "shardcli", "inspect", f"{ROOT}/examples/transformer.py:block"]
         ours_cmd += ["--inputs", f"{wrapper}:inputs", "--mesh", args.mesh, "--axes", "data,model"]
-        ours_cmd += ["--format", "json", "--no-compile-cache"]
+        ours_cmd += ["--format", "json"]
         ours_cmd += ["--target", args.target] if args.target else []
         hand_cmd = [sys.executable, os.path.abspath(__file__), "--hand-run", wrapper, "--mesh", args.mesh]
         hand_cmd += ["--target", args.target] if args.target else []

@@ -147,7 +147,14 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations per run")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per run")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each reports the median p50 over them")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a seconds-long run for CI (figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.dims, args.warmup, args.iters, args.rounds = (64, 64, 64), 0, 1, 1
     if args.rounds < 1 or args.iters < 1 or args.warmup < 0:
         parser.error("--rounds and --iters must be at least 1, --warmup at least 0")
     try:

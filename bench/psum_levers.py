@@ -186,7 +186,14 @@ def main() -> int:
     parser.add_argument("--levers", default=",".join(LEVERS))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--bytes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a seconds-long run for CI (figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.size, args.warmup, args.iters = 1, "1M", 1, 2
     if args.child:
         print(json.dumps(child(args.child, args.bytes, args.warmup, args.iters)))
         return 0

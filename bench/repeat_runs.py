@@ -93,7 +93,14 @@ def main() -> int:
     parser.add_argument("--workload", choices=(*WORKLOADS, "both"), default="both")
     parser.add_argument("--platform", choices=("auto", "cpu"), help="passed on to shardcli")
     parser.add_argument("--strict", action="store_true")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a seconds-long run for CI (figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.pairs, args.workload = 1, "psum"
     print(f"{args.pairs} pairs per workload; {os.cpu_count()} cores")
     names = list(WORKLOADS) if args.workload == "both" else [args.workload]
     verdicts = []

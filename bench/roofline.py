@@ -136,7 +136,14 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--large-warmup", type=int, default=3, help="--warmup for sizes >= 64M")
     parser.add_argument("--large-iters", type=int, default=5, help="--iters for sizes >= 64M")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a seconds-long run for CI (figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.ops, args.sizes, args.warmup, args.iters = 1, OPS[0], "1M", 1, 2
     ops = args.ops.split(",")
     sizes = args.sizes.split(",")
     variants = args.variants.split(",")

@@ -43,9 +43,12 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ModuleNotFoundError:  # this script runs in the torch venv; --quick elsewhere says so and stops
+    torch = None  # type: ignore[assignment]
 
 WORLD_SIZE = 2
 UNITS = {"": 1, "K": 1024, "M": 1024 * 1024}
@@ -75,7 +78,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=20, help="timed calls per size")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each rank")
     parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--quick", action="store_true", help="one small size, 2 calls: checks the script still runs (CI)"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.warmup, args.iters = "4K", 1, 2
     try:
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
     except ValueError as exc:
@@ -163,6 +171,14 @@ def print_table(report: dict, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if torch is None:
+        if args.quick:
+            print(
+                "torch is not installed in this interpreter: nothing to run (see the docstring for its venv)"
+            )
+            return 0
+        print("torch_allreduce.py: error: torch is not installed; run it with bench/.torch-venv/bin/python")
+        return 2
     results = mp.get_context("spawn").SimpleQueue()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C
     ranks = mp.spawn(worker, args=(free_port(), args, results), nprocs=WORLD_SIZE, join=False)

@@ -11,6 +11,7 @@ The programs are tests/looped_programs.py's, the ones tests/test_trip_counts.py 
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,9 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the first program on the CPU only (CI)")
+    args = parser.parse_args()
     import jax
 
     jax.config.update("jax_platforms", "cpu")
@@ -27,8 +31,9 @@ def main() -> None:
     import looped_programs as lp
 
     print(f"{'program':<24} {'platform':<12} {'FLOPs':>7} {'XLA FLOPs':>10} {'bytes':>7} {'XLA bytes':>10}")
-    for platform in lp.platforms():
-        for case in lp.CASES:
+    platforms, cases = (["cpu"], lp.CASES[:1]) if args.quick else (lp.platforms(), lp.CASES)
+    for platform in platforms:
+        for case in cases:
             looped, unrolled = lp.compare(case, platform)
             ref_f, ref_b = unrolled.flops or 1.0, unrolled.bytes_accessed or 1.0
             print(

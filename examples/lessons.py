@@ -84,3 +84,12 @@ def layer_sharded(x, weights, bias):
         return jax.nn.sigmoid(jax.lax.psum(partial, "x") + bias)
 
     return jax.shard_map(body, in_specs=(P("x"), P("x", None), P(None)), out_specs=P(None))(x, weights, bias)
+
+
+def plus_axis_index(x):
+    """A function whose result depends on the mesh: each block plus its device's index along x.
+
+    On one device (x of size 1) the index is always 0, so `shardcli run` reports the difference and
+    exits 1: a sharded program that does not compute what the same function computes unsharded.
+    """
+    return jax.shard_map(lambda block: block + jax.lax.axis_index("x"), in_specs=P("x"), out_specs=P("x"))(x)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 GIB = 1 << 30
 
-_CLOUD = "Google Cloud TPU docs, {gen} system architecture"
+_CLOUD = "Cloud TPU docs, {gen}"
 _BOOK = "How To Scale Your Model, 'How to think about TPUs'"
 _NVIDIA = "NVIDIA {gpu} SXM datasheet"
 

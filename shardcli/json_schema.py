@@ -25,8 +25,11 @@ from typing import Any
 # Raise it when a key of a document kind scripts already read is renamed, added or removed.
 # 2: matmul's config has compile_target and each impl its fit (--target); einsum, reshard and inspect
 # documents are new (and, before any release of them, a program's loops, XLA's once-counted figures
-# and what is missing; inspect's step-time estimate). 3: each matmul and einsum impl has its result's
-# `values` (global and per device, null for results over 256 elements).
+# and what is missing; inspect's step-time estimate). 3: each matmul, einsum and reshard impl has its
+# result's `values` (global and per device, null for results over 256 elements; reshard's
+# `values_before` too); before any release of 3, a program's collective names the argument it moves
+# (operand), inspect's findings carry count, paths and source, and its collectives come grouped by
+# (kind, mesh axes, line) too (collective_groups).
 SCHEMA_VERSION = 3
 
 
@@ -479,6 +482,7 @@ PROGRAM_COLLECTIVE = Record(
     "runs_known",
     "op_name",
     "source",
+    "operand",  # the argument (pytree path) whose value it moves, or null where it moves a computed one
 )
 MEMORY = Record("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "code_bytes", "total_bytes")
 PROGRAM_LOOP = Record("name", "trips", "runs", "body_flops", "body_bytes", "op_name", "source")
@@ -559,7 +563,10 @@ EINSUM_SUMMARY = Record("wrong", ("refused", ListOf(EINSUM_REFUSED)), ("fit", Ma
 EINSUM_BODY = Record(("config", EINSUM_CONFIG), ("sizes", ListOf(EINSUM_SIZE)), ("summary", EINSUM_SUMMARY))
 
 INSPECT_ARRAY = Record("name", "dtype", "shape", "spec", "bytes", "bytes_per_device", "replication")
-FINDING = Record("kind", "message")
+FINDING = Record("kind", "message", "count", "paths", "source")
+INSPECT_COLLECTIVE_GROUP = Record(
+    "kind", "mesh_axes", "source", "op", "count", "runs", "runs_known", "sent_bytes", "result_bytes"
+)
 INSPECT_BODY = Record(
     "target",
     "compile_target",
@@ -570,6 +577,7 @@ INSPECT_BODY = Record(
     ("hardware", HARDWARE),
     ("fit", Maybe(FIT_VERDICT)),
     ("step_time", Maybe(STEP_TIME)),
+    ("collective_groups", ListOf(INSPECT_COLLECTIVE_GROUP)),
     ("findings", ListOf(FINDING)),
     "lower_s",
     "compile_s",
@@ -591,6 +599,8 @@ RESHARD_IMPL = Record(
     "wrong",
     "wrong_devices",
     ("fit", Maybe(FIT_VERDICT)),
+    ("values_before", Maybe(RESULT_VALUES)),
+    ("values", Maybe(RESULT_VALUES)),
 )
 RESHARD_SUMMARY = Record("wrong", "needs_communication", "min_receive_bytes_per_device")
 RESHARD_BODY = Record(

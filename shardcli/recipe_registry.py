@@ -26,7 +26,9 @@ class Recipe:
     ranks: tuple[int, ...]  # mesh ranks (number of axes) the recipe can use
     needs: str  # the mesh it needs, in words, for errors
     program: RecipeProgram  # runs the recipe on a Lab and returns its sections and checks
-    input: str | None = None  # the input --shape and --init set (the recipe's lesson), or None
+    input: str | None = None  # the input --init fills (the recipe's lesson), or None
+    takes_shape: bool = True  # whether --shape sets that input's shape (one input), or only --init
+    lesson: str = ""  # the tutorial (file in the tutorials folder) and section it reproduces
 
     @property
     def default(self) -> str:
@@ -34,6 +36,9 @@ class Recipe:
 
 
 TWO_AXES = "a 2-D mesh (rows x columns of devices)"
+# The tutorials the recipes reproduce (in the project's tutorials folder; see docs/tutorials/lessons.md).
+PROJAX = "ProJAX 'Introduction to sharded computation' (tutorials/004)"
+INTRO = "learn_jax intro_to_distributed.py (tutorials/000)"
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
@@ -47,6 +52,9 @@ RECIPES: dict[str, Recipe] = {
             "a 1-D or 2-D mesh",
             programs.elementwise,
             input="x, sharded over the first two mesh axes",
+            lesson=PROJAX
+            + ", '1. Automatic parallelism via jit': f_elementwise on arange(32.0).reshape(4, 8) "
+            "over a 2x4 mesh",
         ),
         Recipe(
             "reduce",
@@ -58,25 +66,43 @@ RECIPES: dict[str, Recipe] = {
             TWO_AXES,
             programs.reduce,
             input="x, rows over the first axis and columns over the second",
+            lesson=PROJAX + ", f_contract and '2. Semi-automated sharding with constraints': "
+            "x.sum(axis=0) of arange(32.0).reshape(4, 8) is [48. 52. ... 76.]",
         ),
         Recipe(
             "three-ways",
             "sigmoid(x @ W + b) automatic, semi-automatic (with_sharding_constraint) and manual "
             "(shard_map + psum): same numbers, their collectives",
-            "2x4",
-            "data,model",
-            (2,),
-            TWO_AXES,
+            "8",
+            "x",
+            (1, 2),
+            "a 1-D mesh (the lesson) or a 2-D one (batch and contracting dim split)",
             programs.three_ways,
+            lesson=PROJAX + ", 'Comparing the three approaches': layer(x[32], weights[32, 4], bias[4]) "
+            "from default_rng(0) on a 1-D mesh is [0.02138916 0.8931118 0.5989196 0.9774251]",
         ),
         Recipe(
             "normalize",
-            "per-row normalisation with rows split over the second axis: mean and std via pmean in shard_map",
-            "2x4",
-            "data,model",
+            "parallel_normalize: each element normalised by the mean and std of its peers along the "
+            "second axis (pmean element by element in shard_map)",
+            "4x2",
+            "i,j",
             (2,),
             TWO_AXES,
             programs.normalize,
+            lesson=INTRO + ", 'Axis Communication': parallel_normalize of normal(PRNGKey(0), (192, 64)) on "
+            "a 4x2 (i, j) mesh",
+        ),
+        Recipe(
+            "normalize-rows",
+            "a variant of normalize: each row normalised by its own mean and std, the row split over "
+            "the second axis (mean of the block, then pmean)",
+            "4x2",
+            "i,j",
+            (2,),
+            TWO_AXES,
+            programs.normalize_rows,
+            lesson="a variant of " + INTRO + "'s parallel_normalize (its comment's 'row statistics')",
         ),
         Recipe(
             "axis-index",
@@ -86,6 +112,7 @@ RECIPES: dict[str, Recipe] = {
             (1, 2, 3, 4),
             "a mesh of 1 to 4 axes",
             programs.axis_index,
+            lesson=INTRO + ", 'axis indexing': Device k: i-axis=..., j-axis=... on a 4x2 (i, j) mesh",
         ),
         Recipe(
             "rng-fold",
@@ -95,15 +122,18 @@ RECIPES: dict[str, Recipe] = {
             (2,),
             TWO_AXES,
             programs.rng_fold,
+            lesson=INTRO + ", 'fold rng over given axis': fold_rng_over_axis over i on a 4x2 (i, j) mesh",
         ),
         Recipe(
             "pipeline-ring",
-            "values rolling around a ring of devices with ppermute, step by step (--steps)",
+            "arange(n) rolling around a ring of devices with ppermute, step by step (--steps)",
             "4",
             "stage",
             (1,),
             "a 1-D mesh (the ring)",
             programs.pipeline_ring,
+            input="the values on the ring, split over its axis",
+            lesson=INTRO + ", ppermute_example: arange(4) over i=4, one step gives [3 0 1 2]",
         ),
         Recipe(
             "sharded-mac",
@@ -113,6 +143,10 @@ RECIPES: dict[str, Recipe] = {
             (2,),
             TWO_AXES,
             programs.sharded_mac,
+            input="x, W and b (arange numbers them in one sequence)",
+            takes_shape=False,
+            lesson=INTRO + ", 'multi-axis mesh': the sharded MAC y = x @ w + b, x over i, w and b over j, "
+            "then the same with shard_map (smaller arrays)",
         ),
     )
 }

@@ -502,6 +502,7 @@ def build_reshard_request_from_flags(
     compile_target: str | None = None,
     values: str | None = None,
     values_file: str | None = None,
+    show_values: bool | None = None,
 ) -> ReshardRequest:
     """`shardcli reshard`'s flags as its request; every check that needs no devices."""
     from shardcli.core.reshard import WAYS, ReshardRequest, validate_reshard_request
@@ -535,6 +536,7 @@ def build_reshard_request_from_flags(
         compile_target=hardware,
         mesh_text=mesh,
         axes_text=axes,
+        show_values=show_values,
     )
     validate_reshard_request(request)
     return request

@@ -73,7 +73,7 @@ PLATFORMS = tuple(Platform)
 MODES = tuple(Mode)
 FORMATS = (Format.TABLE, Format.JSON)
 PROCESS_TIMINGS = tuple(ProcessTiming)
-DTYPE_KINDS = ("float", "int", "uint", "bool", "key")
+DTYPE_KINDS = ("float", "int", "uint", "bool")
 # Faking more CPU devices than this in one process is slow to start and never what a learner meant.
 MAX_FAKE_DEVICES = 512
 RESERVED_SPEC_WORDS = ("None", "_")
@@ -950,8 +950,8 @@ class KeyImpl:
 
     @property
     def dtype(self) -> DType:
-        """The key as a dtype: `key<fry>`, `words` uint32s per element."""
-        return DType(f"key<{self.short}>", 4 * self.words, "key")
+        """The key as a dtype: `key<fry>`, stored as `words` uint32s per element."""
+        return DType(f"key<{self.short}>", 4 * self.words, "uint")
 
 
 KEY_IMPLS = {
@@ -1009,14 +1009,15 @@ def parse_abstract_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> Abstra
     if any(not (d.isascii() and d.isdigit()) for d in dims):
         raise ShardcliError(f"{flag} {text!r}: the shape holds sizes separated by commas, e.g. [256,4096]")
     shape = tuple(int(d) for d in dims)
-    if math.prod(shape) * DTYPES[name].itemsize > MAX_ABSTRACT_BYTES:
+    dtype = key.dtype if key else DTYPES[name]
+    if math.prod(shape) * dtype.itemsize > MAX_ABSTRACT_BYTES:
         raise ShardcliError(
-            f"{flag} {text!r}: {math.prod(shape) * DTYPES[name].itemsize:.3g} bytes is beyond what XLA can "
+            f"{flag} {text!r}: {math.prod(shape) * dtype.itemsize:.3g} bytes is beyond what XLA can "
             f"describe (at most 2**60 bytes in one array); give a smaller shape"
         )
     sharding = parse_sharding(match.group("spec"), mesh, flag=f"{flag} {text!r}: spec")
     check_sharding_fits(sharding, mesh, shape, flag="its spec", what=f"{flag} {text!r}")
-    return AbstractArg(dtype=key.dtype if key else DTYPES[name], shape=shape, sharding=sharding, key=key)
+    return AbstractArg(dtype=dtype, shape=shape, sharding=sharding, key=key)
 
 
 def _key_impl(name: str, text: str, flag: str) -> KeyImpl:

@@ -78,6 +78,9 @@ def load(target: str, flag: str = "inspect", what: str = "FUNCTION") -> UserObje
             try:
                 with guarded(f"importing {where}"):
                     spec.loader.exec_module(module)
+            except ShardcliError:
+                sys.modules.pop(module_name, None)
+                raise
             except Exception as error:
                 sys.modules.pop(module_name, None)
                 raise user_error(error, roots, f"importing {where} raised") from None
@@ -92,6 +95,8 @@ def load(target: str, flag: str = "inspect", what: str = "FUNCTION") -> UserObje
                 module = importlib.import_module(where)
         except ModuleNotFoundError as error:
             raise ShardcliError(f"{flag} {target!r}: {error}") from None
+        except ShardcliError:
+            raise
         except Exception as error:
             raise user_error(error, (_package_root(where),), f"importing {where} raised") from None
         roots = (_package_root(where),)

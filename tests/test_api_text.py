@@ -27,8 +27,9 @@ def test_print_shows_the_text_report(report, capsys):
     print(report)
     printed = capsys.readouterr().out
     assert printed == str(report) + "\n"
-    for line in ("arguments and results", "collectives the compiler inserted", "all-reduce"):
-        assert line in printed, printed
+    # the report as `shardcli inspect` prints it: the arguments, the collectives, memory per device
+    for text in ("float32[8,16]", "data,model", "all-reduce", "per device"):
+        assert text in printed, printed
     assert "\x1b[" not in printed and "InspectResult(" not in printed
     assert max(len(line) for line in printed.splitlines()) <= 100
 
@@ -41,8 +42,8 @@ def test_repr_is_one_short_line(report):
 
 def test_jupyter_renders_the_report(report):
     bundle = report._repr_mimebundle_(include=None, exclude=None)
-    assert "collectives the compiler inserted" in bundle["text/plain"]
-    assert "collectives the compiler inserted" in bundle["text/html"]
+    assert "all-reduce" in bundle["text/plain"] and "float32[8,16]" in bundle["text/plain"]
+    assert "all-reduce" in bundle["text/html"] and "<pre" in bundle["text/html"]
 
 
 def test_a_picture_prints_as_its_tiles():

@@ -194,16 +194,19 @@ PINNED_KEYS = {
         "pipeline": "624ff9ba959f3e42",
         "compare": "53b1ec01214a6068",
     },
-    # 3: each matmul and einsum impl has its result's values (null over 256 elements)
+    # 3: each matmul and einsum impl has its result's values (null over 256 elements); with 2's program
+    # loops, once-counted XLA figures, subgroup slices and inspect's step_time; before any release of
+    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect), and
+    # inspect's findings carry count, paths and source beside its collective_groups
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
         "collective": "8563d3ab0490d6eb",
         "collectives": "b9bffef9a3aac720",
         "matmul": "5100a47dbdb9dcd0",
-        "einsum": "f5e139eb82a985d9",
-        "reshard": "fedbaa33db8385f7",
-        "inspect": "6cbe4627ad1e55e9",
+        "einsum": "3a6a63d1c567abb4",
+        "reshard": "5b55a171901d3532",
+        "inspect": "4e248b9a5fdaf3be",
         "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",

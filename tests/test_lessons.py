@@ -70,7 +70,7 @@ def tiles(doc: dict[str, Any]) -> list[list[int]]:
     return [t["device_ids"] for t in doc["tiles"]]
 
 
-def table_rows(title: str, column: int) -> Extract:
+def table_rows(title: str, column: int | slice) -> Extract:
     """recipe: one column of the table section called `title`, in device order."""
 
     def extract(doc: dict[str, Any]) -> list[Any]:
@@ -428,6 +428,13 @@ LESSONS = [
         global_result,
         np.roll(np.arange(4), 1).tolist(),
         id="intro-ppermute_example-arange(4)-rolls-to-3-0-1-2",
+    ),
+    pytest.param(
+        ["recipe", "pipeline-ring", "--mesh", "4", "--axes", "i", "--shape", "4", "--init", "arange"]
+        + ["--steps", "1"],
+        lambda doc: table_rows("each device's block after every step", slice(1, None))(doc),
+        [[[0.0], [1.0], [2.0], [3.0]], [[3.0], [0.0], [1.0], [2.0]]],
+        id="intro-ppermute_example-BEFORE-0-1-2-3-AFTER-3-0-1-2",
     ),
     pytest.param(
         ["recipe", "axis-index", "--mesh", "4x2", "--axes", "i,j"],

@@ -237,3 +237,83 @@ def test_ctrl_c_during_the_threaded_run_exits_130_with_one_line(tmp_path):
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "shardcli: error: interrupted"
     assert "terminate called" not in err and "Fatal Python error" not in err
+
+
+# --- MPMD over processes (launch -n N -- pipeline) --------------------------------------------------
+
+
+@pytest.mark.parametrize("forward_only", [False, True], ids=["train", "forward-only"])
+@pytest.mark.parametrize("make", [gpipe, one_f_one_b], ids=["gpipe", "1f1b"])
+@pytest.mark.parametrize(("stages", "microbatches"), [(2, 4), (4, 8), (4, 2), (3, 5)])
+def test_global_order_follows_each_schedule_and_sends_before_use(make, stages, microbatches, forward_only):
+    from shardcli.core.pipeline_processes import global_order
+
+    schedule = make(stages, microbatches, forward_only)
+    order = global_order(schedule, forward_only)
+    at = {step: k for k, step in enumerate(order)}
+    assert len(at) == len(order)  # each step and transfer once
+    for s, steps in enumerate(schedule):  # each stage keeps its schedule's order
+        assert [(kind, m) for kind, t, m in order if t == s and kind in ("F", "B")] == list(steps)
+    for kind, s, m in order:
+        if kind == "F" and s > 0:
+            assert at["send", s - 1, m] < at["F", s, m]
+        if kind == "B" and s < stages - 1:
+            assert at["send-grad", s + 1, m] < at["B", s, m]
+        if kind == "send":
+            assert at["F", s, m] < at["send", s, m]
+        if kind == "send-grad":
+            assert at["B", s, m] < at["send-grad", s, m]
+    sends = [step for step in order if step[0] == "send"]
+    assert len(sends) == (stages - 1) * microbatches
+
+
+def _launch(*args: str):
+    from conftest import run_shardcli
+
+    return run_shardcli("launch", *args, timeout=240)
+
+
+@pytest.mark.parametrize(
+    ("processes", "schedule"),
+    [pytest.param(2, "1f1b", id="2-processes"), pytest.param(4, "gpipe", id="4-processes")],
+)
+def test_mpmd_over_processes_is_verified_with_one_timeline(processes, schedule):
+    flags = ("--mesh", "4x2", "--schedule", schedule, *SMALL, "--format", "json")
+    proc = _launch("-n", str(processes), "--", "pipeline", *flags)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["runtime"]["process_count"] == processes
+    assert doc["ok"] and [c["ok"] for c in doc["checks"]] == [True, True, True]
+    owner = {d["id"]: d["process_index"] for d in doc["mesh"]["devices"]}
+    stages = doc["mpmd"]["stages"]
+    per_stage = [{owner[d] for d in s["device_ids"]} for s in stages]
+    assert all(len(p) == 1 for p in per_stage)  # each stage on one process
+    assert len({p for (p,) in per_stage}) == processes  # and every process holds a stage
+    events = doc["mpmd"]["events"]
+    kinds = {(e["kind"], e["stage"]) for e in events}
+    assert kinds == {("F", s) for s in range(4)} | {("B", s) for s in range(4)} | {
+        ("send", s) for s in range(3)
+    } | {("send-grad", s) for s in range(1, 4)}
+    assert len(events) == 4 * 4 * 2 + 3 * 4 * 2  # every step and transfer, from every process
+    assert doc["mpmd"]["loss"] == pytest.approx(doc["reference_loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ("-n", "2", "--", "pipeline", "--mesh", "4x2", "--impl", "spmd", *SMALL),
+            "shardcli: error: --impl spmd runs in one process; over 2 processes give --impl mpmd",
+            id="spmd",
+        ),
+        pytest.param(
+            ("-n", "8", "--", "pipeline", "--mesh", "4x2", *SMALL),
+            "shardcli: error: stage 0's sub-mesh spans processes 0, 1; over 8 processes give at most 4 (-n)",
+            id="stage-over-two-processes",
+        ),
+    ],
+)
+def test_mpmd_over_processes_refuses_what_it_cannot_place(args, message):
+    proc = _launch(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardcli.core.hlo_text import parse_module
+from shardcli.core.hlo_text import dot_dtype, parse_module
 from shardcli.core.program_analysis import CollectiveOp, analyze_compiled, count_trips, parse_collectives
 
 MESH_2x4 = ((2, 4), ("data", "model"))
@@ -430,3 +430,25 @@ def test_inspect_answers_without_the_text_and_says_what_is_missing(cli, monkeypa
     ]
     text = cli(MLP[:-2] + ["-q"])
     assert text.exit_code == 0 and "missing: collectives and loop trip counts" in text.stdout
+
+
+def test_the_dtype_of_the_dots_is_the_one_most_of_their_results_come_in():
+    text = """
+%fused (p0: bf16[64,128], p1: bf16[128,256]) -> f32[64,256] {
+  %p0 = bf16[64,128]{1,0} parameter(0)
+  %p1 = bf16[128,256]{1,0} parameter(1)
+  ROOT %d = f32[64,256]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+ENTRY %main (a: f32[8,8], b: bf16[64,128], c: bf16[128,256]) -> f32[64,256] {
+  %a = f32[8,8]{1,0} parameter(0)
+  %small = f32[8,8]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %b = bf16[64,128]{1,0} parameter(1)
+  %c = bf16[128,256]{1,0} parameter(2)
+  ROOT %f = f32[64,256]{1,0} fusion(%b, %c), kind=kOutput, calls=%fused
+}
+"""
+    assert dot_dtype(parse_module(text)) == "bfloat16"
+    assert (
+        dot_dtype(parse_module("ENTRY %main (a: f32[4]) -> f32[4] {\n  %a = f32[4]{0} parameter(0)\n}\n"))
+        is None
+    )

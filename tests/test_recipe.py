@@ -55,22 +55,43 @@ def test_reduce_forced_sharding_spreads_the_sum_over_every_device(cli):
     doc = run_json(cli, "reduce", "--mesh", "4x2", "--axes", "a,b")
     free = section(doc, "x.sum(axis=0)")
     forced = section(doc, "the sum under with_sharding_constraint")
-    assert free["shape"] == forced["shape"] == [4 * 2 * 2]
+    assert free["shape"] == forced["shape"] == [4 * 2]
     assert len(forced["tiles"]) == 8 and all(len(t["device_ids"]) == 1 for t in forced["tiles"])
     assert forced["spec"] == "P(('a', 'b'),)"
     assert "all-reduce" in section(doc, "compiled collectives (compiler")["lines"][0]
 
 
-def test_three_ways_agree_and_each_reduces_over_the_contracting_axis(cli):
-    doc = run_json(cli, "three-ways")
+@pytest.mark.parametrize("mesh", [("--mesh", "8", "--axes", "x"), ("--mesh", "2x4", "--axes", "data,model")])
+def test_three_ways_agree_and_each_reduces_over_the_contracting_axis(cli, mesh):
+    doc = run_json(cli, "three-ways", *mesh)
     table = section(doc, "sigmoid(x @ W + b), three ways")
     assert [row[0].split(":")[0] for row in table["rows"]] == ["automatic", "semi-automatic", "manual"]
     assert all("all-reduce" in row[2] for row in table["rows"])
     assert [c["what"] for c in doc["checks"]][-1] == "the three agree"
 
 
+def test_three_ways_on_a_1d_mesh_is_the_lessons_layer(cli):
+    doc = run_json(cli, "three-ways", "--mesh", "8", "--axes", "x")
+    rng = np.random.default_rng(0)
+    x, w, b = rng.normal(size=(32,)), rng.normal(size=(32, 4)), rng.normal(size=(4,))
+    expected = 1 / (1 + np.exp(-(x @ w + b)))
+    np.testing.assert_allclose(expected, [0.02138916, 0.8931118, 0.5989196, 0.9774251], atol=5e-8)
+    (line,) = section(doc, "the result (manual)")["lines"]
+    assert line == "[0.02138916 0.8931118  0.5989196  0.9774251 ]"
+    assert "ProJAX" in section(doc, "lesson")["lines"][0]
+
+
+@pytest.mark.parametrize(("mesh", "axes"), [("4x2", "i,j"), ("2x4", "a,b")])
+def test_normalize_is_parallel_normalize_element_by_element(cli, mesh, axes):
+    doc = run_json(cli, "normalize", "--mesh", mesh, "--axes", axes)
+    assert all(c["ok"] for c in doc["checks"])
+    shape, mean, std = section(doc, "out = parallel_normalize(x)")["lines"]
+    assert shape == "(192, 64)" and abs(float(mean.split()[1])) < 1e-5 and float(std.split()[1]) == 1
+    assert section(doc, "compiled collectives")["lines"] == ["all-reduce x2"]
+
+
 def test_normalize_rows_have_mean_0_and_std_1(cli):
-    doc = run_json(cli, "normalize", "--mesh", "2x2")
+    doc = run_json(cli, "normalize-rows", "--mesh", "2x2")
     rows = section(doc, "per row of the result")["rows"]
     assert len(rows) == 4
     assert all(abs(float(mean)) < 1e-5 and abs(float(std) - 1) < 1e-5 for _, mean, std in rows)

@@ -445,8 +445,8 @@ def test_launch_runs_the_commands_given_the_multi_process_options(monkeypatch):
         return {c.name: c.callback for c in app.registered_commands if c.name is not None}
 
     names = launchable_commands(commands())
-    assert {"mesh", "shard", "collective", "matmul", "einsum", "reshard", "recipe"} <= set(names)
-    assert not {"pipeline", "compare", "launch"} & set(names)
+    assert {"mesh", "shard", "collective", "matmul", "einsum", "reshard", "recipe", "pipeline"} <= set(names)
+    assert not {"run", "compare", "launch"} & set(names)
 
     @opt.with_run_options()
     def extra(*, options: RunOptions) -> None: ...

@@ -19,6 +19,7 @@ from rich.text import Text
 from shardcli.render.console import Clauses, DataTable
 
 MLP = str(Path(__file__).resolve().parents[1] / "examples" / "mlp.py")
+LESSONS = str(Path(__file__).resolve().parents[1] / "examples" / "lessons.py")
 MESH = ("--mesh", "2x4", "--axes", "data,model")
 FAST = ("--warmup", "1", "--iters", "2")
 WIDTHS = (80, 100, 120)
@@ -69,6 +70,16 @@ COMMANDS = {
         "f32[1024,4096]@None,model",
         "--arg",
         "f32[4096,1024]@model,None",
+    ),
+    "run": (
+        "run",
+        f"{LESSONS}:layer_sharded",
+        "--mesh",
+        "8",
+        "--axes",
+        "x",
+        "--inputs",
+        f"{LESSONS}:layer_inputs",
     ),
     "recipe": ("recipe", "axis-index", "--mesh", "2x2", "--axes", "data,model"),
     "recipe list": ("recipe", "list"),
@@ -298,3 +309,138 @@ def test_clauses_break_only_between_clauses():
     lines = render(clauses, 60)
     assert lines == ["16 B per device (4 elements); S = 16 B; busbw factor 1.500;", "each device sends 24 B"]
     assert render(Clauses([Text("a"), "b"]), 80) == ["a; b"]
+
+
+# --- inspect's first screen for a program of thousands of leaves ------------------------------------
+
+LAYER_KINDS, UNROLLED, SCALES, STACK, WIDTH = 14, 70, 30, 4, 16
+
+
+def _large_program() -> str:
+    """A model with a scanned stack and 42 unrolled layers of 14 kinds (each at its own line), its
+    parameters and two optimizer moments: 6,730 argument leaves, over two hundred collectives."""
+    layers = "".join(
+        f"def layer_{k}(p, h):\n    return h + jnp.tanh(h @ p['wq']) @ p['wo']\n\n\n"
+        for k in range(LAYER_KINDS)
+    )
+    order = ", ".join(f"layer_{i % LAYER_KINDS}" for i in range(UNROLLED))
+    return f"""import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+{layers}LAYERS = [{order}]
+
+
+def step(params, opt_state, x):
+    h = x @ params["embed"]
+
+    def body(h, w):
+        return jnp.tanh(h @ w["up"]) @ w["down"], None
+
+    h, _ = jax.lax.scan(body, h, params["stack"])
+    for fn, p in zip(LAYERS, params["layers"]):
+        h = fn(p, h)
+    return jnp.mean(h**2)
+
+
+def inputs(mesh):
+    def arg(shape, *spec):
+        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, P(*spec)))
+
+    def params():
+        return {{
+            "embed": arg((64, {WIDTH}), None, "model"),
+            "stack": {{
+                "up": arg(({STACK}, {WIDTH}, {4 * WIDTH}), None, "data", "model"),
+                "down": arg(({STACK}, {4 * WIDTH}, {WIDTH}), None, "model", "data"),
+            }},
+            "layers": [
+                {{
+                    "wq": arg(({WIDTH}, {WIDTH}), "data", "model"),
+                    "wo": arg(({WIDTH}, {WIDTH}), "model", "data"),
+                    "norm": {{f"scale_{{k}}": arg(({WIDTH},)) for k in range({SCALES})}},
+                }}
+                for _ in range({UNROLLED})
+            ],
+        }}
+
+    return params(), {{"mu": params(), "nu": params()}}, arg((32, 64), "data", None)
+"""
+
+
+@pytest.fixture(scope="module")
+def large(cli, tmp_path_factory):
+    """The large program inspected once: its JSON document and its report (the same compile)."""
+    path = tmp_path_factory.mktemp("large") / "large_model.py"
+    path.write_text(_large_program())
+    out = cli(["inspect", f"{path}:step", "--inputs", f"{path}:inputs", *MESH, "--format", "json"])
+    assert out.exit_code == 0, out.output
+    from shardcli.core.inspect import InspectRequest, run_inspect
+    from shardcli.specs import parse_mesh
+
+    request = InspectRequest(
+        target=f"{path}:step", args=(), inputs=f"{path}:inputs", outs=(), mesh=parse_mesh("2x4", "data,model")
+    )
+    return json.loads(out.stdout), run_inspect(request)
+
+
+def test_inspect_json_of_a_large_program_holds_everything(large):
+    doc, _ = large
+    leaves = 3 * (1 + 2 + UNROLLED * (2 + SCALES))  # params and two moments, and x
+    assert len(doc["arguments"]) == leaves + 1 == 6730
+    assert "opt_state['mu']['layers'][69]['norm']['scale_29']" in {a["name"] for a in doc["arguments"]}
+    collectives, groups = doc["program"]["collectives"], doc["collective_groups"]
+    assert len(collectives) >= 200 and len(groups) > 10
+    assert sum(g["count"] for g in groups) == len(collectives)
+    assert sum(g["sent_bytes"] for g in groups) == doc["program"]["sent_bytes_per_device"]
+    assert [g["sent_bytes"] for g in groups] == sorted((g["sent_bytes"] for g in groups), reverse=True)
+    # each group is one (kind, axes, line), counted by hand from the collectives
+    for g in groups:
+        members = [
+            c
+            for c in collectives
+            if (c["kind"], c["mesh_axes"], c["source"]) == (g["kind"], g["mesh_axes"], g["source"])
+        ]
+        assert g["count"] == len(members) and g["runs"] == sum(c["runs"] for c in members)
+        assert g["sent_bytes"] == sum(c["sent_bytes"] * c["runs"] for c in members)
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_inspect_first_screen_of_a_large_program(large, columns):
+    """6,730 argument leaves and over two hundred collectives: the default view answers on one screen
+    (at most 60 lines at 100 columns), no line too wide, no figure cut."""
+    from shardcli.render.inspect import report_renderable
+
+    doc, result = large
+    lines = render(report_renderable(result, full=False), columns)
+    assert max(len(line) for line in lines) <= columns, "\n".join(lines)
+    assert [line for line in lines if "…" in line] == [], "\n".join(lines)
+    if columns >= 100:
+        assert len(lines) <= 60, "\n".join(lines)
+    text = "\n".join(lines)
+    body = text.split("\n\n", 1)[1].splitlines()  # after the header: the answer first
+    assert body[0].startswith("memory"), text
+    assert next(i for i, line in enumerate(body) if line.startswith("step time")) < 4, text
+    groups = len(doc["collective_groups"])
+    assert f"{len(doc['program']['collectives'])} ops in {groups} groups" in text.replace("\n", " ")
+    assert f"and {groups - 10} more groups" in text
+    assert "arguments: 6,730 leaves" in text and "and 6,722 more:" in text
+    largest = sorted(doc["arguments"], key=lambda a: -a["bytes_per_device"])[:8]
+    for a in largest:
+        assert any(line.startswith(" " + a["name"] + " ") for line in lines), (a["name"], text)
+    rows = [
+        line for line in lines if re.match(r" (all-reduce|all-gather|all-to-all|collective-permute) ", line)
+    ]
+    assert len(rows) == 10, text
+
+
+def test_inspect_wide_shows_every_argument_and_collective(large):
+    from shardcli.render.inspect import report_renderable
+
+    doc, result = large
+    text = "\n".join(render(report_renderable(result, full=True, pictures=False), 100, wide=True))
+    for a in doc["arguments"][:: len(doc["arguments"]) // 50]:
+        assert f" {a['name']} " in text
+    assert text.count("large_model.py:") >= len(doc["program"]["collectives"]) - 5

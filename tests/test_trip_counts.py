@@ -70,3 +70,27 @@ def test_bytes_and_flops_grow_by_one_body_per_trip(platform: str) -> None:
         4 * body.body_bytes + (b.xla_bytes_accessed - a.xla_bytes_accessed),  # type: ignore[operator]
         rel=1e-9,
     )
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_collectives_in_a_loop_run_once_per_trip_on_every_compiler(platform: str) -> None:
+    """The TPU compiler writes no known_trip_count: the trips are read from the loop itself."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+    from looped_programs import mesh_for
+
+    from shardcli.core.program_analysis import analyze_compiled
+    from shardcli.core.target import quiet_native_logs
+
+    mesh = mesh_for(platform)
+    dtype = jnp.float32 if platform == "cpu" else jnp.bfloat16
+    x = jax.ShapeDtypeStruct((64, 128), dtype, sharding=NamedSharding(mesh, P("data", "model")))
+    ws = jax.ShapeDtypeStruct((8, 128, 128), dtype, sharding=NamedSharding(mesh, P(None, "model", None)))
+    step = BY_NAME["scan-of-matmuls"].make(False)
+    with quiet_native_logs(), jax.set_mesh(mesh):
+        compiled = jax.jit(lambda x, w: step(x, {"w": w})).lower(x, ws).compile()
+    analysis = analyze_compiled(compiled, mesh)
+    in_loop = [c for c in analysis.collectives if c.mesh_axes == ("model",) and c.kind == "all-reduce"]
+    assert in_loop and all((c.runs, c.runs_known) == (8, True) for c in in_loop)

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from shardcli import options as opt
-from shardcli.core.compare import METRICS, CompareRequest
 from shardcli.errors import ExitCode
 from shardcli.specs import RunOptions, parse_choice, parse_tolerance
 
@@ -62,14 +61,16 @@ def compare(
 
     Example: shardcli compare base.json new.json --tolerance 5%
     """
+    # Here, not at the top: `shardcli --help` loads no command's core.
+    from shardcli.core.compare import METRICS, CompareRequest, run_compare
+    from shardcli.render.compare import render_compare
+
     request = CompareRequest(
         base=base,
         new=new,
         metric=parse_choice(metric, "--metric", tuple(METRICS)) if metric is not None else None,
         tolerance=parse_tolerance(tolerance),
     )
-    from shardcli.core.compare import run_compare
-    from shardcli.render.compare import render_compare
 
     result = run_compare(request)
     render_compare(result, options)

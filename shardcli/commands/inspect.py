@@ -23,7 +23,8 @@ Arg = Annotated[
     typer.Option(
         "--arg",
         help="One per positional argument, in order: DTYPE[SHAPE]@SPEC, e.g. 'bf16[256,4096]@data,None' "
-        "(f32, bf16, f16, i32 or a --dtype name; @SPEC left out: replicated). Nothing is allocated.",
+        "(f32, bf16, f16, i32 or a --dtype name, or a typed PRNG key: 'key<rbg>[4]@data', "
+        "'key<threefry>[]'; @SPEC left out: replicated). Nothing is allocated.",
         show_default=False,
     ),
 ]
@@ -31,8 +32,9 @@ Inputs = Annotated[
     str | None,
     typer.Option(
         "--inputs",
-        help="FILE.py:NAME: NAME(mesh) returns the tuple of arguments as pytrees of "
-        "jax.ShapeDtypeStruct with shardings (or arrays), for parameters and optimizer states.",
+        help="FILE.py:NAME: NAME(mesh) (or NAME()) returns the tuple of arguments as pytrees of "
+        "jax.ShapeDtypeStruct with shardings (or arrays), for parameters and optimizer states; or "
+        "(step, args), or {'fn': step, 'args': ..., 'kwargs': ...}: that step is compiled.",
     ),
 ]
 Out = Annotated[

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from shardcli.launcher import LaunchResult, LaunchSpec, launchable_commands, run_launch, validate_launch
+if TYPE_CHECKING:
+    from shardcli.launcher import LaunchResult
 
 
 def launch(
@@ -48,6 +49,8 @@ def launch(
 
     Example: shardcli launch -n 2 -- collective psum --mesh 2x4 --axes data,model
     """
+    from shardcli.launcher import LaunchSpec, launchable_commands, run_launch, validate_launch
+
     spec = validate_launch(
         LaunchSpec(
             processes=processes,

@@ -9,7 +9,6 @@ import typer
 from shardcli import options as opt
 from shardcli.errors import ExitCode, ShardcliError
 from shardcli.matmul_registry import MATMUL_CASES
-from shardcli.render.console import prints_here
 from shardcli.requests import build_matmul_request
 from shardcli.specs import RunOptions
 
@@ -136,6 +135,8 @@ def matmul(
     with progress_bar(options.shows_progress, _describe) as update:
         result = run_matmul(request, progress=update)
     render_matmul(result, options)
+    from shardcli.render.console import prints_here  # not at import: --help loads no renderer
+
     if plot_file is not None and prints_here(options, result.session.runtime):
         _write_plot(plot_file, result)
     raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong or result.does_not_fit else ExitCode.OK)

@@ -16,7 +16,6 @@ from shardcli.model_spec import (
     validate_restore,
     validate_train,
 )
-from shardcli.runtime import import_jax_quietly
 from shardcli.specs import MeshSpec, RunOptions, parse_mesh
 
 if TYPE_CHECKING:
@@ -95,6 +94,8 @@ def train(
         options=options,
     )
     validate_train(request)  # bad input answers before JAX and Flax load
+    from shardcli.runtime import import_jax_quietly  # not at import: --help starts nothing
+
     import_jax_quietly()
     from shardcli.core.model import run_train
 
@@ -129,6 +130,8 @@ def restore(
         options=options,
     )
     validate_restore(request)  # bad input answers before JAX and Flax load
+    from shardcli.runtime import import_jax_quietly  # not at import: --help starts nothing
+
     import_jax_quietly()
     from shardcli.core.model import run_restore
 

@@ -42,7 +42,7 @@ Axes = Annotated[
 ]
 
 
-@opt.with_run_options(mode=False, processes=False)
+@opt.with_run_options(mode=False, process_timing=False)
 def pipeline(
     microbatches: Microbatches = 8,
     schedule: Schedule = "1f1b",
@@ -60,6 +60,9 @@ def pipeline(
     """Run pipeline parallelism: each stage its own program on its own sub-mesh (MPMD), activations
     and gradients moved between stages, on a schedule you can see as a timeline; verified against
     the same model run unpipelined on one device.
+
+    Under `shardcli launch -n N` each stage's sub-mesh is on its own process, and activations move
+    between processes by a ppermute over the two stages' joint mesh (JAX's send/recv).
 
     Example: shardcli pipeline --mesh 4x2 --axes stage,model --microbatches 8 --schedule 1f1b
     """

@@ -37,9 +37,18 @@ def recipe(
     ] = None,
     shape: Annotated[
         str | None,
-        typer.Option("--shape", "-s", help="The recipe's input shape (elementwise, reduce): 4x8."),
+        typer.Option(
+            "--shape", "-s", help="The recipe's input shape (elementwise, reduce, pipeline-ring): 4x8."
+        ),
     ] = None,
-    init: opt.Init = None,
+    init: Annotated[
+        str | None,
+        typer.Option(
+            "--init",
+            help="Fill the recipe's input (elementwise, reduce, pipeline-ring, sharded-mac): arange, ones, "
+            "zeros or random. \\[default: the recipe's own values]",
+        ),
+    ] = None,
     *,
     options: RunOptions,
 ) -> None:

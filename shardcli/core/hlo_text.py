@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 _HEADER_RE = re.compile(r"^(?P<entry>ENTRY )?%?(?P<name>[\w.\-]+) \(.*\{\s*$")
@@ -23,7 +23,7 @@ _NAME_RE = re.compile(r"^\s*(?P<root>ROOT )?%?(?P<name>[\w.\-]+) = ")
 _OPCODE_RE = re.compile(r"\s*(?P<op>[a-z][\w\-]*)\(")
 _OPERAND_NAME_RE = re.compile(r"%([\w.\-]+)")
 _CALLEE_RE = re.compile(
-    r"\b(?P<kind>body|condition|to_apply|calls|true_computation|false_computation)=%(?P<name>[\w.\-]+)"
+    r"\b(?P<kind>body|condition|to_apply|calls|select|scatter|true_computation|false_computation)=%(?P<name>[\w.\-]+)"
 )
 _BRANCHES_RE = re.compile(r"\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
 _TRIP_RE = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
@@ -217,6 +217,41 @@ class HloModuleText:
         return "\n".join(head + self.prologue[1:] + body)
 
 
+# HLO element types under NumPy's names, for the dtypes of dots.
+NUMPY_NAMES = {
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "f32": "float32",
+    "f64": "float64",
+    "s8": "int8",
+    "u8": "uint8",
+    "s32": "int32",
+    "f8e4m3fn": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+}
+
+
+def dot_dtype(module: HloModuleText) -> str | None:
+    """The dtype most of the program's matrix maths runs in: the left operands' element type of its
+    dots and convolutions, weighted by their result sizes (NumPy's name); None without any."""
+    weights: dict[str, int] = {}
+    for comp in module.computations.values():
+        for inst in comp.instructions.values():
+            if inst.opcode not in ("dot", "convolution") or not inst.operands:
+                continue
+            lhs = comp.instructions.get(inst.operands[0])
+            kind = re.match(r"\(?([a-z0-9]+)\[", lhs.shape) if lhs is not None else None
+            size = re.match(r"[a-z0-9]+\[([0-9,]*)\]", inst.shape)
+            if kind is None or size is None:
+                continue
+            elements = math.prod(int(d) for d in size.group(1).split(",") if d)
+            weights[kind.group(1)] = weights.get(kind.group(1), 0) + elements
+    if not weights:
+        return None
+    most = max(weights, key=lambda k: weights[k])
+    return NUMPY_NAMES.get(most, most)
+
+
 def _follow(comp: Computation, name: str) -> Instruction | None:
     """The instruction `name`, through copies and bitcasts."""
     inst = comp.instructions.get(name)
@@ -342,3 +377,74 @@ def _shape_end(text: str) -> int:
         elif ch == " " and depth == 0:
             return i
     return len(text)
+
+
+def source_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, str]:
+    """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames: of
+    each frame's call chain, the line `pick_source` picks (the user's, not a library's)."""
+    sections: dict[str, dict[int, str]] = {}
+    current = None
+    for line in hlo_text.splitlines():
+        stripped = line.strip()
+        if stripped in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = stripped
+            sections[current] = {}
+            continue
+        if current is None:
+            continue
+        head, _, rest = stripped.partition(" ")
+        if not head.isdigit():
+            current = None
+            continue
+        sections[current][int(head)] = rest
+    files = {k: v.strip('"') for k, v in sections.get("FileNames", {}).items()}
+    locations = {}
+    for k, v in sections.get("FileLocations", {}).items():
+        file_id = re.search(r"file_name_id=(\d+)", v)
+        line_no = re.search(r"\bline=(\d+)", v)
+        if file_id and line_no:
+            locations[k] = f"{files.get(int(file_id.group(1)), '?')}:{line_no.group(1)}"
+    frames: dict[int, tuple[int | None, int]] = {}  # id -> (location, parent id; 0: none)
+    for k, v in sections.get("StackFrames", {}).items():
+        place = re.search(r"file_location_id=(\d+)", v)
+        up = re.search(r"parent_frame_id=(\d+)", v)
+        frames[k] = (int(place.group(1)) if place else None, int(up.group(1)) if up else 0)
+    # XLA prints a parent as its id + 1 (the outermost frame, 1, names "parent 1"); a printer that
+    # writes the id itself gives the outermost frame parent 0.
+    shift = 1 if frames.get(1, (None, 0))[1] == 1 else 0
+    picked = {}
+    for k in frames:
+        chain: list[str] = []
+        at, seen = k, set[int]()
+        while at in frames and at not in seen:
+            seen.add(at)
+            location_id, parent_id = frames[at]
+            if location_id in locations:
+                chain.append(locations[location_id])
+            at = parent_id - shift
+        source = pick_source(chain, user_files)
+        if source is not None:
+            picked[k] = source
+    return picked
+
+
+def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str | None:
+    """Of a call chain ("file:line", innermost first): the innermost frame in `user_files` (files,
+    or package folders), else the innermost outside installed packages (a library's line only where
+    the user's code has none), else the innermost."""
+    import os
+
+    if not chain:
+        return None
+    roots = tuple(os.path.abspath(r) for r in user_files)
+
+    def file_of(source: str) -> str:
+        return os.path.abspath(source.rpartition(":")[0])
+
+    def library(source: str) -> bool:
+        parts = file_of(source).split(os.sep)
+        return "site-packages" in parts or "dist-packages" in parts
+
+    in_users = [s for s in chain if any(file_of(s) == r or file_of(s).startswith(r + os.sep) for r in roots)]
+    outside_packages = [s for s in chain if not library(s)]
+    return (in_users or outside_packages or list(chain))[0]

@@ -12,50 +12,28 @@ from __future__ import annotations
 import contextlib
 import inspect as pyinspect
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardcli.core.inspect_findings import ArrayFact, Entries, Finding, find_mistakes
+from shardcli.core.jit_compile import Compiled, DoesNotFit, compile_program, input_shardings_of
 from shardcli.core.program_analysis import (
-    CollectiveOp,
     ProgramAnalysis,
     analyze_compiled,
     program_cost,
     reanalyze_from_dump,
 )
-from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf, jit_of
+from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf
 from shardcli.core.session import Session
 from shardcli.core.step_time import StepEstimate, step_time_of
-from shardcli.core.target import FitVerdict, judge_fit, oom_verdict
+from shardcli.core.target import FitVerdict, judge_fit
 from shardcli.core.timing import Timing
 from shardcli.costmodel import CostEstimate, Hardware, table_hardware
 from shardcli.errors import ShardcliError
 from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec, check_timing, parse_mesh
 from shardcli.targets import TargetSpec
 from shardcli.tile_math import ShardingLayout, group_tiles, normalize_index
-
-Entries = tuple[tuple[str, ...], ...]
-
-# A fully replicated argument at least this large per device, and this share of all arguments, is
-# named: smaller ones (biases, scales, step counters) are replicated on purpose.
-LARGE_REPLICATED_BYTES = 1 << 20
-LARGE_REPLICATED_SHARE = 0.05
-# The JAX operations whose collectives compute something; others only move data between layouts.
-COMPUTING_OPS = ("dot_general", "conv_general_dilated", "reduce_sum", "reduce_max", "reduce_min", "cumsum")
-HLO_DTYPE = {
-    "float32": "f32",
-    "bfloat16": "bf16",
-    "float16": "f16",
-    "float64": "f64",
-    "int8": "s8",
-    "int16": "s16",
-    "int32": "s32",
-    "int64": "s64",
-    "uint8": "u8",
-    "uint32": "u32",
-    "bool": "pred",
-}
 
 
 @dataclass(frozen=True)
@@ -77,32 +55,6 @@ class InspectRequest:
     mesh_text: str | None = None  # --mesh as typed, for a target's mesh (a reshape of its chips)
     axes_text: str | None = None
     mode_given: bool = False  # --mode typed: it overrides the axis types of the inputs' own mesh
-
-
-@dataclass(frozen=True)
-class ArrayFact:
-    """One argument or result leaf: its name, type, sharding and bytes."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    entries: Entries | None  # mesh axes per dim; None where the sharding has no PartitionSpec
-    spec: str  # as people read it
-    layout: ShardingLayout
-    bytes_global: int
-    bytes_per_device: int
-
-    @property
-    def replicated(self) -> bool:
-        return self.layout.replication > 1 and len(self.layout.tiles) == 1
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A classic mistake found in the program, naming the argument or operation."""
-
-    kind: str  # "replicated", "gathered-whole", "reshard", "result-sharding"
-    message: str
 
 
 @dataclass(frozen=True)
@@ -181,7 +133,7 @@ def fact_of(name: str, struct: Any, default_sharding: Any = None, *, sharding: A
 
 
 def _leaf_names(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
 ) -> list[tuple[str, Any]]:
     """(`params['w1']`, leaf) for every array leaf; positional arguments named by the function's
     parameters, keyword ones by their keywords. Other leaves (Python numbers, an equinox module's
@@ -195,91 +147,11 @@ def _leaf_names(
         names = []
     out = []
     named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(args)]
-    for base, arg in [*named, *kwargs.items()]:
+    for base, arg in [*named, *(kwargs or {}).items()]:
         for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
             if is_array_leaf(leaf):
                 out.append((base + jax.tree_util.keystr(path), leaf))
     return out
-
-
-# --- findings -------------------------------------------------------------------------------------
-
-
-def _hlo_type(fact: ArrayFact) -> str:
-    return f"{HLO_DTYPE.get(fact.dtype, fact.dtype)}[{','.join(map(str, fact.shape))}]"
-
-
-def _where(c: CollectiveOp) -> str:
-    op = c.op or "the partitioner"
-    return f"{op} ({c.source})" if c.source else op
-
-
-def find_mistakes(
-    arguments: tuple[ArrayFact, ...],
-    results: tuple[ArrayFact, ...],
-    analysis: ProgramAnalysis | None,
-    asked: tuple[ShardingSpec, ...],
-    devices: int,
-) -> tuple[Finding, ...]:
-    """The classic sharding mistakes, each naming the argument or operation."""
-    from shardcli.runtime import format_bytes
-
-    found = []
-    total = sum(a.bytes_per_device for a in arguments) or 1
-    for a in arguments:
-        if (
-            devices > 1
-            and a.replicated
-            and a.bytes_per_device >= LARGE_REPLICATED_BYTES
-            and a.bytes_per_device >= LARGE_REPLICATED_SHARE * total
-        ):
-            found.append(
-                Finding(
-                    "replicated",
-                    f"argument {a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_global)}) is fully "
-                    f"replicated: each of the {devices} devices holds all of it; shard one of its dims "
-                    f"over a mesh axis",
-                )
-            )
-    for c in analysis.collectives if analysis is not None else ():
-        if c.kind == "all-gather":
-            whole = [a for a in arguments if not a.replicated and _hlo_type(a) == c.shape]
-            for a in whole:
-                found.append(
-                    Finding(
-                        "gathered-whole",
-                        f"{a.name} ({c.shape}) is all-gathered whole over {c.axes_text} at {_where(c)}: "
-                        f"every device holds all of it while it is used",
-                    )
-                )
-            if whole:
-                continue
-        if c.op_name and "shard_map" in c.op_name:
-            continue  # a collective the program asked for itself
-        op = c.op_name.rsplit("/", 1)[-1] if c.op_name else None
-        if c.kind == "all-to-all" or (
-            c.kind in ("all-gather", "collective-permute") and op not in COMPUTING_OPS
-        ):
-            found.append(
-                Finding(
-                    "reshard",
-                    f"the compiler added {'an' if c.kind[0] == 'a' else 'a'} {c.kind} over {c.axes_text} "
-                    f"({c.shape}, {format_bytes(c.sent_bytes)} sent per device"
-                    f"{f', {c.runs} runs' if c.runs > 1 else ''}) to reshard between operations, "
-                    f"at {_where(c)}",
-                )
-            )
-    for result, spec in zip(results, asked, strict=False):
-        want = spec.entries + ((),) * (len(result.shape) - len(spec.entries))
-        if result.entries is not None and tuple(result.entries) != want:
-            found.append(
-                Finding(
-                    "result-sharding",
-                    f"result {result.name} came out {result.spec} but --out asked for "
-                    f"{ShardingSpec(spec.entries).describe() or 'P()'}: moving it there is one more reshard",
-                )
-            )
-    return tuple(found)
 
 
 # --- the cost model -------------------------------------------------------------------------------
@@ -301,130 +173,7 @@ def hardware_for(
     )
 
 
-# --- compiling ------------------------------------------------------------------------------------
-
-
-class DoesNotFit(Exception):
-    """The TPU compiler refused the program as too big for the chip: a verdict, not an error."""
-
-    def __init__(self, verdict: FitVerdict, lower_s: float) -> None:
-        super().__init__(verdict.text)
-        self.verdict = verdict
-        self.lower_s = lower_s
-
-
-# What JAX says when a program names shardings by bare PartitionSpecs (with_sharding_constraint,
-# shard_map without a mesh, explicit-axes out_sharding=P(...)) and no context mesh is set.
-_ASKS_FOR_MESH = ("jax.set_mesh", "mesh in context", "context mesh cannot be empty", "under a mesh context")
-
-
-def asks_for_context_mesh(error: BaseException, explicit: bool = False) -> bool:
-    """Whether JAX refused the program only because no context mesh (`jax.set_mesh`) was set.
-
-    On a mesh with explicit axes any refusal counts: explicit-axes code is written to run under
-    `jax.set_mesh` (`out_sharding=P(...)`, indexing, `reshard`), and fails in many ways without it.
-    """
-    if explicit:
-        return True
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if any(phrase in str(current) for phrase in _ASKS_FOR_MESH):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """A compiled program, how long it took, and whether it needed a context mesh to trace."""
-
-    jitted: Any
-    compiled: Any
-    lower_s: float
-    compile_s: float
-    context_mesh: bool  # traced under `jax.set_mesh(mesh)`: the program named shardings by PartitionSpec
-
-
-def compile_program(
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    roots: tuple[str, ...],
-    what: str,
-    mesh: Any,
-    target: TargetSpec | None = None,
-    kwargs: dict[str, Any] | None = None,
-) -> Compiled:
-    """Lower and compile `fn` as `jax.jit(fn).lower(*args, **kwargs).compile()` would; an error in the
-    user's code is theirs.
-
-    A function already jitted is compiled with its own configuration (in/out shardings, donated and
-    static arguments). The program is traced without a context mesh, as plain `jax.jit` traces it;
-    only where JAX asks for one (a bare PartitionSpec in `with_sharding_constraint`, a `shard_map`
-    without a mesh), or where explicit-axes code fails without one, is it traced again under
-    `jax.set_mesh(mesh)`, as the user's own script runs it.
-
-    Raises:
-        DoesNotFit: compiling for `target`, the TPU compiler ran out of the chip's HBM.
-        ShardcliError: JAX refused the program (one line).
-        UserCodeError: the user's code raised while JAX traced it.
-    """
-    import jax
-    from jax._src import config as jax_config
-
-    from shardcli.core.target import quiet_native_logs
-    from shardcli.user_code import guarded, raised_in, user_error
-
-    jitted, args, kwargs = jit_of(fn, args, kwargs or {})
-    lower_s = 0.0
-    quiet: contextlib.AbstractContextManager[list[str]] = (
-        quiet_native_logs() if target is not None else contextlib.nullcontext([])
-    )
-    try:
-        # Not from the persistent compile cache: a program compiled before from another copy of the
-        # same file would bring that copy's source lines (the cache key leaves locations out).
-        with quiet, guarded(f"tracing {what}"), jax_config.enable_compilation_cache(False):
-            start = time.perf_counter()
-            context_mesh = False
-            try:
-                lowered = jitted.lower(*args, **kwargs)
-            except Exception as error:  # noqa: BLE001 - retried only where JAX asked for a mesh
-                explicit = any(getattr(t, "name", "") == "Explicit" for t in mesh.axis_types)
-                if not asks_for_context_mesh(error, explicit):
-                    raise
-                context_mesh = True
-                with jax.set_mesh(mesh):
-                    lowered = jitted.lower(*args, **kwargs)
-            lower_s = time.perf_counter() - start
-            start = time.perf_counter()
-            compiled = lowered.compile()
-            compile_s = time.perf_counter() - start
-    except ShardcliError:
-        raise
-    except Exception as error:  # noqa: BLE001 - sorted into the user's error or JAX's refusal
-        verdict = oom_verdict(error, target) if target is not None else None
-        if verdict is not None:
-            raise DoesNotFit(verdict, lower_s) from None
-        if raised_in(error, roots):
-            raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
-        lines = str(error).strip().splitlines()
-        reason = f"{type(error).__name__}: {lines[0] if lines else ''}"
-        raise ShardcliError(f"JAX could not compile {what}: {reason}") from None
-    return Compiled(jitted, compiled, lower_s, compile_s, context_mesh)
-
-
-def _compiled_input_shardings(compiled: Any, count: int) -> list[Any] | None:
-    """The shardings the compiled program takes its array arguments in, where they line up one to one
-    with the `count` array leaves (a jitted function's in_shardings, or what the compiler chose for a
-    leaf given none); None where they do not (Python numbers among the arguments)."""
-    import jax
-
-    shardings = getattr(compiled, "input_shardings", None)
-    if shardings is None:
-        return None
-    flat = jax.tree_util.tree_leaves(shardings, is_leaf=lambda x: x is None)
-    return flat if len(flat) == count else None
+# --- compiling (core/jit_compile.py), and reading what was compiled ----------------------------------
 
 
 def inspect_program(
@@ -500,7 +249,7 @@ def inspect_program(
     compiled = built.compiled
     if built.context_mesh:
         session = _noted(session, "traced under jax.set_mesh(mesh), as JAX asked for this program")
-    placed = _compiled_input_shardings(compiled, len(named))
+    placed = input_shardings_of(compiled, len(named))
     if placed is not None:
         arguments = tuple(
             fact_of(n, leaf, unplaced, sharding=sh) for (n, leaf), sh in zip(named, placed, strict=True)
@@ -511,10 +260,14 @@ def inspect_program(
         fact_of(f"result[{i}]" if len(out_structs) > 1 else "result", s, sh)
         for i, (s, sh) in enumerate(zip(out_structs, out_shardings, strict=False))
     )
-    analysis = analyze_compiled(compiled, session.mesh)
+    analysis = analyze_compiled(compiled, session.mesh, user_files=roots)
     if analysis.text_source is None:  # XLA could not print it: once more, dumped (--xla_dump_to)
         analysis = reanalyze_from_dump(
-            analysis, compiled, session.mesh, lambda: _dump_again(built, args, kwargs, session.mesh, target)
+            analysis,
+            compiled,
+            session.mesh,
+            lambda: _dump_again(built, args, kwargs, session.mesh, target),
+            user_files=roots,
         )
     timing = _run(compiled, args, kwargs, warmup, iters, process_timing, built.compile_s) if run else None
     return InspectResult(
@@ -530,7 +283,13 @@ def inspect_program(
         compile_s=built.compile_s,
         timing=timing,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
-        step=_step_time(analysis, session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps),
+        step=_step_time(
+            analysis,
+            session,
+            analysis.dot_dtype or (biggest.dtype if biggest else "float32"),
+            peak_tflops,
+            link_gbps,
+        ),
     )
 
 

@@ -25,13 +25,25 @@ from typing import Any
 
 import numpy as np
 
+from shardcli.core.pipeline_processes import check_stages_on_processes, mpmd_over_processes
+from shardcli.core.pipeline_stages import (
+    Event,
+    MpmdRun,
+    Plan,
+    StageInfo,
+    close_check,
+    forward,
+    grad_check,
+    layer_errors,
+    loss_of,
+    stage_meshes,
+)
 from shardcli.core.report import Check
 from shardcli.core.session import Session, open_session
 from shardcli.core.timing import compile_timed, summarize
-from shardcli.core.verify import RTOL
 from shardcli.errors import ShardcliError
 from shardcli.runtime import check_fits_in_memory
-from shardcli.schedules import SCHEDULES, Schedule, textbook_bubble
+from shardcli.schedules import SCHEDULES, textbook_bubble
 from shardcli.specs import MeshSpec, RunOptions
 
 IMPLS = ("mpmd", "spmd")
@@ -53,46 +65,6 @@ class PipelineRequest:
     forward_only: bool = False
     impls: tuple[str, ...] = ("mpmd",)
     options: RunOptions = field(default_factory=RunOptions)
-
-
-@dataclass(frozen=True)
-class Plan:
-    stages: int
-    rows_per_stage: int  # positions of the leading axis each stage's sub-mesh has
-    layers_per_stage: int
-    microbatch_size: int
-    schedule: Schedule
-
-
-@dataclass(frozen=True)
-class Event:
-    """One step or transfer of the timeline, in seconds from the start of the timed pass."""
-
-    stage: int
-    kind: str  # "F", "B", "send" (activation to the next stage), "send-grad" (gradient to the previous)
-    microbatch: int
-    start: float
-    end: float
-
-
-@dataclass(frozen=True)
-class StageInfo:
-    stage: int
-    device_ids: tuple[int, ...]
-    sub_mesh: tuple[int, ...]
-    layers: tuple[int, int]  # [first, last) layer index
-    compute_s: float
-    transfer_s: float
-
-
-@dataclass(frozen=True)
-class MpmdRun:
-    events: tuple[Event, ...]
-    stages: tuple[StageInfo, ...]
-    makespan_s: float
-    bubble: float  # measured idle fraction of the stages' compute over the makespan
-    compile_s: float
-    loss: float | None
 
 
 @dataclass(frozen=True)
@@ -219,21 +191,6 @@ def _host_model(
     return params, x, target
 
 
-def forward(params: Any, h: Any) -> Any:
-    """The layers of one stage (or of the whole model): h = tanh(h @ W + b)."""
-    import jax.numpy as jnp
-
-    for w, b in params:
-        h = jnp.tanh(h @ w + b)
-    return h
-
-
-def loss_of(y: Any, target: Any) -> Any:
-    import jax.numpy as jnp
-
-    return 0.5 * jnp.mean((y - target) ** 2)
-
-
 # --- the reference --------------------------------------------------------------------------------
 
 
@@ -241,26 +198,14 @@ def _reference(session: Session, params: Any, x: np.ndarray, target: np.ndarray,
     """All layers on one device, the whole batch at once: output, loss and parameter gradients."""
     import jax
 
-    device = session.devices[0]
+    # This process's first device: with several processes each computes the same reference itself.
+    device = next(d for d in session.devices if d.process_index == jax.process_index())
     p, xs, ts = jax.device_put((params, x, target), device)
     y = jax.jit(forward)(p, xs)
     if forward_only:
         return np.asarray(y), None, None
     loss, grads = jax.jit(jax.value_and_grad(lambda p: loss_of(forward(p, xs), ts)))(p)
     return np.asarray(y), float(loss), [(np.asarray(g[0]), np.asarray(g[1])) for g in grads]
-
-
-def _error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
-    """The largest |got - want| and the bound it must stay under (RTOL x max|want|)."""
-    scale = float(np.max(np.abs(want))) if want.size else 0.0
-    err = float(np.max(np.abs(np.asarray(got, np.float64) - want))) if want.size else 0.0
-    return err, RTOL * (scale or 1.0)
-
-
-def _close(what: str, got: np.ndarray, want: np.ndarray) -> Check:
-    err, bound = _error(got, want)
-    ok = bool(err <= bound)
-    return Check(what, ok, f"max |err| {err:.2e} {'<=' if ok else '>'} {bound:.2e} (1e-4 x max|ref|)")
 
 
 # --- MPMD: one program per stage, one thread per stage --------------------------------------------
@@ -320,17 +265,6 @@ def _take(q: queue.Queue, stop: threading.Event) -> Any:
                 raise _Abort from None
 
 
-def _stage_meshes(session: Session, plan: Plan) -> list[Any]:
-    from jax.sharding import Mesh
-
-    devices = np.asarray(session.mesh.devices)
-    k = plan.rows_per_stage
-    return [
-        Mesh(devices[s * k : (s + 1) * k], session.spec.axes, axis_types=session.mesh.axis_types)
-        for s in range(plan.stages)
-    ]
-
-
 def run_mpmd(
     session: Session, request: PipelineRequest, plan: Plan, params: Any, x: np.ndarray, target: np.ndarray
 ) -> tuple[MpmdRun, np.ndarray, list | None]:
@@ -345,7 +279,7 @@ def run_mpmd(
 
     axes = session.spec.axes
     lead, rest = axes[0], tuple(axes[1:])
-    meshes = _stage_meshes(session, plan)
+    meshes = stage_meshes(session, plan)
     lps, mb, S, M = plan.layers_per_stage, plan.microbatch_size, plan.stages, request.microbatches
     act = [NamedSharding(m, P(lead, None)) for m in meshes]
     w_spec, b_spec = (P(None, rest), P(rest)) if rest else (P(), P())
@@ -604,19 +538,7 @@ def _grad_checks(name: str, grads: list | None, reference: list | None) -> list[
     """Every layer's W and b gradients against the reference; the detail names the worst one."""
     if grads is None or reference is None:
         return []
-    bad, worst = [], (-1.0, 1.0, "")
-    for i, (got, want) in enumerate(zip(grads, reference, strict=True)):
-        for part, g, r in (("W", got[0], want[0]), ("b", got[1], want[1])):
-            err, bound = _error(g, r)
-            if err > bound and i not in bad:
-                bad.append(i)
-            if err / bound > worst[0] / worst[1]:
-                worst = (err, bound, f"layer {i} {part}")
-    err, bound, where = worst
-    detail = f"{len(grads)} layers; worst {where}: max |err| {err:.2e} vs bound {bound:.2e} (1e-4 x max|ref|)"
-    if bad:
-        detail = f"wrong in layers {bad}; " + detail
-    return [Check(f"{name}: every layer's gradients match the unpipelined run", not bad, detail)]
+    return [grad_check(name, layer_errors(grads, reference))]
 
 
 def run_pipeline(request: PipelineRequest, progress: Callable[[str], None] | None = None) -> PipelineResult:
@@ -638,6 +560,7 @@ def _run(request: PipelineRequest, plan: Plan, progress: Callable[[str], None] |
         plan.layers_per_stage * (w * w + w) * 3 + 4 * plan.microbatch_size * w * request.microbatches
     )
     session = open_session(request.mesh, request.options)
+    check_stages_on_processes(session, request, plan)
     check_fits_in_memory(
         session.runtime,
         list(session.devices),
@@ -650,21 +573,28 @@ def _run(request: PipelineRequest, plan: Plan, progress: Callable[[str], None] |
     _ctrl_c.check()
     checks: list[Check] = []
     mpmd = spmd = None
-    if "mpmd" in request.impls:
+    if "mpmd" in request.impls and session.runtime.process_count > 1:
+        if progress:
+            progress("mpmd")
+        mpmd, more = mpmd_over_processes(
+            session, request, plan, (params, x, target), (ref_y, ref_loss, ref_grads), _ctrl_c.check
+        )
+        checks += more
+    elif "mpmd" in request.impls:
         if progress:
             progress("mpmd")
         mpmd, y, grads = run_mpmd(session, request, plan, params, x, target)
-        checks.append(_close("mpmd: the output matches the unpipelined run", y, ref_y))
+        checks.append(close_check("mpmd: the output matches the unpipelined run", y, ref_y))
         if ref_loss is not None and mpmd.loss is not None:
-            checks.append(_close("mpmd: the loss matches", np.array([mpmd.loss]), np.array([ref_loss])))
+            checks.append(close_check("mpmd: the loss matches", np.array([mpmd.loss]), np.array([ref_loss])))
         checks += _grad_checks("mpmd", grads, ref_grads)
     if "spmd" in request.impls:
         if progress:
             progress("spmd")
         spmd, y, grads = run_spmd(session, request, plan, params, x, target)
-        checks.append(_close("spmd: the output matches the unpipelined run", y, ref_y))
+        checks.append(close_check("spmd: the output matches the unpipelined run", y, ref_y))
         if ref_loss is not None and spmd.loss is not None:
-            checks.append(_close("spmd: the loss matches", np.array([spmd.loss]), np.array([ref_loss])))
+            checks.append(close_check("spmd: the loss matches", np.array([spmd.loss]), np.array([ref_loss])))
         checks += _grad_checks("spmd", grads, ref_grads)
     return PipelineResult(
         session=session,

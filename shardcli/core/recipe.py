@@ -14,7 +14,7 @@ import numpy as np
 
 from shardcli.core.processes import gather_from_processes
 from shardcli.core.recipe_programs import Lab
-from shardcli.core.report import Check, Section
+from shardcli.core.report import Check, Section, TextSection
 from shardcli.core.session import Session, open_session
 from shardcli.recipe_registry import Recipe, get_recipe, validate_recipe_mesh
 from shardcli.specs import MeshSpec, RunOptions
@@ -48,6 +48,25 @@ class RecipeResult:
         return tuple(c for c in self.checks if not c.ok)
 
 
+def _check_input_flags(request: RecipeRequest, recipe: Recipe) -> None:
+    """--shape and --init only for the recipes whose input they set (nothing silently ignored).
+
+    Raises:
+        ShardcliError: naming the recipes that take the flag.
+    """
+    from shardcli.errors import ShardcliError
+    from shardcli.recipe_registry import RECIPES
+
+    if request.shape is not None and (recipe.input is None or not recipe.takes_shape):
+        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None and r.takes_shape)
+        raise ShardcliError(f"--shape sets the input of {takes}; recipe {recipe.name} sizes its own inputs")
+    if request.init is not None and recipe.input is None:
+        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None)
+        raise ShardcliError(
+            f"--init fills the input of {takes}; recipe {recipe.name} builds no input to fill"
+        )
+
+
 # pipeline-ring prints a row per step and checks each; the ring repeats after its length (at most
 # the device count), so more steps than this show nothing new and would run past any patience.
 MAX_RING_STEPS = 1000
@@ -72,13 +91,7 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
             f"--steps {request.steps} is not valid; give 1 to {MAX_RING_STEPS} (each step is one row, "
             "and the ring repeats itself after its length)"
         )
-    if (request.shape is not None or request.init is not None) and recipe.input is None:
-        from shardcli.errors import ShardcliError
-        from shardcli.recipe_registry import RECIPES
-
-        flag = "--shape" if request.shape is not None else "--init"
-        takes = ", ".join(r.name for r in RECIPES.values() if r.input is not None)
-        raise ShardcliError(f"{flag} sets the input of {takes}; recipe {recipe.name} builds its own inputs")
+    _check_input_flags(request, recipe)
     session = open_session(request.mesh, request.options)
     output = recipe.program(Lab(session, steps=request.steps, shape=request.shape, init=request.init))
     # Several processes: each checked its own devices; a check fails if it failed anywhere.
@@ -87,6 +100,7 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
         c if bool(ok) == c.ok else Check(c.what, False, c.detail + " (failed on another process)")
         for c, ok in zip(output.checks, oks, strict=True)
     )
+    lesson = (TextSection("lesson", (recipe.lesson,)),) if recipe.lesson else ()
     return RecipeResult(
-        session=session, request=request, recipe=recipe, sections=output.sections, checks=checks
+        session=session, request=request, recipe=recipe, sections=lesson + output.sections, checks=checks
     )

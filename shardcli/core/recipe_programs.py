@@ -59,9 +59,16 @@ class Lab:
         self.shape = shape  # --shape: the recipe's input shape (None: the recipe's own)
         self.init = init  # --init: how the input is filled (None: the recipe's own random values)
 
-    def input(self, default_shape: tuple[int, ...], spec: tuple[Any, ...], seed: int = SEED) -> np.ndarray:
+    def input(
+        self,
+        default_shape: tuple[int, ...],
+        spec: tuple[Any, ...],
+        seed: int = SEED,
+        fill: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+        default_init: str | None = None,
+    ) -> np.ndarray:
         """The recipe's input in float32: --shape and --init where given, else its own shape and
-        random values in [-1, 1).
+        its lesson's values (`default_init`), or its own (`fill`, by default random values in [-1, 1)).
 
         Raises:
             ShardcliError: a --shape the recipe's sharding `spec` cannot split over this mesh.
@@ -71,11 +78,12 @@ class Lab:
         shape = self.shape if self.shape is not None else default_shape
         entries = tuple(() if a is None else (a,) if isinstance(a, str) else tuple(a) for a in spec)
         check_sharding_fits(ShardingSpec(entries), self.session.spec, shape, flag="--shape")
-        if self.init is None:
-            return _random(shape, seed)
+        init = self.init if self.init is not None else default_init
+        if init is None:
+            return fill(shape) if fill is not None else _random(shape, seed)
         from shardcli.arrays import make_host_array
 
-        return make_host_array(ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init))
+        return make_host_array(ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=init))
 
     def picture(self, title: str, array: Any) -> Picture:
         """The sharding picture of a JAX array (what `jax.debug.visualize_array_sharding` draws)."""
@@ -96,6 +104,21 @@ class Lab:
         return TableSection(
             title=f"per device: {label}", columns=("device", "mesh coords", label), rows=tuple(rows)
         )
+
+    def operands(self, shapes: tuple[tuple[int, ...], ...]) -> list[np.ndarray]:
+        """Several float32 inputs: --init fills them (arange numbering them in one sequence, as matmul's
+        A and B), else random values in [-1, 1), seeds 1, 2, ..."""
+        if self.init is None:
+            return [_random(shape, seed) for seed, shape in enumerate(shapes, start=1)]
+        from shardcli.arrays import make_host_array
+        from shardcli.specs import ArraySpec, parse_dtype
+
+        hosts, start = [], 0
+        for shape in shapes:
+            spec = ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init)
+            hosts.append(make_host_array(spec, start=start))
+            start += spec.size
+        return hosts
 
     def collectives(self, jitted: Any, *args: Any) -> tuple[HloCollective, ...]:
         """The collectives the compiler put into `jitted(*args)`."""
@@ -174,7 +197,10 @@ def elementwise(lab: Lab) -> RecipeOutput:
     from shardcli.core.verify import EPS32
 
     spec = lab.axes[:2]
-    host = lab.input((2 * lab.sizes[0], 2 * lab.sizes[1] if len(lab.sizes) > 1 else 4), spec)
+    # The lesson: arange(32.0).reshape(4, 8) on a 2x4 mesh.
+    host = lab.input(
+        (2 * lab.sizes[0], 2 * lab.sizes[1] if len(lab.sizes) > 1 else 4), spec, default_init="arange"
+    )
     x = _place(lab, host, *spec)
     f = jax.jit(lambda v: 2 * jnp.sin(v) + 1)
     y = f(x)
@@ -212,7 +238,8 @@ def reduce(lab: Lab) -> RecipeOutput:
 
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
-    host = lab.input((2 * n0, 2 * n0 * n1), (a0, a1))
+    # The lesson: arange(32.0).reshape(4, 8) on a 2x4 mesh, its sum then spread over all 8 devices.
+    host = lab.input((2 * n0, n0 * n1), (a0, a1), default_init="arange")
     shape = host.shape
     x = _place(lab, host, a0, a1)
     free = jax.jit(lambda v: v.sum(axis=0))
@@ -247,7 +274,33 @@ def reduce(lab: Lab) -> RecipeOutput:
 
 
 def three_ways(lab: Lab) -> RecipeOutput:
-    """One layer three ways: automatic, semi-automatic and manual (shard_map with psum)."""
+    """One layer three ways: automatic, semi-automatic and manual (shard_map with psum).
+
+    On a 1-D mesh, the lesson itself: x[32] and the rows of weights[32, 4] split over the axis,
+    bias replicated, the values drawn from NumPy's default_rng(0) in the lesson's order. On a 2-D
+    mesh: a batch of x over the first axis, the contracting dim over the second.
+    """
+    import numpy as np
+
+    if len(lab.axes) == 1:
+        (n,) = lab.sizes
+        rng = np.random.default_rng(0)
+        d = 32 if 32 % n == 0 else 4 * n
+        x_host = rng.normal(size=(d,)).astype(np.float32)
+        w_host = rng.normal(size=(d, 4)).astype(np.float32)
+        b_host = rng.normal(size=(4,)).astype(np.float32)
+        return _three_ways(lab, x_host, w_host, b_host, (lab.axes[0],), lab.axes[0])
+    a0, a1 = lab.axes
+    n0, n1 = lab.sizes
+    b_, d, f = 2 * n0, 4 * n1, 2 * n1
+    x_host, w_host, b_host = _random((b_, d), 1), _random((d, f), 2), _random((f,), 3)
+    return _three_ways(lab, x_host, w_host, b_host, (a0, a1), a1)
+
+
+def _three_ways(
+    lab: Lab, x_host: np.ndarray, w_host: np.ndarray, b_host: np.ndarray, x_spec: tuple[str, ...], a1: str
+) -> RecipeOutput:
+    """sigmoid(x @ W + b) with x laid out by `x_spec`, W's rows over `a1` (the contracting dim)."""
     import jax
     import numpy as np
     from jax.sharding import NamedSharding
@@ -255,20 +308,17 @@ def three_ways(lab: Lab) -> RecipeOutput:
 
     from shardcli.core.verify import EPS32
 
-    a0, a1 = lab.axes
-    n0, n1 = lab.sizes
-    b_, d, f = 2 * n0, 4 * n1, 2 * n1
-    x_host, w_host, b_host = _random((b_, d), 1), _random((d, f), 2), _random((f,), 3)
+    out_spec = P(*x_spec[:-1], None) if len(x_spec) > 1 else P(None)
 
     def layer(x: Any, w: Any, b: Any) -> Any:
         return jax.nn.sigmoid(x @ w + b)
 
-    x, w, b = _place(lab, x_host, a0, a1), _place(lab, w_host, a1, None), _place(lab, b_host)
+    x, w, b = _place(lab, x_host, *x_spec), _place(lab, w_host, a1, None), _place(lab, b_host)
     automatic = jax.jit(layer)
     y_auto = automatic(x, w, b)
 
     def constrained(x: Any, w: Any, b: Any) -> Any:
-        x = jax.lax.with_sharding_constraint(x, NamedSharding(lab.mesh, P(a0, a1)))
+        x = jax.lax.with_sharding_constraint(x, NamedSharding(lab.mesh, P(*x_spec)))
         w = jax.lax.with_sharding_constraint(w, NamedSharding(lab.mesh, P(a1, None)))
         return layer(x, w, b)
 
@@ -284,7 +334,7 @@ def three_ways(lab: Lab) -> RecipeOutput:
         return jax.nn.sigmoid(jax.lax.psum(x @ w, a1) + b)
 
     manual = jax.jit(
-        jax.shard_map(body, mesh=lab.mesh, in_specs=(P(a0, a1), P(a1, None), P()), out_specs=P(a0, None))
+        jax.shard_map(body, mesh=lab.mesh, in_specs=(P(*x_spec), P(a1, None), P()), out_specs=out_spec)
     )
     y_manual = manual(x, w, b)
 
@@ -310,6 +360,7 @@ def three_ways(lab: Lab) -> RecipeOutput:
             TableSection("sigmoid(x @ W + b), three ways", ("way", "output sharding", "collectives"), rows),
             lab.picture("manual output", y_manual),
             lab.device_rows(y_manual, label="manual output block"),
+            TextSection("the result (manual), as the lesson prints it", (np.array2string(agree[2]),)),
         ),
         checks=(
             close_check("automatic matches NumPy", y_auto, expected, bound, how),
@@ -321,6 +372,77 @@ def three_ways(lab: Lab) -> RecipeOutput:
 
 
 def normalize(lab: Lab) -> RecipeOutput:
+    """parallel_normalize, as the lesson writes it: pmean(x, j) element by element.
+
+    Each element is normalised by the mean and std of the elements at the same place in the
+    blocks of its peers along the second axis (the devices that share its first-axis index).
+    """
+    import jax
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    from shardcli.core.verify import EPS32
+
+    a0, a1 = lab.axes
+    n0, n1 = lab.sizes
+    # The lesson's x: jax.random.normal(PRNGKey(0), (192, 64)); rows and columns split over the mesh.
+    rows, cols = (192 if 192 % n0 == 0 else 8 * n0), (64 if 64 % n1 == 0 else 8 * n1)
+    host = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (rows, cols)), dtype=np.float32)
+    x = _place(lab, host, a0, a1)
+
+    def parallel_normalize(v: Any) -> Any:
+        mean = jax.lax.pmean(v, axis_name=a1)
+        std = jax.lax.pmean((v - mean) ** 2, axis_name=a1) ** 0.5
+        return (v - mean) / std
+
+    program = jax.jit(
+        jax.shard_map(parallel_normalize, mesh=lab.mesh, in_specs=P(a0, a1), out_specs=P(a0, a1))
+    )
+    y = program(x)
+    # NumPy: the n1 blocks of each row, side by side; statistics across the blocks, element by element.
+    blocks = host.astype(np.float64).reshape(rows, n1, cols // n1)
+    mean = blocks.mean(axis=1, keepdims=True)
+    std = np.sqrt(((blocks - mean) ** 2).mean(axis=1, keepdims=True))
+    expected = ((blocks - mean) / std).reshape(rows, cols)
+    whole = _replicated(lab, y).astype(np.float64)
+    bound = (
+        16
+        * n1
+        * EPS32
+        * (1 + np.abs(expected))
+        * (
+            1
+            + np.abs(blocks).max(axis=1, keepdims=True).repeat(n1, 1).reshape(rows, cols)
+            / std.repeat(n1, 1).reshape(rows, cols)
+        )
+    )
+    return RecipeOutput(
+        sections=(
+            lab.picture(f"x: normal(PRNGKey(0), ({rows}, {cols})), rows over {a0}, columns over {a1}", x),
+            TextSection("compiled collectives", (collectives_text(lab.collectives(program, x)),)),
+            TextSection(
+                "out = parallel_normalize(x), as the lesson prints it",
+                (str(whole.shape), f"Mean {whole.mean():.6g}", f"Std {whole.std():.6g}"),
+            ),
+        ),
+        checks=(
+            close_check(
+                "values match NumPy (statistics across the blocks along " + a1 + ")",
+                y,
+                expected,
+                bound,
+                "|err| <= 16 n eps (1+|y|)(1 + max|x|/std)",
+            ),
+            Check(
+                "the mean over the whole output is 0 and its std 1",
+                bool(abs(whole.mean()) < 1e-5 and abs(whole.std() - 1) < 1e-5),
+                f"mean {whole.mean():.2e}, std {whole.std():.7f}",
+            ),
+        ),
+    )
+
+
+def normalize_rows(lab: Lab) -> RecipeOutput:
     """Rows split over the second axis: each row's mean and variance need a pmean over that axis."""
     import jax
     import jax.numpy as jnp
@@ -478,7 +600,7 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
     (axis,) = lab.axes
     (n,) = lab.sizes
     steps = lab.steps or n
-    host = np.arange(n * 2, dtype=np.float32).reshape(n, 2) + np.array([0, 0.5], np.float32)
+    host = lab.input((n,), (axis,), default_init="arange")  # the lesson's x_exmp = np.arange(4)
     ring = [(i, (i + 1) % n) for i in range(n)]
     step = jax.jit(
         jax.shard_map(
@@ -492,7 +614,8 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
         whole = _replicated(lab, x)
         if not np.array_equal(whole, np.roll(host, k, axis=0)):
             bad_steps.append(k)
-        rows.append((k, *(whole[i] for i in range(n))))
+        blocks = np.split(whole, n)  # device i's block along the ring axis
+        rows.append((k, *(b[0] if b.shape[0] == 1 and b.ndim > 1 else b for b in blocks)))
         if k < steps:
             x = step(x)
     return RecipeOutput(
@@ -529,7 +652,7 @@ def sharded_mac(lab: Lab) -> RecipeOutput:
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
     b_, d, f = 2 * n0, 8, 2 * n1
-    x_host, w_host, b_host = _random((b_, d), 1), _random((d, f), 2), _random((f,), 3)
+    x_host, w_host, b_host = lab.operands(((b_, d), (d, f), (f,)))
     x, w, b = _place(lab, x_host, a0, None), _place(lab, w_host, None, a1), _place(lab, b_host, a1)
     plain = jax.jit(lambda x, w, b: x @ w + b)
     y = plain(x, w, b)

@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.arrays import make_host_array, place_array
+from shardcli.arrays import ShownValues, make_host_array, place_array, shown_values
 from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled
 from shardcli.core.program_run import check_blocks, time_compiled
 from shardcli.core.session import Session, open_session
+from shardcli.core.shard import resolve_show_values
 from shardcli.core.target import FitVerdict, compile_for_target, judge_fit
 from shardcli.core.timing import Timing, compile_timed
 from shardcli.errors import ShardcliError, refusal_text
@@ -62,6 +63,7 @@ class ReshardRequest:
     compile_target: TargetSpec | None = None  # --target: compile the moves for a TPU topology only
     mesh_text: str | None = None
     axes_text: str | None = None
+    show_values: bool | None = None  # None: the blocks' values are shown for up to 256 elements
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class ReshardWay:
     wrong: int
     wrong_devices: tuple[int, ...]
     fit: FitVerdict | None = None  # --target: the compiled move's memory per chip against its HBM
+    values_before: ShownValues | None = None  # a small array's blocks as placed (--from), and
+    values: ShownValues | None = None  # as this way moved them (--to)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,12 @@ def validate_reshard_request(request: ReshardRequest) -> None:
     check_sharding_fits(request.source, request.mesh, request.array.shape, flag="--from")
     check_sharding_fits(request.target, request.mesh, request.array.shape, flag="--to")
     check_timing(request.iters, request.warmup)
+    if request.show_values:
+        if request.compile_target is not None:
+            raise ShardcliError(
+                f"--show-values needs a run; --target {request.compile_target.name} only compiles"
+            )
+        resolve_show_values(True, request.array.size)
     if not request.ways or any(w not in WAYS for w in request.ways):
         raise ShardcliError(
             f"--impl {','.join(request.ways)!r} is not valid; choose {', '.join(WAYS)} or all"
@@ -184,6 +194,9 @@ def run_way(
         step, x, compiled, seconds, cached, mesh = _program(way, session, explicit_mesh, request, host)
     except Exception as error:  # noqa: BLE001 - JAX's refusal is the lesson
         return ReshardWay(way, "refused", refusal_text(error), None, None, None, None, 0, ())
+    order = [c.device_id for c in session.layout.cells]
+    shows = resolve_show_values(request.show_values, request.array.size)
+    before = shown_values(x, order) if shows else None  # read now: timing may donate x
     timing, y = time_compiled(
         step,
         (x,),
@@ -195,7 +208,7 @@ def run_way(
     )
     ref = host.astype(np.float64)
     zero = np.zeros_like(ref)
-    check = check_blocks(y, ref, zero, np.ones_like(ref), [c.device_id for c in session.layout.cells])
+    check = check_blocks(y, ref, zero, np.ones_like(ref), order)
     p50 = timing.stats.p50
     return ReshardWay(
         way=way,
@@ -207,6 +220,8 @@ def run_way(
         algbw=request.array.nbytes / p50 if p50 > 0 else None,
         wrong=check.wrong,
         wrong_devices=check.wrong_devices,
+        values_before=before,
+        values=shown_values(y, order) if shows else None,
     )
 
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.core.inspect import _leaf_names, fact_of
+from shardcli.core.inspect import fact_of
 from shardcli.core.run_probe import ProbeCall, recording
 from shardcli.core.run_request import SHOW_VALUES_MAX, RunArg, RunRequest
 from shardcli.core.session import Session, open_session
-from shardcli.core.verify import RTOL, float_eps
+from shardcli.core.verify import RTOL, element_errors, float_eps
 from shardcli.errors import ShardcliError
 from shardcli.tile_math import ShardingLayout
 
@@ -122,7 +122,7 @@ def tolerance_for(dtype: np.dtype) -> Tolerance:
     if dtype.kind in "iub":
         return Tolerance(True, 0.0, "exactly")
     rtol = max(RTOL, 8 * float_eps(dtype))
-    return Tolerance(False, rtol, f"{dtype.name}: |err| <= {rtol:.3g} x max|ref|")
+    return Tolerance(False, rtol, f"{rtol:.3g} x max|ref| for {dtype.name}")
 
 
 def compare_to_reference(name: str, got: np.ndarray, want: np.ndarray) -> ResultCheck:
@@ -139,15 +139,16 @@ def compare_to_reference(name: str, got: np.ndarray, want: np.ndarray) -> Result
             f"mesh (one value per shard), so it is shown, not compared",
         )
     tol = tolerance_for(np.asarray(got).dtype)
-    g, w = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
-    diff = np.abs(g - w)
-    err = float(np.nanmax(diff)) if diff.size else 0.0
+    diff = element_errors(got, want)  # 0 where both are the same value, NaN in both included
+    err = float(np.nanmax(diff)) if diff.size and not np.all(np.isnan(diff)) else 0.0
     if tol.exact:
-        wrong = int(np.count_nonzero(np.asarray(got) != np.asarray(want)))
+        wrong = int(np.count_nonzero(diff != 0))
         return ResultCheck(name, True, wrong, err, 0.0, want, tol.text)
-    scale = float(np.max(np.abs(w))) if w.size else 0.0
+    finite = np.abs(np.asarray(want, dtype=np.float64))
+    finite = finite[np.isfinite(finite)]
+    scale = float(np.max(finite)) if finite.size else 0.0
     bound = tol.rtol * (scale or 1.0)
-    wrong = int(np.count_nonzero(~(diff <= bound)))  # NaN counts as wrong
+    wrong = int(np.count_nonzero(~((diff == 0) | (diff <= bound))))  # a NaN on one side is wrong
     return ResultCheck(name, True, wrong, err, bound, want, tol.text)
 
 
@@ -339,16 +340,48 @@ def _one_device_mesh(session: Session) -> Any:
     )
 
 
-def _host_copy(tree: Any) -> Any:
+def _on_one_device(tree: Any, one: Any) -> Any:
+    """The arguments on the one-device mesh: each sharded array with the same PartitionSpec (every
+    axis of size 1, so one block holds it all, and a shard_map's in_specs still match under
+    explicit axes); host arrays stay as they are."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    def leaf(x: Any) -> Any:
+        if not isinstance(x, jax.Array):
+            return x
+        host = np.asarray(jax.device_get(x))
+        spec = getattr(x.sharding, "spec", None)
+        if spec is None:
+            return jax.device_put(host, one.devices.flat[0])
+        return jax.device_put(host, NamedSharding(one, spec))
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+def argument_names(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
+    """`x`, `params['w1']`: each leaf of the positional arguments, named by the function's parameters."""
+    import inspect as pyinspect
+
     import jax
 
-    return jax.tree_util.tree_map(lambda leaf: np.asarray(jax.device_get(leaf)), tree)
+    try:
+        params = pyinspect.signature(getattr(fn, "__wrapped__", fn)).parameters.values()
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    out = []
+    for i, arg in enumerate(args):
+        base = names[i] if i < len(names) else f"arg{i}"
+        out += [base + jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(arg)[0]]
+    return out
 
 
 def execute(
     fn: Callable[..., Any], args: Any, mesh: Any, roots: tuple[str, ...], what: str
 ) -> tuple[Any, list[ProbeCall]]:
-    """Compile and run `fn(*args)` once on `mesh` (as jit, under the mesh), recording the probes.
+    """Compile and run `fn(*args)` once on `mesh` (as jit, under `jax.set_mesh(mesh)`, where a
+    `shard_map` without a mesh finds it), recording the probes.
 
     Raises:
         UserCodeError: the user's code raised while JAX traced or ran it.
@@ -356,13 +389,13 @@ def execute(
     """
     import jax
 
-    from shardcli.core.inspect import compile_program
+    from shardcli.core.jit_compile import compile_program
     from shardcli.core.target import quiet_native_logs
     from shardcli.user_code import call_user
 
     # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
     with quiet_native_logs():
-        _, compiled, _, _ = compile_program(fn, tuple(args), roots, what, mesh)
+        compiled = compile_program(fn, tuple(args), roots, what, mesh).compiled
     with recording() as calls, jax.set_mesh(mesh):
         out = call_user(compiled, roots, f"{what} raised while it ran:", *args)
         jax.block_until_ready(out)
@@ -392,18 +425,20 @@ def run_function(request: RunRequest) -> RunResult:
     session = open_session(request.mesh, request.options, x64=x64)
     args, how, input_roots = _concrete_inputs(request, session)
     roots = tuple(dict.fromkeys(function.roots + input_roots))
-    names = _leaf_names(getattr(function.value, "__wrapped__", function.value), tuple(args))
+
+    leaves = jax.tree_util.tree_leaves(tuple(args))
+    names = argument_names(function.value, tuple(args))
     inputs = tuple(
         array_values(n, leaf, h, session, request.show_values)
-        for (n, leaf), h in zip(names, how, strict=True)
+        for n, leaf, h in zip(names, leaves, how, strict=True)
     )
     out, calls = execute(function.value, args, session.mesh, roots, request.target)
     results = tuple(
         array_values(n, leaf, "result", session, request.show_values) for n, leaf in _result_names(out)
     )
     probes = probe_values(calls, session, request.show_values)
-    host_args = _host_copy(args)
-    reference, _ = execute(function.value, host_args, _one_device_mesh(session), roots, request.target)
+    one = _one_device_mesh(session)
+    reference, _ = execute(function.value, _on_one_device(args, one), one, roots, request.target)
     got_leaves = [(name, np.asarray(jax.device_get(leaf))) for name, leaf in _result_names(out)]
     checks = tuple(
         compare_to_reference(name, got, np.asarray(jax.device_get(want)))

@@ -68,7 +68,7 @@ def probe(x: Any, name: str) -> Any:
     """Show `x` per device under `shardcli run` (inside shard_map: each device's block); returns `x`.
 
     Args:
-        x: an array (or a pytree of arrays) inside the traced function.
+        x: an array inside the traced function (a pytree is shown leaf by leaf).
         name: the label shardcli shows beside the values.
     """
     import jax
@@ -79,14 +79,18 @@ def probe(x: Any, name: str) -> Any:
     axes = _manual_axes()
     index = [jax.lax.axis_index(a) for a in axes]
 
-    def record(value: Any, *coords: Any) -> None:
-        with _recorder.lock:
-            calls = _recorder.calls
-            if calls is not None:
-                where = tuple(int(np.asarray(c)) for c in coords)
-                leaves = jax.tree_util.tree_leaves(value)
-                shown = np.asarray(leaves[0]) if len(leaves) == 1 else tuple(np.asarray(v) for v in leaves)
-                calls.append(ProbeCall(name, axes, where, shown))
+    def recorder(label: str) -> Any:
+        def record(value: Any, *coords: Any) -> None:
+            with _recorder.lock:
+                calls = _recorder.calls
+                if calls is not None:
+                    where = tuple(int(np.asarray(c)) for c in coords)
+                    calls.append(ProbeCall(label, axes, where, np.asarray(value)))
 
-    jax.debug.callback(record, x, *index)
+        return record
+
+    # A pytree is shown leaf by leaf: `name['w']`, `name[0]`.
+    leaves = jax.tree_util.tree_flatten_with_path(x)[0]
+    for path, leaf in leaves:
+        jax.debug.callback(recorder(name + jax.tree_util.keystr(path)), leaf, *index)
     return x

@@ -4,7 +4,7 @@ From a `ProgramAnalysis` (FLOPs and bytes accessed with loops counted per trip, 
 their mesh axes, bytes sent and runs), the chip's entry in the hardware table and how each mesh
 axis lies on the hardware:
 
-- T_math = FLOPs / peak FLOP/s (the peak for the program's dtype, per device);
+- T_math = FLOPs / peak FLOP/s (the peak for the dtype the program's dots run in, per device);
 - T_hbm  = bytes accessed / HBM bandwidth;
 - T_comm = for each mesh axis (or set of axes) collectives run over, the bytes each device sends
   over it / that axis's bandwidth; summed over the axes (one collective after another);
@@ -16,18 +16,18 @@ axis lies on the hardware:
 The bandwidth of a mesh axis (`AxisLink`):
 - TPU: ICI per link, one way (hardware table), times the torus dimensions the axis runs along,
   times 2 for each such dimension the axis covers whole where that dimension wraps around (a ring
-  sends both ways; a line, or part of a dimension, one way); an axis over several mesh axes adds
-  their bandwidths. Devices of one chip (v4's two TensorCores) share its HBM, so an axis that stays
+  sends both ways; a line, or part of a dimension, one way); a collective over several mesh axes
+  adds their bandwidths. Devices of one chip (v4's two TensorCores) share its HBM, so an axis that stays
   on the chip moves at HBM bandwidth, and each device gets its share of the chip's peak and HBM.
 - GPU: NVLink per GPU one way within a host; the network share per GPU where the axis crosses hosts.
 
-Pure Python over plain data (`axis_links`); `links_of_mesh` reads a JAX mesh's devices by their
-attributes (coords, core_on_chip, process_index) without importing JAX.
+Pure Python over plain data (`axis_links`, `estimate_step`); `places_of_mesh` reads a JAX mesh's
+devices by their attributes (coords, core_on_chip, process_index) without importing JAX, and
+`step_time_of` puts the two together for a compiled program and its mesh.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,7 +46,7 @@ class AxisLink:
     axis: str
     size: int
     bytes_per_s: float | None
-    how: str  # "ICI: 1 torus dim x 2 ways (wraps around) x 45 GB/s"
+    how: str  # "ICI along torus dim of 16 chips, 2 ways x 45 GB/s (wraps around)"
     source: str
 
 
@@ -114,13 +114,6 @@ class StepEstimate:
     def estimate_s(self) -> float | None:
         """The bound divided by the calibrated efficiency."""
         return self.bound_s / self.efficiency if self.bound_s is not None else None
-
-    def as_json(self) -> dict[str, Any]:
-        """Every figure and source, JSON-ready."""
-        doc = dataclasses.asdict(self)
-        for name in ("t_comm_s", "bound_s", "sum_s", "dominant", "estimate_s"):
-            doc[name] = getattr(self, name)
-        return doc
 
 
 # --- how each mesh axis lies on the hardware ------------------------------------------------------
@@ -301,7 +294,7 @@ def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink]) -> tuple[
             source = f"groups along no mesh axis: the slowest axis's, {slowest.how}" if slowest else "unknown"
             terms.append(Term("?", amount, rate, amount / rate if rate else None, source))
             continue
-        parts = [links.get(a) for a in axes]
+        parts = [links.get(a.split("[")[0]) for a in axes]  # a slice of an axis, data[::2], uses its links
         if any(p is None or p.bytes_per_s is None for p in parts):
             terms.append(Term("+".join(axes), amount, None, None, "no bandwidth for this axis"))
             continue

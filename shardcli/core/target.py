@@ -234,11 +234,16 @@ def target_meshes(session: Session) -> Iterator[None]:
 
     real = jax.make_mesh
     chips = list(session.devices)
+    laid_out = session.mesh.devices  # the run's mesh, laid along the torus
 
     def make_mesh(axis_shapes: Any, axis_names: Any, *args: Any, devices: Any = None, **kwargs: Any) -> Any:
+        shape = tuple(int(n) for n in axis_shapes)
+        if devices is None and shape == laid_out.shape:  # the run's own mesh, under the user's names
+            made = real(axis_shapes, axis_names, *args, devices=chips, **kwargs)
+            return jax.sharding.Mesh(laid_out, made.axis_names, axis_types=made.axis_types)
         size = 1
-        for n in axis_shapes:
-            size *= int(n)
+        for n in shape:
+            size *= n
         if devices is None and size <= len(chips):
             devices = chips[:size]
         return real(axis_shapes, axis_names, *args, devices=devices, **kwargs)

@@ -385,8 +385,8 @@ def blocks_table(run: SizeRun, result: CollectiveResult) -> Table:
             human.coords_text(axes, d.coords),
             str(d.group),
             str(d.position),
-            human.format_values(d.input) if d.input is not None else "-",
-            human.format_values(d.output) if d.output is not None else "-",
+            human.format_values(d.input, human.CELL_VALUES_WIDTH) if d.input is not None else "-",
+            human.format_values(d.output, human.CELL_VALUES_WIDTH) if d.output is not None else "-",
             Text(str(d.wrong), style="bold red" if d.wrong else "green"),
         )
     return table
@@ -674,7 +674,7 @@ def fit_text(result: CollectiveResult) -> RenderableType:
             Clauses(
                 [
                     f"fit {label}: t(S) = alpha + S / beta",
-                    f"alpha = {fit.alpha_s * 1e6:.3g} us",
+                    f"alpha = {human.format_duration(fit.alpha_s)}",
                     f"beta = {beta}",
                 ],
                 sep=", ",

@@ -170,8 +170,17 @@ class ColumnBlocks:
     fit at once, else the block's label (`{what} 0..7 of 16`).
     """
 
-    def __init__(self, build: Callable[[range, str | None], Table], count: int, what: str) -> None:
+    def __init__(
+        self,
+        build: Callable[[range, str | None], Table],
+        count: int,
+        what: str,
+        folded: Callable[[range, str | None], Table] | None = None,
+    ) -> None:
+        """`folded` draws the same grid with less in each cell: where the whole grid does not fit,
+        it is drawn folded (one picture) before the columns are split into blocks."""
         self.build, self.count, self.what = build, count, what
+        self.folded = ColumnBlocks(folded, count, what) if folded is not None else None
         # Natural widths by (first, stop, note, console width): rich measures a renderable several
         # times (Columns, then the render), and a grid of 512 devices is not cheap to measure.
         self._widths: dict[tuple[int, int, str | None, int], int] = {}
@@ -244,7 +253,21 @@ class ColumnBlocks:
             start += guess
         return blocks
 
+    def _drawn(self, console: Console, options: ConsoleOptions) -> ColumnBlocks:
+        """This grid, or its folded form where this one is too wide whole and that one is not (where
+        neither fits, this one split into blocks: each cell keeps all it says)."""
+        whole = range(self.count)
+        if self.folded is None or self._width(console, options, whole, None) <= options.max_width:
+            return self
+        if self.folded._width(console, options, whole, None) <= options.max_width:
+            return self.folded
+        return self
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        drawn = self._drawn(console, options)
+        if drawn is not self:
+            yield from drawn.__rich_console__(console, options)
+            return
         blocks = self.blocks(console, options)
         for columns in blocks:
             note = None if len(blocks) == 1 else self._note(columns)
@@ -255,6 +278,11 @@ class ColumnBlocks:
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         # Columns (several grids side by side) gives each grid what it needs, down to one column.
         widest = self._width(console, options, range(self.count), None)
+        if self.folded is not None:  # the folded grid whole, where it is narrower than a block of one
+            folded = self.folded._width(console, options, range(self.count), None)
+            singles_full = (range(i, i + 1) for i in range(self.count))
+            narrow = max(self._width(console, options, one, self._note(one)) for one in singles_full)
+            return Measurement(min(narrow, folded, widest), widest)
         singles = (range(i, i + 1) for i in range(self.count))
         narrowest = max(self._width(console, options, one, self._note(one)) for one in singles)
         return Measurement(min(narrowest, widest), widest)

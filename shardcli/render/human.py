@@ -85,7 +85,7 @@ def mesh_grids(layout: MeshLayout) -> RenderableType:
         lead_shape, (rows, cols) = shape[:-2], shape[-2:]
 
     def grid(lead: tuple[int, ...]) -> RenderableType:
-        def build(columns: range, note: str | None) -> Table:
+        def build(columns: range, note: str | None, folded: bool = False) -> Table:
             title = _titled(coords_text(axes[: len(lead)], lead) if lead else None, note)
             table = Table(show_header=len(shape) > 1, box=box.SQUARE, show_lines=True, title=title)
             if len(shape) > 1:
@@ -103,13 +103,17 @@ def mesh_grids(layout: MeshLayout) -> RenderableType:
                     coords = (*lead, r, c) if len(shape) > 1 else (c,)
                     cell = layout.cell_at(coords)
                     text = Text(f"dev {cell.device_id}", style="bold cyan")
-                    text.append(f"\n{coords_text(axes, cell.coords)}", style="")
+                    if not folded:  # folded: the row and column headers (and title) give the coords
+                        text.append(f"\n{coords_text(axes, cell.coords)}", style="")
                     text.append(f"\nproc {cell.process_index}", style="dim")
                     row_cells.append(text)
                 table.add_row(*row_cells)
             return table
 
-        return ColumnBlocks(build, cols, f"{axes[-1]} =")
+        def fold(columns: range, note: str | None) -> Table:
+            return build(columns, note, folded=True)
+
+        return ColumnBlocks(build, cols, f"{axes[-1]} =", folded=fold if len(shape) > 1 else None)
 
     grids = [grid(lead) for lead in (np.ndindex(*lead_shape) if lead_shape else [()])]
     return SideBySide(grids) if len(grids) > 1 else grids[0]
@@ -125,6 +129,9 @@ def _grid_title(view: GridView) -> str:
 
 def sharding_picture(layout: ShardingLayout, view_dims: tuple[int, int] | None = None) -> RenderableType:
     """Our picture: each tile labelled with the devices holding it and its index ranges."""
+    if not layout.shape:  # a scalar has no dims to draw
+        held = sorted({d for t in layout.tiles for d in t.device_ids})
+        return Text(f"a scalar: one value, held whole by device(s) {', '.join(map(str, held))}")
 
     def grid(view: GridView) -> RenderableType:
         def build(columns: range, note: str | None) -> Table:
@@ -192,14 +199,20 @@ def jax_picture(shape: tuple[int, ...], sharding: Any) -> RenderableType | None:
     return WholeLines(Text.from_ansi(buffer.getvalue().rstrip("\n")))
 
 
-def format_values(values: np.ndarray) -> Text:
-    """Compact NumPy text for small arrays, as plain text (`[nan 1.]` is not rich markup)."""
+# A block of values in a table column wraps at this width (as NumPy wraps a long row), so the
+# column that carries the lesson fits beside the device column in 80 columns.
+CELL_VALUES_WIDTH = 40
+
+
+def format_values(values: np.ndarray, width: int = 100) -> Text:
+    """Compact NumPy text for small arrays, rows wrapped at `width`, as plain text (`[nan 1.]` is
+    not rich markup)."""
     arr = np.asarray(values)
     if arr.dtype.name == "bfloat16":
         arr = arr.astype(np.float32)
     return Text(
         np.array2string(
-            arr, separator=" ", max_line_width=100, threshold=10_000, suppress_small=True, precision=4
+            arr, separator=" ", max_line_width=width, threshold=10_000, suppress_small=True, precision=4
         )
     )
 
@@ -216,7 +229,9 @@ def values_table(shown: ShownValues) -> DataTable:
     table.add_column("index", priority=1)
     table.add_column("block values", priority=0)
     for block in shown.blocks:
-        table.add_row(str(block.device_id), format_index(block.index), format_values(block.values))
+        table.add_row(
+            str(block.device_id), format_index(block.index), format_values(block.values, CELL_VALUES_WIDTH)
+        )
     return table
 
 

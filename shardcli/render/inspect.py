@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -10,13 +11,17 @@ from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.inspect import ArrayFact, InspectResult
+from shardcli.core.inspect_findings import Finding
+from shardcli.core.inspect_summary import CollectiveGroup, group_collectives, rank_arguments
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
 from shardcli.render.program import (
+    collective_where,
     collectives_table,
     cost_model_text,
     hardware_json,
     memory_clauses,
+    memory_text,
     model_json,
     program_json,
     step_time_json,
@@ -28,8 +33,14 @@ from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
 
 FORMATS = ("table", "json")
-# Pictures for at most this many arguments and results; the table lists every one.
+# The full view (--wide, -v): pictures for at most this many arguments and results; the table lists
+# every one.
 MAX_PICTURES = 6
+# The first screen: at most this many collective groups, arguments and findings (the full view and
+# JSON hold them all).
+TOP_GROUPS = 10
+TOP_ARGUMENTS = 8
+TOP_FINDINGS = 5
 
 
 def _array_json(fact: ArrayFact) -> dict[str, Any]:
@@ -42,6 +53,24 @@ def _array_json(fact: ArrayFact) -> dict[str, Any]:
         bytes_per_device=fact.bytes_per_device,
         replication=fact.layout.replication,
     )
+
+
+def _group_json(g: CollectiveGroup) -> dict[str, Any]:
+    return schema.INSPECT_COLLECTIVE_GROUP(
+        kind=g.kind,
+        mesh_axes=list(g.mesh_axes) if g.mesh_axes is not None else None,
+        source=g.source,
+        op=g.op,
+        count=g.count,
+        runs=g.runs,
+        runs_known=g.runs_known,
+        sent_bytes=g.sent_bytes,
+        result_bytes=g.result_bytes,
+    )
+
+
+def _finding_json(f: Finding) -> dict[str, Any]:
+    return schema.FINDING(kind=f.kind, message=f.message, count=f.count, paths=list(f.paths), source=f.source)
 
 
 def inspect_json(result: InspectResult) -> dict[str, Any]:
@@ -59,7 +88,11 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
             "hardware": hardware_json(hw),
             "fit": verdict_json(result.fit),
             "step_time": step_time_json(result.step),
-            "findings": [schema.FINDING(kind=f.kind, message=f.message) for f in result.findings],
+            "collective_groups": [
+                _group_json(g)
+                for g in group_collectives(result.analysis.collectives if result.analysis else ())
+            ],
+            "findings": [_finding_json(f) for f in result.findings],
             "lower_s": result.lower_s,
             "compile_s": result.compile_s,
             "timing": jsonout.timing_json(result.timing),
@@ -92,26 +125,39 @@ def arrays_table(result: InspectResult) -> Table:
 
 
 def report_renderable(
-    result: InspectResult, *, quiet: bool = False, pictures: bool = True, verbose: bool = False
+    result: InspectResult,
+    *,
+    quiet: bool = False,
+    pictures: bool = True,
+    verbose: bool = False,
+    full: bool = True,
 ) -> RenderableType:
-    """The whole report as one renderable: the same for the terminal and for Jupyter (`verbose`:
-    the header's versions and process count too)."""
+    """The report as one renderable, the same for the terminal and for Jupyter.
+
+    Args:
+        result: what inspect found.
+        quiet: no header, no pictures.
+        pictures: the full view's pictures of the first arguments' tiles.
+        verbose: the header's versions and process count too.
+        full: every argument, result and collective (the Python API's report; the CLI's --wide
+            and -v). False: the first screen (the CLI's default view): the answer first, then the
+            top groups, arguments and findings.
+    """
+    parts: list[RenderableType] = []
+    if not quiet:
+        parts.append(human.header(result.session, _header_facts(result), verbose=verbose))
+    parts.extend(full_view(result, quiet=quiet, pictures=pictures) if full else first_screen(result))
+    return Group(*parts)
+
+
+def full_view(result: InspectResult, *, quiet: bool, pictures: bool) -> list[RenderableType]:
+    """Everything, in order: every argument and result (the first ones' tile pictures), every
+    collective, the figures per device, the cost model, then the verdict and every finding."""
     parts: list[RenderableType] = []
 
     def section(title: str, body: RenderableType) -> None:
         parts.extend([Text(""), Text(title, style="bold underline"), body])
 
-    if not quiet:
-        facts = {
-            "program": result.target,
-            "compiled": (
-                f"from abstract shapes: lowered in {result.lower_s * 1e3:.0f} ms, compiled in "
-                f"{result.compile_s * 1e3:.0f} ms; nothing of the arguments' size was allocated"
-                if result.analysis is not None
-                else f"lowered in {result.lower_s * 1e3:.0f} ms; the TPU compiler refused it as too big"
-            ),
-        }
-        parts.append(human.header(result.session, facts, verbose=verbose))
     section("arguments and results", arrays_table(result))
     if pictures and not quiet:
         for f in (*result.arguments, *result.results)[:MAX_PICTURES]:
@@ -123,22 +169,7 @@ def report_renderable(
     if a is not None:
         rows = [("", c) for c in a.collectives]
         section("collectives the compiler inserted", collectives_table(rows, label=""))
-        trips = f" (at least: {len(a.unknown_trips)} loop(s) of unknown trips)" if a.unknown_trips else ""
-        flops = f"{a.flops:,.0f}{trips}" if a.flops is not None else "unknown"
-        accessed = format_bytes(a.bytes_accessed) + trips if a.bytes_accessed is not None else "unknown"
-        section(
-            "per device",
-            Group(
-                memory_clauses("memory", a.memory, style=""),
-                Clauses(
-                    [
-                        f"FLOPs {flops}",
-                        f"bytes accessed {accessed}",
-                        f"sent by collectives {format_bytes(a.sent_bytes)}",
-                    ]
-                ),
-            ),
-        )
+        section("per device", Group(memory_clauses("memory", a.memory, style=""), _work_clauses(result)))
     if not quiet and result.model is not None:
         section(
             "cost model (roofline, per device)",
@@ -150,17 +181,7 @@ def report_renderable(
             ),
         )
     if result.timing is not None:
-        s = result.timing.stats
-        section(
-            "run on generated inputs",
-            Clauses(
-                [
-                    f"compile {human.compile_text(result.timing)}",
-                    f"p50 {human.format_duration(s.p50)}, min {human.format_duration(s.min)} "
-                    f"over {len(result.timing.samples)} iterations",
-                ]
-            ),
-        )
+        section("run on generated inputs", _timing_clauses(result))
     parts.append(Text(""))
     for line in a.missing if a is not None else ():
         parts.append(Text(f"missing: {line}", style="yellow"))
@@ -168,12 +189,239 @@ def report_renderable(
         parts.append(step_time_text(result.step))
     if result.fit is not None:
         parts.append(verdict_text(result.fit))
-    if result.findings:
-        for finding in result.findings:
-            parts.append(Text(f"warning ({finding.kind}): {finding.message}", style="yellow"))
-    else:
+    parts.extend(_findings_lines(result, result.findings))
+    return parts
+
+
+def _header_facts(result: InspectResult) -> dict[str, str]:
+    return {
+        "program": result.target,
+        "compiled": (
+            f"from abstract shapes: lowered in {result.lower_s * 1e3:.0f} ms, compiled in "
+            f"{result.compile_s * 1e3:.0f} ms; nothing of the arguments' size was allocated"
+            if result.analysis is not None
+            else f"lowered in {result.lower_s * 1e3:.0f} ms; the TPU compiler refused it as too big"
+        ),
+    }
+
+
+def first_screen(result: InspectResult) -> list[RenderableType]:
+    """The answer first, on one screen for any program: memory and the fit, the step time, the
+    collectives by cause, the largest arguments, the findings, each cut to its top rows."""
+    parts: list[RenderableType] = [Text(""), _answer(result)]
+    a = result.analysis
+    for line in a.missing if a is not None else ():
+        parts.append(Clauses(figure_words(f"missing: {line}"), " ", "yellow"))
+    if a is not None:
+        groups = group_collectives(a.collectives)
+        shown = groups[:TOP_GROUPS]
+        title = Clauses(
+            [
+                f"collectives: {_count(len(a.collectives), 'op')} in {_count(len(groups), 'group')} "
+                "(kind, mesh axes, line)",
+                "by bytes sent",
+            ],
+            sep=", ",
+            style="bold",
+        )
+        parts.extend([Text(""), title, groups_table(shown)])
+        if len(groups) > len(shown):
+            rest = groups[len(shown) :]
+            parts.append(
+                Clauses(
+                    [
+                        f"and {_count(len(rest), 'more group')}",
+                        f"{format_bytes(sum(g.sent_bytes for g in rest))} sent per device",
+                        "--wide lists every collective",
+                    ],
+                    sep="; ",
+                    style="dim",
+                )
+            )
+    parts.extend([Text(""), *_arguments_part(result)])
+    if result.timing is not None:
+        parts.extend([Text(""), Text("run on generated inputs", style="bold"), _timing_clauses(result)])
+    parts.append(Text(""))
+    shown_findings = result.findings[:TOP_FINDINGS]
+    parts.extend(_findings_lines(result, shown_findings))
+    if len(result.findings) > len(shown_findings):
+        more = len(result.findings) - len(shown_findings)
+        parts.append(Text(f"and {_count(more, 'more finding')} (--wide shows them all)", style="yellow"))
+    return parts
+
+
+def figure_words(text: str) -> list[str]:
+    """The words of a sentence, a figure kept with the word after it (`768 B`, `4 runs`), so that
+    a line breaks between words but never between a figure and its unit."""
+    words = text.split(" ")
+    out: list[str] = []
+    for word in words:
+        if out and re.fullmatch(r"[(]?[\d.,]+", out[-1]):
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    return out
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
+def _answer(result: InspectResult) -> RenderableType:
+    """`memory`, `fits` and `step time` lines: what the program needs of each device and how long
+    a step would take."""
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    a = result.analysis
+    if a is not None:
+        grid.add_row("memory", Clauses(memory_text(a.memory).split(", "), sep=", "))
+    if result.fit is not None:
+        grid.add_row("verdict", verdict_text(result.fit))
+    clauses = _step_clauses(result)
+    if clauses:
+        grid.add_row("step time", Clauses(clauses))
+    return grid
+
+
+def _step_clauses(result: InspectResult) -> list[str]:
+    """The step-time estimate with its dominant term first, then its terms; where the device kind
+    has no figures, why, and the FLOPs and bytes it would take."""
+    from shardcli.render.console import format_seconds
+    from shardcli.render.matmul import format_flops
+
+    a, step = result.analysis, result.step
+    if a is None:
+        return []
+    if step is not None and step.estimate_s is not None:
+        comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
+        at_least = "at least " if any("unknown trip" in n for n in step.notes) else ""
+        clauses = [
+            f"{at_least}{format_seconds(step.estimate_s)}, {step.dominant}-bound on {step.chip}",
+            f"math {format_seconds(step.math.seconds)}",
+            f"HBM {format_seconds(step.hbm.seconds)}",
+            f"communication {comm}",
+            f"no overlap {format_seconds(step.sum_s)}",
+        ]
+        if step.compiler_seconds is not None:
+            clauses.append(f"the TPU compiler's own {format_seconds(step.compiler_seconds)}")
+        return clauses
+    flops = format_flops(a.flops, "FLOP") if a.flops is not None else "FLOPs unknown"
+    why = (
+        step.math.source
+        if step is not None
+        else f"no figures for device kind {result.session.runtime.device_kind!r}"
+    )
+    return [f"unknown ({why})", f"{flops} and {format_bytes(a.sent_bytes)} sent per device"]
+
+
+def groups_table(groups: tuple[CollectiveGroup, ...]) -> RenderableType:
+    """One row per group of collectives: kind, mesh axes, how many, how often, what each device
+    sends in one step, and the JAX operation and user's line they come from."""
+    if not groups:
+        return Text("none: every device computes its block from what it holds", style="dim")
+    table = DataTable(box=None, header_style="bold")
+    for name, priority in (
+        ("collective", 0),
+        ("mesh axes", 0),
+        ("ops", 2),
+        ("runs", 3),
+        ("sent/device", 0),
+        ("from", 1),
+    ):
+        table.add_column(
+            name, justify="right" if name in ("ops", "runs", "sent/device") else "left", priority=priority
+        )
+    for g in groups:
+        table.add_row(
+            g.kind,
+            g.axes_text,
+            f"{g.count:,}",
+            f"{g.runs:,}" if g.runs_known else f"{g.runs:,}?",
+            format_bytes(g.sent_bytes),
+            collective_where(g.op, g.source),
+        )
+    return table
+
+
+def _arguments_part(result: InspectResult) -> list[RenderableType]:
+    """The largest arguments by pytree path with their specs, a line for the rest, one for results."""
+    ranking = rank_arguments(result.arguments, TOP_ARGUMENTS)
+    title = (
+        f"arguments: {_count(ranking.total, 'leaf')}".replace("leafs", "leaves")
+        + f", {format_bytes(ranking.total_bytes_per_device)} per device; the largest"
+    )
+    table = DataTable(box=None, header_style="bold")
+    for name, priority in (("argument", 0), ("spec", 0), ("per device", 0), ("type", 1), ("copies", 2)):
+        table.add_column(
+            name, justify="right" if name in ("per device", "copies") else "left", priority=priority
+        )
+    for f in ranking.largest:
+        table.add_row(
+            f.name,
+            f.spec,
+            format_bytes(f.bytes_per_device),
+            f"{f.dtype}[{','.join(map(str, f.shape))}]",
+            str(f.layout.replication),
+        )
+    parts: list[RenderableType] = [Text(title, style="bold"), table]
+    if ranking.rest:
+        parts.append(
+            Text(
+                f"and {ranking.rest:,} more: "
+                f"{format_bytes(ranking.rest_bytes_per_device)} per device (--wide lists them)",
+                style="dim",
+            )
+        )
+    if result.results:
+        per_device = sum(r.bytes_per_device for r in result.results)
+        what = _count(len(result.results), "leaf").replace("leafs", "leaves")
+        parts.append(
+            Text(f"results: {what}, {format_bytes(per_device)} per device (--wide lists them)", style="dim")
+        )
+    return parts
+
+
+def _work_clauses(result: InspectResult) -> RenderableType:
+    a = result.analysis
+    assert a is not None
+    trips = f" (at least: {len(a.unknown_trips)} loop(s) of unknown trips)" if a.unknown_trips else ""
+    once = (
+        f" (every loop trip; XLA's cost_analysis, each loop once: {a.xla_flops:,.0f})"
+        if a.loops and a.xla_flops is not None and a.flops != a.xla_flops and not trips
+        else ""
+    )
+    flops = f"{a.flops:,.0f}{trips or once}" if a.flops is not None else "unknown"
+    accessed = format_bytes(a.bytes_accessed) + trips if a.bytes_accessed is not None else "unknown"
+    return Clauses(
+        [f"FLOPs {flops}", f"bytes accessed {accessed}", f"sent by collectives {format_bytes(a.sent_bytes)}"]
+    )
+
+
+def _timing_clauses(result: InspectResult) -> RenderableType:
+    assert result.timing is not None
+    s = result.timing.stats
+    return Clauses(
+        [
+            f"compile {human.compile_text(result.timing)}",
+            f"p50 {human.format_duration(s.p50)}, min {human.format_duration(s.min)} "
+            f"over {len(result.timing.samples)} iterations",
+        ]
+    )
+
+
+def _findings_lines(result: InspectResult, findings: tuple[Finding, ...]) -> list[RenderableType]:
+    """One warning line per finding (its count where it covers several), or that there is none."""
+    parts: list[RenderableType] = []
+    for finding in findings:
+        times = f" x{finding.count}" if finding.count > 1 else ""
+        parts.append(
+            Clauses(figure_words(f"warning ({finding.kind}){times}: {finding.message}"), " ", "yellow")
+        )
+    if not result.findings:
         parts.append(Text("no classic sharding mistakes found", style="green"))
-    return Group(*parts)
+    return parts
 
 
 def render_inspect(result: InspectResult, options: RunOptions) -> None:
@@ -184,4 +432,8 @@ def render_inspect(result: InspectResult, options: RunOptions) -> None:
         jsonout.write_json(inspect_json(result), options)
         return
     console = make_console(options)
-    console.print(report_renderable(result, quiet=options.quiet, verbose=options.verbose))
+    console.print(
+        report_renderable(
+            result, quiet=options.quiet, verbose=options.verbose, full=options.wide or options.verbose
+        )
+    )

@@ -387,10 +387,10 @@ def _below_bound_note(console: Console, result: MatmulResult) -> None:
 def below_bound_text(below: list[str], hardware: Any) -> str:
     """Why p50/bound can be under 1x: the bound comes from the model's peak and link figures."""
     return (
-        f"p50/bound under 1x ({', '.join(below)}): the bound is a model, not a floor; it takes peak "
+        f"p50/bound under 1x ({', '.join(below)}): the bound is a model, not a floor; it assumes peak "
         f"{format_flops(hardware.peak_flops)} ({hardware.peak_source}) and link "
-        f"{format_flops(hardware.link_bytes_per_s, 'B/s')} ({hardware.link_source}), and a run that beats "
-        "them (caches, fused work, a small size) is faster than those figures say"
+        f"{format_flops(hardware.link_bytes_per_s, 'B/s')} ({hardware.link_source}), and this run did better "
+        "than those figures (a small size in cache, fused work, or figures measured under other load)"
     )
 
 
@@ -557,7 +557,7 @@ def flop_fit_text(result: MatmulResult) -> RenderableType:
         quality = Text(f"(R^2 {fit.r2:.3f}, worst residual {fit.max_rel_residual:.0%})", style="dim")
         clauses = [
             f"fit {key}: t(F) = alpha + F / rate",
-            f"alpha = {fit.alpha_s * 1e6:.3g} us",
+            f"alpha = {human.format_duration(fit.alpha_s)}",
             f"rate = {rate}",
         ]
         lines.append(Clauses([*clauses[:-1], Text.assemble(clauses[-1], " ", quality)], sep=", "))

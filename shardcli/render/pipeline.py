@@ -10,7 +10,7 @@ from rich.text import Text
 from shardcli import json_schema as schema
 from shardcli.core.pipeline import Event, PipelineResult, bubble_text
 from shardcli.render import human, jsonout
-from shardcli.render.console import Clauses, DataTable, make_console, show_warnings
+from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
 from shardcli.specs import RunOptions
 
 TIMELINE_WIDTH = 96
@@ -164,8 +164,22 @@ def pipeline_json(result: PipelineResult) -> dict[str, Any]:
     return jsonout.document("pipeline", result.session, body)
 
 
+def processes_text(result: PipelineResult) -> Text:
+    """Over several processes: which process owns each stage, and how activations cross."""
+    owner = {c.device_id: c.process_index for c in result.session.layout.cells}
+    assert result.mpmd is not None
+    where = ", ".join(f"stage {i.stage} on process {owner[i.device_ids[0]]}" for i in result.mpmd.stages)
+    return Text(
+        f"{where}; between processes an activation moves by a ppermute over the two stages' joint mesh "
+        f"(JAX's send/recv), within one by device_put; each process runs its stages in one global order",
+        style="dim",
+    )
+
+
 def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
     show_warnings(result.session.runtime)
+    if not prints_here(options, result.session.runtime):
+        return
     if options.format == "json":
         jsonout.write_json(pipeline_json(result), options)
         return
@@ -189,6 +203,8 @@ def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
         human.section(
             console, "stages (mpmd: one jitted program per stage, on its own sub-mesh)", stage_table(result)
         )
+        if result.session.runtime.process_count > 1:
+            console.print(processes_text(result))
         # The picture is folded to the terminal (time squeezed into fewer columns), never wrapped.
         wide = getattr(console, "wide", False)
         human.section(
@@ -217,4 +233,4 @@ def render_pipeline(result: PipelineResult, options: RunOptions) -> None:
             ),
         )
     console.print()
-    human.print_checks(console, result.checks)
+    human.print_checks(console, result.checks, human.checked_where(result.session))

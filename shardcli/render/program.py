@@ -106,6 +106,7 @@ def collective_json(c: CollectiveOp) -> dict[str, Any]:
         runs_known=c.runs_known,
         op_name=c.op_name,
         source=c.source,
+        operand=c.operand,
     )
 
 
@@ -154,12 +155,16 @@ _OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _where(c: CollectiveOp) -> str:
+    return collective_where(c.op, c.source)
+
+
+def collective_where(op: str | None, source: str | None) -> str:
     """`dot_general at step.py:12`: the JAX operation without its jit(...) path, and the user's line
     (a line of shardcli's own programs, as einsum and reshard build them, says nothing new)."""
-    op = c.op or "inserted by the partitioner"
-    if c.source is None or os.path.abspath(c.source).startswith(_OWN_FILES + os.sep):
+    op = op or "inserted by the partitioner"
+    if source is None or os.path.abspath(source).startswith(_OWN_FILES + os.sep):
         return op
-    path, _, line = c.source.rpartition(":")
+    path, _, line = source.rpartition(":")
     return f"{op} at {os.path.basename(path)}:{line}"
 
 
@@ -238,6 +243,16 @@ def memory_text(memory: MemoryUse | None) -> str:
     return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)})"
 
 
+def _figures(hw: Hardware) -> list[Text]:
+    """The model's peak and link lines, with their sources; a figure not known reads "unknown"."""
+    peak = format_flops(hw.peak_flops) if hw.peak_flops is not None else "unknown"
+    link = format_flops(hw.link_bytes_per_s, "B/s") if hw.link_bytes_per_s is not None else "unknown"
+    return [  # a source that says "unknown for ..." would say it twice
+        Text(f"peak {peak} ({hw.peak_source.removeprefix('unknown ')})", style="dim"),
+        Text(f"link {link} ({hw.link_source.removeprefix('unknown ')})", style="dim"),
+    ]
+
+
 def cost_model_text(model: CostEstimate, hw: Hardware, what: str, flops_known: bool = True) -> RenderableType:
     """The roofline per device: FLOPs and what each collective sends, the peak and link figures
     with their sources, T_math, T_comm and the bounds (lines broken between clauses where the
@@ -252,8 +267,7 @@ def cost_model_text(model: CostEstimate, hw: Hardware, what: str, flops_known: b
         ]
         return Group(
             Clauses([flops, *(comm_only or ["no communication"])]),
-            Text(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})", style="dim"),
-            Text(f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})", style="dim"),
+            *_figures(hw),
             Text("T_math unknown, so no bound: the FLOPs are unknown", style="yellow"),
         )
 
@@ -268,8 +282,7 @@ def cost_model_text(model: CostEstimate, hw: Hardware, what: str, flops_known: b
                 *(comm or ["no communication"]),
             ]
         ),
-        Text(f"peak {format_flops(hw.peak_flops)} ({hw.peak_source})", style="dim"),
-        Text(f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})", style="dim"),
+        *_figures(hw),
     ]
     if model.t_bound_s is None:
         lines.append(Text("T_math / T_comm: n/a without a peak and a link bandwidth", style="yellow"))

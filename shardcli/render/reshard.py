@@ -46,7 +46,34 @@ def _way_json(way: ReshardWay) -> dict[str, Any]:
         wrong=way.wrong,
         wrong_devices=list(way.wrong_devices),
         fit=verdict_json(way.fit),
+        values_before=jsonout.shown_values_json(way.values_before),
+        values=jsonout.shown_values_json(way.values),
     )
+
+
+def blocks_table(way: ReshardWay) -> DataTable:
+    """Each device's block before (--from) and after (--to) the move, with their index ranges."""
+    assert way.values_before is not None and way.values is not None
+    table = DataTable(box=None, header_style="bold")
+    for name, priority in (
+        ("device", 0),
+        ("before", 1),
+        ("BEFORE (block)", 0),
+        ("after", 1),
+        ("AFTER (block)", 0),
+    ):
+        table.add_column(name, justify="right" if name == "device" else "left", priority=priority)
+    after = {b.device_id: b for b in way.values.blocks}
+    for b in way.values_before.blocks:
+        a = after[b.device_id]
+        table.add_row(
+            str(b.device_id),
+            format_index(b.index),
+            human.format_values(b.values, human.CELL_VALUES_WIDTH // 2),
+            format_index(a.index),
+            human.format_values(a.values, human.CELL_VALUES_WIDTH // 2),
+        )
+    return table
 
 
 def reshard_json(result: ReshardResult) -> dict[str, Any]:
@@ -210,6 +237,14 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
             console,
             "what each device holds and must receive" + human.this_process_only(result.session),
             moves_table(result),
+        )
+    shown = next((w for w in result.ways if w.values is not None and w.values_before is not None), None)
+    if shown is not None and shown.values_before is not None:
+        human.section(console, "global values", human.format_values(shown.values_before.global_values))
+        human.section(
+            console,
+            f"each device's block, before and after ({shown.way}){human.this_process_only(result.session)}",
+            blocks_table(shown),
         )
     rows = [(w.way, c) for w in result.ways if w.analysis for c in w.analysis.collectives]
     human.section(console, "collectives the compiler used", collectives_table(rows))

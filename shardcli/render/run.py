@@ -85,8 +85,6 @@ def run_json(result: RunResult) -> dict[str, Any]:
 
 
 def _values_text(values: Any) -> str:
-    if isinstance(values, tuple):
-        return " | ".join(_values_text(v) for v in values)
     return str(human.format_values(values))
 
 
@@ -113,44 +111,38 @@ def _array_line(array: ArrayValues) -> str:
     return f"{array.name}: {kind}{filled}, spec {array.spec}: {spread}"
 
 
+def _probe_text(probe: ProbeValues, device: int) -> str:
+    block = next((b for b in probe.blocks if device in b.device_ids), None)
+    if block is None:
+        return "-"
+    return "(not shown)" if block.values is None else _values_text(block.values)
+
+
 def blocks_table(result: RunResult) -> DataTable:
-    """One row per device: its block of every input (BEFORE) and of every result (AFTER)."""
+    """One row per device: its block of every input (BEFORE), the probes' values inside shard_map,
+    and its block of every result (AFTER)."""
     axes = result.session.spec.axes
-    arrays = [("BEFORE", a) for a in result.inputs if a.layout is not None] + [
-        ("AFTER", a) for a in result.results if a.layout is not None
-    ]
+    inputs = [a for a in result.inputs if a.layout is not None]
+    probes = [p for p in result.probes if p.axes]
+    outputs = [a for a in result.results if a.layout is not None]
     table = DataTable(box=None, header_style="bold")
     table.add_column("device", justify="right")
     table.add_column("mesh coords", priority=1)
-    for when, array in arrays:
-        table.add_column(f"{array.name} ({'input' if when == 'BEFORE' else 'output'} block)")
+    for array in inputs:
+        table.add_column(f"{array.name} (input block)")
+    for probe in probes:
+        table.add_column(f"{probe.name} (probe)")
+    for array in outputs:
+        table.add_column(f"{array.name} (output block)")
     for cell in result.session.layout.cells:
+        d = cell.device_id
         table.add_row(
-            str(cell.device_id),
+            str(d),
             human.coords_text(axes, cell.coords),
-            *(Text(_block_text(a, cell.device_id)) for _, a in arrays),
+            *(Text(_block_text(a, d)) for a in inputs),
+            *(Text(_probe_text(p, d)) for p in probes),
+            *(Text(_block_text(a, d)) for a in outputs),
         )
-    return table
-
-
-def probes_table(result: RunResult, probes: list[ProbeValues]) -> DataTable:
-    """One row per device (per position on the manual axes), one column per probe."""
-    axes = result.session.spec.axes
-    table = DataTable(box=None, header_style="bold")
-    table.add_column("device", justify="right")
-    table.add_column("mesh coords", priority=1)
-    for p in probes:
-        table.add_column(p.name)
-    for cell in result.session.layout.cells:
-        cells = []
-        for p in probes:
-            block = next((b for b in p.blocks if cell.device_id in b.device_ids), None)
-            cells.append(
-                "-"
-                if block is None
-                else ("(not shown)" if block.values is None else _values_text(block.values))
-            )
-        table.add_row(str(cell.device_id), human.coords_text(axes, cell.coords), *map(Text, cells))
     return table
 
 
@@ -187,7 +179,7 @@ def _verdict(console: Console, result: RunResult) -> None:
     how = (
         "exactly"
         if all(c.note == "exactly" for c in compared)
-        else f"max |err| {worst:.3g}; {result.tolerance_text}"
+        else f"max |err| {worst:.3g}, within {result.tolerance_text}"
     )
     console.print(Text(f"verified: {names} matches the same function on one device ({how})", style="green"))
 
@@ -226,11 +218,10 @@ def render_run(result: RunResult, options: RunOptions) -> None:
 def _values_sections(console: Console, result: RunResult, quiet: bool) -> None:
     """The lesson: blocks per device, probes, the global result (kept under --quiet)."""
     shown = any(b.values is not None for a in (*result.inputs, *result.results) for b in a.blocks)
-    if shown:
-        human.section(console, "BEFORE and AFTER (per device)", blocks_table(result))
-    per_device = [p for p in result.probes if p.axes]
-    if per_device:
-        human.section(console, "probes (per device, inside shard_map)", probes_table(result, per_device))
+    per_device = any(p.axes for p in result.probes)
+    if shown or per_device:
+        title = "BEFORE, probes inside shard_map, AFTER" if per_device else "BEFORE and AFTER"
+        human.section(console, f"{title} (per device)", blocks_table(result))
     global_ = [p for p in result.probes if not p.axes]
     if global_:
         human.section(console, "probes (global values, under jit)", _global_probes(global_))
@@ -241,7 +232,8 @@ def _values_sections(console: Console, result: RunResult, quiet: bool) -> None:
         if array.global_values is not None:
             human.section(console, f"global {array.name}", Text(_values_text(array.global_values)))
     for check in result.checks:
-        if not check.compared and check.reference is not None and check.reference.size <= 256:
+        differs = not check.compared or check.wrong
+        if differs and check.reference is not None and check.reference.size <= 256:
             human.section(
                 console, f"{check.name} on one device", Text(_values_text(np.asarray(check.reference)))
             )

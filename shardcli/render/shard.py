@@ -70,7 +70,9 @@ def shard_table(result: ShardResult) -> Table:
             f"{s.nbytes:,}",
         ]
         if show_values:  # every shard holds its values, or none does
-            row.append(human.format_values(s.values) if s.values is not None else "-")
+            row.append(
+                human.format_values(s.values, human.CELL_VALUES_WIDTH) if s.values is not None else "-"
+            )
         table.add_row(*row)
     return table
 
