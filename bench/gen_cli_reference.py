@@ -180,6 +180,8 @@ EXAMPLES: dict[str, str | list[str]] = {
         "shardcli compare before.json after.json --format json "
         "| jq -c '{regressions, worst_ratio, row1: .rows[1]}'",
     ],
+    # a tiny decoder on 4 chips: three compiles of a few seconds (a 7B model's are minutes each)
+    "readme-plan": "shardcli plan --preset tiny --target tpu-v5e:2x2 --batch 2 --compile 3",
     "example-compare-errors": [
         "shardcli collective psum --mesh 8 --size 64K --iters 2 --format json > before.json",
         "shardcli collective psum --mesh 4 --size 64K --iters 2 --format json > m4.json",
@@ -276,11 +278,13 @@ VOLATILE = {
     "tutorial-pipeline-launch",
     "example-model",
     "example-compare",
+    "readme-plan",  # compile seconds
 }
 # Examples that draw charts or timelines from their timings: --check also leaves out those lines.
 CHARTS = {"example-collective-sweep", "example-pipeline", "tutorial-pipeline-launch"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
 NEEDS_TPU = {
+    "readme-plan",
     "readme-tpu",
     "readme-step-time",
     "tutorial-tpu-mesh",

@@ -24,6 +24,7 @@ from shardcli.commands import matmul as matmul_cmd
 from shardcli.commands import mesh as mesh_cmd
 from shardcli.commands import model as model_cmd
 from shardcli.commands import pipeline as pipeline_cmd
+from shardcli.commands import plan as plan_cmd
 from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import reshard as reshard_cmd
 from shardcli.commands import run as run_cmd
@@ -209,6 +210,7 @@ for _name, _command, _settings in [
     ("reshard", reshard_cmd.reshard, None),
     ("inspect", inspect_cmd.inspect, None),
     ("run", run_cmd.run, None),
+    ("plan", plan_cmd.plan, None),
     ("recipe", recipe_cmd.recipe, None),
     ("pipeline", pipeline_cmd.pipeline, None),
     ("compare", compare_cmd.compare, None),

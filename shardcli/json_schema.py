@@ -611,6 +611,100 @@ RESHARD_BODY = Record(
 )
 
 
+# `shardcli plan`: every candidate layout, modelled, and compiled where it ranked high enough.
+PLAN_MODEL = Record("name", "layers", "d_model", "heads", "kv_heads", "head_dim", "mlp_dim", "vocab", "seq")
+PLAN_CONFIG = Record(
+    ("model", PLAN_MODEL.extended("activation", "tied_embeddings", "parameters", "source")),
+    "target",
+    "chips",
+    "global_batch",
+    "per_device_batch",
+    "remat",
+    "rule_sets",
+    "sequence",
+    "compile",
+    "method",
+)
+PLAN_CHIP = Record(
+    "peak_flop_per_s", "hbm_bytes_per_s", "hbm_bytes", "link_bytes_per_s", "torus", "wraparound"
+)
+PLAN_MODELLED = Record("memory_bytes", "fits", "flops", "t_math_s", "t_comm_s", "comm_bytes", "bound")
+PLAN_TRAFFIC = Record("axes", "sent_bytes", "collectives", "top_kind", "top_op")
+PLAN_COMPILED = Record(
+    "fits",
+    "needed_bytes",
+    "capacity_bytes",
+    "argument_bytes",
+    "temp_bytes",
+    "flops",
+    "bytes_accessed",
+    ("traffic", ListOf(PLAN_TRAFFIC)),
+    "method",
+    "compile_s",
+    "fit_text",
+    "notes",
+)
+PLAN_ESTIMATE = Record(
+    "step_s",
+    "t_math_s",
+    "t_hbm_s",
+    "t_comm_s",
+    "bound",
+    "t_bound_s",
+    "t_sum_s",
+    "efficiency",
+    "efficiency_source",
+)
+PLAN_CANDIDATE = Record(
+    "rank",
+    "layout",
+    "mesh",
+    "rule_set",
+    "rules",
+    "remat",
+    "global_batch",
+    "per_device_batch",
+    "status",
+    "why",
+    ("model", PLAN_MODELLED),
+    ("compiled", Maybe(PLAN_COMPILED)),
+    ("estimate", Maybe(PLAN_ESTIMATE)),
+    "tokens_per_s_per_chip",
+    "mfu",
+)
+PLAN_WINNER = Record("layout", "mesh_shape", "mesh_axes", "rules", "remat", "global_batch", "inspect_command")
+PLAN_SUMMARY = Record(
+    "candidates", "compiled", "cached", "modelled", "pruned", "fits", "interrupted", "compile_s"
+)
+PLAN_PROGRAM_CANDIDATE = Record(
+    "rank",
+    "layout",
+    "mesh",
+    "rule_set",
+    "rules",
+    "argument_bytes",
+    "status",
+    "why",
+    ("compiled", Maybe(PLAN_COMPILED)),
+    ("estimate", Maybe(PLAN_ESTIMATE)),
+)
+PLAN_PROGRAM_BODY = Record(
+    ("config", Record("program", "inputs", "target", "chips", "rules", "compile", "named_leaves", "leaves")),
+    ("candidates", ListOf(PLAN_PROGRAM_CANDIDATE)),
+    ("winner", Maybe(Record("layout", "mesh_shape", "mesh_axes", "rules"))),
+    ("summary", Record("candidates", "compiled", "fits", "interrupted", "compile_s")),
+)
+PLAN_BODY = Record(
+    ("config", PLAN_CONFIG),
+    ("chip", PLAN_CHIP),
+    "calibration",
+    ("candidates", ListOf(PLAN_CANDIDATE)),
+    ("unbuildable", ListOf(Record("layout", "why"))),
+    ("winner", Maybe(PLAN_WINNER)),
+    ("summary", PLAN_SUMMARY),
+)
+
+
 # `shardcli run FILE.py:FN`: the inputs, probes and results device by device, and the result's check.
 RUN_CONFIG = Record("function", "args", "inputs", "init", "show_values", "tolerance")
 RUN_BLOCK = Record("device_ids", "coords", "index", "values")
@@ -681,6 +775,8 @@ DOCUMENTS: dict[str, DocumentKind] = {
         DocumentKind("model", ("model train", "model restore"), MODEL_BODY),
         DocumentKind("pipeline", ("pipeline",), PIPELINE_BODY),
         DocumentKind("compare", ("compare",), COMPARE_BODY, on_devices=False),
+        DocumentKind("plan", ("plan",), PLAN_BODY, on_devices=False),  # compile-only, one mesh per layout
+        DocumentKind("plan-program", ("plan",), PLAN_PROGRAM_BODY, on_devices=False),  # the user's program
     )
 }
 

@@ -61,6 +61,17 @@ def _model(cli, tmp_path) -> list[dict[str, Any]]:
 
 # Each kind of document, as real runs write it. A new kind in DOCUMENTS needs its entry here.
 EXAMPLES = str(Path(__file__).resolve().parent.parent / "examples")
+_LINEN = str(Path(__file__).parent / "programs" / "plan_linen.py")
+PLAN_LINEN = [
+    "plan",
+    f"{_LINEN}:train_step",
+    "--inputs",
+    f"{_LINEN}:inputs",
+    "--target",
+    "tpu-v5e:2x2",
+    "-n",
+    "1",
+]
 REAL_DOCUMENTS: dict[str, Callable[[Any, Any], list[dict[str, Any]]]] = {
     "mesh": lambda cli, _: [run_json(cli, ["mesh", "--mesh", "2x4", "--format", "json"])],
     "shard": lambda cli, _: [
@@ -131,6 +142,26 @@ REAL_DOCUMENTS: dict[str, Callable[[Any, Any], list[dict[str, Any]]]] = {
     "model": _model,
     "pipeline": lambda cli, _: [run_json(cli, PIPELINE)],
     "compare": _compare,
+    # compile-only through libtpu (the tpu extra), a tiny decoder and a linen program on 4 chips
+    "plan": lambda cli, _: [
+        run_json(
+            cli,
+            [
+                "plan",
+                "--preset",
+                "tiny",
+                "--target",
+                "tpu-v5e:2x2",
+                "--batch",
+                "2",
+                "-n",
+                "1",
+                "--format",
+                "json",
+            ],
+        )
+    ],
+    "plan-program": lambda cli, _: [run_json(cli, [*PLAN_LINEN, "--format", "json"])],
 }
 
 # Each kind's keys, digested (see `key_tree`), per SCHEMA_VERSION. A kind whose keys change breaks
@@ -181,6 +212,8 @@ PINNED_KEYS = {
         "model": "bd734e2164339f19",
         "pipeline": "624ff9ba959f3e42",
         "compare": "53b1ec01214a6068",
+        "plan": "16c1fd929d96515d",  # new (shardcli plan)
+        "plan-program": "d230f4b4b1023781",  # new (shardcli plan FILE.py:FN)
     },
 }
 

@@ -1,0 +1,250 @@
+"""`shardcli plan`'s step-time estimate against MaxText's published TPU measurements.
+
+Each row builds shardcli's decoder at a published MaxText size and layout (the Dec-2023 base.yml
+scaled by global_parameter_scale; sequence 2048), compiles it for the TPU topology through the same
+path `shardcli plan` and `shardcli inspect --target` take (`plan_compile.compile_candidate`: the
+program as it trains, its scanned layers counted per trip; `--method layers` adds 1- and 2-layer
+copies extrapolated per layer), and compares the roofline
+max(T_math, T_hbm, T_comm per axis) with the measured step time. The measured step time is derived
+from the published TFLOP/s/chip with MaxText's own FLOP count (`calculate_tflops_training_per_device`,
+Dec 2023: 6 x parameters + causal attention per token): step = FLOPs per chip / (TFLOP/s x 1e12).
+
+Calibration, stated plainly: the ONE efficiency the estimate divides the roofline by is the median
+over these rows (and only these) of roofline / measured. The script prints it; the value stored in
+`shardcli/core/plan_estimate.py` (CALIBRATION) was set from this script's output, and every row's
+estimate / measured uses that stored value. Rows not listed here were never used.
+
+Then for each row the planner ranks every layout of the same model, batch and target and compiles
+its top pick the same way: the pick should be estimated at least as fast as the published layout.
+
+Compiles are cached (`~/.cache/shardcli/plan`), so a second run reads them. On the 2-core
+development machine a 32B compile for v5p-128 takes minutes under load: run the full bench in the
+background (nohup). `--quick` runs one tiny row in seconds (CI).
+
+Usage: python bench/plan_vs_published.py [--quick] [--rows 32B,64B] [--no-pick]
+It exits 0 (the figures are what to read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from shardcli.core.plan_candidates import Candidate, MeshChoice  # noqa: E402
+from shardcli.core.plan_estimate import CALIBRATION, ROOFLINE, estimate_of  # noqa: E402
+from shardcli.core.plan_model import chip_figures  # noqa: E402
+from shardcli.decoder_spec import PRESETS  # noqa: E402
+from shardcli.targets import parse_target  # noqa: E402
+
+README = "MaxText configs/v5p/README.md and configs/v4/README.md (Dec 2023)"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    preset: str
+    target: str
+    mesh: tuple[tuple[str, int], ...]
+    per_device_batch: int
+    remat: str
+    tflops_per_chip: float | None  # published; None for the quick row
+    script: str
+
+
+# fmt: off
+ROWS = (
+    Row(
+        "32B",
+        "maxtext-32b",
+        "tpu-v5p:4x4x4",
+        (("fsdp", 16), ("tensor", 4)),
+        6,
+        "minimal",
+        328.0,
+        "v5p/32b.sh",
+    ),
+    Row(
+        "64B",
+        "maxtext-64b",
+        "tpu-v5p:4x4x4",
+        (("fsdp", 16), ("tensor", 4)),
+        3,
+        "minimal",
+        323.0,
+        "v5p/64b.sh",
+    ),
+    Row(
+        "128B",
+        "maxtext-128b",
+        "tpu-v5p:4x4x8",
+        (("fsdp", 16), ("tensor", 8)),
+        1,
+        "minimal",
+        315.0,
+        "v5p/128b.sh",
+    ),
+    Row("22B", "maxtext-22b", "tpu-v4:4x4x4", (("fsdp", 64),), 13, "full", 156.0, "v4/22b.sh"),
+)
+# fmt: on
+QUICK = Row("tiny", "tiny", "tpu-v5e:2x2", (("fsdp", 2), ("tensor", 2)), 2, "minimal", None, "-")
+
+
+@dataclass(frozen=True)
+class Result:
+    row: Row
+    roofline_s: float
+    bound: str
+    measured_s: float | None
+    fits: bool
+    gib: float | None
+    compile_s: float
+    cached: bool
+    pick: str = ""
+    pick_roofline_s: float | None = None
+
+
+def _candidate(row: Row, chips: int) -> Candidate:
+    """The published layout: MaxText's logical rules, whose `activation_embed -> tensor` splits the
+    residual stream over the tensor axis between layers (shardcli's fsdp-tp-sp rule set)."""
+    rule_set = "fsdp-tp-sp" if dict(row.mesh).get("tensor", 1) > 1 else "fsdp-tp"
+    return Candidate(MeshChoice(row.mesh, True), rule_set, row.remat, row.per_device_batch * chips, chips)
+
+
+METHOD = ["scan"]  # --method
+PICK_TRIES = 4  # the planner's top candidates compiled, in its order, until one fits
+
+
+def _figures(cfg, candidate, target, sessions):  # type: ignore[no-untyped-def]
+    """(figures, the mesh, whether they came from the cache)."""
+    from shardcli.core.plan import _session
+    from shardcli.core.plan_compile import cache_key, compile_candidate, read_cached, write_cached
+    from shardcli.specs import RunOptions
+
+    session = _session(sessions, target, candidate, RunOptions())
+    key = cache_key(cfg, candidate, target, METHOD[0])
+    figures = read_cached(key)
+    if figures is not None:
+        return figures, session.mesh, True
+    figures = compile_candidate(session, cfg, candidate, target, METHOD[0])
+    write_cached(key, figures, candidate.label)
+    return figures, session.mesh, False
+
+
+def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[type-arg]
+    cfg = PRESETS[row.preset]
+    target = parse_target(row.target)
+    chip = chip_figures(target.generation.name, target.topology)
+    candidate = _candidate(row, target.chips)
+    figures, mesh, cached = _figures(cfg, candidate, target, sessions)
+    raw = estimate_of(figures, mesh, ROOFLINE)
+    if raw is None or raw.bound_s is None:
+        raise SystemExit(f"{row.name}: the published layout was refused: {figures.fit_text}")
+    measured = None
+    if row.tflops_per_chip is not None:
+        flops = cfg.maxtext_train_flops_per_token() * row.per_device_batch * cfg.seq
+        measured = flops / (row.tflops_per_chip * 1e12)
+    result = Result(
+        row,
+        raw.bound_s,
+        raw.dominant or "-",
+        measured,
+        figures.fits,
+        figures.needed_bytes / 2**30 if figures.needed_bytes else None,
+        figures.compile_s,
+        cached,
+    )
+    if not pick:
+        return result
+    from shardcli.core.plan import rank_candidates
+    from shardcli.core.plan_candidates import enumerate_candidates
+
+    candidates, _ = enumerate_candidates(
+        target.topology, global_batch=None, per_device_batch=row.per_device_batch, seq_len=cfg.seq
+    )
+    kept, _ = rank_candidates(cfg, candidates, chip, CALIBRATION.efficiency)
+    # as the planner does: its ranking compiled in order, the first that fits is its pick
+    for modelled in kept[:PICK_TRIES]:
+        top = modelled.candidate
+        top_figures, top_mesh, _ = _figures(cfg, top, target, sessions)
+        if top_figures.fits:
+            break
+    top_raw = estimate_of(top_figures, top_mesh, ROOFLINE)
+    label = f"{top.label} {top.remat}{'' if top_figures.fits else ' (no fit)'}"
+    return replace(result, pick=label, pick_roofline_s=top_raw.bound_s if top_raw else None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one tiny row (seconds)")
+    parser.add_argument("--rows", default=",".join(r.name for r in ROWS))
+    parser.add_argument("--no-pick", action="store_true", help="skip the planner's top pick")
+    parser.add_argument(
+        "--method",
+        choices=("scan", "layers"),
+        default="scan",
+        help="scan: one compile, loops counted per trip; layers: 1- and 2-layer copies extrapolated",
+    )
+    args = parser.parse_args()
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    by_name = {r.name: r for r in ROWS}
+    unknown = [n for n in args.rows.split(",") if n not in by_name]
+    if unknown:
+        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(by_name)}")
+    METHOD[0] = args.method
+    rows = [QUICK] if args.quick else [by_name[n] for n in args.rows.split(",")]
+    sessions: dict = {}  # type: ignore[type-arg]
+    results = []
+    for row in rows:
+        start = time.perf_counter()
+        result = run_row(row, pick=not args.no_pick and not args.quick, sessions=sessions)
+        results.append(result)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(
+            f"# {row.name}: {'cached' if result.cached else 'compiled'} "
+            f"in {time.perf_counter() - start:.0f} s "
+            f"(compile {result.compile_s:.0f} s), peak RSS {rss:.2f} GB",
+            flush=True,
+        )
+    measured = [r for r in results if r.measured_s is not None]
+    ratios = [r.roofline_s / r.measured_s for r in measured if r.measured_s]
+    fitted = statistics.median(ratios) if ratios else None
+    eff = CALIBRATION.efficiency
+    print(f"\nstored efficiency {eff:.3f} ({CALIBRATION.provenance})")
+    if fitted is not None:
+        print(f"median roofline/measured over these rows: {fitted:.4f} (the calibration's value)")
+    head = f"{'row':5} {'target':14} {'layout':16} {'GiB':>5} {'fits':4} {'roofline':>9} {'bound':8}"
+    print(f"\n{head} {'measured':>9} {'roof/meas':>9} {'est/meas':>8} {'top pick':24} {'pick/pub':>8}")
+    errors = []
+    for r in results:
+        est = r.roofline_s / eff
+        meas = f"{r.measured_s:9.3f}" if r.measured_s else f"{'-':>9}"
+        ratio = f"{r.roofline_s / r.measured_s:9.3f}" if r.measured_s else f"{'-':>9}"
+        er = f"{est / r.measured_s:8.3f}" if r.measured_s else f"{'-':>8}"
+        if r.measured_s:
+            errors.append(abs(est / r.measured_s - 1))
+        pick = f"{r.pick_roofline_s / r.roofline_s:8.3f}" if r.pick_roofline_s else f"{'-':>8}"
+        gib = f"{r.gib:5.1f}" if r.gib is not None else f"{'-':>5}"
+        layout = " ".join(f"{a}{s}" for a, s in r.row.mesh) + f" {r.row.remat}"
+        print(
+            f"{r.row.name:5} {r.row.target:14} {layout:16} {gib} {'yes' if r.fits else 'NO':4} "
+            f"{r.roofline_s:9.3f} {r.bound:8} {meas} {ratio} {er} {r.pick[:24]:24} {pick}"
+        )
+    if errors:
+        within = all(0.8 <= (r.roofline_s / eff) / r.measured_s <= 1.25 for r in measured if r.measured_s)
+        print(
+            f"\nmedian |est/measured - 1| = {statistics.median(errors):.1%}; every row within 0.8-1.25x: "
+            f"{'yes' if within else 'no'}; published layouts fit: "
+            f"{'yes' if all(r.fits for r in results) else 'no'}"
+        )
+
+
+if __name__ == "__main__":
+    main()

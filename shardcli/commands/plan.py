@@ -1,0 +1,268 @@
+"""`shardcli plan`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shardcli import options as opt
+from shardcli.errors import ExitCode, ShardcliError
+from shardcli.specs import RunOptions
+
+
+def _int_option(flag: str, text: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, help=text, show_default=False)
+
+
+Program = Annotated[
+    str | None,
+    typer.Argument(
+        help="Your own program instead of the decoder: FILE.py:FUNCTION, whose arguments (from --inputs) "
+        "carry logical axis names.",
+        show_default=False,
+    ),
+]
+Inputs = Annotated[
+    str | None,
+    typer.Option(
+        "--inputs",
+        help="With FILE.py:FUNCTION: FILE.py:NAME, NAME() returns the arguments, parameters boxed by "
+        "nn.with_partitioning (or named in a LOGICAL_AXES table in that file).",
+    ),
+]
+Rules = Annotated[
+    str | None,
+    typer.Option("--rules", help="With FILE.py:FUNCTION: logical axes to mesh axes, embed=fsdp,mlp=tensor."),
+]
+Preset = Annotated[
+    str | None,
+    typer.Option(
+        "--preset",
+        "-p",
+        help="A published model shape: llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, gemma-2b, "
+        "gemma-7b, maxtext-22b/32b/64b/128b (MaxText's TPU benchmarks), tiny. Shape flags change it.",
+    ),
+]
+Target = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help="The TPU slice to plan for: tpu-v4, tpu-v5e, tpu-v5p or tpu-v6e with a topology "
+        "(tpu-v5p:4x4x4). Compiled by the real TPU compiler (the tpu extra); nothing runs.",
+        show_default=False,
+    ),
+]
+Layers = Annotated[int | None, _int_option("--layers", "Decoder layers.")]
+DModel = Annotated[int | None, _int_option("--d-model", "Model width (embedding size).")]
+Heads = Annotated[int | None, _int_option("--heads", "Query heads.")]
+KvHeads = Annotated[
+    int | None, _int_option("--kv-heads", "Key/value heads (grouped-query attention). \\[default: --heads]")
+]
+HeadDim = Annotated[int | None, _int_option("--head-dim", "Width of one head.")]
+MlpDim = Annotated[int | None, _int_option("--mlp-dim", "MLP hidden width.")]
+Vocab = Annotated[int | None, _int_option("--vocab", "Vocabulary size.")]
+Seq = Annotated[int | None, _int_option("--seq", "Sequence length.")]
+Activation = Annotated[
+    str | None, _int_option("--activation", "swiglu, geglu (gated) or relu (MaxText's 2023 base).")
+]
+GlobalBatch = Annotated[int | None, _int_option("--global-batch", "Sequences per step over the whole slice.")]
+Batch = Annotated[
+    int | None,
+    _int_option(
+        "--batch", "Sequences per chip (MaxText's per_device_batch_size). \\[default: the planner tries 1-32]"
+    ),
+]
+Remat = Annotated[
+    str,
+    typer.Option("--remat", help="Remat policies to try, comma-separated: none, minimal, full."),
+]
+Sequence = Annotated[
+    bool, typer.Option("--sequence", help="Also try a sequence mesh axis (sequence parallelism).")
+]
+Compile = Annotated[
+    int, typer.Option("--compile", "-n", help="Compile the best N candidates of the analytic ranking.")
+]
+Method = Annotated[
+    str,
+    typer.Option(
+        "--method",
+        help="scan: one compile of the program as it trains (loops counted per trip); layers: also 1- and "
+        "2-layer copies, per-layer costs extrapolated.",
+    ),
+]
+NoCache = Annotated[
+    bool, typer.Option("--no-cache", help="Compile every candidate again (the cache is still written).")
+]
+Emit = Annotated[
+    str | None,
+    typer.Option(
+        "--emit",
+        help="Write the winner's train step to FILE.py, for `shardcli inspect` (the command is printed).",
+    ),
+]
+
+
+def _positive(flag: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ShardcliError(f"{flag} {value} must be a positive whole number")
+
+
+@opt.with_run_options(
+    formats=("table", "json"), mode=False, devices=False, compile_cache=False, processes=False
+)
+def plan(
+    program: Program = None,
+    inputs: Inputs = None,
+    rules: Rules = None,
+    preset: Preset = None,
+    target: Target = "tpu-v5p:4x4x4",
+    layers: Layers = None,
+    d_model: DModel = None,
+    heads: Heads = None,
+    kv_heads: KvHeads = None,
+    head_dim: HeadDim = None,
+    mlp_dim: MlpDim = None,
+    vocab: Vocab = None,
+    seq: Seq = None,
+    activation: Activation = None,
+    global_batch: GlobalBatch = None,
+    batch: Batch = None,
+    remat: Remat = "none,minimal,full",
+    sequence: Sequence = False,
+    compile_n: Compile = 8,
+    method: Method = "scan",
+    no_cache: NoCache = False,
+    emit: Emit = None,
+    *,
+    options: RunOptions,
+) -> None:
+    """Choose a layout for a decoder-only transformer on a TPU slice you don't own: every way of
+    naming the chips (data, fsdp, tensor, sequence axes along the torus) x logical-axis rules x remat
+    x batch is ranked by an analytic model, the best --compile N are compiled by the real TPU
+    compiler, and the table ranks them by the step-time estimate from those compiles (memory per
+    chip and fit, estimated step, MFU, the bound). Exit 1 when no compiled layout fits.
+
+    With FILE.py:FUNCTION --inputs FILE.py:NAME it lays out your own program instead: its
+    arguments carry logical axis names (nn.with_partitioning), and each layout is a mesh and a rule
+    set mapping those names to mesh axes.
+
+    Example: shardcli plan --preset llama2-7b --target tpu-v5p:4x4x4
+    """
+    if program is not None:
+        decoder_flags = {
+            "--preset": preset, "--layers": layers, "--d-model": d_model, "--heads": heads,
+            "--kv-heads": kv_heads, "--head-dim": head_dim, "--mlp-dim": mlp_dim, "--vocab": vocab,
+            "--seq": seq, "--activation": activation, "--global-batch": global_batch, "--batch": batch,
+            "--emit": emit,
+        }  # fmt: skip
+        given = [flag for flag, value in decoder_flags.items() if value is not None]
+        if remat != "none,minimal,full":
+            given.append("--remat")
+        if sequence:
+            given.append("--sequence")
+        if given:
+            raise ShardcliError(
+                f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the decoder; "
+                f"{program} is laid out as it is (leave {'it' if len(given) == 1 else 'them'} out)"
+            )
+        _plan_program(program, inputs, rules, target, compile_n, options)
+        return
+    if inputs is not None or rules is not None:
+        flag = "--inputs" if inputs is not None else "--rules"
+        raise ShardcliError(f"{flag} goes with your own program (shardcli plan FILE.py:FUNCTION {flag} ...)")
+    from shardcli.core.plan import PlanRequest
+    from shardcli.decoder_spec import REMAT_POLICIES, build_config
+    from shardcli.targets import parse_target
+
+    for flag, value in (("--compile", compile_n), ("--global-batch", global_batch), ("--batch", batch)):
+        _positive(flag, value)
+    if global_batch is not None and batch is not None:
+        raise ShardcliError("give --global-batch or --batch (per chip), not both")
+    remats = tuple(r.strip() for r in remat.split(",") if r.strip())
+    for r in remats:
+        if r not in REMAT_POLICIES:
+            raise ShardcliError(f"--remat {r!r} is not a policy; choose from {', '.join(REMAT_POLICIES)}")
+    if not remats:
+        raise ShardcliError(f"--remat {remat!r} names no policy; choose from {', '.join(REMAT_POLICIES)}")
+    if emit is not None and not emit.endswith(".py"):
+        raise ShardcliError(
+            f"--emit {emit!r} must name a .py file (shardcli inspect FILE.py:train_step reads it)"
+        )
+    cfg = build_config(
+        preset,
+        layers=layers,
+        d_model=d_model,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        mlp_dim=mlp_dim,
+        vocab=vocab,
+        seq=seq,
+        activation=activation,
+    )
+    request = PlanRequest(
+        model=cfg,
+        target=parse_target(target),
+        global_batch=global_batch,
+        per_device_batch=batch,
+        remats=tuple(dict.fromkeys(remats)),
+        sequence=sequence,
+        compile_n=compile_n,
+        method=method,
+        use_cache=not no_cache,
+        options=options,
+    )
+    from shardcli.core.plan import program_text, run_plan
+    from shardcli.render.plan import render_plan
+    from shardcli.render.progress import progress_bar
+
+    show = options.format != "json" and not options.quiet
+    with progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update:
+        result = run_plan(request, progress=update)
+    if emit is not None and result.winner is not None:
+        try:
+            with open(emit, "w", encoding="utf-8") as out:
+                out.write(program_text(request, result.winner, emit))
+        except OSError as error:
+            raise ShardcliError(f"--emit {emit}: cannot write it ({error.strerror or error})") from None
+    render_plan(result, options, emit)
+    if result.interrupted:
+        raise typer.Exit(ExitCode.INTERRUPTED)
+    raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
+
+
+def _plan_program(
+    program: str, inputs: str | None, rules: str | None, target: str, compile_n: int, options: RunOptions
+) -> None:
+    """`plan FILE.py:FUNCTION --inputs FILE.py:NAME`."""
+    from shardcli.core.plan_program import ProgramPlanRequest, run_program_plan
+    from shardcli.decoder_spec import parse_rules
+    from shardcli.render.plan import render_program_plan
+    from shardcli.render.progress import progress_bar
+    from shardcli.targets import parse_target
+
+    _positive("--compile", compile_n)
+    if inputs is None:
+        raise ShardcliError(
+            f"plan {program} needs --inputs FILE.py:NAME (the arguments, with logical axis names)"
+        )
+    request = ProgramPlanRequest(
+        program=program,
+        inputs=inputs,
+        target=parse_target(target),
+        rules=parse_rules(rules) if rules is not None else None,
+        compile_n=compile_n,
+        options=options,
+    )
+    if request.target.generation.platform != "tpu":
+        raise ShardcliError(
+            f"--target {target}: plan lays programs out on TPU tori; give one such as tpu-v5e:2x2"
+        )
+    show = options.format != "json" and not options.quiet
+    with progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update:
+        result = run_program_plan(request, progress=update)
+    render_program_plan(result, options)
+    if result.interrupted:
+        raise typer.Exit(ExitCode.INTERRUPTED)
+    raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)

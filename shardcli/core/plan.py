@@ -1,0 +1,362 @@
+"""`shardcli plan`: which layout, on a target you do not own, ranked by the step-time estimate.
+
+1. Enumerate candidates (`plan_candidates`): meshes over the target's chips x rule sets x remat x batch.
+2. Rank every one with the analytic model (`plan_model`), keeping per layout the largest batch it
+   says fits; the others are pruned with the reason.
+3. Compile the best `compile_n` for the target, each an `inspect` of the train step on its mesh
+   (`plan_compile`, cached on disk), and estimate their step time from what the compiler says
+   (`plan_estimate`). Every figure of the final table comes from those compiles.
+
+Ctrl-C during the compiles keeps what finished: the result says it was interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from shardcli.core.plan_candidates import Candidate, Pruned, enumerate_candidates
+from shardcli.core.plan_compile import (
+    COST_FLAGS,
+    METHODS,
+    CompiledFigures,
+    cache_key,
+    read_cached,
+    write_cached,
+)
+from shardcli.core.plan_estimate import CALIBRATION, Calibration, estimate_of
+from shardcli.core.plan_model import ChipFigures, Modelled, chip_figures, model_candidate
+from shardcli.core.step_time import StepEstimate
+from shardcli.decoder_spec import REMAT_POLICIES, DecoderConfig
+from shardcli.errors import ShardcliError
+from shardcli.specs import RunOptions
+from shardcli.targets import TargetSpec
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """`shardcli plan`'s flags, parsed before JAX starts."""
+
+    model: DecoderConfig
+    target: TargetSpec
+    global_batch: int | None = None
+    per_device_batch: int | None = None
+    remats: tuple[str, ...] = REMAT_POLICIES
+    rule_sets: tuple[str, ...] = ("fsdp-tp", "fsdp-tp-sp")
+    sequence: bool = False
+    compile_n: int = 8
+    method: str = "scan"
+    use_cache: bool = True
+    options: RunOptions = field(default_factory=RunOptions)
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One candidate: what the model said, and what the compiler said where it was compiled."""
+
+    candidate: Candidate
+    modelled: Modelled
+    status: str  # "compiled", "cached", "modelled", "pruned", "interrupted"
+    why: str = ""  # why it was pruned, or not compiled
+    compiled: CompiledFigures | None = None
+    estimate: StepEstimate | None = None
+
+    @property
+    def fits(self) -> bool | None:
+        return self.compiled.fits if self.compiled is not None else None
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Every candidate, the compiled ones ranked first by their estimate."""
+
+    request: PlanRequest
+    chip: ChipFigures
+    calibration: Calibration
+    rows: tuple[PlanRow, ...]
+    pruned: tuple[Pruned, ...]
+    interrupted: bool
+    compile_s: float
+    cache_hits: int
+    session_note: str = ""
+
+    @property
+    def chips(self) -> int:
+        return self.request.target.chips
+
+    @property
+    def compiled(self) -> tuple[PlanRow, ...]:
+        return tuple(r for r in self.rows if r.compiled is not None)
+
+    @property
+    def winner(self) -> PlanRow | None:
+        fitting = [r for r in self.compiled if r.fits and r.estimate is not None]
+        return fitting[0] if fitting else None
+
+    def tokens_per_s_per_chip(self, row: PlanRow) -> float | None:
+        if row.estimate is None or not row.estimate.estimate_s:
+            return None
+        return row.candidate.global_batch * self.request.model.seq / self.chips / row.estimate.estimate_s
+
+    def mfu(self, row: PlanRow) -> float | None:
+        """MaxText's model FLOPs per chip (6 x parameters + causal attention per token) over
+        estimated step time x peak."""
+        tokens = self.tokens_per_s_per_chip(row)
+        if tokens is None:
+            return None
+        return tokens * self.request.model.maxtext_train_flops_per_token() / self.chip.peak_flops
+
+
+def rank_candidates(
+    cfg: DecoderConfig, candidates: list[Candidate], chip: ChipFigures, efficiency: float
+) -> tuple[list[Modelled], list[tuple[Modelled, str]]]:
+    """Model every candidate; keep per layout (mesh, rules, remat) the largest batch that fits.
+
+    Returns:
+        (kept, best first by modelled tokens/s per chip; [(modelled, why pruned)]).
+    """
+    modelled = [model_candidate(cfg, c, chip, efficiency) for c in candidates]
+    best: dict[tuple[Any, ...], Modelled] = {}
+    pruned: list[tuple[Modelled, str]] = []
+    for m in modelled:
+        c = m.candidate
+        key = (c.mesh, c.rule_set, c.remat)
+        other = best.get(key)
+        if other is None:
+            best[key] = m
+            continue
+        better = (m.fits, m.rank_tokens_per_s_per_chip(cfg.seq)) > (
+            other.fits,
+            other.rank_tokens_per_s_per_chip(cfg.seq),
+        )
+        loser = other if better else m
+        winner = m if better else other
+        pruned.append(
+            (loser, f"batch {winner.candidate.global_batch} of the same layout ranks higher (model)")
+        )
+        best[key] = winner
+    kept = sorted(best.values(), key=lambda m: (not m.fits, -m.rank_tokens_per_s_per_chip(cfg.seq)))
+    return kept, pruned
+
+
+def _cost_flags() -> None:
+    """The compiler's collective-matmul loops off for cost compiles, before libtpu starts."""
+    import sys
+
+    if "jax" in sys.modules and "jax._src.xla_bridge" in sys.modules:
+        from jax._src import xla_bridge
+
+        if getattr(xla_bridge, "_backends", None):
+            return  # libtpu read its flags already
+    have = os.environ.get("LIBTPU_INIT_ARGS", "")
+    extra = [f for f in COST_FLAGS if f.split("=")[0] not in have]
+    if extra:
+        os.environ["LIBTPU_INIT_ARGS"] = " ".join([have, *extra]).strip()
+
+
+def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | None = None) -> PlanResult:
+    """Enumerate, model, compile the best and estimate (see the module's docstring).
+
+    Raises:
+        ShardcliError: bad input (one line).
+    """
+    import time
+
+    if request.method not in METHODS:
+        raise ShardcliError(f"--method {request.method!r} is not known; choose one of {', '.join(METHODS)}")
+    from shardcli.core.target import quiet_native_logs
+    from shardcli.runtime import import_jax_quietly
+
+    import_jax_quietly()
+    with quiet_native_logs():  # jax.numpy's first import loads the CUDA plugin, which complains without a GPU
+        import shardcli.core.decoder  # noqa: F401
+    cfg = request.model
+    target = request.target
+    if target.generation.platform != "tpu":
+        raise ShardcliError(
+            f"--target {target.name}: plan lays the decoder out on TPU tori; "
+            "give a TPU target such as tpu-v5p:4x4x4"
+        )
+    chip = chip_figures(target.generation.name, target.topology)
+    candidates, pruned = enumerate_candidates(
+        target.topology,
+        global_batch=request.global_batch,
+        per_device_batch=request.per_device_batch,
+        remats=request.remats,
+        rule_sets=request.rule_sets,
+        sequence=request.sequence,
+        seq_len=cfg.seq,
+    )
+    if not candidates:
+        why = pruned[0].why if pruned else "no mesh"
+        raise ShardcliError(f"no layout of {cfg.name} on {target.name} can be built: {why}")
+    kept, model_pruned = rank_candidates(cfg, candidates, chip, CALIBRATION.efficiency)
+    to_compile = kept[: request.compile_n]
+    rows: list[PlanRow] = []
+    interrupted = False
+    hits = 0
+    start = time.perf_counter()
+    sessions: dict[tuple[Any, ...], Any] = {}
+    note = ""
+    for i, m in enumerate(to_compile):
+        c = m.candidate
+        if progress is not None:
+            progress(i, len(to_compile), c.label)
+        key = cache_key(cfg, c, target, request.method)
+        figures = read_cached(key) if request.use_cache else None
+        status = "cached" if figures is not None else "compiled"
+        try:
+            session = _session(sessions, target, c, request.options)
+            note = session.runtime.note
+            if figures is None:
+                from shardcli.core.plan_compile import compile_candidate
+
+                figures = _interruptible(partial(compile_candidate, session, cfg, c, target, request.method))
+                write_cached(key, figures, c.label)
+            else:
+                hits += 1
+        except KeyboardInterrupt:
+            interrupted = True
+            break
+        rows.append(PlanRow(c, m, status, compiled=figures, estimate=estimate_of(figures, session.mesh)))
+    if progress is not None:
+        progress(len(rows), len(to_compile), "")
+    done = {id(r.modelled) for r in rows}
+    for m in kept:
+        if id(m) in done:
+            continue
+        if interrupted and m in to_compile:
+            rows.append(PlanRow(m.candidate, m, "interrupted", "Ctrl-C before it compiled"))
+        elif not m.fits:
+            rows.append(PlanRow(m.candidate, m, "pruned", "does not fit (model)"))
+        else:
+            rows.append(
+                PlanRow(m.candidate, m, "modelled", f"ranked below the {request.compile_n} compiled (model)")
+            )
+    rows += [PlanRow(m.candidate, m, "pruned", why) for m, why in model_pruned]
+    compiled = sorted(
+        (r for r in rows if r.compiled is not None),
+        key=lambda r: (not r.fits, r.estimate is None, _per_token(r)),
+    )
+    others = [r for r in rows if r.compiled is None]
+    return PlanResult(
+        request=request,
+        chip=chip,
+        calibration=CALIBRATION,
+        rows=tuple(compiled + others),
+        pruned=tuple(pruned),
+        interrupted=interrupted,
+        compile_s=time.perf_counter() - start,
+        cache_hits=hits,
+        session_note=note,
+    )
+
+
+def _interruptible(work: Callable[[], Any]) -> Any:
+    """Run `work` in a thread the main thread waits on, so that Ctrl-C ends the wait at once (a
+    compile inside libtpu would hold the signal until it returned); the abandoned compile ends with
+    the process."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread as it is
+            box["error"] = error
+
+    thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _per_token(row: PlanRow) -> float:
+    """Estimated seconds per token on the whole slice (what ranks compiled candidates)."""
+    if row.estimate is None or row.estimate.estimate_s is None:
+        return float("inf")
+    return row.estimate.estimate_s / row.candidate.global_batch
+
+
+def _session(
+    sessions: dict[tuple[Any, ...], Any], target: TargetSpec, c: Candidate, options: RunOptions
+) -> Any:
+    """A target session with the candidate's mesh (one per target and mesh)."""
+    key = (target.name, c.mesh.shape, c.mesh.axes)
+    if key not in sessions:
+        from shardcli.core.target import open_target_session
+
+        _cost_flags()
+        shape = "x".join(map(str, c.mesh.shape))
+        sessions[key] = open_target_session(target, shape, ",".join(c.mesh.axes), options)
+    return sessions[key]
+
+
+# --- the winner as a program `shardcli inspect` reads -------------------------------------------
+
+PROGRAM_TEMPLATE = '''"""The layout `shardcli plan` chose, as a program `shardcli inspect` compiles.
+
+Written by `shardcli plan`; reproduce its figures with:
+    {command}
+"""
+
+from shardcli.core.decoder import build_train_step
+from shardcli.decoder_spec import DecoderConfig, parse_rules
+
+MODEL = DecoderConfig(**{model!r})
+RULES = parse_rules({rules!r})
+REMAT = {remat!r}
+GLOBAL_BATCH = {batch!r}
+_built = {{}}
+
+
+def inputs(mesh):
+    """The train step's abstract arguments (params, optimizer state, batch) on `mesh`."""
+    program = build_train_step(MODEL, RULES, mesh, remat=REMAT, global_batch=GLOBAL_BATCH)
+    _built["step"] = program.fn
+    return program.args
+
+
+class _TrainStep:
+    """The jitted step `inputs` built for the mesh (its shardings and donation as plan compiled it)."""
+
+    def lower(self, *args):
+        return _built["step"].lower(*args)
+
+    def __call__(self, params, opt_state, batch):
+        return _built["step"](params, opt_state, batch)
+
+
+train_step = _TrainStep()
+'''
+
+
+def inspect_command(request: PlanRequest, row: PlanRow, program_file: str) -> str:
+    """The `shardcli inspect` command that compiles this candidate again, from `program_file`."""
+    mesh = row.candidate.mesh
+    return (
+        f"shardcli inspect {program_file}:train_step --inputs {program_file}:inputs "
+        f"--target {request.target.name} --mesh {'x'.join(map(str, mesh.shape))} --axes {','.join(mesh.axes)}"
+    )
+
+
+def program_text(request: PlanRequest, row: PlanRow, program_file: str) -> str:
+    """The Python file `--emit` writes: the candidate's train step for `shardcli inspect`."""
+    from dataclasses import asdict
+
+    from shardcli.decoder_spec import rules_text
+
+    return PROGRAM_TEMPLATE.format(
+        command=inspect_command(request, row, program_file),
+        model=asdict(request.model),
+        rules=rules_text(row.candidate.rules),
+        remat=row.candidate.remat,
+        batch=row.candidate.global_batch,
+    )

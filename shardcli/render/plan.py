@@ -1,0 +1,467 @@
+"""Rendering `shardcli plan`: the ranked table for people (80 columns), JSON with every candidate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from shardcli import json_schema as schema
+from shardcli.core.plan import PlanResult, PlanRow, inspect_command
+from shardcli.core.plan_compile import CompiledFigures
+from shardcli.core.plan_program import ProgramPlanResult
+from shardcli.core.step_time import StepEstimate
+from shardcli.decoder_spec import rules_text
+from shardcli.render.console import Clauses, DataTable, emit, make_console
+from shardcli.runtime import format_bytes
+from shardcli.specs import RunOptions
+
+GIB = 1 << 30
+EMIT_HINT = "winner.py"
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s:,.2f} s"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+
+def rules_by_axis(rules: tuple[tuple[str, tuple[str, ...]], ...], axes: tuple[str, ...]) -> list[str]:
+    """`fsdp <- batch, embed` per mesh axis of the layout: the rules that take effect on it."""
+    out = []
+    for axis in axes:
+        names = [name for name, mesh_axes in rules if axis in mesh_axes]
+        if names:
+            out.append(f"{axis} <- {', '.join(names)}")
+    return out
+
+
+def _bound(row: PlanRow) -> str:
+    if row.estimate is None:
+        return "-"
+    return row.estimate.dominant or "-"
+
+
+def ranked_table(result: PlanResult) -> DataTable:
+    """The compiled candidates, best first: every figure from the compile."""
+    table = DataTable(box=None, header_style="bold")
+    columns = (
+        ("#", "right", 0),
+        ("layout", "left", 0),
+        ("remat", "left", 0),
+        ("batch", "right", 0),
+        ("fits", "left", 0),
+        ("GiB/chip", "right", 0),
+        ("est step", "right", 0),
+        ("MFU", "right", 0),
+        ("bound", "left", 0),
+        ("tok/s/chip", "right", 1),
+    )
+    for name, justify, priority in columns:
+        table.add_column(name, justify=justify, priority=priority)
+    for i, row in enumerate(result.compiled, 1):
+        f = row.compiled
+        assert f is not None
+        gib = f"{f.needed_bytes / GIB:.1f}" if f.needed_bytes is not None else "?"
+        mfu = result.mfu(row)
+        tokens = result.tokens_per_s_per_chip(row)
+        table.add_row(
+            str(i),
+            row.candidate.label,
+            row.candidate.remat,
+            f"{row.candidate.global_batch}",
+            Text("yes", style="green") if f.fits else Text("no", style="red"),
+            gib,
+            _seconds(row.estimate.estimate_s if row.estimate else None),
+            f"{mfu:.0%}" if mfu is not None and f.fits else "-",
+            _bound(row),
+            f"{tokens:,.0f}" if tokens is not None and f.fits else "-",
+        )
+    return table
+
+
+def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableType]:
+    """The winner's rules, its estimate's terms, its heaviest collective and how to reproduce it."""
+    row = result.winner
+    if row is None:
+        return [Text("no compiled layout fits the chips' HBM", style="red bold")]
+    c, est, f = row.candidate, row.estimate, row.compiled
+    assert est is not None and f is not None
+    comm = ", ".join(f"{t.name} {_seconds(t.seconds)}" for t in est.comm[:3]) or "none"
+    top = f.traffic[0] if f.traffic else None
+    lines: list[RenderableType] = [
+        Text(f"winner: {c.label}, remat {c.remat}, global batch {c.global_batch}", style="bold"),
+        Clauses(
+            [
+                f"mesh {'x'.join(map(str, c.mesh.shape))} ({','.join(c.mesh.axes)})",
+                *rules_by_axis(c.rules, c.mesh.axes),
+            ]
+        ),
+        Clauses(
+            [
+                f"T_math {_seconds(est.math.seconds)}",
+                f"T_hbm {_seconds(est.hbm.seconds)}",
+                f"T_comm {comm}",
+                f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.2f}",
+            ]
+        ),
+    ]
+    if top is not None:
+        lines.append(
+            Text(
+                f"most traffic: {top.top_kind} over {top.axes} from {top.top_op} "
+                f"({format_bytes(int(top.sent_bytes))} per step on that axis)"
+            )
+        )
+    program = emit_file or EMIT_HINT
+    command = inspect_command(result.request, row, program)
+    written = f" ({program} written)" if emit_file else f" (after --emit {program})"
+    lines.append(Text(f"reproduce{written}: {command}"))
+    return lines
+
+
+def summary_clauses(result: PlanResult) -> Clauses:
+    rows = result.rows
+    compiled = sum(r.compiled is not None for r in rows)
+    cached = sum(r.status == "cached" for r in rows)
+    modelled = sum(r.status == "modelled" for r in rows)
+    pruned = sum(r.status == "pruned" for r in rows) + len(result.pruned)
+    parts = [
+        f"{len(rows) + len(result.pruned)} candidates",
+        f"{compiled} compiled ({cached} from the cache) in {result.compile_s:,.0f} s",
+        f"{modelled} modelled only, {pruned} pruned (--format json lists every one)",
+    ]
+    if result.interrupted:
+        parts.append("interrupted: the rest were not compiled")
+    return Clauses(parts, style="dim")
+
+
+def plan_renderable(result: PlanResult, emit_file: str | None, quiet: bool = False) -> RenderableType:
+    req = result.request
+    parts: list[RenderableType] = []
+    if not quiet:
+        m = req.model
+        parts.append(
+            Text(
+                f"plan {m.name} ({_count(m.parameters())} parameters, seq {m.seq}) on {req.target.name}",
+                style="bold",
+            )
+        )
+        parts.append(
+            Clauses(
+                [
+                    f"{result.chips} chips, {format_bytes(result.chip.hbm_bytes)} HBM each",
+                    f"estimate = roofline / {result.calibration.efficiency:.2f} "
+                    f"({result.calibration.provenance})",
+                ],
+                style="dim",
+            )
+        )
+        parts.append(Text(""))
+    parts.append(ranked_table(result))
+    parts.append(Text(""))
+    parts.extend(winner_lines(result, emit_file))
+    if not quiet:
+        parts.append(summary_clauses(result))
+    return Group(*parts)
+
+
+def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    return schema.PLAN_COMPILED(
+        fits=f.fits,
+        needed_bytes=f.needed_bytes,
+        capacity_bytes=f.capacity_bytes,
+        argument_bytes=f.argument_bytes,
+        temp_bytes=f.temp_bytes,
+        flops=f.flops,
+        bytes_accessed=f.bytes_accessed,
+        traffic=[
+            schema.PLAN_TRAFFIC(
+                axes=t.axes,
+                sent_bytes=t.sent_bytes,
+                collectives=t.collectives,
+                top_kind=t.top_kind,
+                top_op=t.top_op,
+            )
+            for t in f.traffic
+        ],
+        method=f.method,
+        compile_s=f.compile_s,
+        fit_text=f.fit_text,
+        notes=list(f.notes),
+    )
+
+
+def _estimate_json(e: StepEstimate | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return schema.PLAN_ESTIMATE(
+        step_s=e.estimate_s,
+        t_math_s=e.math.seconds,
+        t_hbm_s=e.hbm.seconds,
+        t_comm_s={t.name: t.seconds for t in e.comm},
+        bound=e.dominant,
+        t_bound_s=e.bound_s,
+        t_sum_s=e.sum_s,
+        efficiency=e.efficiency,
+        efficiency_source=e.efficiency_source,
+    )
+
+
+def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[str, Any]:
+    c, m, f, e = row.candidate, row.modelled, row.compiled, row.estimate
+    return schema.PLAN_CANDIDATE(
+        rank=rank,
+        layout=c.label,
+        mesh={a: s for a, s in c.mesh.sizes},
+        rule_set=c.rule_set,
+        rules=rules_text(c.rules),
+        remat=c.remat,
+        global_batch=c.global_batch,
+        per_device_batch=c.per_device_batch,
+        status=row.status,
+        why=row.why,
+        model=schema.PLAN_MODELLED(
+            memory_bytes=m.memory_bytes,
+            fits=m.fits,
+            flops=m.flops,
+            t_math_s=m.t_math_s,
+            t_comm_s=dict(m.t_comm_s),
+            comm_bytes=dict(m.comm_bytes),
+            bound=m.bound,
+        ),
+        compiled=_compiled_json(f),
+        estimate=_estimate_json(e),
+        tokens_per_s_per_chip=result.tokens_per_s_per_chip(row),
+        mfu=result.mfu(row),
+    )
+
+
+def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
+    req, cfg, chip = result.request, result.request.model, result.chip
+    ranks = {id(r): i for i, r in enumerate(result.compiled, 1)}
+    winner = result.winner
+    rows = result.rows
+    return schema.document(
+        "plan",
+        config=schema.PLAN_CONFIG(
+            model={
+                "name": cfg.name,
+                "layers": cfg.layers,
+                "d_model": cfg.d_model,
+                "heads": cfg.heads,
+                "kv_heads": cfg.kv_heads,
+                "head_dim": cfg.head_dim,
+                "mlp_dim": cfg.mlp_dim,
+                "vocab": cfg.vocab,
+                "seq": cfg.seq,
+                "activation": cfg.activation,
+                "tied_embeddings": cfg.tied_embeddings,
+                "parameters": cfg.parameters(),
+                "source": cfg.source,
+            },
+            target=req.target.name,
+            chips=result.chips,
+            global_batch=req.global_batch,
+            per_device_batch=req.per_device_batch,
+            remat=list(req.remats),
+            rule_sets=list(req.rule_sets),
+            sequence=req.sequence,
+            compile=req.compile_n,
+            method=req.method,
+        ),
+        chip=schema.PLAN_CHIP(
+            peak_flop_per_s=chip.peak_flops,
+            hbm_bytes_per_s=chip.hbm_bytes_per_s,
+            hbm_bytes=chip.hbm_bytes,
+            link_bytes_per_s=chip.link_bytes_per_s,
+            torus=list(chip.torus),
+            wraparound=list(chip.wraparound),
+        ),
+        calibration={
+            "efficiency": result.calibration.efficiency,
+            "provenance": result.calibration.provenance,
+        },
+        candidates=[_candidate_json(result, ranks.get(id(r)), r) for r in rows],
+        unbuildable=[{"layout": p.label, "why": p.why} for p in result.pruned],
+        winner=None
+        if winner is None
+        else schema.PLAN_WINNER(
+            layout=winner.candidate.label,
+            mesh_shape=list(winner.candidate.mesh.shape),
+            mesh_axes=list(winner.candidate.mesh.axes),
+            rules=rules_text(winner.candidate.rules),
+            remat=winner.candidate.remat,
+            global_batch=winner.candidate.global_batch,
+            inspect_command=inspect_command(req, winner, emit_file or EMIT_HINT),
+        ),
+        summary=schema.PLAN_SUMMARY(
+            candidates=len(rows) + len(result.pruned),
+            compiled=sum(r.compiled is not None for r in rows),
+            cached=result.cache_hits,
+            modelled=sum(r.status == "modelled" for r in rows),
+            pruned=sum(r.status == "pruned" for r in rows) + len(result.pruned),
+            fits=sum(bool(r.fits) for r in rows),
+            interrupted=result.interrupted,
+            compile_s=result.compile_s,
+        ),
+    )
+
+
+def render_plan(result: PlanResult, options: RunOptions, emit_file: str | None) -> None:
+    if options.format == "json":
+        import json
+
+        emit(json.dumps(plan_json(result, emit_file), indent=2) + "\n", options)
+        return
+    make_console(options).print(plan_renderable(result, emit_file, quiet=options.quiet))
+
+
+# --- the user's own program -----------------------------------------------------------------------
+
+
+def program_table(result: ProgramPlanResult) -> DataTable:
+    """The compiled layouts of the user's program, best first."""
+    table = DataTable(box=None, header_style="bold")
+    for name, justify in (
+        ("#", "right"),
+        ("layout", "left"),
+        ("fits", "left"),
+        ("GiB/chip", "right"),
+        ("args GiB", "right"),
+        ("est step", "right"),
+        ("HFU", "right"),
+        ("bound", "left"),
+    ):
+        table.add_column(name, justify=justify)
+    for i, row in enumerate((r for r in result.rows if r.compiled is not None), 1):
+        f, e = row.compiled, row.estimate
+        assert f is not None
+        step = e.estimate_s if e is not None else None
+        hfu = f.flops / step / result.peak_flops if step and f.flops else None
+        table.add_row(
+            str(i),
+            row.label,
+            Text("yes", style="green") if f.fits else Text("no", style="red"),
+            f"{f.needed_bytes / GIB:.1f}" if f.needed_bytes is not None else "?",
+            f"{row.argument_bytes / GIB:.1f}",
+            _seconds(step),
+            f"{hfu:.0%}" if hfu is not None and f.fits else "-",
+            (e.dominant or "-") if e is not None else "-",
+        )
+    return table
+
+
+def program_renderable(result: ProgramPlanResult, quiet: bool = False) -> RenderableType:
+    req = result.request
+    parts: list[RenderableType] = []
+    if not quiet:
+        parts.append(Text(f"plan {req.program} on {req.target.name}", style="bold"))
+        parts.append(
+            Clauses(
+                [
+                    f"{result.named_leaves} of {result.leaves} argument leaves carry logical axis names",
+                    "HFU: the compiled FLOPs over the estimated step at the chip's peak",
+                ],
+                style="dim",
+            )
+        )
+        parts.append(Text(""))
+    parts.append(program_table(result))
+    parts.append(Text(""))
+    row = result.winner
+    if row is None:
+        parts.append(Text("no compiled layout fits the chips' HBM", style="red bold"))
+    else:
+        parts.append(Text(f"winner: {row.label}", style="bold"))
+        parts.append(
+            Clauses(
+                [
+                    f"mesh {'x'.join(map(str, row.mesh.shape))} ({','.join(row.mesh.axes)})",
+                    *rules_by_axis(tuple(r for r in row.rules if r[0] in result.names_used), row.mesh.axes),
+                ]
+            )
+        )
+    if not quiet:
+        compiled = sum(r.compiled is not None for r in result.rows)
+        parts.append(
+            Clauses(
+                [
+                    f"{len(result.rows)} layouts",
+                    f"{compiled} compiled in {result.compile_s:,.0f} s",
+                    "interrupted: the rest were not compiled" if result.interrupted else "",
+                ],
+                style="dim",
+            )
+        )
+    return Group(*parts)
+
+
+def program_json(result: ProgramPlanResult) -> dict[str, Any]:
+    req = result.request
+    ranked = [r for r in result.rows if r.compiled is not None]
+    ranks = {id(r): i for i, r in enumerate(ranked, 1)}
+    winner = result.winner
+    return schema.document(
+        "plan",
+        config={
+            "program": req.program,
+            "inputs": req.inputs,
+            "target": req.target.name,
+            "chips": req.target.chips,
+            "rules": rules_text(req.rules) if req.rules is not None else None,
+            "compile": req.compile_n,
+            "named_leaves": result.named_leaves,
+            "leaves": result.leaves,
+        },
+        candidates=[
+            schema.PLAN_PROGRAM_CANDIDATE(
+                rank=ranks.get(id(r)),
+                layout=r.label,
+                mesh={a: s for a, s in r.mesh.sizes},
+                rule_set=r.rule_set,
+                rules=rules_text(r.rules),
+                argument_bytes=r.argument_bytes,
+                status=r.status,
+                why=r.why,
+                compiled=_compiled_json(r.compiled),
+                estimate=_estimate_json(r.estimate),
+            )
+            for r in result.rows
+        ],
+        winner=None
+        if winner is None
+        else {
+            "layout": winner.label,
+            "mesh_shape": list(winner.mesh.shape),
+            "mesh_axes": list(winner.mesh.axes),
+            "rules": rules_text(winner.rules),
+        },
+        summary={
+            "candidates": len(result.rows),
+            "compiled": len(ranked),
+            "fits": sum(bool(r.compiled and r.compiled.fits) for r in ranked),
+            "interrupted": result.interrupted,
+            "compile_s": result.compile_s,
+        },
+    )
+
+
+def render_program_plan(result: ProgramPlanResult, options: RunOptions) -> None:
+    if options.format == "json":
+        import json
+
+        emit(json.dumps(program_json(result), indent=2) + "\n", options)
+        return
+    make_console(options).print(program_renderable(result, quiet=options.quiet))

@@ -1,0 +1,415 @@
+"""`shardcli plan`: candidates, the decoder's shapes, the analytic model against compiles, cache, exits."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from shardcli import json_schema as schema
+from shardcli.core.plan_candidates import MeshChoice, _aligned, enumerate_candidates, mesh_choices
+from shardcli.decoder_spec import PRESETS, build_config, maxtext_scale, parameter_table, resolve_axes
+from shardcli.errors import ShardcliError
+
+TINY = ["--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "2"]
+
+
+# --- pure: shapes, rules, candidates ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scale", "layers", "d_model", "heads", "mlp"),
+    [
+        pytest.param(1, 16, 2560, 8, 8192, id="base"),
+        pytest.param(32, 32, 10240, 32, 32768, id="32b"),
+        pytest.param(64, 64, 10240, 32, 32768, id="64b"),
+        pytest.param(128, 64, 10240, 64, 65536, id="128b"),
+    ],
+)
+def test_maxtext_scale_follows_global_parameter_scale(scale, layers, d_model, heads, mlp):
+    cfg = maxtext_scale(scale)
+    assert (cfg.layers, cfg.d_model, cfg.heads, cfg.mlp_dim, cfg.head_dim, cfg.vocab) == (
+        layers,
+        d_model,
+        heads,
+        mlp,
+        256,
+        32768,
+    )
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_parameter_count_is_the_sum_of_the_parameter_table(name):
+    cfg = PRESETS[name]
+    assert cfg.parameters() == sum(p.size for p in parameter_table(cfg))
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [
+        pytest.param("llama2-7b", 6.74, id="llama2-7b"),
+        pytest.param("llama2-13b", 13.0, id="llama2-13b"),
+        pytest.param("llama2-70b", 69.0, id="llama2-70b"),
+        pytest.param("llama3-8b", 8.03, id="llama3-8b"),
+        pytest.param("gemma-7b", 8.54, id="gemma-7b"),
+    ],
+)
+def test_presets_have_their_published_parameter_counts(name, billions):
+    assert PRESETS[name].parameters() / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_maxtext_flop_count_is_6n_plus_causal_attention():
+    cfg = maxtext_scale(32)
+    n = cfg.parameters()
+    want = 6 * n + 12 * cfg.heads * cfg.layers * cfg.head_dim * cfg.seq / 2
+    assert cfg.maxtext_train_flops_per_token() == want
+
+
+@pytest.mark.parametrize(
+    ("logical", "shape", "want"),
+    [
+        pytest.param(("embed", "mlp"), (64, 128), (("fsdp",), ("tensor",)), id="weight"),
+        pytest.param(("batch", "length"), (8, 32), (("data", "fsdp"), ()), id="batch-over-two-axes"),
+        pytest.param(("batch", "length"), (2, 32), (("data",), ()), id="fsdp-does-not-divide"),
+        pytest.param(("embed", "embed"), (64, 64), (("fsdp",), ()), id="an-axis-once"),
+        pytest.param(("norm",), (64,), ((),), id="unmapped"),
+    ],
+)
+def test_resolve_axes(logical, shape, want):
+    rules = (("embed", ("fsdp",)), ("mlp", ("tensor",)), ("batch", ("data", "fsdp")))
+    sizes = {"data": 2, "fsdp": 2, "tensor": 2, "sequence": 1}
+    assert resolve_axes(logical, rules, sizes, shape) == want
+
+
+@pytest.mark.parametrize(
+    ("sizes", "torus", "aligned"),
+    [
+        pytest.param((16, 4), (4, 4, 4), True, id="16x4-on-4x4x4"),
+        pytest.param((8, 8), (4, 4, 4), False, id="8x8-splits-a-dim"),
+        pytest.param((1, 64, 1), (4, 4, 4), True, id="all-fsdp"),
+        pytest.param((2, 2), (2, 2), True, id="2x2"),
+    ],
+)
+def test_torus_alignment(sizes, torus, aligned):
+    assert _aligned(sizes, torus) is aligned
+
+
+def test_meshes_over_a_4x4x4_torus_run_along_whole_dimensions():
+    meshes = mesh_choices((4, 4, 4))
+    # data x fsdp x tensor with each a product of whole 4-chip dimensions: 4^a 4^b 4^c, a+b+c = 3
+    assert len(meshes) == math.comb(3 + 2, 2)
+    assert all(math.prod(m.shape) == 64 and m.aligned for m in meshes)
+    assert MeshChoice((("fsdp", 16), ("tensor", 4)), True) in meshes
+    with_sequence = mesh_choices((4, 4, 4), sequence=True)
+    assert len(with_sequence) == math.comb(3 + 3, 3)
+
+
+def test_llama2_7b_on_v5p_128_has_at_least_24_candidates():
+    cfg = PRESETS["llama2-7b"]
+    candidates, pruned = enumerate_candidates(
+        (4, 4, 4), global_batch=None, per_device_batch=None, seq_len=cfg.seq
+    )
+    assert len(candidates) >= 24
+    assert pruned == []
+
+
+def test_a_batch_that_does_not_split_is_pruned_with_the_reason():
+    candidates, pruned = enumerate_candidates((2, 2), global_batch=2, per_device_batch=None, seq_len=32)
+    assert {c.mesh.label for c in candidates} == {"tp4", "dp2 tp2", "fsdp2 tp2"}
+    assert "global batch 2 does not split over data x fsdp = 4" in {p.why for p in pruned}
+
+
+@pytest.mark.parametrize(
+    ("preset", "shape", "message"),
+    [
+        pytest.param("nope", {}, "--preset 'nope' is not known; choose one of llama2-7b", id="preset"),
+        pytest.param(
+            None, {"layers": 2}, "give --preset NAME or every shape flag; missing --d-model", id="flags"
+        ),
+        pytest.param("tiny", {"kv_heads": 3}, "--kv-heads 3 must divide --heads 4", id="kv-heads"),
+        pytest.param("tiny", {"layers": 0}, "--layers 0 must be a positive whole number", id="layers"),
+        pytest.param("tiny", {"activation": "tanh"}, "--activation 'tanh' is not known", id="activation"),
+    ],
+)
+def test_bad_model_flags_are_one_line(preset, shape, message):
+    with pytest.raises(ShardcliError) as error:
+        build_config(preset, **shape)
+    assert str(error.value).startswith(message)
+    assert "\n" not in str(error.value)
+
+
+# --- the decoder compiled: per-layer extrapolation against a full compile -------------------------
+
+
+def _cpu_mesh():
+    return jax.make_mesh((2, 2), ("fsdp", "tensor"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+@pytest.mark.parametrize("remat", ["minimal", "full"])
+def test_one_and_two_layer_copies_extrapolate_to_the_full_program(remat):
+    """c1 + (L - 1)(c2 - c1) of 1- and 2-layer copies against a 4-layer copy compiled whole."""
+    from shardcli.core.decoder import build_train_step
+    from shardcli.core.plan_candidates import RULE_SETS
+    from shardcli.core.plan_compile import _extrapolate
+    from shardcli.core.program_analysis import analyze_compiled
+
+    cfg = PRESETS["tiny"]
+    mesh = _cpu_mesh()
+
+    def analysis(layers):
+        program = build_train_step(
+            cfg, RULE_SETS["fsdp-tp"], mesh, remat=remat, global_batch=8, unrolled=layers
+        )
+        with jax.set_mesh(mesh):
+            return analyze_compiled(program.fn.lower(*program.args).compile(), mesh)
+
+    one, two, four = analysis(1), analysis(2), analysis(4)
+    flops, accessed, traffic = _extrapolate(one, two, 4)
+    assert flops == pytest.approx(four.flops, rel=0.01)
+    assert accessed == pytest.approx(four.bytes_accessed, rel=0.05)
+    assert sum(t.sent_bytes for t in traffic) == pytest.approx(four.sent_bytes, rel=0.01)
+
+
+def test_the_train_step_learns_on_cpu():
+    """The step runs: with AdamW the loss on one fixed batch goes down."""
+    from shardcli.core.decoder import build_train_step
+    from shardcli.core.plan_candidates import RULE_SETS
+
+    cfg = PRESETS["tiny"]
+    mesh = _cpu_mesh()
+    program = build_train_step(cfg, RULE_SETS["fsdp-tp"], mesh, remat="full", global_batch=8)
+    params_s, opt_s, batch_s = program.args
+    key = jax.random.key(0)
+    with jax.set_mesh(mesh):
+        params = jax.tree.map(
+            lambda s: jax.device_put(0.02 * jax.random.normal(key, s.shape, s.dtype), s.sharding), params_s
+        )
+        zeros = jax.tree.map(lambda s: jax.device_put(np.zeros(s.shape, s.dtype), s.sharding), opt_s)
+        tokens = jax.device_put(
+            np.arange(8 * cfg.seq, dtype=np.int32).reshape(8, cfg.seq) % cfg.vocab, batch_s[0].sharding
+        )
+        opt = zeros
+        losses = []
+        for _ in range(5):
+            params, opt, loss = program.fn(params, opt, (tokens, tokens))
+            losses.append(float(loss))
+    assert losses[0] == pytest.approx(np.log(cfg.vocab), rel=0.05)  # a random model guesses uniformly
+    assert losses[-1] < losses[0]
+
+
+# --- through the TPU compiler ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def plan_cache(tmp_path, monkeypatch):
+    """A cache directory of the test's own (plan's is `plan/` beside JAX's)."""
+    monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path / "jax"))
+    return tmp_path / "plan"
+
+
+def _json(cli, args, code=0):
+    out = cli(
+        ["plan", *args, "--format", "json"], env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]}
+    )
+    assert out.exit_code == code, out.output
+    doc = json.loads(out.stdout)
+    assert schema.document_problems(doc) == []
+    return doc
+
+
+def test_a_second_plan_reads_the_cache_and_compiles_only_what_changed(cli, plan_cache):
+    pytest.importorskip("libtpu")
+    first = _json(cli, [*TINY, "--remat", "full", "-n", "1"])
+    assert first["summary"]["compiled"] == 1 and first["summary"]["cached"] == 0
+    assert len(list(plan_cache.glob("*.json"))) == 1
+    again = _json(cli, [*TINY, "--remat", "full", "-n", "1"])
+    assert again["summary"]["cached"] == 1
+    ranked = [c for c in again["candidates"] if c["rank"] is not None]
+    assert ranked == [c for c in first["candidates"] if c["rank"] is not None] or all(
+        a["compiled"]["flops"] == b["compiled"]["flops"]
+        for a, b in zip(ranked, first["candidates"], strict=False)
+    )
+    changed = _json(cli, [*TINY, "--remat", "minimal", "-n", "1"])
+    assert changed["summary"]["cached"] == 0
+    assert len(list(plan_cache.glob("*.json"))) == 2
+
+
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_the_analytic_model_against_a_compile(remat):
+    """Parameters and AdamW's moments per chip counted by hand equal the compiled arguments; the
+    analytic model's weights and FLOPs come close to the compiled program's (loops counted per trip)."""
+    from shardcli.core.decoder import build_train_step
+    from shardcli.core.plan_candidates import Candidate
+    from shardcli.core.plan_model import chip_figures, model_candidate
+    from shardcli.core.program_analysis import analyze_compiled
+
+    cfg = PRESETS["tiny"]
+    mesh = _cpu_mesh()
+    candidate = Candidate(MeshChoice((("fsdp", 2), ("tensor", 2)), True), "fsdp-tp", remat, 8, 4)
+    program = build_train_step(cfg, candidate.rules, mesh, remat=remat, global_batch=8)
+    with jax.set_mesh(mesh):
+        analysis = analyze_compiled(program.fn.lower(*program.args).compile(), mesh)
+    sizes = {"fsdp": 2, "tensor": 2}
+    per_chip = 0
+    for p in parameter_table(cfg):
+        entries = resolve_axes(p.axes, candidate.rules, sizes, p.shape)
+        per_chip += p.size * 4 // math.prod(sizes[a] for e in entries for a in e)
+    tokens = 2 * 8 * cfg.seq * 4 // 2  # inputs and targets, int32, batch over fsdp
+    assert analysis.memory.argument_bytes == 3 * per_chip + tokens + 4  # + the step count
+    modelled = model_candidate(cfg, candidate, chip_figures("tpu-v5e", (2, 2)), 1.0)
+    assert modelled.weights_bytes * 12 / 16 == pytest.approx(3 * per_chip, rel=0.05)
+    assert modelled.flops == pytest.approx(analysis.flops, rel=0.5)
+
+
+def test_no_layout_fits_exits_1(cli, plan_cache):
+    pytest.importorskip("libtpu")
+    big = [
+        "--d-model",
+        "8192",
+        "--mlp-dim",
+        "32768",
+        "--heads",
+        "64",
+        "--kv-heads",
+        "64",
+        "--head-dim",
+        "128",
+    ]
+    args = ["plan", *TINY, *big, "--layers", "8", "--vocab", "32000", "--remat", "full", "-n", "1"]
+    out = cli(args, env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]})
+    assert out.exit_code == 1, out.output
+    assert "no compiled layout fits the chips' HBM" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--preset", "nope"], "--preset 'nope' is not known", id="preset"),
+        pytest.param(
+            [*TINY, "--remat", "some"],
+            "--remat 'some' is not a policy; choose from none, minimal, full",
+            id="remat",
+        ),
+        pytest.param([*TINY, "--batch", "0"], "--batch 0 must be a positive whole number", id="batch"),
+        pytest.param(
+            [*TINY, "--global-batch", "8"], "give --global-batch or --batch (per chip), not both", id="both"
+        ),
+        pytest.param([*TINY, "--compile", "0"], "--compile 0 must be a positive whole number", id="compile"),
+        pytest.param(
+            ["--preset", "tiny", "--target", "tpu-v9:2x2"],
+            "--target 'tpu-v9:2x2' is not a known target",
+            id="target",
+        ),
+        pytest.param(
+            ["--preset", "tiny", "--target", "gpu-h100:8"],
+            "--target gpu-h100:8: plan lays the decoder out",
+            id="gpu",
+        ),
+        pytest.param(
+            [*TINY, "--method", "guess"],
+            "--method 'guess' is not known; choose one of scan, layers",
+            id="method",
+        ),
+        pytest.param([*TINY, "--emit", "out.txt"], "--emit 'out.txt' must name a .py file", id="emit"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(cli, args, message):
+    out = cli(["plan", *args])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.startswith(f"shardcli plan: error: {message}") or out.stderr.startswith(
+        f"shardcli: error: {message}"
+    ), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+# --- the user's own program -----------------------------------------------------------------------
+
+LINEN = str(Path(__file__).parent / "programs" / "plan_linen.py")
+
+
+def test_a_linen_program_with_logical_axis_names_is_laid_out(cli, plan_cache):
+    """nn.with_partitioning names (embed, mlp) and a LOGICAL_AXES table (batch) become specs per layout."""
+    pytest.importorskip("libtpu")
+    pytest.importorskip("flax")
+    args = [
+        "plan",
+        f"{LINEN}:train_step",
+        "--inputs",
+        f"{LINEN}:inputs",
+        "--target",
+        "tpu-v5e:2x2",
+        "-n",
+        "2",
+    ]
+    out = cli([*args, "--format", "json"], env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]})
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert schema.document_problems(doc, "plan-program") == []
+    assert (doc["config"]["named_leaves"], doc["config"]["leaves"]) == (3, 3)
+    compiled = [c for c in doc["candidates"] if c["compiled"] is not None]
+    assert len(compiled) == 2 and doc["winner"] is not None
+    # two f32 weights of 512 x 2048 and a 64 x 512 batch, split as each layout's rules say
+    for c in doc["candidates"]:
+        mesh = c["mesh"]
+        fsdp, tensor, data = (mesh.get(a, 1) for a in ("fsdp", "tensor", "data"))
+        weights = 2 * 512 * 2048 * 4 // (fsdp * tensor)
+        assert c["argument_bytes"] == weights + 64 * 512 * 4 // (data * fsdp), c["layout"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param([f"{LINEN}:train_step"], "plan ", id="no-inputs"),
+        pytest.param(
+            [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", "--preset", "tiny"],
+            "--preset describes the decoder",
+            id="preset",
+        ),
+        pytest.param(
+            ["--preset", "tiny", "--inputs", f"{LINEN}:inputs"],
+            "--inputs goes with your own program",
+            id="inputs",
+        ),
+    ],
+)
+def test_program_flags_exit_2(cli, args, message):
+    out = cli(["plan", *args])
+    assert out.exit_code == 2, out.output
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):
+    """The second compile is interrupted: the first stays in the result (and the cache), the rest are
+    marked as not compiled."""
+    pytest.importorskip("libtpu")
+    from shardcli.core import plan_compile
+    from shardcli.core.plan import PlanRequest, run_plan
+    from shardcli.targets import parse_target
+
+    real = plan_compile.compile_candidate
+    calls = []
+
+    def compile_then_interrupt(*args, **kwargs):
+        calls.append(args[2].label)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_compile, "compile_candidate", compile_then_interrupt)
+    request = PlanRequest(
+        model=PRESETS["tiny"],
+        target=parse_target("tpu-v5e:2x2"),
+        per_device_batch=2,
+        remats=("full",),
+        compile_n=3,
+    )
+    result = run_plan(request)
+    assert result.interrupted
+    assert [r.status for r in result.rows[:3]] == ["compiled", "interrupted", "interrupted"]
+    assert result.rows[0].compiled is not None and result.rows[0].estimate is not None
+    assert len(list(plan_cache.glob("*.json"))) == 1
