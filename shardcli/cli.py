@@ -155,6 +155,10 @@ class ShardcliGroup(TyperGroup):
                 f"internal error: {type(e).__name__}: {e} (set {TRACEBACK_ENV}=1 for the traceback)",
                 ExitCode.INTERNAL,
             )
+        if "jax" in sys.modules:  # 64-bit dtypes a run turned on are off again for what follows
+            from shardcli.runtime import restore_x64
+
+            restore_x64()
         code = _save_output(prog, code)
         if _joined_a_cluster():
             code = _leave_cluster(prog, code)

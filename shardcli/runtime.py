@@ -445,6 +445,27 @@ def import_jax_quietly() -> None:
         raise ShardcliError(f"JAX refuses its environment: {reason}; fix or unset that variable") from None
 
 
+_x64_before: list[bool] = []  # jax_enable_x64 before a run turned it on (restore_x64 puts it back)
+
+
+def enable_x64() -> None:
+    """64-bit dtypes on for this run (int64/float64 values); `restore_x64` turns them back after it."""
+    import jax
+
+    if not _x64_before:
+        _x64_before.append(bool(jax.config.read("jax_enable_x64")))
+    jax.config.update("jax_enable_x64", True)
+
+
+def restore_x64() -> None:
+    """jax_enable_x64 as it was before the run turned it on: a process that runs commands one after
+    another (a notebook, the tests) compiles the next one's program as its user wrote it."""
+    if _x64_before:
+        import jax
+
+        jax.config.update("jax_enable_x64", _x64_before.pop())
+
+
 XLA_FLAGS_ENV = "XLA_FLAGS"
 
 
@@ -536,7 +557,7 @@ def _start_runtime(
                 # complaints. Nothing but the CPU is here.
                 jax.config.update("jax_platforms", "cpu")
     if x64:
-        jax.config.update("jax_enable_x64", True)
+        enable_x64()
     from shardcli.compilers import compiler_installed, native_complaint, quiet_native_logs
 
     # libtpu and the CUDA plugin write their start-up complaints straight to descriptor 2: one complaint

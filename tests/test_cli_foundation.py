@@ -905,3 +905,21 @@ def test_a_reader_that_left_is_not_a_failure(tmp_path, args, plant, code):
         assert proc.stderr == ""
     else:
         assert len(proc.stderr.strip().splitlines()) <= 1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["collective", "psum", "--mesh", "4", "--dtype", "int64"], id="collective-int64"),
+        pytest.param(["shard", "--mesh", "2x2", "--shape", "8x8", "--dtype", "float64"], id="shard-float64"),
+    ],
+)
+def test_a_run_with_64_bit_values_leaves_x64_as_it_found_it(cli, args: list[str]) -> None:
+    """A process that runs commands one after another (the tests, a notebook) compiles the next
+    program in the dtypes its user wrote: a scan's int32 counter, a float32 carry."""
+    import jax
+
+    assert jax.config.read("jax_enable_x64") is False
+    out = cli(args)
+    assert out.exit_code == 0, out.output
+    assert jax.config.read("jax_enable_x64") is False

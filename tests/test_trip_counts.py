@@ -94,3 +94,21 @@ def test_collectives_in_a_loop_run_once_per_trip_on_every_compiler(platform: str
     analysis = analyze_compiled(compiled, mesh)
     in_loop = [c for c in analysis.collectives if c.mesh_axes == ("model",) and c.kind == "all-reduce"]
     assert in_loop and all((c.runs, c.runs_known) == (8, True) for c in in_loop)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_a_64_bit_loop_counter_is_read_as_the_32_bit_one(platform: str) -> None:
+    """With jax_enable_x64 on (a user's process, or a run with int64 values) the scan's counter is
+    64-bit; the TPU compiler splits it into two u32 halves (`hi < 0 or (hi == 0 and lo < 8)`)."""
+    import jax
+
+    case = BY_NAME["scan-of-matmuls"]
+    narrow = analyze(case, platform, False)
+    before = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)
+    try:
+        wide = analyze(case, platform, False)
+    finally:
+        jax.config.update("jax_enable_x64", before)
+    assert [loop.trips for loop in narrow.loops] == [loop.trips for loop in wide.loops] == [8]
+    assert wide.trips_known and wide.flops == pytest.approx(narrow.flops, rel=0.01)

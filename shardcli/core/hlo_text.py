@@ -133,12 +133,14 @@ class HloModuleText:
             return int(known.group("n"))
         if body not in self.computations or cond not in self.computations or not loop.operands:
             return None
-        bound = self._bound(self.computations[cond])
+        init_tuple = comp.instructions.get(loop.operands[0])
+        if init_tuple is None or init_tuple.opcode != "tuple":
+            return None
+        bound = self._bound(self.computations[cond]) or self._wide_bound(comp, init_tuple, cond)
         if bound is None:
             return None
         index, direction, bound_value = bound
-        init_tuple = comp.instructions.get(loop.operands[0])
-        if init_tuple is None or init_tuple.opcode != "tuple" or index >= len(init_tuple.operands):
+        if index >= len(init_tuple.operands):
             return None
         start = _constant(comp, init_tuple.operands[index])
         limit: int | None
@@ -186,6 +188,38 @@ class HloModuleText:
             flipped = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(d, d)
             return ri, flipped, lv if lv is not None else str(li)
         return None
+
+    def _wide_bound(
+        self, comp: Computation, init_tuple: Instruction, cond: str
+    ) -> tuple[int, str, int] | None:
+        """The bound of a 64-bit counter the TPU compiler split into two u32 halves (jax_enable_x64 on):
+        `hi < 0 or (hi == 0 and lo < N)`. Where the high half starts at 0 and N fits the low half,
+        the high half stays 0 and the low half is the counter: (its index, direction, N)."""
+        where = self.computations[cond]
+        root = where.instructions.get(where.root or "")
+        if root is None or root.opcode != "or":
+            return None
+        sides: list[tuple[int, str, int]] = []
+        for inst in where.instructions.values():
+            if inst.opcode != "compare":
+                continue
+            direction = _DIRECTION_RE.search(inst.attributes)
+            a, b = (inst.operands + ("", ""))[:2]
+            index = _tuple_index(where, _through(where, a, "bitcast-convert"))
+            value = _constant(where, b)
+            if direction is None or index is None or value is None:
+                return None
+            sides.append((index, direction.group("d"), value))
+        high = {i for i, d, v in sides if d == "EQ" and v == 0}
+        low = [(i, d, v) for i, d, v in sides if i not in high]
+        if len(high) != 1 or len(low) != 1 or low[0][1] not in ("LT", "LE") or not 0 <= low[0][2] < 2**31:
+            return None
+        if any(d not in ("EQ", "LT") or v != 0 for i, d, v in sides if i in high):
+            return None
+        (hi,) = high
+        if hi >= len(init_tuple.operands) or _constant(comp, init_tuple.operands[hi]) != 0:
+            return None
+        return low[0]
 
     def _step(self, body: Computation, index: int) -> int | None:
         """What the body adds to tuple element `index` each trip (a constant), or None."""
@@ -260,6 +294,12 @@ def _follow(comp: Computation, name: str) -> Instruction | None:
             return inst
         inst = comp.instructions.get(inst.operands[0])
     return inst
+
+
+def _through(comp: Computation, name: str, opcode: str) -> str:
+    """`name`, or its operand where `name` is an `opcode`."""
+    inst = comp.instructions.get(name)
+    return inst.operands[0] if inst is not None and inst.opcode == opcode and inst.operands else name
 
 
 def _constant(comp: Computation, name: str) -> int | None:

@@ -162,7 +162,7 @@ def _open_target_session(
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     import jax
 
-    from shardcli.runtime import RuntimeInfo, _backends_started
+    from shardcli.runtime import RuntimeInfo, _backends_started, enable_x64
 
     if not _backends_started():
         jax.config.update("jax_platforms", "cpu")  # the TPU is described, never started
@@ -170,7 +170,7 @@ def _open_target_session(
         # jax.devices() at import finds the run's size.
         jax.config.update("jax_num_cpu_devices", min(target.chips, MAX_FAKE_DEVICES))
     if x64:
-        jax.config.update("jax_enable_x64", True)
+        enable_x64()
     from jax.experimental import topologies
 
     jax.devices()  # the CPU backend's start loads the compilers' plugins too
