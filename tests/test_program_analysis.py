@@ -452,3 +452,56 @@ ENTRY %main (a: f32[8,8], b: bf16[64,128], c: bf16[128,256]) -> f32[64,256] {
         dot_dtype(parse_module("ENTRY %main (a: f32[4]) -> f32[4] {\n  %a = f32[4]{0} parameter(0)\n}\n"))
         is None
     )
+
+
+# The scan of tests/looped_programs.py with jax_enable_x64 on, as libtpu printed it (trimmed): the
+# 64-bit counter split into u32 halves, low at index 0 and high at index 1.
+WIDE_LOOP = """
+%body (p: (u32[], u32[], f32[4])) -> (u32[], u32[], f32[4]) {{
+  %one = u32[]{{:T(128)}} constant(1)
+  %p = (u32[], u32[], f32[4]{{0}}) parameter(0)
+  %lo = u32[]{{:T(128)}} get-tuple-element(%p), index=0
+  %loc = u32[]{{:T(128)S(6)}} copy(%lo)
+  %lo1 = u32[]{{:T(128)}} add(%loc, %one)
+  %wrap = pred[]{{:T(512)S(6)}} compare(%lo1, %loc), direction=LT
+  %hi = u32[]{{:T(128)}} get-tuple-element(%p), index=1
+  %hi1 = u32[]{{:T(128)S(6)}} add(%hi, %one)
+  %hi2 = u32[]{{:T(128)}} select(%wrap, %hi1, %hi)
+  %x = f32[4]{{0}} get-tuple-element(%p), index=2
+  ROOT %t = (u32[], u32[], f32[4]{{0}}) tuple(%lo1, %hi2, %x)
+}}
+
+%cond (p: (u32[], u32[], f32[4])) -> pred[] {{
+  %zero = s32[]{{:T(128)}} constant(0)
+  %uzero = u32[]{{:T(128)}} constant(0)
+  %n = u32[]{{:T(128)}} constant(8)
+  %p = (u32[], u32[], f32[4]{{0}}) parameter(0)
+  %hi = u32[]{{:T(128)}} get-tuple-element(%p), index=1
+  %his = s32[]{{:T(128)S(6)}} bitcast-convert(%hi)
+  %neg = pred[]{{:T(512)S(6)}} compare(%his, %zero), direction=LT
+  %hi0 = pred[]{{:T(512)S(6)}} compare(%hi, %uzero), direction=EQ
+  %lo = u32[]{{:T(128)}} get-tuple-element(%p), index=0
+  %below = pred[]{{:T(512)S(6)}} compare(%lo, %n), direction=LT
+  %both = pred[]{{:T(512)S(6)}} and(%hi0, %below)
+  ROOT %go = pred[]{{:T(512)}} or(%neg, %both)
+}}
+
+ENTRY %main (x: f32[4]) -> f32[4] {{
+  %x = f32[4]{{0}} parameter(0)
+  %lo0 = u32[]{{:T(128)}} constant(0)
+  %hi0 = u32[]{{:T(128)}} constant({high})
+  %loc = u32[]{{:T(128)}} copy(%lo0)
+  %t = (u32[], u32[], f32[4]{{0}}) tuple(%loc, %hi0, %x)
+  %w = (u32[], u32[], f32[4]{{0}}) while(%t), condition=%cond, body=%body
+  ROOT %r = f32[4]{{0}} get-tuple-element(%w), index=2
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("high", "trips"),
+    [pytest.param(0, 8, id="high-half-0-counts-8"), pytest.param(1, None, id="high-half-1-unknown")],
+)
+def test_a_64_bit_counter_split_in_two_u32_halves_is_counted_by_its_low_half(high, trips):
+    (loop,) = parse_module(WIDE_LOOP.format(high=high)).loops()
+    assert loop.trips == trips

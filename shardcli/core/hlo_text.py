@@ -8,7 +8,8 @@ Trip counts: the CPU and GPU compilers write `"known_trip_count":{"n":"8"}` into
 backend config; the TPU compiler (libtpu 0.0.52) writes none, so the count is read the way XLA's
 own loop analysis reads it: the condition compares a counter in the loop's tuple with a bound
 (`counter < 8`), the counter starts at a constant (the while's operand) and the body adds a constant
-to it each trip.
+to it each trip. With jax_enable_x64 on, libtpu splits a 64-bit counter into two u32 halves
+(`hi < 0 or (hi == 0 and lo < 8)`): the low half is read as the counter where the high one starts at 0.
 """
 
 from __future__ import annotations
