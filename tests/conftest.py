@@ -66,7 +66,14 @@ def cli() -> RunCli:
     def run(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Result:
         clean: dict[str, str | None] = {name: None for name in _ENV_TO_CLEAR}
         clean.update(env or {})
-        return runner.invoke(app, list(args), env=clean)
+        # A run with 64-bit values (--dtype int64, an f64 --arg) turns jax_enable_x64 on for its
+        # process, which a real run leaves on exit; here the next in-process run must not inherit it
+        # (it would trace every later program's Python floats as float64).
+        x64 = bool(jax.config.read("jax_enable_x64"))
+        try:
+            return runner.invoke(app, list(args), env=clean)
+        finally:
+            jax.config.update("jax_enable_x64", x64)
 
     return run
 

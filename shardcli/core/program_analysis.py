@@ -201,7 +201,9 @@ def analyze_compiled(
         )
     module = parse_module(text)
     cost_source = "cost_analysis()"
-    if xla_flops is None:  # a GPU target's compiler gives no cost_analysis(): XLA's analysis of its text
+    # A GPU target's compiler gives no cost_analysis() at all: then XLA's analysis of its text. A
+    # cost_analysis() without a FLOPs figure (XLA on CPU for tanh) leaves FLOPs unknown, never 0.
+    if not cost:
         try:
             xla_flops, xla_bytes = xla_cost_of_text(text)
             cost_source = "XLA's HloCostAnalysis of the compiled HLO (the backend gives no cost_analysis())"
