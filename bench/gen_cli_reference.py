@@ -91,8 +91,8 @@ EXAMPLES: dict[str, str | list[str]] = {
     "readme-matmul": "shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all --no-color -q",
     # a real model's first screen (the inspect tutorial; the README's without its arguments): a
     # 1.24B-parameter Llama
-    "tutorial-inspect-llama": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
-    "--mesh 2x4 --axes data,model --no-color -q",
+    "tutorial-inspect-llama": "shardcli inspect examples/llama.py:train_step "
+    "--inputs examples/llama.py:inputs --mesh 2x4 --axes data,model --no-color -q",
     "readme-inspect": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
     f"--mesh 2x4 --axes data,model --no-color -q {_NO_ARGUMENTS}",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
