@@ -7,12 +7,16 @@ Process 0 holds an array on its two devices; both then try
 2. a `ppermute` over the joint mesh of both sub-meshes (what shardcli does between processes),
 and print what happened.
 
+A child that fails (a traceback, no answer in 120 s) makes the script exit 1 with its error output.
+`--quick` (CI) runs the same check: it is already the smallest setting (a 4-float array, seconds).
+
 Usage:
-    python bench/cross_process_transfer.py
+    python bench/cross_process_transfer.py [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import sys
@@ -50,6 +54,11 @@ print(f"process {pid}: ppermute over the joint mesh: {what}", flush=True)
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="the same check (already seconds-long: a 4-float array); for CI"
+    )
+    parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
@@ -57,16 +66,25 @@ def main() -> int:
         subprocess.Popen(
             [sys.executable, "-c", CHILD, str(k), port],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             text=True,
         )
         for k in (0, 1)
     ]
-    for child in children:
-        out, _ = child.communicate(timeout=120)
+    failed = 0
+    for k, child in enumerate(children):
+        try:
+            out, err = child.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+            err += "\n(no answer in 120 s)"
         # gloo writes its connection chatter to the same descriptor
         sys.stdout.write("".join(line for line in out.splitlines(True) if not line.startswith("[Gloo]")))
-    return 0
+        if child.returncode != 0:
+            failed = 1
+            sys.stderr.write(f"process {k} exited {child.returncode}:\n{err[-2000:]}\n")
+    return failed
 
 
 if __name__ == "__main__":

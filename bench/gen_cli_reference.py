@@ -60,6 +60,7 @@ SHOWN_CWD = "/home/me/shardcli"
 _PI = "3,1,4,1,5,9,2,6,5,3,5,8,9,7,1,2"
 _BEFORE_AFTER = "| sed '/^compiled HLO/,$d'"
 _COMPILED_AND_C = "| sed '/^timing and verification/,$d'"
+_NO_ARGUMENTS = "| sed '/^arguments/,/^$/d'"  # inspect's screen without its arguments and results
 # Each example: the lines of one shell session (a string is one line).
 EXAMPLES: dict[str, str | list[str]] = {
     "quickstart-mesh": "shardcli mesh --mesh 2x4 --axes data,model --no-color",
@@ -88,11 +89,14 @@ EXAMPLES: dict[str, str | list[str]] = {
     "example-reshard": "shardcli reshard --shape 8x1024 --from data,model --to model,data --mesh 2x4 "
     "--axes data,model --no-color",
     "readme-matmul": "shardcli matmul --case allreduce --mesh 2x4 --axes data,model --impl all --no-color -q",
-    # a real model's first screen (README and the inspect tutorial): a 1.24B-parameter Llama
+    # a real model's first screen (the inspect tutorial; the README's without its arguments): a
+    # 1.24B-parameter Llama
+    "tutorial-inspect-llama": "shardcli inspect examples/llama.py:train_step "
+    "--inputs examples/llama.py:inputs --mesh 2x4 --axes data,model --no-color -q",
     "readme-inspect": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
-    "--mesh 2x4 --axes data,model --no-color -q",
+    f"--mesh 2x4 --axes data,model --no-color -q {_NO_ARGUMENTS}",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
-    "--target tpu-v5e:4x4 --axes data,model --no-color -q",
+    f"--target tpu-v5e:4x4 --axes data,model --no-color -q {_NO_ARGUMENTS}",
     "readme-step-time": "shardcli inspect examples/layers.py:train_step --inputs examples/layers.py:inputs "
     "--target tpu-v5e:4x4 --axes data,model --format json | jq '{flops: .program.flops_per_device, "
     "xla_flops: .program.xla_flops_per_device, trips: [.program.loops[].trips], step_time: (.step_time | "
@@ -146,8 +150,11 @@ EXAMPLES: dict[str, str | list[str]] = {
     "--no-color -q",
     "tutorial-gpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     "--target gpu-h100:8 --mesh 2x4 --axes data,model --no-color -q",
-    "readme-run": "shardcli run examples/lessons.py:sum_then_psum --mesh 8 --axes x --arg 'i32[32]@x=arange' "
+    "readme-run": "shardcli run examples/lessons.py:sum_then_psum --mesh 4 --axes x --arg 'i32[16]@x=arange' "
     "--no-color",
+    # ProJAX In [51] as the notebook runs it (the run tutorial and the lessons page)
+    "tutorial-run-psum": "shardcli run examples/lessons.py:sum_then_psum --mesh 8 --axes x "
+    "--arg 'i32[32]@x=arange' --no-color",
     "tutorial-run-sin": "shardcli run examples/lessons.py:sin_per_shard --mesh 8 --axes x "
     "--arg 'i32[32]@x=arange' --no-color -q",
     "tutorial-run-per-shard": "shardcli run examples/lessons.py:sum_per_shard --mesh 8 --axes x "
@@ -262,6 +269,7 @@ VOLATILE = {
     "tutorial-tpu-einsum",
     "tutorial-gpu",
     "readme-inspect",
+    "tutorial-inspect-llama",
     "readme-real-model",
     "readme-tpu",
     "example-collective",

@@ -205,6 +205,16 @@ def _summary(command: Any) -> str:
     return " ".join(inspect.cleandoc(command.__doc__ or "").split("\n\n")[0].split())
 
 
+def _help(command: Any) -> str:
+    """A command's docstring with each paragraph on one line, for its own --help.
+
+    typer joins the lines of the first paragraph only; the others kept the docstring's line breaks
+    and came out as ragged lines (a 100-column source line wrapped at 80 columns, then broken).
+    """
+    paragraphs = inspect.cleandoc(command.__doc__ or "").split("\n\n")
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
+
+
 for _name, _command, _settings in [
     ("mesh", mesh_cmd.mesh, None),
     ("shard", shard_cmd.shard, None),
@@ -221,7 +231,9 @@ for _name, _command, _settings in [
     # Everything from the command's first word on belongs to the command each process runs.
     ("launch", launch_cmd.launch, {"allow_interspersed_args": False}),
 ]:
-    app.command(_name, short_help=_summary(_command), context_settings=_settings)(_command)
+    app.command(_name, help=_help(_command), short_help=_summary(_command), context_settings=_settings)(
+        _command
+    )
 app.add_typer(model_cmd.app, name="model")
 
 

@@ -593,12 +593,33 @@ def test_root_help_lists_each_command_on_one_line_when_it_fits(cli):
     assert result.exit_code == 0, result.output
     rows = [line for line in result.stdout.splitlines() if re.match(r"│ [a-z]+ ", line)]
     assert [row.split()[1] for row in rows] == [
-        "mesh", "shard", "collective", "matmul", "einsum", "reshard", "inspect", "run", "recipe", "pipeline",
-        "compare", "launch", "model",
+        "mesh", "shard", "collective", "matmul", "einsum", "reshard", "inspect", "run", "plan", "recipe",
+        "pipeline", "compare", "launch", "model",
     ]  # fmt: skip
     pipeline = next(row for row in rows if row.startswith("│ pipeline"))
     assert "activations and gradients moved between stages" in pipeline
     assert "verified against the same model run unpipelined on one device." in pipeline
+
+
+@pytest.mark.parametrize(
+    ("command", "joined"),
+    [
+        pytest.param("plan", "your own program instead: its arguments carry", id="plan"),
+        pytest.param("inspect", "(its folder first on the Python path)", id="inspect"),
+    ],
+)  # fmt: skip
+def test_command_help_wraps_each_paragraph_whole(cli, command, joined):
+    """A docstring paragraph after the first is wrapped as one paragraph at 80 columns (typer kept its
+    source line breaks: "instead: its" ended a line, then "arguments carry ..." began the next)."""
+    result = cli([command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    description = result.stdout.split("Usage:", 1)[1].split("╭", 1)[0]
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", description) if p.strip()]
+    assert any(joined in p for p in paragraphs), description
+    lines = [line.rstrip() for line in description.splitlines()]
+    for line, after in zip(lines, lines[1:], strict=False):
+        # a line broken early (under 60 columns) ends its paragraph: a blank line follows
+        assert len(line) >= 60 or not after.strip() or not line.strip(), (line, description)
 
 
 # The check can fail ---------------------------------------------------------------------------
