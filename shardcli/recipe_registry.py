@@ -9,9 +9,12 @@ neither the core nor NumPy nor JAX.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shardcli.errors import ShardcliError
-from shardcli.specs import MeshSpec
+
+if TYPE_CHECKING:
+    from shardcli.specs import MeshSpec
 
 
 @dataclass(frozen=True)

@@ -905,3 +905,11 @@ def test_a_reader_that_left_is_not_a_failure(tmp_path, args, plant, code):
         assert proc.stderr == ""
     else:
         assert len(proc.stderr.strip().splitlines()) <= 1, proc.stderr
+
+
+def test_the_default_format_choices_are_the_specs_ones():
+    # options keeps them as text so that --help does not import specs; they must not drift apart.
+    from shardcli import options, specs
+
+    assert options.FORMATS == specs.FORMATS
+    assert [type(f) for f in options.FORMATS] == [str, str]

@@ -9,11 +9,11 @@ import typer
 from shardcli import options as opt
 from shardcli.collective_registry import COLLECTIVES
 from shardcli.errors import ExitCode
-from shardcli.specs import RunOptions
 
 if TYPE_CHECKING:
     from shardcli.core.collective import CollectiveRequest, CollectiveResult
     from shardcli.requests import default_malloc as default_malloc
+    from shardcli.specs import RunOptions
 
 Name = Annotated[
     str,

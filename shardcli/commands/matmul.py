@@ -9,10 +9,10 @@ import typer
 from shardcli import options as opt
 from shardcli.errors import ExitCode, ShardcliError
 from shardcli.matmul_registry import MATMUL_CASES
-from shardcli.specs import RunOptions
 
 if TYPE_CHECKING:
     from shardcli.core.matmul import MatmulResult
+    from shardcli.specs import RunOptions
 
 
 Case = Annotated[

@@ -8,10 +8,10 @@ import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode
-from shardcli.specs import MeshSpec, RunOptions, parse_mesh
 
 if TYPE_CHECKING:
     from shardcli.core.model import ModelResult
+    from shardcli.specs import MeshSpec, RunOptions
 
 app = typer.Typer(
     name="model",
@@ -38,6 +38,7 @@ Rules = Annotated[
 def _mesh(mesh: str, axes: str | None) -> MeshSpec:
     """--mesh with --axes, or the model's default axis names for that many dims."""
     from shardcli.model_spec import default_axes  # not at import: --help is light
+    from shardcli.specs import parse_mesh
 
     return parse_mesh(mesh, axes if axes is not None else default_axes(mesh))
 
