@@ -5,21 +5,15 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from shardcli import specs
-from shardcli.specs import (
-    FORMATS,
-    MODES,
-    PLATFORMS,
-    PROCESS_TIMINGS,
-    RunOptions,
-    parse_choice,
-    parse_distributed,
-    parse_save,
-)
+if TYPE_CHECKING:
+    from shardcli.specs import RunOptions
+
+# specs.FORMATS, the --format choices most commands take, as text: `--help` does not import specs.
+FORMATS: tuple[str, ...] = ("table", "json")
 
 Mesh = Annotated[str, typer.Option("--mesh", "-m", help="Mesh shape: 8, 2x4 or 2x2x2 ('x'-separated sizes).")]
 Axes = Annotated[
@@ -217,6 +211,17 @@ def run_options(
     wide: bool = False,
 ) -> RunOptions:
     """Validate the shared options into a RunOptions."""
+    from shardcli import specs
+    from shardcli.specs import (
+        MODES,
+        PLATFORMS,
+        PROCESS_TIMINGS,
+        RunOptions,
+        parse_choice,
+        parse_distributed,
+        parse_save,
+    )
+
     return RunOptions(
         platform=specs.Platform(parse_choice(platform, "--platform", PLATFORMS)),
         devices=devices,

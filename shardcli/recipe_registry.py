@@ -1,18 +1,20 @@
 """The recipe registry: the classic sharding recipes, each a name, a line, a default mesh and its program.
 
 Adding a recipe is adding an entry to RECIPES; `--help`, `recipe list`, validation and the tests pick
-it up. `--help` lists this registry, so it stays fast: the programs (`shardcli/core/recipe_programs.py`)
-import NumPy and JAX only when they run.
+it up. `--help` lists this registry, so it stays fast: a recipe names its program, a function of
+`shardcli/core/recipe_programs.py` that the core looks up when the recipe runs, so this module imports
+neither the core nor NumPy nor JAX.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from shardcli.core import recipe_programs as programs
-from shardcli.core.recipe_programs import RecipeProgram
 from shardcli.errors import ShardcliError
-from shardcli.specs import MeshSpec
+
+if TYPE_CHECKING:
+    from shardcli.specs import MeshSpec
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Recipe:
     default_axes: str  # e.g. "data,model"
     ranks: tuple[int, ...]  # mesh ranks (number of axes) the recipe can use
     needs: str  # the mesh it needs, in words, for errors
-    program: RecipeProgram  # runs the recipe on a Lab and returns its sections and checks
+    program: str  # its function in shardcli/core/recipe_programs.py: Lab -> sections and checks
     input: str | None = None  # the input --init fills (the recipe's lesson), or None
     takes_shape: bool = True  # whether --shape sets that input's shape (one input), or only --init
     lesson: str = ""  # the tutorial (file in the tutorials folder) and section it reproduces
@@ -50,7 +52,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (1, 2),
             "a 1-D or 2-D mesh",
-            programs.elementwise,
+            "elementwise",
             input="x, sharded over the first two mesh axes",
             lesson=PROJAX
             + ", '1. Automatic parallelism via jit': f_elementwise on arange(32.0).reshape(4, 8) "
@@ -64,7 +66,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (2,),
             TWO_AXES,
-            programs.reduce,
+            "reduce",
             input="x, rows over the first axis and columns over the second",
             lesson=PROJAX + ", f_contract and '2. Semi-automated sharding with constraints': "
             "x.sum(axis=0) of arange(32.0).reshape(4, 8) is [48. 52. ... 76.]",
@@ -77,7 +79,7 @@ RECIPES: dict[str, Recipe] = {
             "x",
             (1, 2),
             "a 1-D mesh (the lesson) or a 2-D one (batch and contracting dim split)",
-            programs.three_ways,
+            "three_ways",
             lesson=PROJAX + ", 'Comparing the three approaches': layer(x[32], weights[32, 4], bias[4]) "
             "from default_rng(0) on a 1-D mesh is [0.02138916 0.8931118 0.5989196 0.9774251]",
         ),
@@ -89,7 +91,7 @@ RECIPES: dict[str, Recipe] = {
             "i,j",
             (2,),
             TWO_AXES,
-            programs.normalize,
+            "normalize",
             lesson=INTRO + ", 'Axis Communication': parallel_normalize of normal(PRNGKey(0), (192, 64)) on "
             "a 4x2 (i, j) mesh",
         ),
@@ -101,7 +103,7 @@ RECIPES: dict[str, Recipe] = {
             "i,j",
             (2,),
             TWO_AXES,
-            programs.normalize_rows,
+            "normalize_rows",
             lesson="a variant of " + INTRO + "'s parallel_normalize (its comment's 'row statistics')",
         ),
         Recipe(
@@ -111,7 +113,7 @@ RECIPES: dict[str, Recipe] = {
             "x,y,z",
             (1, 2, 3, 4),
             "a mesh of 1 to 4 axes",
-            programs.axis_index,
+            "axis_index",
             lesson=INTRO + ", 'axis indexing': Device k: i-axis=..., j-axis=... on a 4x2 (i, j) mesh",
         ),
         Recipe(
@@ -121,7 +123,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (2,),
             TWO_AXES,
-            programs.rng_fold,
+            "rng_fold",
             lesson=INTRO + ", 'fold rng over given axis': fold_rng_over_axis over i on a 4x2 (i, j) mesh",
         ),
         Recipe(
@@ -131,7 +133,7 @@ RECIPES: dict[str, Recipe] = {
             "stage",
             (1,),
             "a 1-D mesh (the ring)",
-            programs.pipeline_ring,
+            "pipeline_ring",
             input="the values on the ring, split over its axis",
             lesson=INTRO + ", ppermute_example: arange(4) over i=4, one step gives [3 0 1 2]",
         ),
@@ -142,7 +144,7 @@ RECIPES: dict[str, Recipe] = {
             "data,model",
             (2,),
             TWO_AXES,
-            programs.sharded_mac,
+            "sharded_mac",
             input="x, W and b (arange numbers them in one sequence)",
             takes_shape=False,
             lesson=INTRO + ", 'multi-axis mesh': the sharded MAC y = x @ w + b, x over i, w and b over j, "

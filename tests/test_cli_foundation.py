@@ -944,3 +944,11 @@ def test_a_run_with_64_bit_values_leaves_x64_as_it_found_it(cli, args: list[str]
     out = cli(args)
     assert out.exit_code == 0, out.output
     assert jax.config.read("jax_enable_x64") is False
+
+
+def test_the_default_format_choices_are_the_specs_ones():
+    # options keeps them as text so that --help does not import specs; they must not drift apart.
+    from shardcli import options, specs
+
+    assert options.FORMATS == specs.FORMATS
+    assert [type(f) for f in options.FORMATS] == [str, str]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -161,6 +160,11 @@ def test_list(cli):
     assert [r["name"] for r in doc["recipes"]] == list(RECIPES)
 
 
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_each_recipe_names_a_program(name):
+    assert callable(getattr(recipe_programs, RECIPES[name].program))
+
+
 def test_a_wrong_value_fails_the_check():
     import jax.numpy as jnp
 
@@ -172,14 +176,14 @@ def test_a_wrong_value_fails_the_check():
 
 
 def test_a_failed_check_exits_1_and_says_so(cli, monkeypatch):
-    real = RECIPES["elementwise"]
+    real = recipe_programs.elementwise
 
     def broken(lab):
-        out = real.program(lab)
+        out = real(lab)
         check = out.checks[0]
         return RecipeOutput(out.sections, (type(check)(check.what, False, "planted"), *out.checks[1:]))
 
-    monkeypatch.setitem(RECIPES, "elementwise", dataclasses.replace(real, program=broken))
+    monkeypatch.setattr(recipe_programs, "elementwise", broken)
     result = cli(["recipe", "elementwise", "--no-color"])
     assert result.exit_code == 1
     assert "FAIL values match NumPy (planted)" in result.stdout

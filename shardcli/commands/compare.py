@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode
-from shardcli.specs import RunOptions, parse_choice, parse_tolerance
+
+if TYPE_CHECKING:
+    from shardcli.specs import RunOptions
 
 
 @opt.with_run_options(mode=False, devices=False, compile_cache=False, processes=False)
@@ -64,6 +66,7 @@ def compare(
     # Here, not at the top: `shardcli --help` loads no command's core.
     from shardcli.core.compare import METRICS, CompareRequest, run_compare
     from shardcli.render.compare import render_compare
+    from shardcli.specs import parse_choice, parse_tolerance
 
     request = CompareRequest(
         base=base,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardcli import options as opt
 from shardcli.commands.matmul import Iters, LinkGbps, PeakTflops, Sizes, Warmup
 from shardcli.errors import ExitCode
-from shardcli.specs import RunOptions
+
+if TYPE_CHECKING:
+    from shardcli.specs import RunOptions
 
 Subscripts = Annotated[
     str,

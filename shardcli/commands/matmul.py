@@ -9,11 +9,10 @@ import typer
 from shardcli import options as opt
 from shardcli.errors import ExitCode, ShardcliError
 from shardcli.matmul_registry import MATMUL_CASES
-from shardcli.requests import build_matmul_request
-from shardcli.specs import RunOptions
 
 if TYPE_CHECKING:
     from shardcli.core.matmul import MatmulResult
+    from shardcli.specs import RunOptions
 
 
 Case = Annotated[
@@ -110,6 +109,8 @@ def matmul(
     *,
     options: RunOptions,
 ) -> None:
+    from shardcli.requests import build_matmul_request  # not at import: --help is light
+
     request = build_matmul_request(
         case=case,
         impl=impl,

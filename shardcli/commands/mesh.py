@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardcli import options as opt
-from shardcli.specs import RunOptions, parse_mesh
+
+if TYPE_CHECKING:
+    from shardcli.specs import RunOptions
 
 Target = Annotated[
     str | None,
@@ -32,6 +34,7 @@ def mesh(mesh: Mesh = None, axes: opt.Axes = None, target: Target = None, *, opt
     Example: shardcli mesh --mesh 2x4 --axes data,model
     """
     from shardcli.render.mesh import render_mesh
+    from shardcli.specs import parse_mesh
 
     if target is not None:
         from shardcli.core.target import open_target_session

@@ -8,18 +8,10 @@ import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode
-from shardcli.model_spec import (
-    RestoreRequest,
-    TrainRequest,
-    default_axes,
-    require_model_extra,
-    validate_restore,
-    validate_train,
-)
-from shardcli.specs import MeshSpec, RunOptions, parse_mesh
 
 if TYPE_CHECKING:
     from shardcli.core.model import ModelResult
+    from shardcli.specs import MeshSpec, RunOptions
 
 app = typer.Typer(
     name="model",
@@ -45,6 +37,9 @@ Rules = Annotated[
 
 def _mesh(mesh: str, axes: str | None) -> MeshSpec:
     """--mesh with --axes, or the model's default axis names for that many dims."""
+    from shardcli.model_spec import default_axes  # not at import: --help is light
+    from shardcli.specs import parse_mesh
+
     return parse_mesh(mesh, axes if axes is not None else default_axes(mesh))
 
 
@@ -81,6 +76,8 @@ def train(
 
     Example: shardcli model train --mesh 2x4 --axes data,model --depth 1024 --batch 8 --steps 5
     """
+    from shardcli.model_spec import TrainRequest, require_model_extra, validate_train
+
     require_model_extra()
     request = TrainRequest(
         mesh=_mesh(mesh, axes),
@@ -121,6 +118,8 @@ def restore(
 
     Example: shardcli model restore ckpt --mesh 4x2 --axes data,model
     """
+    from shardcli.model_spec import RestoreRequest, require_model_extra, validate_restore
+
     require_model_extra()
     request = RestoreRequest(
         folder=folder,

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode
-from shardcli.requests import build_pipeline_request
-from shardcli.specs import RunOptions
+
+if TYPE_CHECKING:
+    from shardcli.specs import RunOptions
 
 Microbatches = Annotated[int, typer.Option("--microbatches", "-M", help="Microbatches per step.")]
 Schedule = Annotated[
@@ -66,6 +67,8 @@ def pipeline(
 
     Example: shardcli pipeline --mesh 4x2 --axes stage,model --microbatches 8 --schedule 1f1b
     """
+    from shardcli.requests import build_pipeline_request  # not at import: --help is light
+
     request = build_pipeline_request(
         microbatches=microbatches,
         schedule=schedule,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode
 from shardcli.recipe_registry import RECIPES, get_recipe
-from shardcli.specs import RunOptions, parse_mesh
+
+if TYPE_CHECKING:
+    from shardcli.specs import RunOptions
 
 LIST = "list"
 
@@ -57,6 +59,8 @@ def recipe(
 
         render_recipe_list(options)
         raise typer.Exit(ExitCode.OK)
+    from shardcli.specs import parse_init, parse_mesh, parse_shape
+
     chosen = get_recipe(name)
     if mesh is None and axes is None:
         mesh_spec = parse_mesh(chosen.default_mesh, chosen.default_axes)
@@ -65,7 +69,6 @@ def recipe(
 
     from shardcli.core.recipe import RecipeRequest, run_recipe
     from shardcli.render.recipe import render_recipe
-    from shardcli.specs import parse_init, parse_shape
 
     request = RecipeRequest(
         name=name,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode
-from shardcli.specs import RunOptions
+
+if TYPE_CHECKING:
+    from shardcli.specs import RunOptions
 
 Program = Annotated[
     str,

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode
-from shardcli.specs import (
-    ArraySpec,
-    RunOptions,
-    ShardRequest,
-    parse_dtype,
-    parse_init,
-    parse_mesh,
-    parse_shape,
-    parse_sharding,
-    parse_view_dims,
-)
+
+if TYPE_CHECKING:
+    from shardcli.specs import RunOptions
 
 
 @opt.with_run_options(compile_cache=False, process_timing=False)
@@ -62,6 +54,16 @@ def shard(
     Example: shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model
     """
     from shardcli.requests import parse_input_values
+    from shardcli.specs import (
+        ArraySpec,
+        ShardRequest,
+        parse_dtype,
+        parse_init,
+        parse_mesh,
+        parse_shape,
+        parse_sharding,
+        parse_view_dims,
+    )
 
     mesh_spec = parse_mesh(mesh, axes)
     parsed_shape, numbers = parse_input_values(values, values_file, shape, init)

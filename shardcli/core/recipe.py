@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shardcli.core import recipe_programs
 from shardcli.core.processes import gather_from_processes
-from shardcli.core.recipe_programs import Lab
+from shardcli.core.recipe_programs import Lab, RecipeProgram
 from shardcli.core.report import Check, Section, TextSection
 from shardcli.core.session import Session, open_session
 from shardcli.recipe_registry import Recipe, get_recipe, validate_recipe_mesh
@@ -93,7 +94,8 @@ def run_recipe(request: RecipeRequest) -> RecipeResult:
         )
     _check_input_flags(request, recipe)
     session = open_session(request.mesh, request.options)
-    output = recipe.program(Lab(session, steps=request.steps, shape=request.shape, init=request.init))
+    program: RecipeProgram = getattr(recipe_programs, recipe.program)
+    output = program(Lab(session, steps=request.steps, shape=request.shape, init=request.init))
     # Several processes: each checked its own devices; a check fails if it failed anywhere.
     oks = gather_from_processes(np.array([c.ok for c in output.checks], dtype=np.int32)).min(axis=0)
     checks = tuple(
