@@ -603,6 +603,27 @@ RUN_ROWS = [
     pytest.param(["run", "{prog}:nosuch", "--mesh", "2", "--arg", "f32[8]"], 2, id="run-no-such-function"),
     pytest.param(["run", "{exits}:f", "--mesh", "2", "--arg", "f32[8]"], 2, id="run-module-sys-exit"),
 ]
+PLAN_ROWS = [
+    pytest.param(["plan", "--preset", "nosuch", "--target", "tpu-v5e:2x2"], 2, id="plan-unknown-preset"),
+    pytest.param(["plan", "--preset", "tiny", "--target", "tpu-v5e:4x4x4"], 2, id="plan-v5e-is-2d"),
+    pytest.param(["plan", "--preset", "tiny", "--target", "gpu-h100:8"], 2, id="plan-gpu-target"),
+    pytest.param(
+        ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--compile", "-3"],
+        2,
+        id="plan-compile-negative",
+    ),
+    pytest.param(
+        ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--remat", "banana"],
+        2,
+        id="plan-remat-unknown",
+    ),
+    pytest.param(
+        ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--layers", "0"], 2, id="plan-zero-layers"
+    ),
+    pytest.param(
+        ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "0"], 2, id="plan-zero-batch"
+    ),
+]
 COMPARE_ROWS = [
     pytest.param(["compare", "/dev/urandom", "{good}"], 2, id="compare-dev-urandom"),
     pytest.param(["compare", "{good}", "/dev/zero"], 2, id="compare-dev-zero"),
@@ -789,6 +810,7 @@ HOSTILE = [
     *INSPECT_ROWS,
     *RUN_ROWS,
     *COMPARE_ROWS,
+    *PLAN_ROWS,
     *MODEL_FILE_ROWS,
     *TARGET_ROWS,
     *VALUES_ROWS,
