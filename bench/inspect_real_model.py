@@ -34,10 +34,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
+
+# The same timed, RSS-measured subprocess run as the transformer-block benchmark beside this file.
+from inspect_overhead import run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LLAMA = os.path.join(ROOT, "examples", "llama.py")
@@ -77,21 +77,6 @@ def hand_run(quick: bool) -> None:
         "flops": compiled.cost_analysis()["flops"],
     }
     print(json.dumps(figures))
-
-
-def run_measured(cmd: list[str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS bytes (wait4's ru_maxrss), stdout."""
-    with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if proc.returncode not in (0, 1):  # 1: a target's "does not fit" verdict
-            raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{err.read()}")
-        return seconds, usage.ru_maxrss * 1024, out.read()
 
 
 def main() -> None:
