@@ -165,6 +165,7 @@ PRESETS: dict[str, DecoderConfig] = {
         DecoderConfig("llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 8192, source=_LLAMA3),
         DecoderConfig("gemma-2b", 18, 2048, 8, 1, 256, 16384, 256000, 8192, "geglu", True, _GEMMA),
         DecoderConfig("gemma-7b", 28, 3072, 16, 16, 256, 24576, 256000, 8192, "geglu", True, _GEMMA),
+        maxtext_scale(16),
         maxtext_scale(32),
         maxtext_scale(64),
         maxtext_scale(128),

@@ -43,7 +43,7 @@ Preset = Annotated[
         "--preset",
         "-p",
         help="A published model shape: llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, gemma-2b, "
-        "gemma-7b, maxtext-22b/32b/64b/128b (MaxText's TPU benchmarks), tiny. Shape flags change it.",
+        "gemma-7b, maxtext-16b/22b/32b/64b/128b (MaxText's TPU benchmarks), tiny. Shape flags change it.",
     ),
 ]
 Target = Annotated[

@@ -1,11 +1,13 @@
 """`shardcli plan`: which layout, on a target you do not own, ranked by the step-time estimate.
 
 1. Enumerate candidates (`plan_candidates`): meshes over the target's chips x rule sets x remat x batch.
-2. Rank every one with the analytic model (`plan_model`), keeping per layout the largest batch it
-   says fits; the others are pruned with the reason.
-3. Compile the best `compile_n` for the target, each an `inspect` of the train step on its mesh
-   (`plan_compile`, cached on disk), and estimate their step time from what the compiler says
-   (`plan_estimate`). Every figure of the final table comes from those compiles.
+2. Model every one (`plan_model`): memory, FLOPs and communication per chip, in well under a second.
+3. Compile `compile_n` of them for the target, each an `inspect` of the train step on its mesh
+   (`plan_compile`, cached on disk), chosen one at a time by `plan_selection`: the best-ranked
+   layout at the largest batch expected to fit, the model's memory corrected by what the compiles
+   so far said. Their step time is estimated from what the compiler says (`plan_estimate`); every
+   figure of the final table comes from those compiles. The others are listed with why they were
+   not compiled.
 
 Ctrl-C during the compiles keeps what finished: the result says it was interrupted.
 """
@@ -13,7 +15,7 @@ Ctrl-C during the compiles keeps what finished: the result says it was interrupt
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -29,6 +31,7 @@ from shardcli.core.plan_compile import (
 )
 from shardcli.core.plan_estimate import CALIBRATION, Calibration, estimate_of
 from shardcli.core.plan_model import ChipFigures, Modelled, chip_figures, model_candidate
+from shardcli.core.plan_selection import CandidateSelector
 from shardcli.core.step_time import StepEstimate
 from shardcli.decoder_spec import REMAT_POLICIES, DecoderConfig
 from shardcli.errors import ShardcliError
@@ -110,36 +113,11 @@ class PlanResult:
         return tokens * self.request.model.maxtext_train_flops_per_token() / self.chip.peak_flops
 
 
-def rank_candidates(
+def model_candidates(
     cfg: DecoderConfig, candidates: list[Candidate], chip: ChipFigures, efficiency: float
-) -> tuple[list[Modelled], list[tuple[Modelled, str]]]:
-    """Model every candidate; keep per layout (mesh, rules, remat) the largest batch that fits.
-
-    Returns:
-        (kept, best first by modelled tokens/s per chip; [(modelled, why pruned)]).
-    """
-    modelled = [model_candidate(cfg, c, chip, efficiency) for c in candidates]
-    best: dict[tuple[Any, ...], Modelled] = {}
-    pruned: list[tuple[Modelled, str]] = []
-    for m in modelled:
-        c = m.candidate
-        key = (c.mesh, c.rule_set, c.remat)
-        other = best.get(key)
-        if other is None:
-            best[key] = m
-            continue
-        better = (m.fits, m.rank_tokens_per_s_per_chip(cfg.seq)) > (
-            other.fits,
-            other.rank_tokens_per_s_per_chip(cfg.seq),
-        )
-        loser = other if better else m
-        winner = m if better else other
-        pruned.append(
-            (loser, f"batch {winner.candidate.global_batch} of the same layout ranks higher (model)")
-        )
-        best[key] = winner
-    kept = sorted(best.values(), key=lambda m: (not m.fits, -m.rank_tokens_per_s_per_chip(cfg.seq)))
-    return kept, pruned
+) -> list[Modelled]:
+    """Every candidate through the analytic model."""
+    return [model_candidate(cfg, c, chip, efficiency) for c in candidates]
 
 
 def _cost_flags() -> None:
@@ -193,18 +171,20 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
     if not candidates:
         why = pruned[0].why if pruned else "no mesh"
         raise ShardcliError(f"no layout of {cfg.name} on {target.name} can be built: {why}")
-    kept, model_pruned = rank_candidates(cfg, candidates, chip, CALIBRATION.efficiency)
-    to_compile = kept[: request.compile_n]
+    selector = CandidateSelector(
+        model_candidates(cfg, candidates, chip, CALIBRATION.efficiency), chip.hbm_bytes, cfg.seq
+    )
+    budget = min(request.compile_n, len(selector.layouts))
     rows: list[PlanRow] = []
     interrupted = False
     hits = 0
     start = time.perf_counter()
     sessions: dict[tuple[Any, ...], Any] = {}
     note = ""
-    for i, m in enumerate(to_compile):
+    while len(rows) < budget and (m := selector.next()) is not None:
         c = m.candidate
         if progress is not None:
-            progress(i, len(to_compile), c.label)
+            progress(len(rows), budget, c.label)
         key = cache_key(cfg, c, target, request.method)
         figures = read_cached(key) if request.use_cache else None
         status = "cached" if figures is not None else "compiled"
@@ -221,26 +201,16 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         except KeyboardInterrupt:
             interrupted = True
             break
+        selector.learn(m, figures.fits, figures.needed_bytes)
         rows.append(PlanRow(c, m, status, compiled=figures, estimate=estimate_of(figures, session.mesh)))
     if progress is not None:
-        progress(len(rows), len(to_compile), "")
-    done = {id(r.modelled) for r in rows}
-    for m in kept:
-        if id(m) in done:
-            continue
-        if interrupted and m in to_compile:
-            rows.append(PlanRow(m.candidate, m, "interrupted", "Ctrl-C before it compiled"))
-        elif not m.fits:
-            rows.append(PlanRow(m.candidate, m, "pruned", "does not fit (model)"))
-        else:
-            rows.append(
-                PlanRow(m.candidate, m, "modelled", f"ranked below the {request.compile_n} compiled (model)")
-            )
-    rows += [PlanRow(m.candidate, m, "pruned", why) for m, why in model_pruned]
-    compiled = sorted(
-        (r for r in rows if r.compiled is not None),
-        key=lambda r: (not r.fits, r.estimate is None, _per_token(r)),
-    )
+        progress(len(rows), budget, "")
+    left = budget - len(rows) if interrupted else 0  # the compiles Ctrl-C left undone
+    for m, status, why in selector.untried(request.compile_n):
+        if left and status == "modelled":
+            status, why, left = "interrupted", "Ctrl-C before it compiled", left - 1
+        rows.append(PlanRow(m.candidate, m, status, why))
+    compiled = ranked(r for r in rows if r.compiled is not None)
     others = [r for r in rows if r.compiled is None]
     return PlanResult(
         request=request,
@@ -283,6 +253,36 @@ def _per_token(row: PlanRow) -> float:
     if row.estimate is None or row.estimate.estimate_s is None:
         return float("inf")
     return row.estimate.estimate_s / row.candidate.global_batch
+
+
+def _exposed_per_token(row: PlanRow) -> float:
+    """The no-overlap step (no communication hidden behind compute) per token: the tie-break."""
+    if row.estimate is None or row.estimate.sum_s is None:
+        return float("inf")
+    return row.estimate.sum_s / row.candidate.global_batch
+
+
+TIE = 0.005  # estimates within 0.5% of each other are a tie (the roofline cannot tell them apart)
+
+
+def ranked(rows: Iterable[PlanRow]) -> list[PlanRow]:
+    """Compiled rows, fitting first, by estimated seconds per token. Where estimates tie (within
+    TIE, as every compute-bound layout of one batch does), the layout with less communication to
+    hide goes first: the roofline assumes all of it hidden, a real step hides only part."""
+    order = sorted(rows, key=lambda r: (not r.fits, r.estimate is None, _per_token(r)))
+    out: list[PlanRow] = []
+    while order:
+        head = order[0]
+        band = [
+            r
+            for r in order
+            if (r.fits, r.estimate is None) == (head.fits, head.estimate is None)
+            and _per_token(r) <= _per_token(head) * (1 + TIE)
+        ]
+        band.sort(key=_exposed_per_token)
+        out += band
+        order = [r for r in order if r not in band]
+    return out
 
 
 def _session(

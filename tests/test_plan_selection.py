@@ -1,0 +1,123 @@
+"""Which candidate `plan` compiles next (`core.plan_selection`): pure Python, no compiler.
+
+The compiles are played by hand: each case says what the compiler answered (fits, memory needed)
+and checks what the selector does with it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from shardcli.core.plan import model_candidates
+from shardcli.core.plan_candidates import enumerate_candidates
+from shardcli.core.plan_model import HEADROOM, chip_figures
+from shardcli.core.plan_selection import CandidateSelector, layout_key
+from shardcli.decoder_spec import PRESETS
+
+GIB = 2**30
+
+
+def _selector(preset: str = "llama2-7b", torus: tuple[int, ...] = (4, 4, 4), **batch):
+    cfg = PRESETS[preset]
+    chip = chip_figures("tpu-v5p", torus)
+    candidates, _ = enumerate_candidates(
+        torus,
+        global_batch=batch.get("global_batch"),
+        per_device_batch=batch.get("per_device_batch"),
+        seq_len=cfg.seq,
+    )
+    modelled = model_candidates(cfg, candidates, chip, 0.72)
+    return CandidateSelector(modelled, chip.hbm_bytes, cfg.seq), modelled, chip
+
+
+def test_the_first_pick_is_the_best_ranked_layout_at_its_largest_fitting_batch():
+    selector, modelled, chip = _selector()
+    pick = selector.next()
+    assert pick is not None
+    fitting = [m for m in modelled if m.memory_bytes <= HEADROOM * chip.hbm_bytes]
+    best = max(m.rank_tokens_per_s_per_chip(4096) for m in fitting)
+    assert pick.rank_tokens_per_s_per_chip(4096) == best
+    same = [m for m in fitting if layout_key(m) == layout_key(pick)]
+    assert pick.candidate.global_batch == max(m.candidate.global_batch for m in same)
+
+
+def test_a_layout_that_fits_is_settled():
+    selector, _, _ = _selector()
+    first = selector.next()
+    assert first is not None
+    selector.learn(first, True, first.memory_bytes)
+    for _ in range(20):
+        m = selector.next()
+        if m is None:
+            break
+        assert layout_key(m) != layout_key(first)
+        selector.learn(m, True, m.memory_bytes)
+
+
+def test_a_layout_that_does_not_fit_is_tried_again_below_that_batch():
+    selector, _, chip = _selector()
+    first = selector.next()
+    assert first is not None
+    batch = first.candidate.global_batch
+    # the compiler needs twice what the model said, more than the chip has
+    selector.learn(first, False, 2 * first.memory_bytes)
+    seen = []
+    while (m := selector.next()) is not None and len(seen) < 60:
+        seen.append(m)
+        if layout_key(m) == layout_key(first):
+            assert m.candidate.global_batch < batch
+            assert selector.correction.memory(m) <= HEADROOM * chip.hbm_bytes
+            return
+        selector.learn(m, True, m.memory_bytes)
+    pytest.fail(f"the layout of {first.candidate.label} was never tried below batch {batch}")
+
+
+def test_the_compiled_memory_corrects_the_model_for_its_remat_policy_only():
+    selector, modelled, chip = _selector()
+    first = selector.next()
+    assert first is not None
+    selector.learn(first, True, int(1.25 * first.memory_bytes))
+    remat = first.candidate.remat
+    assert selector.correction.factor(remat) == pytest.approx(1.25)
+    others = {m.candidate.remat for m in modelled} - {remat}
+    assert others and all(selector.correction.factor(r) == 1.0 for r in others)
+    # a candidate of that policy the plain model calls a fit, but not once corrected, is never picked
+    border = [
+        m
+        for m in modelled
+        if m.candidate.remat == remat
+        and m.memory_bytes <= HEADROOM * chip.hbm_bytes < 1.25 * m.memory_bytes
+        and layout_key(m) != layout_key(first)
+    ]
+    assert border, "the case needs a candidate near the chip's memory"
+    picked = []
+    while (m := selector.next()) is not None:
+        picked.append(m)
+        selector.learn(m, True, int(1.25 * m.memory_bytes) if m.candidate.remat == remat else m.memory_bytes)
+    assert not {id(m) for m in border} & {id(m) for m in picked}
+
+
+def test_when_nothing_is_expected_to_fit_the_smallest_batches_are_tried_least_memory_first():
+    # a 70B model at 32 sequences per chip on 8 chips: nothing fits
+    selector, modelled, chip = _selector("llama2-70b", (2, 2, 2), per_device_batch=32)
+    assert not any(selector.fits(m) for m in modelled)
+    first = selector.next()
+    assert first is not None
+    assert first.memory_bytes == min(m.memory_bytes for m in modelled)
+
+
+def test_every_candidate_is_accounted_for_once():
+    selector, modelled, _ = _selector()
+    compiled = []
+    for _ in range(8):
+        m = selector.next()
+        assert m is not None
+        compiled.append(m)
+        selector.learn(m, m.memory_bytes < 80 * GIB, int(1.1 * m.memory_bytes))
+    rest = selector.untried(8)
+    ids = [id(m) for m in compiled] + [id(m) for m, _, _ in rest]
+    assert sorted(ids) == sorted(id(m) for m in modelled)
+    assert {status for _, status, _ in rest} <= {"modelled", "pruned"}
+    # one row stands for each layout not compiled: the others are pruned in its favour
+    standing = [layout_key(m) for m, status, _ in rest if status == "modelled"]
+    assert len(standing) == len(set(standing))
