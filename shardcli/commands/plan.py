@@ -163,12 +163,14 @@ def plan(
             given.append("--remat")
         if sequence:
             given.append("--sequence")
+        if method != "scan":
+            given.append("--method")
         if given:
             raise ShardcliError(
                 f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the decoder; "
                 f"{program} is laid out as it is (leave {'it' if len(given) == 1 else 'them'} out)"
             )
-        _plan_program(program, inputs, rules, target, compile_n, options)
+        _plan_program(program, inputs, rules, target, compile_n, not no_cache, options)
         return
     if inputs is not None or rules is not None:
         flag = "--inputs" if inputs is not None else "--rules"
@@ -235,7 +237,13 @@ def plan(
 
 
 def _plan_program(
-    program: str, inputs: str | None, rules: str | None, target: str, compile_n: int, options: RunOptions
+    program: str,
+    inputs: str | None,
+    rules: str | None,
+    target: str,
+    compile_n: int,
+    use_cache: bool,
+    options: RunOptions,
 ) -> None:
     """`plan FILE.py:FUNCTION --inputs FILE.py:NAME`."""
     from shardcli.core.plan_program import ProgramPlanRequest, run_program_plan
@@ -255,6 +263,7 @@ def _plan_program(
         target=parse_target(target),
         rules=parse_rules(rules) if rules is not None else None,
         compile_n=compile_n,
+        use_cache=use_cache,
         options=options,
     )
     if request.target.generation.platform != "tpu":
