@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcli.core.plan_candidates import RULE_SETS, MeshChoice, mesh_choices
+from shardcli.core.plan_candidates import MESH_AXES, RULE_SETS, MeshChoice, mesh_choices
 from shardcli.core.plan_compile import CompiledFigures, figures_of
 from shardcli.core.plan_model import HEADROOM
 from shardcli.core.step_time import StepEstimate
@@ -209,7 +209,8 @@ def check_rule_axes(rules: Rules, meshes: list[MeshChoice], target: str) -> None
     """Raises: ShardcliError when --rules names a mesh axis that no layout's mesh has."""
     from shardcli.core.logical_axes import unknown_mesh_axes
 
-    have = tuple(dict.fromkeys(a for m in meshes for a in m.axes))
+    named = {a for m in meshes for a in m.axes}
+    have = tuple(a for a in MESH_AXES if a in named)
     unknown = unknown_mesh_axes(rules, have)
     if unknown:
         names = ", ".join(repr(a) for a in unknown)
