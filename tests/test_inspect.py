@@ -1018,6 +1018,13 @@ PLAN_LINEN = str(ROOT / "tests" / "programs" / "plan_linen.py")
             "--axes or leave it out of --rules",
             id="axis-not-in-mesh",
         ),
+        pytest.param(
+            "embed=data,heads=model",
+            2,
+            "--rules embed=data,heads=model maps logical axis 'heads', which no argument carries; the "
+            "arguments carry batch, embed, mlp",
+            id="name-not-carried",
+        ),
     ],
 )
 def test_rules_lay_the_inputs_out_by_their_logical_axis_names(cli, rules, code, specs):

@@ -29,8 +29,8 @@ Inputs = Annotated[
     str | None,
     typer.Option(
         "--inputs",
-        help="With FILE.py:FUNCTION: FILE.py:NAME, NAME() returns the arguments, parameters boxed by "
-        "nn.with_partitioning (or named in a LOGICAL_AXES table in that file).",
+        help="With FILE.py:FUNCTION: FILE.py:NAME, NAME() (or NAME(mesh)) returns the arguments, parameters "
+        "named by nnx.with_partitioning or nn.with_partitioning (or in a LOGICAL_AXES table in that file).",
     ),
 ]
 Rules = Annotated[
@@ -146,8 +146,9 @@ def plan(
     chip and fit, estimated step, MFU, the bound). Exit 1 when no compiled layout fits.
 
     With FILE.py:FUNCTION --inputs FILE.py:NAME it lays out your own program instead: its
-    arguments carry logical axis names (nn.with_partitioning), and each layout is a mesh and a rule
-    set mapping those names to mesh axes.
+    arguments carry logical axis names (nnx.with_partitioning, nn.with_partitioning), each layout is
+    a mesh and a rule set mapping those names to mesh axes, and the winner comes with the
+    `shardcli inspect ... --rules` command that compiles it again.
 
     Example: shardcli plan --preset llama2-7b --target tpu-v5p:4x4x4
     """

@@ -495,7 +495,9 @@ def _laid_out_by_rules(
 
     assert request.rules is not None
     table = logical.table_of(maker)
-    logical.check_named(logical.named_leaves(fn, args, table, kwargs), f"{request.target} (--rules)")
+    leaves = logical.named_leaves(fn, args, table, kwargs)
+    logical.check_named(leaves, f"{request.target} (--rules)")
+    logical.check_rule_names(request.rules, leaves)
     axes = tuple(map(str, session.mesh.axis_names))
     unknown = logical.unknown_mesh_axes(request.rules, axes)
     if unknown:

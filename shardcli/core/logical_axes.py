@@ -130,6 +130,20 @@ def check_named(leaves: list[Named], program: str) -> int:
     return named
 
 
+def check_rule_names(rules: Rules, leaves: list[Named], flag: str = "--rules") -> None:
+    """Raises: ShardcliError when `rules` map a logical name that no argument carries (a rule that
+    would lay nothing out, a misspelt name most likely)."""
+    from shardcli.decoder_spec import rules_text
+
+    carried = names_used(leaves)
+    unknown = [name for name in dict(rules) if name not in carried]
+    if unknown:
+        raise ShardcliError(
+            f"{flag} {rules_text(rules)} maps logical axis {', '.join(map(repr, unknown))}, which no "
+            f"argument carries; the arguments carry {', '.join(carried)}"
+        )
+
+
 def names_used(leaves: list[Named]) -> tuple[str, ...]:
     """The logical axis names the arguments carry, sorted."""
     return tuple(sorted({x for _, _, n in leaves for x in (n or ()) if x is not None}))

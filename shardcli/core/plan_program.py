@@ -118,6 +118,8 @@ def run_program_plan(
     table = logical.table_of(maker.value)
     leaves = logical.named_leaves(fn, given.args, table, given.kwargs)
     named = logical.check_named(leaves, request.program)
+    if request.rules is not None:
+        logical.check_rule_names(request.rules, leaves)
     sources = _sources_digest(request)
     rule_sets = {"--rules": request.rules} if request.rules is not None else dict(RULE_SETS)
     chip = CHIPS[target.generation.name]
