@@ -189,6 +189,14 @@ EXAMPLES: dict[str, str | list[str]] = {
     ],
     # a tiny decoder on 4 chips: three compiles of a few seconds (a 7B model's are minutes each)
     "readme-plan": "shardcli plan --preset tiny --target tpu-v5e:2x2 --batch 2 --compile 3",
+    # your own program (NNX, logical axis names), then its winner compiled again by inspect --rules
+    "tutorial-plan-program": [
+        "shardcli plan examples/nnx_mlp.py:train_step --inputs examples/nnx_mlp.py:inputs "
+        "--target tpu-v5e:2x2 --compile 3 --no-color",
+        "shardcli inspect examples/nnx_mlp.py:train_step --inputs examples/nnx_mlp.py:inputs "
+        "--target tpu-v5e:2x2 --mesh 4 --axes tensor --rules mlp=tensor --no-color -q "
+        "| sed -n '/^memory/,/^$/p'",
+    ],
     "example-compare-errors": [
         "shardcli collective psum --mesh 8 --size 64K --iters 2 --format json > before.json",
         "shardcli collective psum --mesh 4 --size 64K --iters 2 --format json > m4.json",
@@ -287,12 +295,14 @@ VOLATILE = {
     "example-model",
     "example-compare",
     "readme-plan",  # compile seconds
+    "tutorial-plan-program",
 }
 # Examples that draw charts or timelines from their timings: --check also leaves out those lines.
 CHARTS = {"example-collective-sweep", "example-pipeline", "tutorial-pipeline-launch"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
 NEEDS_TPU = {
     "readme-plan",
+    "tutorial-plan-program",
     "readme-tpu",
     "readme-step-time",
     "tutorial-tpu-mesh",

@@ -689,10 +689,13 @@ PLAN_PROGRAM_CANDIDATE = Record(
     ("estimate", Maybe(PLAN_ESTIMATE)),
 )
 PLAN_PROGRAM_BODY = Record(
-    ("config", Record("program", "inputs", "target", "chips", "rules", "compile", "named_leaves", "leaves")),
+    (
+        "config",
+        Record("program", "inputs", "target", "chips", "rules", "compile", "cache", "named_leaves", "leaves"),
+    ),
     ("candidates", ListOf(PLAN_PROGRAM_CANDIDATE)),
-    ("winner", Maybe(Record("layout", "mesh_shape", "mesh_axes", "rules"))),
-    ("summary", Record("candidates", "compiled", "fits", "interrupted", "compile_s")),
+    ("winner", Maybe(Record("layout", "mesh_shape", "mesh_axes", "rules", "inspect_command"))),
+    ("summary", Record("candidates", "compiled", "cached", "fits", "interrupted", "compile_s")),
 )
 PLAN_BODY = Record(
     ("config", PLAN_CONFIG),

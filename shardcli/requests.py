@@ -558,11 +558,18 @@ def build_inspect_request(
     options: RunOptions,
     compile_target: str | None = None,
     mode_given: bool = False,
+    rules: str | None = None,
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.core.inspect import InspectRequest
+    from shardcli.decoder_spec import parse_rules
     from shardcli.specs import check_cost_figures, parse_abstract_arg
 
+    if rules is not None and inputs is None:
+        raise ShardcliError(
+            "--rules lays out the arguments of --inputs FILE.py:NAME by their logical axis names; "
+            "give --inputs (--arg takes its sharding as typed)"
+        )
     hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
     check_cost_figures(peak_tflops, link_gbps)
     return InspectRequest(
@@ -581,4 +588,5 @@ def build_inspect_request(
         mesh_text=mesh,
         axes_text=axes,
         mode_given=mode_given,
+        rules=parse_rules(rules) if rules is not None else None,
     )

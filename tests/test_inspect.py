@@ -962,6 +962,25 @@ def test_an_exit_at_import_is_one_line(cli, tmp_path):
         ),
         pytest.param("pair", ("--inputs", "{path}:nameless"), 'give "args"', id="maker-dict-keys"),
         pytest.param(
+            "tree",
+            ("--inputs", "{path}:tree_inputs", "--rules", "embed=data"),
+            "(--rules) carries logical axis names: box them with nn.with_partitioning",
+            id="rules-no-names",
+        ),
+        pytest.param(
+            "tree",
+            ("--inputs", "{path}:tree_inputs", "--rules", "embed"),
+            "--rules entry 'embed' is not LOGICAL=MESH_AXIS[+MESH_AXIS]",
+            id="rules-malformed",
+        ),
+        pytest.param(
+            "pair",
+            ("--arg", "f32[8]", "--arg", "f32[8]", "--rules", "embed=data"),
+            "--rules lays out the arguments of --inputs FILE.py:NAME by their logical axis names; give "
+            "--inputs (--arg takes its sharding as typed)",
+            id="rules-without-inputs",
+        ),
+        pytest.param(
             "pair",
             ("--inputs", "{path}:abstract_mesh"),
             "abstract mesh 4x2 (data, model), which does not match this run's mesh 2x4 (data, model); "
@@ -977,6 +996,50 @@ def test_bad_programs_and_inputs_are_one_line(cli, tmp_path, fn, args, message):
     assert out.exit_code == 2, out.output
     assert message in out.stderr.strip().splitlines()[-1], out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+PLAN_LINEN = str(ROOT / "tests" / "programs" / "plan_linen.py")
+
+
+@pytest.mark.parametrize(
+    ("rules", "code", "specs"),
+    [
+        pytest.param(
+            "embed=data,mlp=model,batch=data",
+            0,
+            [["data"], ["model"]],
+            id="by-names",
+        ),
+        pytest.param("mlp=model", 0, [None, ["model"]], id="embed-unmapped"),
+        pytest.param(
+            "embed=fsdp",
+            2,
+            "--rules embed=fsdp names mesh axis 'fsdp', which is not in the mesh (data, model); add it to "
+            "--axes or leave it out of --rules",
+            id="axis-not-in-mesh",
+        ),
+        pytest.param(
+            "embed=data,heads=model",
+            2,
+            "--rules embed=data,heads=model maps logical axis 'heads', which no argument carries; the "
+            "arguments carry batch, embed, mlp",
+            id="name-not-carried",
+        ),
+    ],
+)
+def test_rules_lay_the_inputs_out_by_their_logical_axis_names(cli, rules, code, specs):
+    """--rules maps nn.with_partitioning's names (and the LOGICAL_AXES table's) to this mesh's axes."""
+    pytest.importorskip("flax")
+    args = ["inspect", f"{PLAN_LINEN}:train_step", "--inputs", f"{PLAN_LINEN}:inputs"]
+    out = cli([*args, "--mesh", "2x4", "--axes", "data,model", "--rules", rules, "--format", "json"])
+    assert out.exit_code == code, out.output
+    if code:
+        assert out.stderr.strip().splitlines() == [f"shardcli: error: {specs}"]
+        return
+    arguments = {a["name"]: a["spec"] for a in json.loads(out.stdout)["arguments"]}
+    assert arguments["params['params']['w1'].value"] == specs
+    assert arguments["params['params']['w2'].value"] == specs[::-1]
+    assert arguments["batch"][0] == (["data"] if "batch=data" in rules else None)  # the LOGICAL_AXES table
 
 
 def test_a_key_of_the_wrong_kind_shows_the_users_frame_and_the_library_frame(cli, tmp_path):

@@ -213,7 +213,9 @@ PINNED_KEYS = {
         "pipeline": "624ff9ba959f3e42",
         "compare": "53b1ec01214a6068",
         "plan": "16c1fd929d96515d",  # new (shardcli plan)
-        "plan-program": "d230f4b4b1023781",  # new (shardcli plan FILE.py:FN)
+        # new (shardcli plan FILE.py:FN); before any release of 3: config.cache, winner.inspect_command
+        # (the command that reproduces it) and summary.cached
+        "plan-program": "4f5f7273fd9feb3b",
     },
 }
 

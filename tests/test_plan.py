@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 from pathlib import Path
 
 import jax
@@ -361,26 +362,218 @@ def test_a_linen_program_with_logical_axis_names_is_laid_out(cli, plan_cache):
         assert c["argument_bytes"] == weights + 64 * 512 * 4 // (data * fsdp), c["layout"]
 
 
+NNX = str(Path(__file__).parent / "programs" / "plan_nnx.py")
+V5E = ["--target", "tpu-v5e:2x2"]
+
+
+def _program_json(cli, program, args, code=0):
+    """`plan FILE.py:train_step --inputs FILE.py:inputs ARGS --format json`, checked against the schema."""
+    out = cli(
+        ["plan", f"{program}:train_step", "--inputs", f"{program}:inputs", *args, "--format", "json"],
+        env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]},
+    )
+    assert out.exit_code == code, out.output
+    doc = json.loads(out.stdout)
+    assert schema.document_problems(doc, "plan-program") == []
+    return doc
+
+
+def _winner(doc):
+    return next(c for c in doc["candidates"] if c["layout"] == doc["winner"]["layout"])
+
+
+def test_the_winner_is_reproduced_by_its_inspect_command(cli, plan_cache):
+    """The command plan prints for its winner compiles the same program: inspect's memory per chip
+    equals the plan's compiled figures for that layout."""
+    pytest.importorskip("libtpu")
+    pytest.importorskip("flax")
+    doc = _program_json(cli, LINEN, [*V5E, "-n", "2"])
+    command = doc["winner"]["inspect_command"]
+    mesh = _winner(doc)["mesh"]
+    assert command.startswith(
+        f"shardcli inspect {LINEN}:train_step --inputs {LINEN}:inputs --target tpu-v5e:2x2"
+    )
+    assert f"--mesh {'x'.join(map(str, mesh.values()))} --axes {','.join(mesh)} --rules " in command
+    words = shlex.split(command)
+    assert words[:2] == ["shardcli", "inspect"]
+    out = cli([*words[1:], "--format", "json"])
+    assert out.exit_code == 0, out.output
+    memory = json.loads(out.stdout)["program"]["memory"]
+    compiled = _winner(doc)["compiled"]
+    assert (memory["argument_bytes"], memory["temp_bytes"], memory["total_bytes"]) == (
+        compiled["argument_bytes"],
+        compiled["temp_bytes"],
+        compiled["needed_bytes"],
+    )
+    assert memory["argument_bytes"] == _winner(doc)["argument_bytes"]  # as plan counted them
+
+
+def test_a_second_program_plan_compiles_nothing(cli, plan_cache, monkeypatch, tmp_path):
+    """The second identical plan reads every layout from the cache (inspect is never called); --no-cache
+    compiles them again; a changed program file is a new key."""
+    pytest.importorskip("libtpu")
+    pytest.importorskip("flax")
+    import shardcli.core.inspect as core_inspect
+
+    real = core_inspect.inspect_program
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core_inspect, "inspect_program", counted)
+    first = _program_json(cli, LINEN, [*V5E, "-n", "2"])
+    assert (len(calls), first["summary"]["compiled"], first["summary"]["cached"]) == (2, 2, 0)
+    assert len(list(plan_cache.glob("*.json"))) == 2
+    again = _program_json(cli, LINEN, [*V5E, "-n", "2"])
+    assert (len(calls), again["summary"]["cached"]) == (2, 2)
+    ranked = [c for c in again["candidates"] if c["rank"] is not None]
+    assert [c["status"] for c in ranked] == ["cached", "cached"]
+    assert [c["compiled"] for c in ranked] == [c["compiled"] for c in first["candidates"][:2]]
+    assert again["winner"] == first["winner"]
+    fresh = _program_json(cli, LINEN, [*V5E, "-n", "2", "--no-cache"])
+    assert (len(calls), fresh["summary"]["cached"], fresh["config"]["cache"]) == (4, 0, False)
+    assert [c["status"] for c in fresh["candidates"][:2]] == ["compiled", "compiled"]
+    edited = tmp_path / "plan_linen_edited.py"
+    edited.write_text(Path(LINEN).read_text() + "\n# edited\n")
+    changed = _program_json(cli, str(edited), [*V5E, "-n", "1"])
+    assert (len(calls), changed["summary"]["cached"]) == (5, 0)
+
+
+def test_an_nnx_program_matches_a_hand_written_compile(cli, plan_cache):
+    """nnx.with_partitioning names under nnx.eval_shape / nnx.split: the winner's argument bytes and
+    memory equal jax.jit(step, in_shardings=...) of the same layout compiled by hand for the same
+    target mesh."""
+    pytest.importorskip("libtpu")
+    nnx = pytest.importorskip("flax.nnx")
+    import importlib.util
+
+    from jax.experimental import topologies
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardcli.core.target import quiet_native_logs
+
+    doc = _program_json(cli, NNX, [*V5E, "-n", "2"])
+    assert (doc["config"]["named_leaves"], doc["config"]["leaves"]) == (3, 5)  # the biases carry no names
+    winner = _winner(doc)
+    assert winner["layout"] == "fsdp2 tp2 fsdp-tp" and winner["mesh"] == {"fsdp": 2, "tensor": 2}
+    assert (
+        "--mesh 2x2 --axes fsdp,tensor --rules batch=fsdp,embed=fsdp,mlp=tensor"
+        in (doc["winner"]["inspect_command"])
+    )
+
+    spec = importlib.util.spec_from_file_location("plan_nnx_by_hand", NNX)
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    with nnx.use_eager_sharding(False):  # flax 0.12 would shard the named variables as they are made
+        state, batch = program.inputs()
+    with quiet_native_logs():
+        topology = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu")
+    mesh = topologies.make_mesh(topology, (2, 2), ("fsdp", "tensor"))
+    by_hand = {
+        "up": {"kernel": P("fsdp", "tensor"), "bias": P()},
+        "down": {"kernel": P("tensor", "fsdp"), "bias": P()},
+    }
+    state_shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), nnx.State(by_hand))
+    batch_sharding = NamedSharding(mesh, P("fsdp", None))
+    step = jax.jit(program.train_step, in_shardings=(state_shardings, batch_sharding))
+    memory = step.lower(state, batch).compile().memory_analysis()
+    compiled = winner["compiled"]
+    assert compiled["argument_bytes"] == memory.argument_size_in_bytes
+    assert compiled["temp_bytes"] == memory.temp_size_in_bytes
+    assert compiled["needed_bytes"] == (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        + memory.generated_code_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
+    # the arguments by hand: two f32 kernels of 512 x 2048 over fsdp x tensor, the biases
+    # replicated, a 64 x 512 batch over fsdp
+    assert winner["argument_bytes"] == 2 * 512 * 2048 * 4 // 4 + (2048 + 512) * 4 + 64 * 512 * 4 // 2
+
+
+PLAIN = """
+import jax
+import jax.numpy as jnp
+
+
+def step(x, w):
+    return x @ w
+
+
+def plain():
+    return jax.ShapeDtypeStruct((8, 8), jnp.float32), jax.ShapeDtypeStruct((8, 8), jnp.float32)
+
+
+def one():
+    return jax.ShapeDtypeStruct((8, 8), jnp.float32)
+"""
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        pytest.param([f"{LINEN}:train_step"], "plan ", id="no-inputs"),
+        pytest.param(
+            [f"{LINEN}:train_step"],
+            f"plan {LINEN}:train_step needs --inputs FILE.py:NAME (the arguments, with logical axis names)",
+            id="no-inputs",
+        ),
         pytest.param(
             [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", "--preset", "tiny"],
             "--preset describes the decoder",
             id="preset",
         ),
         pytest.param(
+            [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", "--method", "layers"],
+            "--method describes the decoder",
+            id="method",
+        ),
+        pytest.param(
             ["--preset", "tiny", "--inputs", f"{LINEN}:inputs"],
             "--inputs goes with your own program",
             id="inputs",
         ),
+        pytest.param(
+            [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", *V5E, "--rules", "embed"],
+            "--rules entry 'embed' is not LOGICAL=MESH_AXIS[+MESH_AXIS]; e.g. embed=fsdp,mlp=tensor",
+            id="rules-malformed",
+        ),
+        pytest.param(
+            [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", *V5E, "--rules", "embed=fsdp,mlp=model"],
+            "--rules embed=fsdp,mlp=model names mesh axis 'model', which no layout on tpu-v5e:2x2 has; "
+            "plan's meshes name data, fsdp, tensor",
+            id="rules-axis",
+        ),
+        pytest.param(
+            [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", *V5E, "--rules", "embed=fsdp,mpl=tensor"],
+            "--rules embed=fsdp,mpl=tensor maps logical axis 'mpl', which no argument carries; the arguments "
+            "carry batch, embed, mlp",
+            id="rules-name",
+        ),
+        pytest.param(
+            ["{path}:step", "--inputs", "{path}:plain", *V5E],
+            "no argument of {path}:step carries logical axis names: box them with nn.with_partitioning",
+            id="no-names",
+        ),
+        pytest.param(
+            ["{path}:step", "--inputs", "{path}:one", *V5E],
+            "--inputs {path}:one returned a ShapeDtypeStruct; return the tuple of the function's positional",
+            id="not-a-tuple",
+        ),
     ],
 )
-def test_program_flags_exit_2(cli, args, message):
-    out = cli(["plan", *args])
+def test_program_flags_exit_2(cli, tmp_path, args, message):
+    if any("{path}" in a or a == "--rules" for a in args):
+        pytest.importorskip("libtpu")
+    path = tmp_path / "plain.py"
+    path.write_text(PLAIN)
+    out = cli(["plan", *(a.format(path=path) for a in args)])
     assert out.exit_code == 2, out.output
-    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert message.format(path=path) in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):

@@ -39,6 +39,15 @@ Inputs = Annotated[
         "(step, args), or {'fn': step, 'args': ..., 'kwargs': ...}: that step is compiled.",
     ),
 ]
+Rules = Annotated[
+    str | None,
+    typer.Option(
+        "--rules",
+        help="With --inputs: lay the arguments out by their logical axis names (nn.with_partitioning, "
+        "nnx.with_partitioning, a LOGICAL_AXES table), LOGICAL=MESH_AXIS[+MESH_AXIS],...: "
+        "embed=fsdp,mlp=tensor,batch=data+fsdp (what `shardcli plan` prints for its winner).",
+    ),
+]
 Out = Annotated[
     list[str] | None,
     typer.Option(
@@ -77,6 +86,7 @@ def inspect(
     target: Program,
     arg: Arg = None,
     inputs: Inputs = None,
+    rules: Rules = None,
     out: Out = None,
     run: Run = False,
     warmup: Warmup = 2,
@@ -112,6 +122,7 @@ def inspect(
         target=target,
         args=arg or [],
         inputs=inputs,
+        rules=rules,
         outs=out or [],
         run=run,
         warmup=warmup,

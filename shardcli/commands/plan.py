@@ -29,8 +29,8 @@ Inputs = Annotated[
     str | None,
     typer.Option(
         "--inputs",
-        help="With FILE.py:FUNCTION: FILE.py:NAME, NAME() returns the arguments, parameters boxed by "
-        "nn.with_partitioning (or named in a LOGICAL_AXES table in that file).",
+        help="With FILE.py:FUNCTION: FILE.py:NAME, NAME() (or NAME(mesh)) returns the arguments, parameters "
+        "named by nnx.with_partitioning or nn.with_partitioning (or in a LOGICAL_AXES table in that file).",
     ),
 ]
 Rules = Annotated[
@@ -146,8 +146,9 @@ def plan(
     chip and fit, estimated step, MFU, the bound). Exit 1 when no compiled layout fits.
 
     With FILE.py:FUNCTION --inputs FILE.py:NAME it lays out your own program instead: its
-    arguments carry logical axis names (nn.with_partitioning), and each layout is a mesh and a rule
-    set mapping those names to mesh axes.
+    arguments carry logical axis names (nnx.with_partitioning, nn.with_partitioning), each layout is
+    a mesh and a rule set mapping those names to mesh axes, and the winner comes with the
+    `shardcli inspect ... --rules` command that compiles it again.
 
     Example: shardcli plan --preset llama2-7b --target tpu-v5p:4x4x4
     """
@@ -163,12 +164,14 @@ def plan(
             given.append("--remat")
         if sequence:
             given.append("--sequence")
+        if method != "scan":
+            given.append("--method")
         if given:
             raise ShardcliError(
                 f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the decoder; "
                 f"{program} is laid out as it is (leave {'it' if len(given) == 1 else 'them'} out)"
             )
-        _plan_program(program, inputs, rules, target, compile_n, options)
+        _plan_program(program, inputs, rules, target, compile_n, not no_cache, options)
         return
     if inputs is not None or rules is not None:
         flag = "--inputs" if inputs is not None else "--rules"
@@ -235,7 +238,13 @@ def plan(
 
 
 def _plan_program(
-    program: str, inputs: str | None, rules: str | None, target: str, compile_n: int, options: RunOptions
+    program: str,
+    inputs: str | None,
+    rules: str | None,
+    target: str,
+    compile_n: int,
+    use_cache: bool,
+    options: RunOptions,
 ) -> None:
     """`plan FILE.py:FUNCTION --inputs FILE.py:NAME`."""
     from shardcli.core.plan_program import ProgramPlanRequest, run_program_plan
@@ -255,6 +264,7 @@ def _plan_program(
         target=parse_target(target),
         rules=parse_rules(rules) if rules is not None else None,
         compile_n=compile_n,
+        use_cache=use_cache,
         options=options,
     )
     if request.target.generation.platform != "tpu":

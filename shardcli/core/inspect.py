@@ -30,6 +30,7 @@ from shardcli.core.step_time import StepEstimate, step_time_of
 from shardcli.core.target import FitVerdict, judge_fit
 from shardcli.core.timing import Timing
 from shardcli.costmodel import CostEstimate, Hardware, table_hardware
+from shardcli.decoder_spec import Rules
 from shardcli.errors import ShardcliError
 from shardcli.specs import AbstractArg, MeshSpec, RunOptions, ShardingSpec, check_timing, parse_mesh
 from shardcli.targets import TargetSpec
@@ -55,6 +56,7 @@ class InspectRequest:
     mesh_text: str | None = None  # --mesh as typed, for a target's mesh (a reshape of its chips)
     axes_text: str | None = None
     mode_given: bool = False  # --mode typed: it overrides the axis types of the inputs' own mesh
+    rules: Rules | None = None  # --rules: the --inputs laid out by their logical axis names
 
 
 @dataclass(frozen=True)
@@ -406,6 +408,7 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         ShardcliError: bad input (one line).
         UserCodeError: the user's code raised.
     """
+    from shardcli.core.logical_axes import names_only
     from shardcli.core.program_inputs import call_inputs
     from shardcli.core.session import open_session
     from shardcli.runtime import import_jax_quietly
@@ -430,7 +433,9 @@ def run_inspect(request: InspectRequest) -> InspectResult:
     else:
         session = open_session(request.mesh or parse_mesh("2x4", None), request.options, x64=x64)
         import_meshes = contextlib.nullcontext()
-    with import_meshes:  # a mesh the user's file builds at import is one of the target's chips
+    # --rules: NNX variables keep their logical names as they are made (placed by the rules after)
+    naming = names_only() if request.rules is not None else contextlib.nullcontext()
+    with import_meshes, naming:  # a mesh the user's file builds at import is one of the target's chips
         # Under a target a file is imported anew: what it built at import (a mesh) is the target's.
         fresh = request.compile_target is not None
         function = load(request.target, fresh=fresh)
@@ -447,6 +452,8 @@ def run_inspect(request: InspectRequest) -> InspectResult:
             given = call_inputs(maker, request.inputs, session.mesh)
             fn, args, kwargs = given.fn or fn, given.args, given.kwargs
             _check_input_leaves(args, request.inputs)
+            if request.rules is not None:
+                args, kwargs = _laid_out_by_rules(request, maker.value, fn, args, kwargs, session)
         else:
             args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
     return inspect_program(
@@ -467,6 +474,38 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         mode=str(request.options.mode) if request.mode_given or request.inputs is None else None,
         mesh_given=request.mesh_text is not None or request.axes_text is not None,
     )
+
+
+def _laid_out_by_rules(
+    request: InspectRequest,
+    maker: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    session: Session,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """--rules: the arguments laid out on the session's mesh by their logical axis names, as `plan`
+    lays out each of its candidates.
+
+    Raises:
+        ShardcliError: no argument carries logical names; a rule names a mesh axis not in the mesh.
+    """
+    from shardcli.core import logical_axes as logical
+    from shardcli.decoder_spec import rules_text
+
+    assert request.rules is not None
+    table = logical.table_of(maker)
+    leaves = logical.named_leaves(fn, args, table, kwargs)
+    logical.check_named(leaves, f"{request.target} (--rules)")
+    logical.check_rule_names(request.rules, leaves)
+    axes = tuple(map(str, session.mesh.axis_names))
+    unknown = logical.unknown_mesh_axes(request.rules, axes)
+    if unknown:
+        raise ShardcliError(
+            f"--rules {rules_text(request.rules)} names mesh axis {', '.join(map(repr, unknown))}, which "
+            f"is not in the mesh ({', '.join(axes)}); add it to --axes or leave it out of --rules"
+        )
+    return logical.lay_out(args, fn, table, request.rules, session.mesh, kwargs)
 
 
 # Far above a real model's parameter arrays (hundreds to a few thousand), far below what would

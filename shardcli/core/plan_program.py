@@ -1,35 +1,35 @@
 """`shardcli plan FILE.py:FN --inputs FILE.py:NAME`: layouts for the user's own program.
 
-The user's arguments carry logical axis names, the Flax/MaxText convention: parameters boxed by
-`nn.with_partitioning(init, ("embed", "mlp"))` (linen's `Partitioned`, whose `names` are kept
-through `jax.eval_shape(model.init, ...)`), or plain `jax.ShapeDtypeStruct`s named by a table
-`LOGICAL_AXES = {"params['w1']": ("embed", "mlp"), "batch": ("batch", None)}` in the inputs' file
-(paths as `inspect` names arguments: the function's parameter name, then the pytree path).
+The user's arguments carry logical axis names (`core.logical_axes`: linen's `nn.with_partitioning`,
+NNX's `nnx.with_partitioning`, or a `LOGICAL_AXES` table in the inputs' file).
 
 A layout is a mesh over the target's chips and a rule set mapping those names to mesh axes (the
 decoder's rule sets, or `--rules`). The model here is the arguments' bytes per chip (the program's
 FLOPs are the compiler's to say): layouts whose arguments fit are compiled, the fewest bytes per
-chip first, each as `inspect` compiles a program, and ranked by the step-time estimate.
+chip first, each as `inspect --rules` compiles it, and ranked by the step-time estimate. Each
+compile's figures are cached on disk (`plan_compile`'s cache), keyed by the two files' bytes, the
+names, the layout, the target and the compiler's versions. The winner comes with the `shardcli
+inspect` command that compiles it again.
 """
 
 from __future__ import annotations
 
-import math
+import hashlib
+import json
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcli.core.plan_candidates import RULE_SETS, MeshChoice, mesh_choices
+from shardcli.core.plan_candidates import MESH_AXES, RULE_SETS, MeshChoice, mesh_choices
 from shardcli.core.plan_compile import CompiledFigures, figures_of
 from shardcli.core.plan_model import HEADROOM
 from shardcli.core.step_time import StepEstimate
-from shardcli.decoder_spec import Rules, resolve_axes
+from shardcli.decoder_spec import Rules, rules_text
 from shardcli.errors import ShardcliError
 from shardcli.specs import RunOptions
 from shardcli.targets import TargetSpec
-
-TABLE_NAME = "LOGICAL_AXES"
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class ProgramPlanRequest:
     target: TargetSpec
     rules: Rules | None = None  # --rules; None: the decoder's rule sets
     compile_n: int = 8
+    use_cache: bool = True  # --no-cache: compile every layout again (the cache is still written)
     options: RunOptions = field(default_factory=RunOptions)
 
 
@@ -52,7 +53,7 @@ class ProgramRow:
     rule_set: str
     rules: Rules
     argument_bytes: int  # per chip, from the arguments' shapes and specs
-    status: str  # "compiled", "modelled", "pruned"
+    status: str  # "compiled", "cached", "modelled", "pruned", "interrupted"
     why: str = ""
     compiled: CompiledFigures | None = None
     estimate: StepEstimate | None = None
@@ -72,6 +73,7 @@ class ProgramPlanResult:
     peak_flops: float
     interrupted: bool
     compile_s: float
+    cache_hits: int = 0
 
     @property
     def winner(self) -> ProgramRow | None:
@@ -79,128 +81,58 @@ class ProgramPlanResult:
         return fitting[0] if fitting else None
 
 
-def _names_of(leaf: Any) -> tuple[str | None, ...] | None:
-    """A leaf's logical axis names where it carries them (linen's Partitioned and its kin)."""
-    names = getattr(leaf, "names", None)
-    if names is not None and hasattr(leaf, "unbox"):
-        return tuple(names)
-    return None
-
-
-def _is_box(x: Any) -> bool:
-    return _names_of(x) is not None
-
-
-def named_leaves(
-    fn: Callable[..., Any], args: tuple[Any, ...], table: dict[str, tuple[str | None, ...]]
-) -> list[tuple[str, Any, tuple[str | None, ...] | None]]:
-    """(path as inspect names it, leaf or box, logical names) for every leaf of the arguments."""
-    import inspect as pyinspect
-
-    import jax
-
-    try:
-        params = list(pyinspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        params = []
-    out = []
-    for i, arg in enumerate(args):
-        base = params[i] if i < len(params) else f"arg{i}"
-        for path, leaf in jax.tree_util.tree_flatten_with_path(arg, is_leaf=_is_box)[0]:
-            name = base + jax.tree_util.keystr(path)
-            names = _names_of(leaf)
-            out.append((name, leaf, names if names is not None else table.get(name)))
-    return out
-
-
-def lay_out(
-    args: tuple[Any, ...], fn: Callable[..., Any], table: dict[str, Any], rules: Rules, mesh: Any
-) -> tuple[Any, ...]:
-    """The arguments as ShapeDtypeStructs sharded by their logical names under `rules` on `mesh`."""
-    import jax
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-    names = {id(leaf): n for _, leaf, n in named_leaves(fn, args, table)}
-
-    def place(leaf: Any) -> Any:
-        value = leaf.unbox() if _is_box(leaf) else leaf
-        logical = names.get(id(leaf)) or (None,) * len(value.shape)
-        entries = resolve_axes(tuple(logical), rules, sizes, tuple(value.shape))
-        spec = P(*(e if len(e) > 1 else (e[0] if e else None) for e in entries))
-        struct = jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=NamedSharding(mesh, spec))
-        return leaf.replace_boxed(struct) if _is_box(leaf) else struct
-
-    return tuple(jax.tree_util.tree_map(place, a, is_leaf=_is_box) for a in args)
-
-
-def argument_bytes(leaves: list[tuple[str, Any, Any]], rules: Rules, mesh: MeshChoice) -> int:
-    """Bytes per chip of the arguments laid out by `rules` on `mesh` (pure arithmetic)."""
-    import numpy as np
-
-    sizes = dict(mesh.sizes)
-    total = 0
-    for _, leaf, logical in leaves:
-        value = leaf.unbox() if _is_box(leaf) else leaf
-        shape = tuple(value.shape)
-        entries = resolve_axes(tuple(logical or (None,) * len(shape)), rules, sizes, shape)
-        split = math.prod(sizes[a] for e in entries for a in e)
-        total += math.prod(shape) * np.dtype(value.dtype).itemsize // split
-    return total
-
-
 def run_program_plan(
     request: ProgramPlanRequest, progress: Callable[[int, int, str], None] | None = None
 ) -> ProgramPlanResult:
-    """Load the program and its named arguments, rank the layouts, compile the best.
+    """Load the program and its named arguments, rank the layouts, compile (or read) the best.
 
     Raises:
         ShardcliError: bad input (one line).
         UserCodeError: the user's code raised.
     """
+    from shardcli.core import logical_axes as logical
     from shardcli.core.inspect import inspect_program
-    from shardcli.core.plan import _cost_flags
+    from shardcli.core.plan import _cost_flags, _interruptible
+    from shardcli.core.plan_compile import read_cached, write_cached
     from shardcli.core.plan_estimate import estimate_of
-    from shardcli.core.target import open_target_session
+    from shardcli.core.program_inputs import call_inputs
+    from shardcli.core.target import open_target_session, target_meshes
     from shardcli.hardware import CHIPS
     from shardcli.runtime import import_jax_quietly
-    from shardcli.user_code import call_user, load
+    from shardcli.user_code import load
 
-    import_jax_quietly()
     target = request.target
+    meshes = mesh_choices(target.topology)
+    if request.rules is not None:
+        check_rule_axes(request.rules, meshes, target.name)
+    import_jax_quietly()
+    _cost_flags()  # before libtpu starts: the cost compiles' flags
     # JAX on the CPU with the target described (quietly) before the user's file can start a backend
-    open_target_session(target, None, None, request.options)
-    function = load(request.program)
-    maker = load(request.inputs, flag="--inputs", what="NAME")
+    whole = open_target_session(target, None, None, request.options)
+    with target_meshes(whole), logical.names_only():
+        function = load(request.program)
+        maker = load(request.inputs, flag="--inputs", what="NAME")
+        given = call_inputs(maker, request.inputs, whole.mesh)
+    fn = given.fn or function.value
     roots = tuple(dict.fromkeys(function.roots + maker.roots))
-    args = call_user(maker.value, maker.roots, f"--inputs {request.inputs} raised")
-    if not isinstance(args, (tuple, list)):
-        raise ShardcliError(
-            f"--inputs {request.inputs} returned a {type(args).__name__}; return the tuple of the "
-            "function's positional arguments (their leaves with logical axis names)"
-        )
-    args = tuple(args)
-    module = __import__("sys").modules.get(getattr(maker.value, "__module__", ""), None)
-    table = dict(getattr(module, TABLE_NAME, {}) or {})
-    leaves = named_leaves(function.value, args, table)
-    named = sum(n is not None for _, _, n in leaves)
-    if not named:
-        raise ShardcliError(
-            f"no argument of {request.program} carries logical axis names: box them with "
-            f"nn.with_partitioning(init, ('embed', 'mlp')) or name them in {TABLE_NAME} in the inputs' file"
-        )
+    table = logical.table_of(maker.value)
+    leaves = logical.named_leaves(fn, given.args, table, given.kwargs)
+    named = logical.check_named(leaves, request.program)
+    if request.rules is not None:
+        logical.check_rule_names(request.rules, leaves)
+    sources = _sources_digest(request)
     rule_sets = {"--rules": request.rules} if request.rules is not None else dict(RULE_SETS)
     chip = CHIPS[target.generation.name]
     rows: list[ProgramRow] = []
-    for mesh in mesh_choices(target.topology):
+    for mesh in meshes:
         seen: set[int] = set()
         for name, rules in rule_sets.items():
-            nbytes = argument_bytes(leaves, rules, mesh)
-            specs = hash(tuple(resolve_axes(tuple(n or ()), rules, dict(mesh.sizes)) for _, _, n in leaves))
+            sizes = dict(mesh.sizes)
+            specs = hash(tuple(logical.spec_entries(leaf, n, rules, sizes) for _, leaf, n in leaves))
             if specs in seen:
                 continue  # the same arguments as a rule set before it
             seen.add(specs)
+            nbytes = logical.argument_bytes(leaves, rules, sizes)
             fits = nbytes <= HEADROOM * chip.hbm_bytes.value
             rows.append(
                 ProgramRow(
@@ -215,28 +147,46 @@ def run_program_plan(
     rows.sort(key=lambda r: (r.status != "modelled", r.argument_bytes, -r.mesh.size("fsdp")))
     start = time.perf_counter()
     interrupted = False
+    hits = 0
     done: list[ProgramRow] = []
     todo = [r for r in rows if r.status == "modelled"][: request.compile_n]
     for i, row in enumerate(todo):
         if progress is not None:
             progress(i, len(todo), row.label)
+        key = program_cache_key(sources, request, row)
+        figures = read_cached(key) if request.use_cache else None
+        status = "cached" if figures is not None else "compiled"
         try:
-            _cost_flags()
             session = open_target_session(
                 target, "x".join(map(str, row.mesh.shape)), ",".join(row.mesh.axes), request.options
             )
-            laid = lay_out(args, function.value, table, row.rules, session.mesh)
-            began = time.perf_counter()
-            result = inspect_program(
-                session, request.program, function.value, laid, roots=roots, target=target
-            )
-            figures = figures_of(result, target, "scan", time.perf_counter() - began)
+            if figures is None:
+                args, kwargs = logical.lay_out(given.args, fn, table, row.rules, session.mesh, given.kwargs)
+
+                def compile_row(session: Any = session, args: Any = args, kwargs: Any = kwargs) -> Any:
+                    began = time.perf_counter()
+                    result = inspect_program(
+                        session, request.program, fn, args, kwargs=kwargs, roots=roots, target=target
+                    )
+                    return figures_of(result, target, "scan", time.perf_counter() - began)
+
+                figures = _interruptible(compile_row)
+                write_cached(key, figures, row.label)
+            else:
+                hits += 1
         except KeyboardInterrupt:
             interrupted = True
             break
-        done.append(_replace(row, "compiled", figures, estimate_of(figures, session.mesh)))
-    compiled_ids = {(r.mesh, r.rule_set) for r in done}
-    rest = [r for r in rows if (r.mesh, r.rule_set) not in compiled_ids]
+        done.append(_replace(row, status, figures, estimate_of(figures, session.mesh)))
+    if progress is not None:
+        progress(len(done), len(todo), "")
+    finished = {(r.mesh, r.rule_set) for r in done}
+    stopped = {(r.mesh, r.rule_set) for r in todo} if interrupted else set()
+    rest = [
+        _stopped(r) if (r.mesh, r.rule_set) in stopped else r
+        for r in rows
+        if (r.mesh, r.rule_set) not in finished
+    ]
     done.sort(
         key=lambda r: (
             not (r.compiled and r.compiled.fits),
@@ -249,11 +199,106 @@ def run_program_plan(
         rows=tuple(done + rest),
         named_leaves=named,
         leaves=len(leaves),
-        names_used=tuple(sorted({x for _, _, n in leaves for x in (n or ()) if x is not None})),
+        names_used=logical.names_used(leaves),
         peak_flops=chip.bf16_flops.value,
         interrupted=interrupted,
         compile_s=time.perf_counter() - start,
+        cache_hits=hits,
     )
+
+
+def check_rule_axes(rules: Rules, meshes: list[MeshChoice], target: str) -> None:
+    """Raises: ShardcliError when --rules names a mesh axis that no layout's mesh has."""
+    from shardcli.core.logical_axes import unknown_mesh_axes
+
+    named = {a for m in meshes for a in m.axes}
+    have = tuple(a for a in MESH_AXES if a in named)
+    unknown = unknown_mesh_axes(rules, have)
+    if unknown:
+        names = ", ".join(repr(a) for a in unknown)
+        raise ShardcliError(
+            f"--rules {rules_text(rules)} names mesh axis {names}, which no layout on {target} has; "
+            f"plan's meshes name {', '.join(have)}"
+        )
+
+
+def inspect_command(result: ProgramPlanResult, row: ProgramRow) -> str:
+    """The `shardcli inspect` command that compiles this layout again (the rules that take effect
+    on its mesh, for the names the arguments carry)."""
+    from shardcli.core.logical_axes import effective_rules
+
+    req = result.request
+    rules = effective_rules(row.rules, result.names_used, row.mesh.axes)
+    words = [
+        "shardcli",
+        "inspect",
+        req.program,
+        "--inputs",
+        req.inputs,
+        "--target",
+        req.target.name,
+        "--mesh",
+        "x".join(map(str, row.mesh.shape)),
+        "--axes",
+        ",".join(row.mesh.axes),
+        "--rules",
+        rules_text(rules),
+    ]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _source_bytes(target: str) -> bytes:
+    """The bytes of the file `FILE.py:NAME` or `package.module:NAME` names (imported already)."""
+    import os
+    import sys
+
+    where = target.rpartition(":")[0]
+    if where.endswith(".py") or os.sep in where or "/" in where:
+        path = os.path.abspath(where)
+    else:
+        path = getattr(sys.modules.get(where), "__file__", None) or ""
+    try:
+        with open(path, "rb") as source:
+            return source.read()
+    except OSError:
+        return b""
+
+
+def _sources_digest(request: ProgramPlanRequest) -> str:
+    """A digest of the program's and the inputs' files and the names in them."""
+    digest = hashlib.sha256()
+    for target in (request.program, request.inputs):
+        digest.update(target.rpartition(":")[2].encode() + b"\0")
+        digest.update(hashlib.sha256(_source_bytes(target)).digest())
+    return digest.hexdigest()
+
+
+def program_cache_key(sources: str, request: ProgramPlanRequest, row: ProgramRow) -> str:
+    """A digest of everything that changes a layout's compile: the two files' bytes and the names
+    in them (`sources`), the layout (mesh and rules), the target, JAX's and libtpu's versions and
+    the cost compiles' flags."""
+    import jax
+
+    from shardcli.core.plan_compile import CACHE_FORMAT, COST_FLAGS
+
+    try:
+        from importlib.metadata import version
+
+        libtpu = version("libtpu")
+    except Exception:  # noqa: BLE001 - no libtpu
+        libtpu = "-"
+    what = {
+        "format": CACHE_FORMAT,
+        "kind": "program",
+        "sources": sources,
+        "mesh": [list(s) for s in row.mesh.sizes],
+        "rules": [[name, list(axes)] for name, axes in dict(row.rules).items()],
+        "target": request.target.name,
+        "jax": jax.__version__,
+        "libtpu": libtpu,
+        "flags": COST_FLAGS,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _replace(
@@ -262,3 +307,9 @@ def _replace(
     from dataclasses import replace
 
     return replace(row, status=status, compiled=figures, estimate=estimate)
+
+
+def _stopped(row: ProgramRow) -> ProgramRow:
+    from dataclasses import replace
+
+    return replace(row, status="interrupted", why="Ctrl-C before it compiled")

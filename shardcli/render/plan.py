@@ -11,6 +11,7 @@ from shardcli import json_schema as schema
 from shardcli.core.plan import PlanResult, PlanRow, inspect_command
 from shardcli.core.plan_compile import CompiledFigures
 from shardcli.core.plan_program import ProgramPlanResult
+from shardcli.core.plan_program import inspect_command as program_inspect_command
 from shardcli.core.step_time import StepEstimate
 from shardcli.decoder_spec import rules_text
 from shardcli.render.console import Clauses, DataTable, emit, make_console
@@ -393,13 +394,14 @@ def program_renderable(result: ProgramPlanResult, quiet: bool = False) -> Render
                 ]
             )
         )
+        parts.append(Text(f"reproduce: {program_inspect_command(result, row)}"))
     if not quiet:
         compiled = sum(r.compiled is not None for r in result.rows)
         parts.append(
             Clauses(
                 [
                     f"{len(result.rows)} layouts",
-                    f"{compiled} compiled in {result.compile_s:,.0f} s",
+                    f"{compiled} compiled ({result.cache_hits} from the cache) in {result.compile_s:,.0f} s",
                     "interrupted: the rest were not compiled" if result.interrupted else "",
                 ],
                 style="dim",
@@ -422,6 +424,7 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
             "chips": req.target.chips,
             "rules": rules_text(req.rules) if req.rules is not None else None,
             "compile": req.compile_n,
+            "cache": req.use_cache,
             "named_leaves": result.named_leaves,
             "leaves": result.leaves,
         },
@@ -447,10 +450,12 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
             "mesh_shape": list(winner.mesh.shape),
             "mesh_axes": list(winner.mesh.axes),
             "rules": rules_text(winner.rules),
+            "inspect_command": program_inspect_command(result, winner),
         },
         summary={
             "candidates": len(result.rows),
             "compiled": len(ranked),
+            "cached": result.cache_hits,
             "fits": sum(bool(r.compiled and r.compiled.fits) for r in ranked),
             "interrupted": result.interrupted,
             "compile_s": result.compile_s,
