@@ -121,3 +121,48 @@ def test_every_candidate_is_accounted_for_once():
     # one row stands for each layout not compiled: the others are pruned in its favour
     standing = [layout_key(m) for m, status, _ in rest if status == "modelled"]
     assert len(standing) == len(set(standing))
+
+
+def _row(name: str, step_s: float | None, sum_s: float | None, batch: int = 128, fits: bool = True):
+    """What `plan.ranked` reads of a compiled row."""
+    from types import SimpleNamespace
+
+    estimate = None if step_s is None else SimpleNamespace(estimate_s=step_s, sum_s=sum_s)
+    return SimpleNamespace(
+        name=name, fits=fits, estimate=estimate, candidate=SimpleNamespace(global_batch=batch)
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "order"),
+    [
+        pytest.param(
+            [_row("a", 1.000, 1.30), _row("b", 1.001, 0.95), _row("c", 1.002, 1.10)],
+            ["b", "c", "a"],
+            id="tied-estimates-least-exposed-first",
+        ),
+        pytest.param(
+            [_row("slow", 1.10, 1.10), _row("fast", 1.00, 1.50)],
+            ["fast", "slow"],
+            id="a-real-difference-is-not-a-tie",
+        ),
+        pytest.param(
+            [_row("big", 2.0, 2.0, batch=256), _row("small", 1.02, 1.02, batch=128)],
+            ["big", "small"],
+            id="per-token-not-per-step",
+        ),
+        pytest.param(
+            [
+                _row("nofit", 0.5, 0.5, fits=False),
+                _row("none", None, None, fits=False),
+                _row("fit", 1.0, 1.0),
+            ],
+            ["fit", "nofit", "none"],
+            id="fitting-first",
+        ),
+    ],
+)
+def test_compiled_rows_rank_by_estimate_per_token_and_ties_by_exposed_communication(rows, order):
+    from shardcli.core.plan import ranked
+
+    assert [r.name for r in ranked(rows)] == order

@@ -14,20 +14,19 @@ Ctrl-C during the compiles keeps what finished: the result says it was interrupt
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from shardcli.core import plan_compile
 from shardcli.core.plan_candidates import Candidate, Pruned, enumerate_candidates
 from shardcli.core.plan_compile import (
-    COST_FLAGS,
     METHODS,
     CompiledFigures,
     cache_key,
-    read_cached,
-    write_cached,
+    figures_for,
+    set_cost_flags,
 )
 from shardcli.core.plan_estimate import CALIBRATION, Calibration, estimate_of
 from shardcli.core.plan_model import ChipFigures, Modelled, chip_figures, model_candidate
@@ -120,21 +119,6 @@ def model_candidates(
     return [model_candidate(cfg, c, chip, efficiency) for c in candidates]
 
 
-def _cost_flags() -> None:
-    """The compiler's collective-matmul loops off for cost compiles, before libtpu starts."""
-    import sys
-
-    if "jax" in sys.modules and "jax._src.xla_bridge" in sys.modules:
-        from jax._src import xla_bridge
-
-        if getattr(xla_bridge, "_backends", None):
-            return  # libtpu read its flags already
-    have = os.environ.get("LIBTPU_INIT_ARGS", "")
-    extra = [f for f in COST_FLAGS if f.split("=")[0] not in have]
-    if extra:
-        os.environ["LIBTPU_INIT_ARGS"] = " ".join([have, *extra]).strip()
-
-
 def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | None = None) -> PlanResult:
     """Enumerate, model, compile the best and estimate (see the module's docstring).
 
@@ -185,23 +169,21 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         c = m.candidate
         if progress is not None:
             progress(len(rows), budget, c.label)
-        key = cache_key(cfg, c, target, request.method)
-        figures = read_cached(key) if request.use_cache else None
-        status = "cached" if figures is not None else "compiled"
         try:
             session = _session(sessions, target, c, request.options)
             note = session.runtime.note
-            if figures is None:
-                from shardcli.core.plan_compile import compile_candidate
-
-                figures = _interruptible(partial(compile_candidate, session, cfg, c, target, request.method))
-                write_cached(key, figures, c.label)
-            else:
-                hits += 1
+            figures, cached = figures_for(
+                cache_key(cfg, c, target, request.method),
+                request.use_cache,
+                c.label,
+                partial(plan_compile.compile_candidate, session, cfg, c, target, request.method),
+            )
         except KeyboardInterrupt:
             interrupted = True
             break
+        hits += cached
         selector.learn(m, figures.fits, figures.needed_bytes)
+        status = "cached" if cached else "compiled"
         rows.append(PlanRow(c, m, status, compiled=figures, estimate=estimate_of(figures, session.mesh)))
     if progress is not None:
         progress(len(rows), budget, "")
@@ -223,29 +205,6 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         cache_hits=hits,
         session_note=note,
     )
-
-
-def _interruptible(work: Callable[[], Any]) -> Any:
-    """Run `work` in a thread the main thread waits on, so that Ctrl-C ends the wait at once (a
-    compile inside libtpu would hold the signal until it returned); the abandoned compile ends with
-    the process."""
-    import threading
-
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = work()
-        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread as it is
-            box["error"] = error
-
-    thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.2)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _per_token(row: PlanRow) -> float:
@@ -293,7 +252,7 @@ def _session(
     if key not in sessions:
         from shardcli.core.target import open_target_session
 
-        _cost_flags()
+        set_cost_flags()
         shape = "x".join(map(str, c.mesh.shape))
         sessions[key] = open_target_session(target, shape, ",".join(c.mesh.axes), options)
     return sessions[key]

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,63 @@ def write_cached(key: str, figures: CompiledFigures, label: str) -> None:
 
 
 # --- compiling ------------------------------------------------------------------------------------
+
+
+def set_cost_flags() -> None:
+    """The compiler's collective-matmul loops off for cost compiles, before libtpu starts."""
+    import sys
+
+    if "jax" in sys.modules and "jax._src.xla_bridge" in sys.modules:
+        from jax._src import xla_bridge
+
+        if getattr(xla_bridge, "_backends", None):
+            return  # libtpu read its flags already
+    have = os.environ.get("LIBTPU_INIT_ARGS", "")
+    extra = [f for f in COST_FLAGS if f.split("=")[0] not in have]
+    if extra:
+        os.environ["LIBTPU_INIT_ARGS"] = " ".join([have, *extra]).strip()
+
+
+def interruptible(work: Callable[[], Any]) -> Any:
+    """Run `work` in a thread the main thread waits on, so that Ctrl-C ends the wait at once (a
+    compile inside libtpu would hold the signal until it returned); the abandoned compile ends with
+    the process."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread as it is
+            box["error"] = error
+
+    thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def figures_for(
+    key: str, use_cache: bool, label: str, compile_figures: Callable[[], CompiledFigures]
+) -> tuple[CompiledFigures, bool]:
+    """A layout's figures from the cache, or compiled (Ctrl-C ends the wait at once) and cached.
+
+    Returns:
+        (figures, whether they came from the cache).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C during the compile; nothing is cached for it.
+    """
+    figures = read_cached(key) if use_cache else None
+    if figures is not None:
+        return figures, True
+    figures = interruptible(compile_figures)
+    write_cached(key, figures, label)
+    return figures, False
 
 
 def _traffic(analysis: Any) -> tuple[AxisTraffic, ...]:

@@ -92,8 +92,7 @@ def run_program_plan(
     """
     from shardcli.core import logical_axes as logical
     from shardcli.core.inspect import inspect_program
-    from shardcli.core.plan import _cost_flags, _interruptible
-    from shardcli.core.plan_compile import read_cached, write_cached
+    from shardcli.core.plan_compile import figures_for, set_cost_flags
     from shardcli.core.plan_estimate import estimate_of
     from shardcli.core.program_inputs import call_inputs
     from shardcli.core.target import open_target_session, target_meshes
@@ -106,7 +105,7 @@ def run_program_plan(
     if request.rules is not None:
         check_rule_axes(request.rules, meshes, target.name)
     import_jax_quietly()
-    _cost_flags()  # before libtpu starts: the cost compiles' flags
+    set_cost_flags()  # before libtpu starts: the cost compiles' flags
     # JAX on the CPU with the target described (quietly) before the user's file can start a backend
     whole = open_target_session(target, None, None, request.options)
     with target_meshes(whole), logical.names_only():
@@ -153,30 +152,27 @@ def run_program_plan(
     for i, row in enumerate(todo):
         if progress is not None:
             progress(i, len(todo), row.label)
-        key = program_cache_key(sources, request, row)
-        figures = read_cached(key) if request.use_cache else None
-        status = "cached" if figures is not None else "compiled"
         try:
             session = open_target_session(
                 target, "x".join(map(str, row.mesh.shape)), ",".join(row.mesh.axes), request.options
             )
-            if figures is None:
+
+            def compile_row(session: Any = session, row: ProgramRow = row) -> CompiledFigures:
                 args, kwargs = logical.lay_out(given.args, fn, table, row.rules, session.mesh, given.kwargs)
+                began = time.perf_counter()
+                result = inspect_program(
+                    session, request.program, fn, args, kwargs=kwargs, roots=roots, target=target
+                )
+                return figures_of(result, target, "scan", time.perf_counter() - began)
 
-                def compile_row(session: Any = session, args: Any = args, kwargs: Any = kwargs) -> Any:
-                    began = time.perf_counter()
-                    result = inspect_program(
-                        session, request.program, fn, args, kwargs=kwargs, roots=roots, target=target
-                    )
-                    return figures_of(result, target, "scan", time.perf_counter() - began)
-
-                figures = _interruptible(compile_row)
-                write_cached(key, figures, row.label)
-            else:
-                hits += 1
+            figures, cached = figures_for(
+                program_cache_key(sources, request, row), request.use_cache, row.label, compile_row
+            )
         except KeyboardInterrupt:
             interrupted = True
             break
+        hits += cached
+        status = "cached" if cached else "compiled"
         done.append(_replace(row, status, figures, estimate_of(figures, session.mesh)))
     if progress is not None:
         progress(len(done), len(todo), "")
