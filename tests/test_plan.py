@@ -240,6 +240,25 @@ def test_a_second_plan_reads_the_cache_and_compiles_only_what_changed(cli, plan_
     assert len(list(plan_cache.glob("*.json"))) == 2
 
 
+def test_each_compile_goes_to_a_layout_not_yet_settled(cli, plan_cache):
+    """Through the real compiler: every compiled row that fits is a different layout (mesh, rules,
+    remat), a layout is compiled again only below a batch that did not fit, and every other
+    candidate says why it was not compiled."""
+    pytest.importorskip("libtpu")
+    doc = _json(cli, ["--preset", "tiny", "--target", "tpu-v5e:2x2", "-n", "4"])
+    compiled = [c for c in doc["candidates"] if c["compiled"] is not None]
+    assert len(compiled) == doc["summary"]["compiled"] == 4
+    layouts: dict[tuple, list[dict]] = {}
+    for c in compiled:
+        layouts.setdefault((c["layout"], c["rule_set"], c["remat"]), []).append(c)
+    for rows in layouts.values():
+        fitting = [r for r in rows if r["compiled"]["fits"]]
+        assert len(fitting) <= 1
+        if fitting:  # compiled again only below a batch that did not fit
+            assert all(r["global_batch"] > fitting[0]["global_batch"] for r in rows if r is not fitting[0])
+    assert all(c["why"] for c in doc["candidates"] if c["compiled"] is None)
+
+
 @pytest.mark.parametrize("remat", ["none", "full"])
 def test_the_analytic_model_against_a_compile(remat):
     """Parameters and AdamW's moments per chip counted by hand equal the compiled arguments; the
