@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -159,37 +160,24 @@ def plan(
             "--seq": seq, "--activation": activation, "--global-batch": global_batch, "--batch": batch,
             "--emit": emit,
         }  # fmt: skip
-        given = [flag for flag, value in decoder_flags.items() if value is not None]
-        if remat != "none,minimal,full":
-            given.append("--remat")
-        if sequence:
-            given.append("--sequence")
-        if method != "scan":
-            given.append("--method")
-        if given:
-            raise ShardcliError(
-                f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the decoder; "
-                f"{program} is laid out as it is (leave {'it' if len(given) == 1 else 'them'} out)"
-            )
+        decoder_flags["--remat"] = remat if remat != "none,minimal,full" else None
+        decoder_flags["--sequence"] = sequence or None
+        decoder_flags["--method"] = method if method != "scan" else None
+        _refuse_decoder_flags(program, decoder_flags)
         _plan_program(program, inputs, rules, target, compile_n, not no_cache, options)
         return
     if inputs is not None or rules is not None:
         flag = "--inputs" if inputs is not None else "--rules"
         raise ShardcliError(f"{flag} goes with your own program (shardcli plan FILE.py:FUNCTION {flag} ...)")
     from shardcli.core.plan import PlanRequest
-    from shardcli.decoder_spec import REMAT_POLICIES, build_config
+    from shardcli.decoder_spec import build_config
     from shardcli.targets import parse_target
 
     for flag, value in (("--compile", compile_n), ("--global-batch", global_batch), ("--batch", batch)):
         _positive(flag, value)
     if global_batch is not None and batch is not None:
         raise ShardcliError("give --global-batch or --batch (per chip), not both")
-    remats = tuple(r.strip() for r in remat.split(",") if r.strip())
-    for r in remats:
-        if r not in REMAT_POLICIES:
-            raise ShardcliError(f"--remat {r!r} is not a policy; choose from {', '.join(REMAT_POLICIES)}")
-    if not remats:
-        raise ShardcliError(f"--remat {remat!r} names no policy; choose from {', '.join(REMAT_POLICIES)}")
+    remats = _remat_policies(remat)
     if emit is not None and not emit.endswith(".py"):
         raise ShardcliError(
             f"--emit {emit!r} must name a .py file (shardcli inspect FILE.py:train_step reads it)"
@@ -211,7 +199,7 @@ def plan(
         target=parse_target(target),
         global_batch=global_batch,
         per_device_batch=batch,
-        remats=tuple(dict.fromkeys(remats)),
+        remats=remats,
         sequence=sequence,
         compile_n=compile_n,
         method=method,
@@ -235,6 +223,33 @@ def plan(
     if result.interrupted:
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
+
+
+def _refuse_decoder_flags(program: str, flags: Mapping[str, object]) -> None:
+    """Raises: ShardcliError naming the decoder's flags given with the user's own program."""
+    given = [flag for flag, value in flags.items() if value is not None]
+    if given:
+        raise ShardcliError(
+            f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the decoder; "
+            f"{program} is laid out as it is (leave {'it' if len(given) == 1 else 'them'} out)"
+        )
+
+
+def _remat_policies(text: str) -> tuple[str, ...]:
+    """`--remat none,minimal` -> ("none", "minimal"), each once.
+
+    Raises:
+        ShardcliError: a name that is no policy, or none at all.
+    """
+    from shardcli.decoder_spec import REMAT_POLICIES
+
+    remats = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
+    for r in remats:
+        if r not in REMAT_POLICIES:
+            raise ShardcliError(f"--remat {r!r} is not a policy; choose from {', '.join(REMAT_POLICIES)}")
+    if not remats:
+        raise ShardcliError(f"--remat {text!r} names no policy; choose from {', '.join(REMAT_POLICIES)}")
+    return remats
 
 
 def _plan_program(

@@ -81,33 +81,36 @@ class ProgramPlanResult:
         return fitting[0] if fitting else None
 
 
-def run_program_plan(
-    request: ProgramPlanRequest, progress: Callable[[int, int, str], None] | None = None
-) -> ProgramPlanResult:
-    """Load the program and its named arguments, rank the layouts, compile (or read) the best.
+@dataclass(frozen=True)
+class LoadedProgram:
+    """The user's function and its arguments, with the logical names each leaf carries."""
+
+    fn: Callable[..., Any]
+    given: Any  # program_inputs' answer: args, kwargs (and a function where --inputs gave one)
+    roots: tuple[str, ...]
+    table: dict[str, Any]
+    leaves: list[Any]
+    named: int
+
+
+def load_program(request: ProgramPlanRequest) -> LoadedProgram:
+    """Import the program and call --inputs on the target's whole mesh, logical names only.
 
     Raises:
-        ShardcliError: bad input (one line).
+        ShardcliError: no leaf carries logical names, or --rules names one no leaf carries.
         UserCodeError: the user's code raised.
     """
     from shardcli.core import logical_axes as logical
-    from shardcli.core.inspect import inspect_program
-    from shardcli.core.plan_compile import figures_for, set_cost_flags
-    from shardcli.core.plan_estimate import estimate_of
+    from shardcli.core.plan_compile import set_cost_flags
     from shardcli.core.program_inputs import call_inputs
     from shardcli.core.target import open_target_session, target_meshes
-    from shardcli.hardware import CHIPS
     from shardcli.runtime import import_jax_quietly
     from shardcli.user_code import load
 
-    target = request.target
-    meshes = mesh_choices(target.topology)
-    if request.rules is not None:
-        check_rule_axes(request.rules, meshes, target.name)
     import_jax_quietly()
     set_cost_flags()  # before libtpu starts: the cost compiles' flags
     # JAX on the CPU with the target described (quietly) before the user's file can start a backend
-    whole = open_target_session(target, None, None, request.options)
+    whole = open_target_session(request.target, None, None, request.options)
     with target_meshes(whole), logical.names_only():
         function = load(request.program)
         maker = load(request.inputs, flag="--inputs", what="NAME")
@@ -119,31 +122,35 @@ def run_program_plan(
     named = logical.check_named(leaves, request.program)
     if request.rules is not None:
         logical.check_rule_names(request.rules, leaves)
+    return LoadedProgram(fn, given, roots, table, leaves, named)
+
+
+def run_program_plan(
+    request: ProgramPlanRequest, progress: Callable[[int, int, str], None] | None = None
+) -> ProgramPlanResult:
+    """Load the program and its named arguments, rank the layouts, compile (or read) the best.
+
+    Raises:
+        ShardcliError: bad input (one line).
+        UserCodeError: the user's code raised.
+    """
+    from shardcli.core import logical_axes as logical
+    from shardcli.core.inspect import inspect_program
+    from shardcli.core.plan_compile import figures_for
+    from shardcli.core.plan_estimate import estimate_of
+    from shardcli.core.target import open_target_session
+    from shardcli.hardware import CHIPS
+
+    target = request.target
+    meshes = mesh_choices(target.topology)
+    if request.rules is not None:
+        check_rule_axes(request.rules, meshes, target.name)
+    program = load_program(request)
+    fn, given, roots, table, leaves = program.fn, program.given, program.roots, program.table, program.leaves
     sources = _sources_digest(request)
     rule_sets = {"--rules": request.rules} if request.rules is not None else dict(RULE_SETS)
     chip = CHIPS[target.generation.name]
-    rows: list[ProgramRow] = []
-    for mesh in meshes:
-        seen: set[int] = set()
-        for name, rules in rule_sets.items():
-            sizes = dict(mesh.sizes)
-            specs = hash(tuple(logical.spec_entries(leaf, n, rules, sizes) for _, leaf, n in leaves))
-            if specs in seen:
-                continue  # the same arguments as a rule set before it
-            seen.add(specs)
-            nbytes = logical.argument_bytes(leaves, rules, sizes)
-            fits = nbytes <= HEADROOM * chip.hbm_bytes.value
-            rows.append(
-                ProgramRow(
-                    mesh,
-                    name,
-                    rules,
-                    nbytes,
-                    "modelled" if fits else "pruned",
-                    "" if fits else "arguments do not fit",
-                )
-            )
-    rows.sort(key=lambda r: (r.status != "modelled", r.argument_bytes, -r.mesh.size("fsdp")))
+    rows = layout_rows(meshes, rule_sets, leaves, int(chip.hbm_bytes.value))
     start = time.perf_counter()
     interrupted = False
     hits = 0
@@ -193,7 +200,7 @@ def run_program_plan(
     return ProgramPlanResult(
         request=request,
         rows=tuple(done + rest),
-        named_leaves=named,
+        named_leaves=program.named,
         leaves=len(leaves),
         names_used=logical.names_used(leaves),
         peak_flops=chip.bf16_flops.value,
@@ -201,6 +208,30 @@ def run_program_plan(
         compile_s=time.perf_counter() - start,
         cache_hits=hits,
     )
+
+
+def layout_rows(
+    meshes: list[MeshChoice], rule_sets: dict[str, Rules], leaves: list[Any], hbm_bytes: int
+) -> list[ProgramRow]:
+    """One row per layout (mesh x rule set) whose arguments differ from an earlier rule set's on the
+    same mesh, with their bytes per chip; those that fit the chip first, the fewest bytes first."""
+    from shardcli.core import logical_axes as logical
+
+    rows: list[ProgramRow] = []
+    for mesh in meshes:
+        seen: set[int] = set()
+        sizes = dict(mesh.sizes)
+        for name, rules in rule_sets.items():
+            specs = hash(tuple(logical.spec_entries(leaf, n, rules, sizes) for _, leaf, n in leaves))
+            if specs in seen:
+                continue  # the same arguments as a rule set before it
+            seen.add(specs)
+            nbytes = logical.argument_bytes(leaves, rules, sizes)
+            fits = nbytes <= HEADROOM * hbm_bytes
+            status, why = ("modelled", "") if fits else ("pruned", "arguments do not fit")
+            rows.append(ProgramRow(mesh, name, rules, nbytes, status, why))
+    rows.sort(key=lambda r: (r.status != "modelled", r.argument_bytes, -r.mesh.size("fsdp")))
+    return rows
 
 
 def check_rule_axes(rules: Rules, meshes: list[MeshChoice], target: str) -> None:
