@@ -224,6 +224,8 @@ def main() -> None:
     rows = [by_name[n] for n in args.rows.split(",") if n]
     rows += [r for r in HELD_OUT if args.held_out and r not in rows]
     rows = [QUICK] if args.quick else rows
+    if not rows:
+        parser.error("no rows: name some with --rows, or add --held-out")
     sessions: dict = {}  # type: ignore[type-arg]
     results = []
     for row in rows:
