@@ -625,3 +625,57 @@ def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):
     assert [r.status for r in result.rows[:3]] == ["compiled", "interrupted", "interrupted"]
     assert result.rows[0].compiled is not None and result.rows[0].estimate is not None
     assert len(list(plan_cache.glob("*.json"))) == 1
+
+
+def test_fewer_compiles_than_asked_when_nothing_else_is_expected_to_fit(monkeypatch, plan_cache):
+    """A 1.2B-parameter decoder on four 16 GiB chips: the model says the layouts with a data axis
+    cannot hold it. With --compile 20 the planner compiles every other layout once (each compile,
+    played here, fits) and says why it stopped short; the others are listed as not fitting."""
+    pytest.importorskip("libtpu")
+    from dataclasses import replace
+
+    from shardcli.core import plan_compile
+    from shardcli.core.plan import PlanRequest, run_plan
+    from shardcli.core.plan_compile import CompiledFigures
+    from shardcli.render.plan import summary_clauses
+    from shardcli.targets import parse_target
+
+    compiled = []
+
+    def fits_without_compiling(session, cfg, c, target, method):
+        compiled.append(c.label)
+        return CompiledFigures(
+            fits=True,
+            needed_bytes=None,  # nothing to correct the model by
+            capacity_bytes=target.generation.hbm_bytes,
+            argument_bytes=None,
+            temp_bytes=None,
+            flops=1e12,
+            bytes_accessed=1e9,
+            traffic=(),
+            method=method,
+            compile_s=0.0,
+            fit_text="fits",
+        )
+
+    monkeypatch.setattr(plan_compile, "compile_candidate", fits_without_compiling)
+    model = replace(PRESETS["tiny"], d_model=2048, vocab=600_000)
+    request = PlanRequest(
+        model=model,
+        target=parse_target("tpu-v5e:2x2"),
+        per_device_batch=1,
+        remats=("full",),
+        compile_n=20,
+        use_cache=False,
+    )
+    result = run_plan(request)
+    done = [r for r in result.rows if r.status == "compiled"]
+    left = [r for r in result.rows if r.status != "compiled"]
+    assert len(done) == len(compiled) < 20 and left
+    assert all(r.modelled.fits for r in done)  # each layout expected to fit, compiled once
+    assert len({(r.candidate.mesh, r.candidate.rule_set) for r in done}) == len(done)
+    assert all(r.status == "pruned" and r.why.startswith("does not fit") for r in left), left
+    assert not any(r.modelled.fits for r in left)
+    assert "dp4" in {r.candidate.label for r in left}
+    text = " ".join(c.plain for c in summary_clauses(result).clauses)
+    assert "fewer than --compile 20: no other layout is expected to fit" in text
