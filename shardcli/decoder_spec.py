@@ -278,7 +278,7 @@ def parse_rules(text: str, flag: str = "--rules") -> Rules:
     Raises:
         ShardcliError: a malformed entry.
     """
-    out = []
+    out: list[tuple[str, tuple[str, ...]]] = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, sep, axes = part.partition("=")
         if not sep or not name.strip():
@@ -286,5 +286,9 @@ def parse_rules(text: str, flag: str = "--rules") -> Rules:
                 f"{flag} entry {part!r} is not LOGICAL=MESH_AXIS[+MESH_AXIS]; e.g. embed=fsdp,mlp=tensor"
             )
         mesh_axes = tuple(a.strip() for a in axes.split("+") if a.strip() and a.strip() != "None")
+        if name.strip() in {n for n, _ in out}:
+            raise ShardcliError(f"{flag} maps {name.strip()!r} twice; give each logical axis once")
         out.append((name.strip(), mesh_axes))
+    if not out:
+        raise ShardcliError(f"{flag} {text!r} maps no logical axis; e.g. embed=fsdp,mlp=tensor")
     return tuple(out)

@@ -578,6 +578,38 @@ def one():
             id="no-names",
         ),
         pytest.param(
+            ["{rank}:step", "--inputs", "{rank}:plain", *V5E],
+            "x has 2 dimension(s) (8, 8) but 3 logical axis name(s) ('batch', None, 'embed'); give one name",
+            id="names-longer-than-rank",
+        ),
+        pytest.param(
+            ["{key}:step", "--inputs", "{key}:plain", *V5E],
+            "LOGICAL_AXES names 'y', which is no array argument's path; the paths are like x, w",
+            id="table-key-unknown",
+        ),
+        pytest.param(
+            [
+                f"{LINEN}:train_step",
+                "--inputs",
+                f"{LINEN}:inputs",
+                *V5E,
+                "--rules",
+                "embed=fsdp,embed=tensor",
+            ],
+            "--rules maps 'embed' twice; give each logical axis once",
+            id="rules-twice",
+        ),
+        pytest.param(
+            [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", *V5E, "--rules", ""],
+            "--rules '' maps no logical axis; e.g. embed=fsdp,mlp=tensor",
+            id="rules-empty",
+        ),
+        pytest.param(
+            [f"{LINEN}:train_step", "--inputs", f"{LINEN}:inputs", *V5E, "--remat", "none,minimal,full"],
+            "--remat describes the decoder",
+            id="remat-default-given",
+        ),
+        pytest.param(
             ["{path}:step", "--inputs", "{path}:one", *V5E],
             "--inputs {path}:one returned a ShapeDtypeStruct; return the tuple of the function's positional",
             id="not-a-tuple",
@@ -585,22 +617,29 @@ def one():
     ],
 )
 def test_program_flags_exit_2(cli, tmp_path, args, message):
-    if any("{path}" in a or a == "--rules" for a in args):
+    if any("{" in a or a == "--rules" for a in args):
         pytest.importorskip("libtpu")
-    path = tmp_path / "plain.py"
-    path.write_text(PLAIN)
-    out = cli(["plan", *(a.format(path=path) for a in args)])
+    paths = {}
+    for name, table in (
+        ("path", None),
+        ("rank", '{"x": ("batch", None, "embed")}'),
+        ("key", '{"y": ("batch", None)}'),
+    ):
+        paths[name] = tmp_path / f"{name}.py"
+        paths[name].write_text(PLAIN + (f"\nLOGICAL_AXES = {table}\n" if table else ""))
+    out = cli(["plan", *(a.format(**paths) for a in args)])
     assert out.exit_code == 2, out.output
-    assert message.format(path=path) in out.stderr, out.stderr
+    assert message.format(**paths) in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):
-    """The second compile is interrupted: the first stays in the result (and the cache), the rest are
-    marked as not compiled."""
+    """The second compile is interrupted: the first stays in the result (and the cache), the one being
+    compiled is marked interrupted, and the summary says the rest were not compiled."""
     pytest.importorskip("libtpu")
     from shardcli.core import plan_compile
     from shardcli.core.plan import PlanRequest, run_plan
+    from shardcli.render.plan import summary_clauses
     from shardcli.targets import parse_target
 
     real = plan_compile.compile_candidate
@@ -622,7 +661,12 @@ def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):
     )
     result = run_plan(request)
     assert result.interrupted
-    assert [r.status for r in result.rows[:3]] == ["compiled", "interrupted", "interrupted"]
+    assert [r.status for r in result.rows[:2]] == ["compiled", "interrupted"]
+    stopped = [r for r in result.rows if r.status == "interrupted"]
+    assert [r.candidate.label for r in stopped] == [calls[1]]  # the one being compiled
+    assert "interrupted: the rest were not compiled" in " ".join(
+        c.plain for c in summary_clauses(result).clauses
+    )
     assert result.rows[0].compiled is not None and result.rows[0].estimate is not None
     assert len(list(plan_cache.glob("*.json"))) == 1
 
@@ -678,4 +722,21 @@ def test_fewer_compiles_than_asked_when_nothing_else_is_expected_to_fit(monkeypa
     assert not any(r.modelled.fits for r in left)
     assert "dp4" in {r.candidate.label for r in left}
     text = " ".join(c.plain for c in summary_clauses(result).clauses)
-    assert "fewer than --compile 20: no other layout is expected to fit" in text
+    assert "fewer than --compile 20: every layout is settled or expected not to fit" in text
+
+
+def test_no_short_of_compile_n_clause_when_the_budget_is_spent(monkeypatch, plan_cache):
+    """--compile 2 on a model where many layouts fit: two compiles, no "fewer than" clause, and the
+    best layouts left over say the budget was spent."""
+    pytest.importorskip("libtpu")
+    from shardcli.core.plan import PlanRequest, run_plan
+    from shardcli.render.plan import summary_clauses
+    from shardcli.targets import parse_target
+
+    request = PlanRequest(
+        model=PRESETS["tiny"], target=parse_target("tpu-v5e:2x2"), per_device_batch=2, compile_n=2
+    )
+    result = run_plan(request)
+    assert sum(r.compiled is not None for r in result.rows) == 2 and not result.exhausted
+    assert "fewer than" not in " ".join(c.plain for c in summary_clauses(result).clauses)
+    assert any(r.why == "not compiled: --compile 2 was spent (model)" for r in result.rows)

@@ -166,3 +166,45 @@ def test_compiled_rows_rank_by_estimate_per_token_and_ties_by_exposed_communicat
     from shardcli.core.plan import ranked
 
     assert [r.name for r in ranked(rows)] == order
+
+
+def test_the_why_of_a_layout_compiled_twice_names_the_batch_that_fit():
+    selector, _, _ = _selector()
+    first = selector.next()
+    assert first is not None
+    selector.learn(first, False, 2 * first.memory_bytes)
+    second = None
+    for _ in range(60):
+        m = selector.next()
+        assert m is not None
+        if layout_key(m) == layout_key(first):
+            second = m
+            selector.learn(m, True, m.memory_bytes)
+            break
+        selector.learn(m, True, m.memory_bytes)
+    assert second is not None
+    batch = second.candidate.global_batch
+    rows = [(m, status, why) for m, status, why in selector.untried(8) if layout_key(m) == layout_key(first)]
+    assert rows
+    assert all(
+        (status, why) == ("pruned", f"batch {batch} of the same layout was compiled and fits")
+        for _, status, why in rows
+    )
+
+
+def test_a_layout_that_did_not_fit_and_was_not_tried_again_says_so():
+    selector, _, _ = _selector()
+    first = selector.next()
+    assert first is not None
+    batch = first.candidate.global_batch
+    selector.learn(first, False, 2 * first.memory_bytes)
+    rows = {
+        id(m): (status, why) for m, status, why in selector.untried(1) if layout_key(m) == layout_key(first)
+    }
+    above = [m for m in selector.layouts[layout_key(first)] if m.candidate.global_batch > batch]
+    for m in above:
+        assert rows[id(m)] == ("pruned", f"batch {batch} of the same layout did not fit (compiled)")
+    # below it, one batch stands for the layout: expected to fit, or said not to
+    below = [rows[id(m)] for m in selector.layouts[layout_key(first)] if m.candidate.global_batch < batch]
+    leads = [r for r in below if r[0] == "modelled" or r[1].startswith("does not fit")]
+    assert len(leads) == 1

@@ -77,21 +77,32 @@ Batch = Annotated[
     ),
 ]
 Remat = Annotated[
-    str,
-    typer.Option("--remat", help="Remat policies to try, comma-separated: none, minimal, full."),
+    str | None,
+    typer.Option(
+        "--remat",
+        help="Remat policies to try, comma-separated: none, minimal, full. \\[default: none,minimal,full]",
+        show_default=False,
+    ),
 ]
 Sequence = Annotated[
     bool, typer.Option("--sequence", help="Also try a sequence mesh axis (sequence parallelism).")
 ]
 Compile = Annotated[
-    int, typer.Option("--compile", "-n", help="Compile the best N candidates of the analytic ranking.")
+    int,
+    typer.Option(
+        "--compile",
+        "-n",
+        help="Compile N candidates, one at a time: the best-ranked layout not yet settled, at the largest "
+        "batch expected to fit, the model's memory corrected by the compiles so far.",
+    ),
 ]
 Method = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--method",
         help="scan: one compile of the program as it trains (loops counted per trip); layers: also 1- and "
-        "2-layer copies, per-layer costs extrapolated.",
+        "2-layer copies, per-layer costs extrapolated. \\[default: scan]",
+        show_default=False,
     ),
 ]
 NoCache = Annotated[
@@ -131,10 +142,10 @@ def plan(
     activation: Activation = None,
     global_batch: GlobalBatch = None,
     batch: Batch = None,
-    remat: Remat = "none,minimal,full",
+    remat: Remat = None,
     sequence: Sequence = False,
     compile_n: Compile = 8,
-    method: Method = "scan",
+    method: Method = None,
     no_cache: NoCache = False,
     emit: Emit = None,
     *,
@@ -142,9 +153,10 @@ def plan(
 ) -> None:
     """Choose a layout for a decoder-only transformer on a TPU slice you don't own: every way of
     naming the chips (data, fsdp, tensor, sequence axes along the torus) x logical-axis rules x remat
-    x batch is ranked by an analytic model, the best --compile N are compiled by the real TPU
-    compiler, and the table ranks them by the step-time estimate from those compiles (memory per
-    chip and fit, estimated step, MFU, the bound). Exit 1 when no compiled layout fits.
+    x batch is ranked by an analytic model, --compile N of them are compiled by the real TPU
+    compiler (one at a time, each correcting the model's memory for the next pick), and the table
+    ranks them by the step-time estimate from those compiles (memory per chip and fit, estimated
+    step, MFU, the bound). Exit 1 when no compiled layout fits.
 
     With FILE.py:FUNCTION --inputs FILE.py:NAME it lays out your own program instead: its
     arguments carry logical axis names (nnx.with_partitioning, nn.with_partitioning), each layout is
@@ -160,9 +172,9 @@ def plan(
             "--seq": seq, "--activation": activation, "--global-batch": global_batch, "--batch": batch,
             "--emit": emit,
         }  # fmt: skip
-        decoder_flags["--remat"] = remat if remat != "none,minimal,full" else None
+        decoder_flags["--remat"] = remat
         decoder_flags["--sequence"] = sequence or None
-        decoder_flags["--method"] = method if method != "scan" else None
+        decoder_flags["--method"] = method
         _refuse_decoder_flags(program, decoder_flags)
         _plan_program(program, inputs, rules, target, compile_n, not no_cache, options)
         return
@@ -202,7 +214,7 @@ def plan(
         remats=remats,
         sequence=sequence,
         compile_n=compile_n,
-        method=method,
+        method=method if method is not None else "scan",
         use_cache=not no_cache,
         options=options,
     )
@@ -235,14 +247,16 @@ def _refuse_decoder_flags(program: str, flags: Mapping[str, object]) -> None:
         )
 
 
-def _remat_policies(text: str) -> tuple[str, ...]:
-    """`--remat none,minimal` -> ("none", "minimal"), each once.
+def _remat_policies(text: str | None) -> tuple[str, ...]:
+    """`--remat none,minimal` -> ("none", "minimal"), each once; not given: every policy.
 
     Raises:
         ShardcliError: a name that is no policy, or none at all.
     """
     from shardcli.decoder_spec import REMAT_POLICIES
 
+    if text is None:
+        return REMAT_POLICIES
     remats = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
     for r in remats:
         if r not in REMAT_POLICIES:

@@ -110,7 +110,21 @@ def named_leaves(
                 continue  # a Python number, a function: no memory, no layout
             name = base + jax.tree_util.keystr(path)
             names = names_of(leaf)
-            out.append((name, leaf, names if names is not None else table.get(name)))
+            names = names if names is not None else table.get(name)
+            shape = tuple(value_of(leaf).shape)
+            if names is not None and len(names) != len(shape):
+                raise ShardcliError(
+                    f"{name} has {len(shape)} dimension(s) {shape} but {len(names)} logical axis "
+                    f"name(s) {tuple(names)}; give one name (or None) per dimension"
+                )
+            out.append((name, leaf, names))
+    unused = sorted(set(table) - {name for name, _, _ in out})
+    if unused:
+        paths = ", ".join(name for name, _, _ in out[:4])
+        raise ShardcliError(
+            f"{TABLE_NAME} names {', '.join(map(repr, unused))}, which is no array argument's path; "
+            f"the paths are like {paths}"
+        )
     return out
 
 

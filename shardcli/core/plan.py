@@ -84,6 +84,7 @@ class PlanResult:
     compile_s: float
     cache_hits: int
     session_note: str = ""
+    exhausted: bool = False  # fewer than --compile N compiled: nothing else was expected to fit
 
     @property
     def chips(self) -> int:
@@ -158,14 +159,19 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
     selector = CandidateSelector(
         model_candidates(cfg, candidates, chip, CALIBRATION.efficiency), chip.hbm_bytes, cfg.seq
     )
-    budget = min(request.compile_n, len(selector.layouts))
+    budget = request.compile_n
     rows: list[PlanRow] = []
-    interrupted = False
+    interrupted: Modelled | None = None  # the candidate Ctrl-C stopped the compile of
     hits = 0
     start = time.perf_counter()
     sessions: dict[tuple[Any, ...], Any] = {}
     note = ""
-    while len(rows) < budget and (m := selector.next()) is not None:
+    exhausted = False  # stopped before --compile N: nothing left that is expected to fit
+    while len(rows) < budget:
+        m = selector.next()
+        if m is None:
+            exhausted = True
+            break
         c = m.candidate
         if progress is not None:
             progress(len(rows), budget, c.label)
@@ -179,18 +185,17 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
                 partial(plan_compile.compile_candidate, session, cfg, c, target, request.method),
             )
         except KeyboardInterrupt:
-            interrupted = True
+            interrupted = m
             break
         hits += cached
         selector.learn(m, figures.fits, figures.needed_bytes)
         status = "cached" if cached else "compiled"
         rows.append(PlanRow(c, m, status, compiled=figures, estimate=estimate_of(figures, session.mesh)))
     if progress is not None:
-        progress(len(rows), budget, "")
-    left = budget - len(rows) if interrupted else 0  # the compiles Ctrl-C left undone
+        progress(len(rows), budget if not exhausted else len(rows), "")
     for m, status, why in selector.untried(request.compile_n):
-        if left and status == "modelled":
-            status, why, left = "interrupted", "Ctrl-C before it compiled", left - 1
+        if m is interrupted:
+            status, why = "interrupted", "Ctrl-C while it compiled"
         rows.append(PlanRow(m.candidate, m, status, why))
     compiled = ranked(r for r in rows if r.compiled is not None)
     others = [r for r in rows if r.compiled is None]
@@ -200,10 +205,11 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         calibration=CALIBRATION,
         rows=tuple(compiled + others),
         pruned=tuple(pruned),
-        interrupted=interrupted,
+        interrupted=interrupted is not None,
         compile_s=time.perf_counter() - start,
         cache_hits=hits,
         session_note=note,
+        exhausted=exhausted,
     )
 
 

@@ -76,7 +76,7 @@ class CandidateSelector:
             group.sort(key=lambda m: -m.candidate.global_batch)
         self.correction = MemoryCorrection()
         self.tried: set[int] = set()
-        self.fitting: set[LayoutKey] = set()  # layouts compiled and found to fit
+        self.fitting: dict[LayoutKey, int] = {}  # layouts compiled and found to fit: at which batch
         self.too_big: dict[LayoutKey, int] = {}  # the smallest batch compiled that did not fit
 
     def fits(self, m: Modelled) -> bool:
@@ -118,33 +118,34 @@ class CandidateSelector:
         self.correction.learn(m, needed_bytes)
         key = layout_key(m)
         if fits:
-            self.fitting.add(key)
+            self.fitting[key] = m.candidate.global_batch
         else:
             batch = m.candidate.global_batch
             self.too_big[key] = min(batch, self.too_big.get(key, batch))
 
     def untried(self, compile_n: int) -> list[tuple[Modelled, str, str]]:
         """(candidate, status, why) for every candidate not compiled: per layout one stands for it
-        ("modelled", or "pruned" where nothing of it is expected to fit), its other batches are
+        ("modelled" where a batch of it is expected to fit, else "pruned"), its other batches are
         pruned in its favour. Best ranked first."""
         out: list[tuple[Modelled, str, str]] = []
         for key, group in self.layouts.items():
             rest = [m for m in group if id(m) not in self.tried]
             if not rest:
                 continue
-            compiled = [m for m in group if id(m) in self.tried]
-            if compiled:
-                best = compiled[0]
-                note = "compiled" if key in self.fitting else "compiled, did not fit"
-                out += [
-                    (m, "pruned", f"batch {best.candidate.global_batch} of the same layout was {note}")
-                    for m in rest
-                ]
+            if key in self.fitting:
+                why = f"batch {self.fitting[key]} of the same layout was compiled and fits"
+                out += [(m, "pruned", why) for m in rest]
+                continue
+            limit = self.too_big.get(key)
+            above = [m for m in rest if limit is not None and m.candidate.global_batch >= limit]
+            out += [(m, "pruned", f"batch {limit} of the same layout did not fit (compiled)") for m in above]
+            rest = [m for m in rest if m not in above]
+            if not rest:
                 continue
             fitting = [m for m in rest if self.fits(m)]
             lead = fitting[0] if fitting else rest[-1]
             if fitting:
-                out.append((lead, "modelled", f"ranked below the {compile_n} compiled (model)"))
+                out.append((lead, "modelled", f"not compiled: --compile {compile_n} was spent (model)"))
             else:
                 why = f"does not fit ({self.correction.note(lead.candidate.remat)})"
                 out.append((lead, "pruned", why))

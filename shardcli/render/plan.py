@@ -143,14 +143,10 @@ def summary_clauses(result: PlanResult) -> Clauses:
     ]
     if result.interrupted:
         parts.append("interrupted: the rest were not compiled")
-    elif (
-        compiled < result.request.compile_n
-        and modelled == 0
-        and any(r.status == "pruned" and r.why.startswith("does not fit") for r in rows)
-    ):
+    elif result.exhausted:
         parts.append(
-            f"fewer than --compile {result.request.compile_n}: no other layout is expected to fit "
-            "(the model's memory corrected by these compiles)"
+            f"fewer than --compile {result.request.compile_n}: every layout is settled or expected not "
+            "to fit (the model's memory corrected by these compiles)"
         )
     return Clauses(parts, style="dim")
 
