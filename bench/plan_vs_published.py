@@ -223,6 +223,8 @@ def main() -> None:
     METHOD[0] = args.method
     rows = [by_name[n] for n in args.rows.split(",") if n]
     rows += [r for r in HELD_OUT if args.held_out and r not in rows]
+    if args.quick and (args.held_out or args.rows != parser.get_default("rows")):
+        parser.error("--quick runs its one tiny row: leave out --rows and --held-out")
     rows = [QUICK] if args.quick else rows
     if not rows:
         parser.error("no rows: name some with --rows, or add --held-out")
