@@ -239,6 +239,6 @@ def names_only() -> Iterator[None]:
 def effective_rules(rules: Rules, names: tuple[str, ...], axes: tuple[str, ...]) -> Rules:
     """The rules that take effect for arguments carrying `names` on a mesh of `axes` (the others
     lay nothing out): the same layout, said in fewer words."""
-    table = dict(rules)  # a name given twice: the last wins, as resolve_axes reads it
+    table = dict(rules)  # parse_rules refuses a name given twice
     kept = ((name, tuple(a for a in table[name] if a in axes)) for name in table if name in names)
     return tuple((name, mesh_axes) for name, mesh_axes in kept if mesh_axes)
