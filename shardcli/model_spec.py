@@ -351,12 +351,14 @@ def read_checkpoint(folder: str) -> SavedModel:
             raise ValueError(f"format {raw.get('format')!r}, expected {METADATA_FORMAT!r}")
         rules = raw["rules"]
         saved = SavedModel(
-            depth=int(raw["depth"]),
-            batch=int(raw["batch"]),
-            seed=int(raw["seed"]),
-            steps=int(raw["steps"]),
+            depth=_whole(raw["depth"], "depth"),
+            batch=_whole(raw["batch"], "batch"),
+            seed=_whole(raw["seed"], "seed"),
+            steps=_whole(raw["steps"], "steps"),
             learning_rate=float(raw["learning_rate"]),
-            mesh=MeshSpec(tuple(int(n) for n in raw["mesh"]["shape"]), tuple(raw["mesh"]["axes"])),
+            mesh=MeshSpec(
+                tuple(_whole(n, "mesh shape") for n in raw["mesh"]["shape"]), tuple(raw["mesh"]["axes"])
+            ),
             rules=None if rules is None else tuple((k, rules[k]) for k in LOGICAL_AXES),
             digests={str(k): str(v) for k, v in raw["digests"].items()},
             final_loss=float(raw["final_loss"]),
@@ -371,6 +373,17 @@ def read_checkpoint(folder: str) -> SavedModel:
         reason = f"no {error.args[0]!r} entry" if isinstance(error, KeyError) else str(error)
         reason = reason.removeprefix(f"{meta_path} ")  # read_json's message names the file too
         raise ShardcliError(f"{meta_path} cannot be read as shardcli model metadata ({reason})") from error
+
+
+def _whole(value: object, name: str) -> int:
+    """A whole number as the metadata holds it (JSON's true is no depth, 1.5 no batch).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} {value!r} is not a whole number")
+    return value
 
 
 def check_restore_depth(saved: SavedModel, depth: int | None) -> None:

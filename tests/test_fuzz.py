@@ -1159,3 +1159,27 @@ def test_tpu_v4_targets_run_as_listed_and_count_8_chips(cli, args):
     result = cli(args)
     assert_by_the_contract(result, args, 0)
     assert "8 TPU v4 chips of the compile-only target tpu-v4:2x2x2" in result.stdout, result.stdout[:600]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param("depth", True, id="depth-true"),
+        pytest.param("batch", 1.5, id="batch-fraction"),
+        pytest.param("steps", "3", id="steps-text"),
+    ],
+)
+def test_a_checkpoint_number_that_is_no_whole_number_is_refused(tmp_path, field, value):
+    """JSON's true, a fraction or text where the metadata holds a whole number: refused naming the
+    folder (int() would have read true as depth 1 and 1.5 as batch 1)."""
+    from shardcli.model_spec import METADATA_FILE, STATE_DIR, RestoreRequest, validate_restore
+    from shardcli.specs import MeshSpec
+
+    (tmp_path / STATE_DIR).mkdir()
+    meta = json.loads(_checkpoint_metadata())
+    meta[field] = value
+    (tmp_path / METADATA_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ShardcliError) as refused:
+        validate_restore(RestoreRequest(folder=str(tmp_path), mesh=MeshSpec((2, 4), ("data", "model"))))
+    assert str(tmp_path) in str(refused.value)
+    assert f"{field} {value!r} is not a whole number" in str(refused.value)
