@@ -133,11 +133,16 @@ PICK_TRIES = 4  # the planner's top candidates compiled, in its order, until one
 
 def _figures(cfg, candidate, target, sessions):  # type: ignore[no-untyped-def]
     """(figures, the mesh, whether they came from the cache)."""
-    from shardcli.core.plan import _session
-    from shardcli.core.plan_compile import cache_key, compile_candidate, read_cached, write_cached
+    from shardcli.core.plan_compile import (
+        cache_key,
+        compile_candidate,
+        read_cached,
+        target_session,
+        write_cached,
+    )
     from shardcli.specs import RunOptions
 
-    session = _session(sessions, target, candidate, RunOptions())
+    session = target_session(sessions, target, candidate.mesh, RunOptions())
     key = cache_key(cfg, candidate, target, METHOD[0])
     figures = read_cached(key)
     if figures is not None:

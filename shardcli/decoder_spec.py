@@ -267,6 +267,12 @@ def resolve_axes(
     return tuple(out)
 
 
+def partition_spec_args(entries: tuple[tuple[str, ...], ...]) -> tuple[str | tuple[str, ...] | None, ...]:
+    """`resolve_axes`' entries as `PartitionSpec(*args)` takes them: None for a replicated dim, the
+    axis for one, the tuple for several."""
+    return tuple(e if len(e) > 1 else (e[0] if e else None) for e in entries)
+
+
 def rules_text(rules: Rules) -> str:
     """`embed=fsdp,mlp=tensor,...` (a logical axis mapped to no mesh axis is left out)."""
     return ",".join(f"{k}={'+'.join(v)}" for k, v in rules if v)

@@ -54,22 +54,28 @@ def test_a_layout_that_fits_is_settled():
         selector.learn(m, True, m.memory_bytes)
 
 
-def test_a_layout_that_does_not_fit_is_tried_again_below_that_batch():
-    selector, _, chip = _selector()
+def _refused_then_retried(selector):
+    """The first pick's compile needs twice what the model said (more than the chip has); every
+    later pick fits as modelled, until the first pick's layout comes back. Returns (first pick, the
+    retry of its layout), the retry not yet learned."""
     first = selector.next()
     assert first is not None
-    batch = first.candidate.global_batch
-    # the compiler needs twice what the model said, more than the chip has
     selector.learn(first, False, 2 * first.memory_bytes)
-    seen = []
-    while (m := selector.next()) is not None and len(seen) < 60:
-        seen.append(m)
-        if layout_key(m) == layout_key(first):
-            assert m.candidate.global_batch < batch
-            assert selector.correction.memory(m) <= HEADROOM * chip.hbm_bytes
-            return
+    for _ in range(60):
+        m = selector.next()
+        if m is None or layout_key(m) == layout_key(first):
+            return first, m
         selector.learn(m, True, m.memory_bytes)
-    pytest.fail(f"the layout of {first.candidate.label} was never tried below batch {batch}")
+    return first, None
+
+
+def test_a_layout_that_does_not_fit_is_tried_again_below_that_batch():
+    selector, _, chip = _selector()
+    first, retry = _refused_then_retried(selector)
+    batch = first.candidate.global_batch
+    assert retry is not None, f"the layout of {first.candidate.label} was never tried below batch {batch}"
+    assert retry.candidate.global_batch < batch
+    assert selector.correction.memory(retry) <= HEADROOM * chip.hbm_bytes
 
 
 def test_the_compiled_memory_corrects_the_model_for_its_remat_policy_only():
@@ -170,19 +176,9 @@ def test_compiled_rows_rank_by_estimate_per_token_and_ties_by_exposed_communicat
 
 def test_the_why_of_a_layout_compiled_twice_names_the_batch_that_fit():
     selector, _, _ = _selector()
-    first = selector.next()
-    assert first is not None
-    selector.learn(first, False, 2 * first.memory_bytes)
-    second = None
-    for _ in range(60):
-        m = selector.next()
-        assert m is not None
-        if layout_key(m) == layout_key(first):
-            second = m
-            selector.learn(m, True, m.memory_bytes)
-            break
-        selector.learn(m, True, m.memory_bytes)
+    first, second = _refused_then_retried(selector)
     assert second is not None
+    selector.learn(second, True, second.memory_bytes)
     batch = second.candidate.global_batch
     rows = [(m, status, why) for m, status, why in selector.untried(8) if layout_key(m) == layout_key(first)]
     assert rows

@@ -22,7 +22,14 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardcli.decoder_spec import DecoderConfig, ParamInfo, Rules, parameter_table, resolve_axes
+from shardcli.decoder_spec import (
+    DecoderConfig,
+    ParamInfo,
+    Rules,
+    parameter_table,
+    partition_spec_args,
+    resolve_axes,
+)
 
 COMPUTE = jnp.bfloat16
 PARAM = jnp.float32
@@ -59,7 +66,7 @@ class _Layout:
 
     def spec(self, logical: tuple[str | None, ...], shape: tuple[int, ...] | None = None) -> P:
         entries = resolve_axes(logical, self.rules, self.sizes, shape)
-        return P(*(e if len(e) > 1 else (e[0] if e else None) for e in entries))
+        return P(*partition_spec_args(entries))
 
     def constrain(self, x: Any, *logical: str | None) -> Any:
         return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, self.spec(logical, x.shape)))

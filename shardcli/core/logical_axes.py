@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from shardcli.decoder_spec import Rules, resolve_axes
+from shardcli.decoder_spec import Rules, partition_spec_args, resolve_axes
 from shardcli.errors import ShardcliError
 
 TABLE_NAME = "LOGICAL_AXES"
@@ -195,7 +195,7 @@ def lay_out(
             return leaf
         value = value_of(leaf)
         entries = spec_entries(leaf, names.get(id(leaf)), rules, sizes)
-        spec = P(*(e if len(e) > 1 else (e[0] if e else None) for e in entries))
+        spec = P(*partition_spec_args(entries))
         struct = jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=NamedSharding(mesh, spec))
         return _boxed(leaf, struct)
 

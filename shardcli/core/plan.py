@@ -26,7 +26,7 @@ from shardcli.core.plan_compile import (
     CompiledFigures,
     cache_key,
     figures_for,
-    set_cost_flags,
+    target_session,
 )
 from shardcli.core.plan_estimate import CALIBRATION, Calibration, estimate_of
 from shardcli.core.plan_model import ChipFigures, Modelled, chip_figures, model_candidate
@@ -176,7 +176,7 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         if progress is not None:
             progress(len(rows), budget, c.label)
         try:
-            session = _session(sessions, target, c, request.options)
+            session = target_session(sessions, target, c.mesh, request.options)
             note = session.runtime.note
             figures, cached = figures_for(
                 cache_key(cfg, c, target, request.method),
@@ -236,32 +236,20 @@ def ranked(rows: Iterable[PlanRow]) -> list[PlanRow]:
     hide goes first: the roofline assumes all of it hidden, a real step hides only part."""
     order = sorted(rows, key=lambda r: (not r.fits, r.estimate is None, _per_token(r)))
     out: list[PlanRow] = []
-    while order:
+    while order:  # the rows tied with the first are a prefix of this order
         head = order[0]
-        band = [
-            r
-            for r in order
-            if (r.fits, r.estimate is None) == (head.fits, head.estimate is None)
-            and _per_token(r) <= _per_token(head) * (1 + TIE)
-        ]
-        band.sort(key=_exposed_per_token)
-        out += band
-        order = [r for r in order if r not in band]
+        size = next(
+            (
+                i
+                for i, r in enumerate(order)
+                if (r.fits, r.estimate is None) != (head.fits, head.estimate is None)
+                or _per_token(r) > _per_token(head) * (1 + TIE)
+            ),
+            len(order),
+        )
+        out += sorted(order[:size], key=_exposed_per_token)
+        order = order[size:]
     return out
-
-
-def _session(
-    sessions: dict[tuple[Any, ...], Any], target: TargetSpec, c: Candidate, options: RunOptions
-) -> Any:
-    """A target session with the candidate's mesh (one per target and mesh)."""
-    key = (target.name, c.mesh.shape, c.mesh.axes)
-    if key not in sessions:
-        from shardcli.core.target import open_target_session
-
-        set_cost_flags()
-        shape = "x".join(map(str, c.mesh.shape))
-        sessions[key] = open_target_session(target, shape, ",".join(c.mesh.axes), options)
-    return sessions[key]
 
 
 # --- the winner as a program `shardcli inspect` reads -------------------------------------------

@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardcli.core.plan_candidates import Candidate
+from shardcli.core.plan_candidates import Candidate, MeshChoice
 from shardcli.decoder_spec import DecoderConfig
+from shardcli.specs import RunOptions
 from shardcli.targets import TargetSpec
 
 CACHE_FORMAT = "shardcli-plan/1"  # raise it when what is read from a compile changes
@@ -91,6 +92,20 @@ def plan_cache_dir() -> Path:
 
 def cache_key(cfg: DecoderConfig, candidate: Candidate, target: TargetSpec, method: str) -> str:
     """A digest of everything that changes the compiled program or how it is read."""
+    return keyed(
+        {
+            "model": asdict(cfg) | {"name": "", "source": ""},
+            "layout": candidate.key,
+            "target": target.name,
+            "method": method,
+            "program": _program_digest(),
+        }
+    )
+
+
+def keyed(what: dict[str, Any]) -> str:
+    """The cache key of a compile described by `what`, with what every compile shares: the cache's
+    format, JAX's and libtpu's versions and the cost compiles' flags."""
     import jax
 
     try:
@@ -99,18 +114,8 @@ def cache_key(cfg: DecoderConfig, candidate: Candidate, target: TargetSpec, meth
         libtpu = version("libtpu")
     except Exception:  # noqa: BLE001 - no libtpu: a GPU target
         libtpu = "-"
-    what = {
-        "format": CACHE_FORMAT,
-        "model": asdict(cfg) | {"name": "", "source": ""},
-        "layout": candidate.key,
-        "target": target.name,
-        "method": method,
-        "jax": jax.__version__,
-        "libtpu": libtpu,
-        "flags": COST_FLAGS,
-        "program": _program_digest(),
-    }
-    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+    shared = {"format": CACHE_FORMAT, "jax": jax.__version__, "libtpu": libtpu, "flags": COST_FLAGS}
+    return hashlib.sha256(json.dumps(what | shared, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _program_digest() -> str:
@@ -158,6 +163,21 @@ def set_cost_flags() -> None:
     extra = [f for f in COST_FLAGS if f.split("=")[0] not in have]
     if extra:
         os.environ["LIBTPU_INIT_ARGS"] = " ".join([have, *extra]).strip()
+
+
+def target_session(
+    sessions: dict[tuple[Any, ...], Any], target: TargetSpec, mesh: MeshChoice, options: RunOptions
+) -> Any:
+    """A target session with a layout's mesh, one per target and mesh (kept in `sessions`); the
+    cost compiles' flags set before the first starts libtpu."""
+    key = (target.name, mesh.shape, mesh.axes)
+    if key not in sessions:
+        from shardcli.core.target import open_target_session
+
+        set_cost_flags()
+        shape = "x".join(map(str, mesh.shape))
+        sessions[key] = open_target_session(target, shape, ",".join(mesh.axes), options)
+    return sessions[key]
 
 
 def interruptible(work: Callable[[], Any]) -> Any:

@@ -15,7 +15,6 @@ inspect` command that compiles it again.
 from __future__ import annotations
 
 import hashlib
-import json
 import shlex
 import time
 from collections.abc import Callable
@@ -136,9 +135,8 @@ def run_program_plan(
     """
     from shardcli.core import logical_axes as logical
     from shardcli.core.inspect import inspect_program
-    from shardcli.core.plan_compile import figures_for
+    from shardcli.core.plan_compile import figures_for, target_session
     from shardcli.core.plan_estimate import estimate_of
-    from shardcli.core.target import open_target_session
     from shardcli.hardware import CHIPS
 
     target = request.target
@@ -154,15 +152,14 @@ def run_program_plan(
     start = time.perf_counter()
     interrupted = False
     hits = 0
+    sessions: dict[tuple[Any, ...], Any] = {}
     done: list[ProgramRow] = []
     todo = [r for r in rows if r.status == "modelled"][: request.compile_n]
     for i, row in enumerate(todo):
         if progress is not None:
             progress(i, len(todo), row.label)
         try:
-            session = open_target_session(
-                target, "x".join(map(str, row.mesh.shape)), ",".join(row.mesh.axes), request.options
-            )
+            session = target_session(sessions, target, row.mesh, request.options)
 
             def compile_row(session: Any = session, row: ProgramRow = row) -> CompiledFigures:
                 args, kwargs = logical.lay_out(given.args, fn, table, row.rules, session.mesh, given.kwargs)
@@ -302,30 +299,19 @@ def _sources_digest(request: ProgramPlanRequest) -> str:
 
 def program_cache_key(sources: str, request: ProgramPlanRequest, row: ProgramRow) -> str:
     """A digest of everything that changes a layout's compile: the two files' bytes and the names
-    in them (`sources`), the layout (mesh and rules), the target, JAX's and libtpu's versions and
-    the cost compiles' flags."""
-    import jax
+    in them (`sources`), the layout (mesh and rules), the target, and what every compile's key holds
+    (`plan_compile.keyed`: JAX's and libtpu's versions, the cost compiles' flags)."""
+    from shardcli.core.plan_compile import keyed
 
-    from shardcli.core.plan_compile import CACHE_FORMAT, COST_FLAGS
-
-    try:
-        from importlib.metadata import version
-
-        libtpu = version("libtpu")
-    except Exception:  # noqa: BLE001 - no libtpu
-        libtpu = "-"
-    what = {
-        "format": CACHE_FORMAT,
-        "kind": "program",
-        "sources": sources,
-        "mesh": [list(s) for s in row.mesh.sizes],
-        "rules": [[name, list(axes)] for name, axes in dict(row.rules).items()],
-        "target": request.target.name,
-        "jax": jax.__version__,
-        "libtpu": libtpu,
-        "flags": COST_FLAGS,
-    }
-    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+    return keyed(
+        {
+            "kind": "program",
+            "sources": sources,
+            "mesh": [list(s) for s in row.mesh.sizes],
+            "rules": [[name, list(axes)] for name, axes in dict(row.rules).items()],
+            "target": request.target.name,
+        }
+    )
 
 
 def _replace(
