@@ -29,8 +29,9 @@ from typing import Any
 # result's `values` (global and per device, null for results over 256 elements; reshard's
 # `values_before` too); before any release of 3, a program's collective names the argument it moves
 # (operand), inspect's findings carry count, paths and source, and its collectives come grouped by
-# (kind, mesh axes, line) too (collective_groups).
-SCHEMA_VERSION = 3
+# (kind, mesh axes, line) too (collective_groups). 4: a program's library kernels (cuBLAS, cuDNN) and
+# the step-time estimate's method and per-op roofline (a GPU).
+SCHEMA_VERSION = 4
 
 
 class SchemaError(ValueError):
@@ -486,6 +487,8 @@ PROGRAM_COLLECTIVE = Record(
 )
 MEMORY = Record("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "code_bytes", "total_bytes")
 PROGRAM_LOOP = Record("name", "trips", "runs", "body_flops", "body_bytes", "op_name", "source")
+# One group of library kernel calls (core/hlo_kernels.py): cuBLAS GEMMs, cuDNN attention, convolutions.
+PROGRAM_KERNELS = Record("target", "kind", "dtype", "calls", "flops", "bytes_accessed")
 PROGRAM = Record(
     ("collectives", ListOf(PROGRAM_COLLECTIVE)),
     ("memory", Maybe(MEMORY)),
@@ -495,13 +498,30 @@ PROGRAM = Record(
     "xla_flops_per_device",
     "xla_bytes_accessed_per_device",
     ("loops", ListOf(PROGRAM_LOOP)),
+    ("kernels", ListOf(PROGRAM_KERNELS)),
     "trips_known",
     "missing",
 )
 # The step-time estimate (core/step_time.py): each roofline term with its source.
 STEP_TERM = Record("name", "amount", "rate", "seconds", "source")
+# A GPU's per-op roofline: the library kernels bound by maths or HBM, every other op together.
+STEP_OPS = Record(
+    "kernel_calls",
+    "kernels_math_s",
+    "kernels_hbm_s",
+    "other_flops",
+    "other_bytes",
+    "other_s",
+    "other_bound",
+    "dot_efficiency",
+    "dot_efficiency_source",
+    "hbm_efficiency",
+    "hbm_efficiency_source",
+)
 STEP_TIME = Record(
     "chip",
+    "method",
+    ("ops", Maybe(STEP_OPS)),
     ("math", STEP_TERM),
     ("hbm", STEP_TERM),
     ("comm", ListOf(STEP_TERM)),

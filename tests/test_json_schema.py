@@ -217,6 +217,25 @@ PINNED_KEYS = {
         # (the command that reproduces it) and summary.cached
         "plan-program": "4f5f7273fd9feb3b",
     },
+    # 4: a program's library kernels (einsum, reshard, inspect: program.kernels) and inspect's
+    # step_time method and per-op roofline (ops, on a GPU)
+    4: {
+        "mesh": "de3af678d1033ecc",
+        "shard": "d661276611ead749",
+        "collective": "8563d3ab0490d6eb",
+        "collectives": "b9bffef9a3aac720",
+        "matmul": "5100a47dbdb9dcd0",
+        "einsum": "c0d5a5d041bc03be",
+        "reshard": "c9d9965bdcc04353",
+        "inspect": "4c7ed7f8454e6ca4",
+        "run": "fe2bd841fa0a4ee2",
+        "recipe": "1bec5160fc75c434",
+        "model": "bd734e2164339f19",
+        "pipeline": "624ff9ba959f3e42",
+        "compare": "53b1ec01214a6068",
+        "plan": "16c1fd929d96515d",
+        "plan-program": "4f5f7273fd9feb3b",
+    },
 }
 
 

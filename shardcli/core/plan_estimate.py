@@ -3,41 +3,26 @@
 `plan` keeps each compile's figures on disk (`plan_compile.CompiledFigures`: FLOPs and bytes per
 step, the bytes each set of mesh axes carries); `estimate_of` hands them to `step_time.estimate_step`
 with the mesh's axis bandwidths (`step_time.axis_links`, from where each chip sits on the torus),
-the hardware table's chip, and the calibration below: T_math, T_hbm, T_comm per axis, the bound
-max(T_math, T_hbm, sum of T_comm), and the estimate = bound / efficiency.
+the hardware table's chip, and the TPU calibration (`shardcli.calibration`): T_math, T_hbm, T_comm
+per axis, the bound max(T_math, T_hbm, sum of T_comm), and the estimate = bound / efficiency.
 
-CALIBRATION is ONE efficiency for TPU training steps, set from MaxText's published rows named in
-the plan issue (32B and 64B on v5p-128, 128B on v5p-256, 22B on v4-128; sequence 2048) and nothing
-else: `bench/plan_vs_published.py` compiles each at its published layout and prints the median of
-roofline / measured step time over those rows; that median is the efficiency.
+CALIBRATION (kept in `shardcli.calibration`, beside the GPU's efficiencies) is ONE efficiency for TPU
+training steps, set from MaxText's published rows named in the plan issue (32B and 64B on v5p-128,
+128B on v5p-256, 22B on v4-128; sequence 2048) and nothing else: `bench/plan_vs_published.py`
+compiles each at its published layout and prints the median of roofline / measured step time over
+those rows; that median is the efficiency.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from shardcli.calibration import CALIBRATION as CALIBRATION
+from shardcli.calibration import ROOFLINE as ROOFLINE
+from shardcli.calibration import Calibration as Calibration
 from shardcli.core.plan_compile import CompiledFigures
 from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis
 from shardcli.core.step_time import StepEstimate
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """The one efficiency the roofline is divided by, and where it came from."""
-
-    efficiency: float
-    provenance: str
-
-
-# Set 2026-11-25 from bench/plan_vs_published.py (scan method, jax 0.10.2, libtpu 0.0.52): roofline /
-# measured = 0.728 (32B, v5p-128), 0.714 (64B, v5p-128), 0.696 (128B, v5p-256), 0.766 (22B, v4-128);
-# median 0.7211. No other row was used; rows the project is judged on beyond these were never seen.
-CALIBRATION = Calibration(
-    efficiency=0.7211,
-    provenance="median roofline/measured of MaxText's published 32B, 64B, 128B (v5p) and 22B (v4) rows",
-)
-ROOFLINE = Calibration(1.0, "none: the roofline as it is (1.0)")
 
 
 def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:

@@ -42,7 +42,8 @@ from shardcli.core.hlo_collectives import (
     summarize_by_kind,
     user_op_name,
 )
-from shardcli.core.hlo_text import dot_dtype, parse_module
+from shardcli.core.hlo_kernels import KernelCall, KernelCalls, kernel_calls
+from shardcli.core.hlo_text import HloModuleText, dot_dtype, parse_module
 from shardcli.core.loop_costs import (
     BodyCost,
     LoopCount,
@@ -59,11 +60,14 @@ __all__ = [
     "BodyCost",
     "CollectiveOp",
     "HloCollective",
+    "KernelCall",
+    "KernelCalls",
     "LoopCount",
     "MemoryUse",
     "ProgramAnalysis",
     "TripCounts",
     "analyze_compiled",
+    "analyze_text",
     "count_trips",
     "dump_hlo_text",
     "find_collectives",
@@ -120,6 +124,7 @@ class ProgramAnalysis:
     cost_source: str = "cost_analysis()"  # where xla_flops and xla_bytes_accessed came from
     text_source: str | None = "as_text()"  # where the HLO text came from; None: it could not be had
     dot_dtype: str | None = None  # the dtype most of its dots and convolutions run in (NumPy's name)
+    kernels: KernelCalls = KernelCalls((), ())  # library kernels (cuBLAS, cuDNN): in flops and bytes
 
     def by_kind(self) -> tuple[HloCollective, ...]:
         """Per kind of collective: how many ops the program holds and their result bytes."""
@@ -199,6 +204,45 @@ def analyze_compiled(
             missing=tuple(missing),
             text_source=None,
         )
+    return analyze_text(
+        text,
+        shape,
+        names,
+        cost=cost,
+        memory=memory,
+        missing=tuple(missing),
+        text_source=how,
+        user_files=user_files,
+    )
+
+
+def analyze_text(
+    text: str,
+    mesh_shape: tuple[int, ...] | None,
+    axis_names: tuple[str, ...] | None,
+    *,
+    cost: dict[str, float] | None = None,
+    memory: MemoryUse | None = None,
+    missing: tuple[str, ...] = (),
+    text_source: str = "given",
+    user_files: tuple[str, ...] = (),
+) -> ProgramAnalysis:
+    """The analysis of a compiled program's optimized HLO text (`compiled.as_text()`, or a module
+    XLA dumped on a real cluster), with what only a compile knows where the caller has it.
+
+    Args:
+        cost: `cost_analysis()` as `read_cost_figures` gives it; None or empty: XLA's own cost
+            analysis of the text.
+        memory: `memory_analysis()`; None where there was no compile.
+        missing: lines the caller already knows are missing.
+
+    FLOPs and bytes are XLA's with every loop counted per trip, plus the library kernels XLA counts
+    as nothing (cuBLAS GEMMs, cuDNN attention and convolutions: `hlo_kernels`), each per run.
+    """
+    cost = cost or {}
+    lines = list(missing)
+    xla_flops, xla_bytes = _known(cost.get("flops")), _known(cost.get("bytes accessed"))
+    optimal = cost.get("optimal_seconds")
     module = parse_module(text)
     cost_source = "cost_analysis()"
     # A GPU target's compiler gives no cost_analysis() at all: then XLA's analysis of its text. A
@@ -208,25 +252,40 @@ def analyze_compiled(
             xla_flops, xla_bytes = xla_cost_of_text(text)
             cost_source = "XLA's HloCostAnalysis of the compiled HLO (the backend gives no cost_analysis())"
         except Exception as error:  # noqa: BLE001 - then there are no FLOPs, and that is said
-            missing.append(
-                f"FLOPs and bytes: no cost_analysis() and XLA could not analyse the text ({error})"
-            )
+            lines.append(f"FLOPs and bytes: no cost_analysis() and XLA could not analyse the text ({error})")
     counted = count_trips(module, xla_flops, xla_bytes)
-    missing.extend(counted.missing)
+    lines.extend(counted.missing)
+    kernels = kernel_calls(module, runs_per_computation(module))
+    lines.extend(kernels.missing)
     return ProgramAnalysis(
-        collectives=parse_collectives(text, shape, names, module=module, user_files=user_files),
+        collectives=parse_collectives(text, mesh_shape, axis_names, module=module, user_files=user_files),
         memory=memory,
-        flops=counted.flops,
-        bytes_accessed=counted.bytes_accessed,
+        flops=counted.flops + kernels.flops if counted.flops is not None else None,
+        bytes_accessed=(
+            counted.bytes_accessed + kernels.bytes_accessed if counted.bytes_accessed is not None else None
+        ),
         xla_flops=xla_flops,
         xla_bytes_accessed=xla_bytes,
         loops=counted.loops,
         compiler_seconds=float(optimal) if optimal is not None and float(optimal) > 0 else None,
-        missing=tuple(missing),
+        missing=tuple(lines),
         cost_source=cost_source,
-        text_source=how,
-        dot_dtype=dot_dtype(module),
+        text_source=text_source,
+        dot_dtype=_dot_dtype(module, kernels),
+        kernels=kernels,
     )
+
+
+def _dot_dtype(module: HloModuleText, kernels: KernelCalls) -> str | None:
+    """The dtype most of the maths runs in: the GEMM kernels' by FLOPs where the program has them,
+    else its dots' and convolutions' (`hlo_text.dot_dtype`)."""
+    weights: dict[str, float] = {}
+    for call in kernels.calls:
+        if call.dtype is not None:
+            weights[call.dtype] = weights.get(call.dtype, 0.0) + call.flops * call.runs
+    if weights:
+        return max(weights, key=lambda k: weights[k])
+    return dot_dtype(module)
 
 
 def reanalyze_from_dump(

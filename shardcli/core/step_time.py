@@ -11,7 +11,14 @@ axis lies on the hardware:
 - bound  = max(T_math, T_hbm, T_comm): perfect overlap; no-overlap sum = max(T_math, T_hbm) +
   T_comm (the memory roofline overlaps the maths within each op, communication overlaps nothing);
 - the estimate = bound / efficiency, where `efficiency` (default 1.0) is the one calibration
-  figure, named with its source where it is not 1.
+  figure, named with its source where it is not 1 (a TPU: `shardcli.calibration.CALIBRATION`).
+
+On a GPU one global max(T_math, T_hbm) cannot fit both a pure GEMM (60-70% of the peak) and a
+training step (27%): the estimate there is the sum over the program's ops of each op's own roofline
+(`OpRoofline`): each library kernel (cuBLAS GEMM, cuDNN attention or convolution) max(FLOPs / (peak
+for its dtype x dot efficiency), bytes / (HBM x HBM efficiency)), plus the same for every other op
+together from XLA's FLOPs and bytes; communication adds nothing hidden (max with T_comm). The
+efficiencies are `shardcli.calibration.GPU_OPS`, measured.
 
 The bandwidth of a mesh axis (`AxisLink`):
 - TPU: ICI per link, one way (hardware table), times the torus dimensions the axis runs along,
@@ -33,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardcli.calibration import CALIBRATION, GPU_OPS, OpEfficiency
 from shardcli.core.program_analysis import ProgramAnalysis
 from shardcli.hardware import Chip, Figure, chip_for_kind
 
@@ -62,6 +70,38 @@ class Term:
 
 
 @dataclass(frozen=True)
+class OpRoofline:
+    """The sum over the program's ops of each op's own roofline, each divided by its efficiency.
+
+    `kernels_math_s`/`kernels_hbm_s`: the library kernels bound by their maths or by HBM; `other_s`:
+    every other op together, max(FLOPs / peak, bytes / HBM), `other_bound` saying which.
+    """
+
+    kernels: int  # library kernel calls per step (each call times its runs)
+    kernels_math_s: float
+    kernels_hbm_s: float
+    other_flops: float
+    other_bytes: float
+    other_s: float
+    other_bound: str  # "math" or "hbm"
+    efficiency: OpEfficiency
+
+    @property
+    def seconds(self) -> float:
+        return self.kernels_math_s + self.kernels_hbm_s + self.other_s
+
+    @property
+    def math_s(self) -> float:
+        """The part of the step whose ops are bound by their maths."""
+        return self.kernels_math_s + (self.other_s if self.other_bound == "math" else 0.0)
+
+    @property
+    def hbm_s(self) -> float:
+        """The part of the step whose ops are bound by HBM."""
+        return self.kernels_hbm_s + (self.other_s if self.other_bound == "hbm" else 0.0)
+
+
+@dataclass(frozen=True)
 class StepEstimate:
     """The estimated time of one run of the program, per device."""
 
@@ -74,6 +114,12 @@ class StepEstimate:
     compiler_seconds: float | None = None  # the TPU compiler's optimal_seconds, where positive
     compiler_note: str = "not given"
     notes: tuple[str, ...] = ()  # what the figures leave out (loops of unknown trips, ...)
+    ops: OpRoofline | None = None  # a GPU: the estimate is the per-op roofline (max with T_comm)
+
+    @property
+    def method(self) -> str:
+        """How the estimate is made: "per-op roofline" or "roofline / efficiency"."""
+        return "per-op roofline" if self.ops is not None else "roofline / efficiency"
 
     @property
     def t_comm_s(self) -> float | None:
@@ -105,6 +151,16 @@ class StepEstimate:
         """The largest term: "math", "hbm", or the mesh axes of the largest communication term."""
         if self.bound_s is None:
             return None
+        if self.ops is not None:
+            terms = [
+                ("math", self.ops.math_s),
+                ("hbm", self.ops.hbm_s),
+                ("communication", self.t_comm_s or 0),
+            ]
+            name = max(terms, key=lambda t: t[1])[0]
+            if name == "communication" and self.comm:
+                return max(self.comm, key=lambda t: t.seconds or 0.0).name
+            return name
         name, _ = max(self._known(), key=lambda t: t[1])
         if name == "communication" and self.comm:
             return max(self.comm, key=lambda t: t.seconds or 0.0).name
@@ -112,8 +168,13 @@ class StepEstimate:
 
     @property
     def estimate_s(self) -> float | None:
-        """The bound divided by the calibrated efficiency."""
-        return self.bound_s / self.efficiency if self.bound_s is not None else None
+        """The bound divided by the calibrated efficiency; on a GPU the per-op roofline, or the
+        communication where that takes longer."""
+        if self.bound_s is None:
+            return None
+        if self.ops is not None:
+            return max(self.ops.seconds, self.t_comm_s or 0.0)
+        return self.bound_s / self.efficiency
 
 
 # --- how each mesh axis lies on the hardware ------------------------------------------------------
@@ -230,6 +291,7 @@ def estimate_step(
     hbm: Figure | None = None,
     efficiency: float = 1.0,
     efficiency_source: str = UNCALIBRATED,
+    op_efficiency: OpEfficiency | None = None,
 ) -> StepEstimate:
     """The roofline of one run of the program, per device.
 
@@ -241,9 +303,12 @@ def estimate_step(
         per_chip: devices sharing one chip (each gets 1/per_chip of its peak and HBM bandwidth).
         peak, hbm: figures that replace the table's (--peak-tflops).
         efficiency: the calibrated share of the roofline a real step reaches (0 < e <= 1).
+        op_efficiency: the per-op roofline's efficiencies (a GPU): then the estimate is the sum of
+            each op's roofline and `efficiency` is not used.
     """
     if not 0 < efficiency <= 1:
         raise ValueError(f"efficiency {efficiency} is not in (0, 1]")
+    peak_given = peak is not None
     peak = peak or (chip.peak_flops(dtype_name) if chip else None)
     hbm = hbm or (chip.hbm_bytes_per_s if chip else None)
     share = f", shared by the {per_chip} devices of a chip" if per_chip > 1 else ""
@@ -255,6 +320,13 @@ def estimate_step(
             f"{len(analysis.unknown_trips)} loop(s) of unknown trip count counted once: FLOPs, bytes and "
             "times are at least these"
         )
+    ops = None
+    if op_efficiency is not None and peak is not None and hbm is not None:
+        ops = op_roofline(analysis, None if peak_given else chip, peak, hbm, op_efficiency, per_chip)
+        efficiency, efficiency_source = (
+            1.0,
+            "per op: " + "; ".join((op_efficiency.dot_source, op_efficiency.hbm_source)),
+        )
     return StepEstimate(
         chip=chip.label if chip else "figures given",
         math=math_term,
@@ -265,6 +337,49 @@ def estimate_step(
         compiler_seconds=analysis.compiler_seconds,
         compiler_note=_compiler_note(analysis, chip),
         notes=tuple(notes),
+        ops=ops,
+    )
+
+
+def op_roofline(
+    analysis: ProgramAnalysis,
+    chip: Chip | None,
+    peak: Figure,
+    hbm: Figure,
+    eff: OpEfficiency,
+    per_chip: int = 1,
+) -> OpRoofline | None:
+    """Each library kernel's roofline at the peak of its own dtype (`chip`'s; None: `peak` for all),
+    plus every other op's together at `peak`.
+
+    Returns None without FLOPs or bytes (nothing to add up)."""
+    if analysis.flops is None or analysis.bytes_accessed is None:
+        return None
+    hbm_rate = hbm.value / per_chip * eff.hbm
+    math_s = hbm_s = 0.0
+    count = 0
+    for call in analysis.kernels.calls:
+        kernel_peak = chip.peak_flops(call.dtype or "float32") if chip is not None else None
+        rate = (kernel_peak or peak).value / per_chip * eff.dot
+        t_math, t_hbm = call.flops / rate, call.bytes_accessed / hbm_rate
+        if t_math >= t_hbm:
+            math_s += t_math * call.runs
+        else:
+            hbm_s += t_hbm * call.runs
+        count += call.runs
+    other_flops = max(0.0, analysis.flops - analysis.kernels.flops)
+    other_bytes = max(0.0, analysis.bytes_accessed - analysis.kernels.bytes_accessed)
+    other_math = other_flops / (peak.value / per_chip * eff.dot)
+    other_hbm = other_bytes / hbm_rate
+    return OpRoofline(
+        kernels=count,
+        kernels_math_s=math_s,
+        kernels_hbm_s=hbm_s,
+        other_flops=other_flops,
+        other_bytes=other_bytes,
+        other_s=max(other_math, other_hbm),
+        other_bound="math" if other_math > other_hbm else "hbm",
+        efficiency=eff,
     )
 
 
@@ -320,13 +435,15 @@ def step_time_of(
     *,
     peak: Figure | None = None,
     link: Figure | None = None,
-    efficiency: float = 1.0,
+    efficiency: float | None = None,
     efficiency_source: str = UNCALIBRATED,
 ) -> StepEstimate | None:
     """`estimate_step` for a program compiled on `mesh` for devices of `device_kind`.
 
     `peak` and `link` replace the table's figures (--peak-tflops, --link-gbps: the link figure is
     then every mesh axis's bandwidth). None where the table does not know the kind and no peak is given.
+    The calibration is the platform's (`shardcli.calibration`): a TPU's one efficiency, a GPU's
+    per-op roofline, none elsewhere; `efficiency` given replaces it (1.0: the roofline as it is).
     """
     chip = chip_for_kind(device_kind)
     names = tuple(str(a) for a in mesh.axis_names)
@@ -347,6 +464,13 @@ def step_time_of(
             )
             for a, size in zip(names, shape, strict=True)
         }
+    op_efficiency = None
+    if efficiency is None:
+        efficiency = 1.0
+        if chip is not None and chip.platform == "tpu":
+            efficiency, efficiency_source = CALIBRATION.efficiency, CALIBRATION.provenance
+        elif chip is not None and chip.platform == "cuda":
+            op_efficiency = GPU_OPS
     return estimate_step(
         analysis,
         chip,
@@ -356,4 +480,5 @@ def step_time_of(
         peak=peak,
         efficiency=efficiency,
         efficiency_source=efficiency_source,
+        op_efficiency=op_efficiency,
     )

@@ -24,6 +24,7 @@ from shardcli.render.program import (
     memory_text,
     model_json,
     program_json,
+    step_clauses,
     step_time_json,
     step_time_text,
     verdict_json,
@@ -288,25 +289,15 @@ def _answer(result: InspectResult) -> RenderableType:
 def _step_clauses(result: InspectResult) -> list[str]:
     """The step-time estimate with its dominant term first, then its terms; where the device kind
     has no figures, why, and the FLOPs and bytes it would take."""
-    from shardcli.render.console import format_seconds
     from shardcli.render.matmul import format_flops
 
     a, step = result.analysis, result.step
     if a is None:
         return []
     if step is not None and step.estimate_s is not None:
-        comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
+        clauses = step_clauses(step)
         at_least = "at least " if any("unknown trip" in n for n in step.notes) else ""
-        clauses = [
-            f"{at_least}{format_seconds(step.estimate_s)}, {step.dominant}-bound on {step.chip}",
-            f"math {format_seconds(step.math.seconds)}",
-            f"HBM {format_seconds(step.hbm.seconds)}",
-            f"communication {comm}",
-            f"no overlap {format_seconds(step.sum_s)}",
-        ]
-        if step.compiler_seconds is not None:
-            clauses.append(f"the TPU compiler's own {format_seconds(step.compiler_seconds)}")
-        return clauses
+        return [at_least + clauses[0], *clauses[1:]]
     flops = format_flops(a.flops, "FLOP") if a.flops is not None else "FLOPs unknown"
     why = (
         step.math.source

@@ -42,9 +42,26 @@ def program_json(analysis: ProgramAnalysis | None) -> dict[str, Any] | None:
             )
             for loop in analysis.loops
         ],
+        kernels=kernels_json(analysis),
         trips_known=analysis.trips_known,
         missing=list(analysis.missing),
     )
+
+
+def kernels_json(analysis: ProgramAnalysis) -> list[dict[str, Any]]:
+    """The library kernel calls, one record per (target, dtype), every call counted per run."""
+    groups: dict[tuple[str, str, str | None], list[float]] = {}
+    for call in analysis.kernels.calls:
+        group = groups.setdefault((call.target, call.kind, call.dtype), [0, 0.0, 0.0])
+        group[0] += call.runs
+        group[1] += call.flops * call.runs
+        group[2] += call.bytes_accessed * call.runs
+    return [
+        schema.PROGRAM_KERNELS(
+            target=target, kind=kind, dtype=dtype, calls=int(calls), flops=flops, bytes_accessed=accessed
+        )
+        for (target, kind, dtype), (calls, flops, accessed) in groups.items()
+    ]
 
 
 def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
@@ -55,8 +72,25 @@ def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
     def term(t: Term) -> dict[str, Any]:
         return schema.STEP_TERM(name=t.name, amount=t.amount, rate=t.rate, seconds=t.seconds, source=t.source)
 
+    ops = step.ops
     return schema.STEP_TIME(
         chip=step.chip,
+        method=step.method,
+        ops=schema.STEP_OPS(
+            kernel_calls=ops.kernels,
+            kernels_math_s=ops.kernels_math_s,
+            kernels_hbm_s=ops.kernels_hbm_s,
+            other_flops=ops.other_flops,
+            other_bytes=ops.other_bytes,
+            other_s=ops.other_s,
+            other_bound=ops.other_bound,
+            dot_efficiency=ops.efficiency.dot,
+            dot_efficiency_source=ops.efficiency.dot_source,
+            hbm_efficiency=ops.efficiency.hbm,
+            hbm_efficiency_source=ops.efficiency.hbm_source,
+        )
+        if ops is not None
+        else None,
         math=term(step.math),
         hbm=term(step.hbm),
         comm=[term(t) for t in step.comm],
@@ -75,22 +109,40 @@ def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
 
 def step_time_text(step: StepEstimate) -> Text:
     """One line: the estimate, its dominant term, and the terms."""
-    from shardcli.render.console import format_seconds
-
     if step.estimate_s is None:
         return Text(f"step time: unknown ({step.math.source})", style="dim")
-    comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
-    given = (
-        f"; the TPU compiler's own: {format_seconds(step.compiler_seconds)}"
-        if step.compiler_seconds is not None
-        else ""
-    )
+    clauses = step_clauses(step)
     at_least = " at least" if step.notes and any("unknown trip" in n for n in step.notes) else ""
-    return Text(
-        f"step time{at_least} {format_seconds(step.estimate_s)} ({step.dominant}-bound on {step.chip}): "
-        f"math {format_seconds(step.math.seconds)}, HBM {format_seconds(step.hbm.seconds)}, "
-        f"communication {comm}; no overlap {format_seconds(step.sum_s)}{given}"
-    )
+    return Text(f"step time{at_least} {clauses[0]}: " + ", ".join(clauses[1:]))
+
+
+def step_clauses(step: StepEstimate) -> list[str]:
+    """The estimate with its dominant term first, then the terms it is made of: a GPU's per-op
+    roofline (library kernels, other ops), or a TPU's roofline terms and no-overlap sum."""
+    assert step.estimate_s is not None
+    comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
+    head = f"{format_seconds(step.estimate_s)}, {step.dominant}-bound on {step.chip}"
+    if step.ops is not None:
+        ops = step.ops
+        kernels_s = ops.kernels_math_s + ops.kernels_hbm_s
+        return [
+            head,
+            f"per op: {ops.kernels} library kernel calls {format_seconds(kernels_s)}",
+            f"other ops {format_seconds(ops.other_s)} ({ops.other_bound})",
+            f"communication {comm}",
+        ]
+    clauses = [
+        head,
+        f"math {format_seconds(step.math.seconds)}",
+        f"HBM {format_seconds(step.hbm.seconds)}",
+        f"communication {comm}",
+        f"no overlap {format_seconds(step.sum_s)}",
+    ]
+    if step.efficiency != 1.0:
+        clauses.append(f"roofline / {step.efficiency:.2f}")
+    if step.compiler_seconds is not None:
+        clauses.append(f"the TPU compiler's own {format_seconds(step.compiler_seconds)}")
+    return clauses
 
 
 def collective_json(c: CollectiveOp) -> dict[str, Any]:
