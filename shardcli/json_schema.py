@@ -30,7 +30,7 @@ from typing import Any
 # `values_before` too); before any release of 3, a program's collective names the argument it moves
 # (operand), inspect's findings carry count, paths and source, and its collectives come grouped by
 # (kind, mesh axes, line) too (collective_groups). 4: a program's library kernels (cuBLAS, cuDNN) and
-# the step-time estimate's method and per-op roofline (a GPU).
+# the step-time estimate's method and per-op roofline (a GPU); inspect's module (inspect PATH.hlo.txt).
 SCHEMA_VERSION = 4
 
 
@@ -587,9 +587,12 @@ FINDING = Record("kind", "message", "count", "paths", "source")
 INSPECT_COLLECTIVE_GROUP = Record(
     "kind", "mesh_axes", "source", "op", "count", "runs", "runs_known", "sent_bytes", "result_bytes"
 )
+# inspect PATH.hlo.txt: what a compiled module's text says of itself (null for a program compiled here).
+INSPECT_MODULE = Record("path", "platform", "partitions", "argument_count", "argument_bytes_per_device")
 INSPECT_BODY = Record(
     "target",
     "compile_target",
+    ("module", Maybe(INSPECT_MODULE)),
     ("arguments", ListOf(INSPECT_ARRAY)),
     ("results", ListOf(INSPECT_ARRAY)),
     ("program", Maybe(PROGRAM)),

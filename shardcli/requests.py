@@ -542,6 +542,45 @@ def build_reshard_request_from_flags(
     return request
 
 
+def _check_module_flags(
+    target: str,
+    args: list[str],
+    inputs: str | None,
+    rules: str | None,
+    outs: list[str],
+    run: bool,
+    compile_target: str | None,
+) -> None:
+    """`inspect PATH.hlo.txt`: a compiled module is read as it is, on the hardware it was compiled for.
+
+    Raises:
+        ShardcliError: a flag that shapes a compile (--arg, --inputs, --rules, --out, --run), or no
+            --target.
+    """
+    given = [
+        flag
+        for flag, value in (
+            ("--arg", args),
+            ("--inputs", inputs),
+            ("--rules", rules),
+            ("--out", outs),
+            ("--run", run),
+        )
+        if value
+    ]
+    if given:
+        them = "it" if len(given) == 1 else "them"
+        raise ShardcliError(
+            f"inspect {target} reads a module already compiled: {', '.join(given)} shape(s) a compile of "
+            f"FILE.py:FUNCTION; leave {them} out"
+        )
+    if compile_target is None:
+        raise ShardcliError(
+            f"inspect {target} reads a compiled module: give the hardware it was compiled for with "
+            "--target, such as gpu-h200:8, gpu-h100:2x8 or tpu-v5p:4x4x4"
+        )
+
+
 def build_inspect_request(
     *,
     target: str,
@@ -561,9 +600,12 @@ def build_inspect_request(
     rules: str | None = None,
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
-    from shardcli.core.inspect import InspectRequest
+    from shardcli.core.inspect import InspectRequest, is_module_path
     from shardcli.decoder_spec import parse_rules
     from shardcli.specs import check_cost_figures, parse_abstract_arg
+
+    if is_module_path(target):
+        _check_module_flags(target, args, inputs, rules, outs, run, compile_target)
 
     if rules is not None and inputs is None:
         raise ShardcliError(

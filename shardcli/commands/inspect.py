@@ -136,9 +136,10 @@ def inspect(
         mode_given=ctx is not None and _typed(ctx, "mode"),
     )
     from shardcli.core.inspect import run_inspect
+    from shardcli.core.inspect_module import inspect_module
     from shardcli.render.inspect import render_inspect
 
-    result = run_inspect(request)
+    result = inspect_module(request) if request.module_path is not None else run_inspect(request)
     render_inspect(result, options)
     raise typer.Exit(ExitCode.WRONG_RESULT if result.does_not_fit else ExitCode.OK)
 

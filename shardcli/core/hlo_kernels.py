@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardcli.core.hlo_text import NUMPY_NAMES, Computation, HloModuleText, Instruction
+from shardcli.core.hlo_text import ELEMENT_BYTES, NUMPY_NAMES, Computation, HloModuleText, Instruction
 
 # cuBLAS GEMMs: xla/service/gpu/cublas_cudnn.h (kGemmCallTarget, kCublasLtMatmulCallTarget, ...F8).
 GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8", "__cublas$lt$matmul$mx")
@@ -54,25 +54,6 @@ _FRAME_RE = re.compile(r"stack_frame_id=(?P<id>\d+)")
 _WINDOW_SIZE_RE = re.compile(r"window=\{size=(?P<size>[0-9x]+)")
 _DIM_LABELS_RE = re.compile(r"dim_labels=(?P<lhs>[0-9a-z]+)_(?P<rhs>[0-9a-z]+)->(?P<out>[0-9a-z]+)")
 _GROUPS_RE = re.compile(r"feature_group_count=(?P<n>\d+)")
-ELEMENT_BYTES = {
-    "pred": 1,
-    "s4": 1,
-    "u4": 1,
-    "s8": 1,
-    "u8": 1,
-    "s16": 2,
-    "u16": 2,
-    "f16": 2,
-    "bf16": 2,
-    "s32": 4,
-    "u32": 4,
-    "f32": 4,
-    "s64": 8,
-    "u64": 8,
-    "f64": 8,
-    "c64": 8,
-    "c128": 16,
-}
 
 
 @dataclass(frozen=True)

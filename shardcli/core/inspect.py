@@ -58,6 +58,39 @@ class InspectRequest:
     mode_given: bool = False  # --mode typed: it overrides the axis types of the inputs' own mesh
     rules: Rules | None = None  # --rules: the --inputs laid out by their logical axis names
 
+    @property
+    def module_path(self) -> str | None:
+        """The compiled module's text to read (`inspect PATH.hlo.txt`), or None for a program."""
+        return self.target if is_module_path(self.target) else None
+
+
+# A compiled module's text, as `compiled.as_text()` or XLA_FLAGS=--xla_dump_to write it (gzipped or not).
+MODULE_SUFFIXES = (".hlo", ".txt", ".hlo.gz", ".txt.gz")
+
+
+def is_module_path(target: str) -> bool:
+    """Whether inspect's argument names a compiled module's text rather than FILE.py:FUNCTION."""
+    return target.lower().endswith(MODULE_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """What a compiled module's text (`inspect PATH.hlo.txt`) says of itself, beside its analysis."""
+
+    path: str
+    platform: str | None  # the compiler that wrote it ("cuda", "tpu", "cpu"), None where it has no mark
+    partitions: int  # num_partitions: the devices it was compiled for
+    argument_count: int  # the entry computation's parameters
+    argument_bytes: int  # their bytes per device
+
+    @property
+    def unknown(self) -> str:
+        """What only a compile knows, in one line."""
+        return (
+            "memory (memory_analysis(): temporaries, outputs, aliasing), the fit verdict, the arguments' "
+            "shardings and the sharding findings: only a compile knows them; read from a module's text"
+        )
+
 
 @dataclass(frozen=True)
 class InspectResult:
@@ -76,6 +109,7 @@ class InspectResult:
     timing: Timing | None = None
     fit: FitVerdict | None = None  # --target: the program's memory per chip against its HBM
     step: StepEstimate | None = None  # the step-time estimate, on a device kind the hardware table knows
+    module: ModuleFacts | None = None  # inspect PATH.hlo.txt: read from a compiled module's text
 
     @property
     def does_not_fit(self) -> bool:
@@ -285,7 +319,7 @@ def inspect_program(
         compile_s=built.compile_s,
         timing=timing,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
-        step=_step_time(
+        step=step_time_for(
             analysis,
             session,
             analysis.dot_dtype or (biggest.dtype if biggest else "float32"),
@@ -315,7 +349,7 @@ def _dump_again(
         return dump_hlo_text(built.jitted.lower(*args, **kwargs))
 
 
-def _step_time(
+def step_time_for(
     analysis: ProgramAnalysis,
     session: Session,
     dtype_name: str,

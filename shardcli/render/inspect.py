@@ -12,6 +12,7 @@ from rich.text import Text
 from shardcli import json_schema as schema
 from shardcli.core.inspect import ArrayFact, InspectResult
 from shardcli.core.inspect_findings import Finding
+from shardcli.core.inspect_module import PLATFORM_WORDS
 from shardcli.core.inspect_summary import CollectiveGroup, group_collectives, rank_arguments
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
@@ -82,6 +83,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
         {
             "target": result.target,
             "compile_target": result.session.runtime.target,
+            "module": _module_json(result),
             "arguments": [_array_json(a) for a in result.arguments],
             "results": [_array_json(r) for r in result.results],
             "program": program_json(result.analysis),
@@ -98,6 +100,19 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
             "compile_s": result.compile_s,
             "timing": jsonout.timing_json(result.timing),
         },
+    )
+
+
+def _module_json(result: InspectResult) -> dict[str, Any] | None:
+    m = result.module
+    if m is None:
+        return None
+    return schema.INSPECT_MODULE(
+        path=m.path,
+        platform=m.platform,
+        partitions=m.partitions,
+        argument_count=m.argument_count,
+        argument_bytes_per_device=m.argument_bytes,
     )
 
 
@@ -195,6 +210,13 @@ def full_view(result: InspectResult, *, quiet: bool, pictures: bool) -> list[Ren
 
 
 def _header_facts(result: InspectResult) -> dict[str, str]:
+    m = result.module
+    if m is not None:
+        seen = PLATFORM_WORDS.get(m.platform or "", "no mark of its platform")
+        return {
+            "module": m.path,
+            "compiled": f"elsewhere (XLA's optimized HLO for {m.partitions} device(s) of {seen}); read here",
+        }
     return {
         "program": result.target,
         "compiled": (
@@ -239,7 +261,8 @@ def first_screen(result: InspectResult) -> list[RenderableType]:
                     style="dim",
                 )
             )
-    parts.extend([Text(""), *_arguments_part(result)])
+    if result.module is None:
+        parts.extend([Text(""), *_arguments_part(result)])
     if result.timing is not None:
         parts.extend([Text(""), Text("run on generated inputs", style="bold"), _timing_clauses(result)])
     parts.append(Text(""))
@@ -276,7 +299,20 @@ def _answer(result: InspectResult) -> RenderableType:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
     a = result.analysis
-    if a is not None:
+    if result.module is not None:
+        m = result.module
+        grid.add_row(
+            "memory",
+            Clauses(
+                [
+                    f"arguments {format_bytes(m.argument_bytes)} per device",
+                    _count(m.argument_count, "array"),
+                    "temporaries: only a compile knows",
+                ],
+                sep="; ",
+            ),
+        )
+    elif a is not None:
         grid.add_row("memory", Clauses(memory_text(a.memory).split(", "), sep=", "))
     if result.fit is not None:
         grid.add_row("verdict", verdict_text(result.fit))
@@ -410,7 +446,7 @@ def _findings_lines(result: InspectResult, findings: tuple[Finding, ...]) -> lis
         parts.append(
             Clauses(figure_words(f"warning ({finding.kind}){times}: {finding.message}"), " ", "yellow")
         )
-    if not result.findings:
+    if not result.findings and result.module is None:
         parts.append(Text("no classic sharding mistakes found", style="green"))
     return parts
 
