@@ -1,6 +1,6 @@
 """The GPU step-time estimate against step times measured on an H200: estimate / measured per row.
 
-    python bench/gpu_estimate.py            # the H200 fixtures (tests/fixtures/gpu_h200), no GPU needed
+    python bench/gpu_estimate.py            # the H200 fixtures (examples/gpu_h200), no GPU needed
     python bench/gpu_estimate.py --gpu      # also compile and time the microbenchmarks on this host's GPU
 
 The estimate is `inspect`'s: each library kernel's roofline plus every other op's, divided by the
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures" / "gpu_h200"
+FIXTURES = ROOT / "examples" / "gpu_h200"
 
 # (fixture, reference FLOPs, measured step in seconds or None where it was not measured): README there.
 ROWS = [

@@ -8,7 +8,7 @@ its source. Pure data, stored once; `core.step_time` (inspect) and `core.plan_es
   book's per-op reasoning): a library GEMM, attention or convolution kernel takes max(its FLOPs /
   (peak x the dot efficiency), its bytes / (HBM x the HBM efficiency)); every other op together the
   same with XLA's FLOPs and bytes. The two efficiencies come from two microbenchmarks measured on one
-  H200 (jax 0.11.2, CUDA 13 plugin, 2026-11-27; tests/fixtures/gpu_h200/README.md): an 8192^3 bf16
+  H200 (jax 0.11.2, CUDA 13 plugin, 2026-11-27; examples/gpu_h200/README.md): an 8192^3 bf16
   einsum, 1.84 ms = 598 of 989 TFLOP/s, and `tanh(x) * 2 + 1` over 1 GiB in and out, 0.730 ms = 2.94
   of 4.8 TB/s. The train steps measured the same day were never used to set them; `bench/gpu_estimate.py`
   prints estimate / measured for those. No H100 was measured: its estimate uses the H200's efficiencies.

@@ -1,7 +1,7 @@
 """What a real GPU runs: cuBLAS/cuDNN custom calls counted from their shapes, and the per-op step-time
 estimate held to step times measured on an H200.
 
-The fixtures (tests/fixtures/gpu_h200, README there) are `compiled.as_text()` of four train steps
+The fixtures (examples/gpu_h200, README there) are `compiled.as_text()` of four train steps
 compiled and run on one H200, every dot a `__cublas$lt$matmul` call that XLA's cost_analysis() counts
 as nothing. Their reference FLOPs come from the same programs compiled by the CPU compiler (no custom
 calls), trips counted; their measured step times from five timed runs on the GPU.
@@ -22,7 +22,7 @@ from shardcli.core.program_analysis import ProgramAnalysis, analyze_text
 from shardcli.core.step_time import estimate_step
 from shardcli.hardware import CHIPS
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gpu_h200"
+FIXTURES = Path(__file__).resolve().parent.parent / "examples" / "gpu_h200"
 
 
 def fixture_text(name: str) -> str:

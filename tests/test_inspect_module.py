@@ -1,6 +1,6 @@
 """`shardcli inspect PATH.hlo.txt --target ...`: a module compiled elsewhere, read on this machine.
 
-The H200 fixtures (tests/fixtures/gpu_h200) are what a user's job on a real GPU writes; a module
+The H200 fixtures (examples/gpu_h200) are what a user's job on a real GPU writes; a module
 compiled here for a target is read back and must give what the compile gave.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from shardcli import json_schema as schema
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gpu_h200"
+FIXTURES = Path(__file__).resolve().parent.parent / "examples" / "gpu_h200"
 CUDA_PLUGIN = any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
 needs_cuda_plugin = pytest.mark.skipif(
     not CUDA_PLUGIN, reason="the gpu extra: JAX's CUDA plugin (CI installs it)"

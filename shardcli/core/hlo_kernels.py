@@ -10,7 +10,7 @@ cannot be known (a Pallas or Mosaic kernel, an FFI call) is counted by target, n
 
 Part of the one reading of compiled programs (`program_analysis` adds these to its totals, each call
 counted once per run of the computation holding it, loops per trip). No JAX import: tested on strings
-and on optimized HLO from a real H200 (tests/fixtures/gpu_h200).
+and on optimized HLO from a real H200 (examples/gpu_h200).
 """
 
 from __future__ import annotations
