@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 Program = Annotated[
     str,
     typer.Argument(
-        help="FILE.py:FUNCTION or package.module:FUNCTION: the function to compile (jitted or not).",
+        help="FILE.py:FUNCTION or package.module:FUNCTION: the function to compile (jitted or not); or "
+        "PATH.hlo.txt (.txt, .hlo, .gz): a module compiled elsewhere (compiled.as_text(), or XLA_FLAGS="
+        "--xla_dump_to's *.after_optimizations.txt), read on its --target.",
         show_default=False,
     ),
 ]
@@ -63,7 +65,9 @@ Target = Annotated[
         "--target",
         help="Compile for hardware you don't own: tpu-v4, tpu-v5e, tpu-v5p or tpu-v6e with a topology "
         "(tpu-v5e:16x16, tpu-v5p:8x8x16), through the real TPU compiler (the tpu extra: pip install "
-        "'shardcli\\[tpu]'). Nothing runs; the report says whether it fits each chip's HBM (exit 1 if not).",
+        "'shardcli\\[tpu]'), or gpu-h100/gpu-h200 with GPUS or HOSTSxGPUS (gpu-h200:8, gpu-h100:2x8) "
+        "through XLA's GPU compiler (the gpu extra). Nothing runs; the report says whether it fits each "
+        "chip's memory (exit 1 if not).",
     ),
 ]
 Mesh = Annotated[
@@ -109,9 +113,15 @@ def inspect(
     inspect imports and runs the named file as `python FILE.py` would (its folder first on the
     Python path): only inspect code you trust.
 
-    With --target the program is compiled for a TPU topology by the real TPU compiler: per-chip
-    memory against the chip's HBM ("fits, N GiB free" or "does not fit by N GiB", exit 1), the
-    TPU's own collectives, FLOPs and the cost model with the chip's figures.
+    With --target the program is compiled for a TPU topology by the real TPU compiler (or for
+    GPUs by XLA's GPU compiler): per-chip memory against the chip's memory ("fits, N GiB free" or
+    "does not fit by N GiB", exit 1), the target's own collectives, FLOPs and the step time with
+    the chip's figures.
+
+    Given PATH.hlo.txt instead, the text of a module compiled elsewhere (a job on a real cluster:
+    compiled.as_text(), or XLA_FLAGS=--xla_dump_to=DIR), the same report is read from it for
+    --target: collectives, loops, FLOPs (a GPU's cuBLAS and cuDNN calls counted from their shapes),
+    the step time; memory and the fit verdict need a compile and are said to be missing.
 
     Example: shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model
     --arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None'

@@ -316,6 +316,22 @@ def _answer(result: InspectResult) -> RenderableType:
         grid.add_row("memory", Clauses(memory_text(a.memory).split(", "), sep=", "))
     if result.fit is not None:
         grid.add_row("verdict", verdict_text(result.fit))
+    if a is not None and a.kernels.calls and a.flops is not None:
+        from shardcli.render.matmul import format_flops
+
+        calls = _count(sum(c.runs for c in a.kernels.calls), "library kernel call")
+        kernels = format_flops(a.kernels.flops, "FLOP")
+        xla = format_flops(a.xla_flops, "FLOP") if a.xla_flops is not None else "no figure"
+        grid.add_row(
+            "FLOPs",
+            Clauses(
+                [
+                    f"{format_flops(a.flops, 'FLOP')} per device",
+                    f"{kernels} in {calls} (cuBLAS, cuDNN)",
+                    f"XLA's cost analysis: {xla}, without them",
+                ],
+            ),
+        )
     clauses = _step_clauses(result)
     if clauses:
         grid.add_row("step time", Clauses(clauses))
