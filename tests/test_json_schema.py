@@ -218,7 +218,7 @@ PINNED_KEYS = {
         "plan-program": "4f5f7273fd9feb3b",
     },
     # 4: a program's library kernels (einsum, reshard, inspect: program.kernels) and inspect's
-    # step_time method and per-op roofline (ops, on a GPU)
+    # step_time method and per-op roofline (ops, on a GPU), inspect's module (inspect PATH.hlo.txt)
     4: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
@@ -227,7 +227,7 @@ PINNED_KEYS = {
         "matmul": "5100a47dbdb9dcd0",
         "einsum": "c0d5a5d041bc03be",
         "reshard": "c9d9965bdcc04353",
-        "inspect": "4c7ed7f8454e6ca4",
+        "inspect": "c3767fc4650abf40",
         "run": "fe2bd841fa0a4ee2",
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
