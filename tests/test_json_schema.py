@@ -196,17 +196,18 @@ PINNED_KEYS = {
     },
     # 3: each matmul and einsum impl has its result's values (null over 256 elements); with 2's program
     # loops, once-counted XLA figures, subgroup slices and inspect's step_time; before any release of
-    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect), and
-    # inspect's findings carry count, paths and source beside its collective_groups
+    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect),
+    # inspect's findings carry count, paths and source beside its collective_groups, and every fit
+    # verdict its status, margin_bytes, advice and gpu_pool (matmul, einsum, reshard, inspect)
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
         "collective": "8563d3ab0490d6eb",
         "collectives": "b9bffef9a3aac720",
-        "matmul": "5100a47dbdb9dcd0",
-        "einsum": "3a6a63d1c567abb4",
-        "reshard": "a43a5a39945a07dc",
-        "inspect": "4e248b9a5fdaf3be",
+        "matmul": "b175b11372c2b0fb",
+        "einsum": "7fca2df10a7a8db3",
+        "reshard": "f9155af4718b26bf",
+        "inspect": "c9474b20bfa3d1d3",
         "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
