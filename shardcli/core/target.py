@@ -72,7 +72,9 @@ class FitVerdict:
             return f"does not fit in {cap}: {self.compiler_message}"
         over = format_bytes(self.needed_bytes - self.capacity_bytes)
         said = f" (the TPU compiler: {self.compiler_message})" if self.compiler_message else ""
-        return f"does not fit by {over}{self._parts()}; needs {format_bytes(self.needed_bytes)} of {cap}{said}"
+        return (
+            f"does not fit by {over}{self._parts()}; needs {format_bytes(self.needed_bytes)} of {cap}{said}"
+        )
 
     def _parts(self) -> str:
         from shardcli.specs import format_bytes
@@ -119,10 +121,11 @@ def judge_fit(memory: MemoryUse | None, target: TargetSpec) -> FitVerdict | None
     g = target.generation
     if g.platform == "cuda":
         gpu = judge_gpu_fit(memory.total_bytes, g.hbm_bytes, g.hardware.label, read_gpu_pool(os.environ))
+        pool = gpu.pool.words(gpu.label, gpu.device_bytes)
         return FitVerdict(
             fits=gpu.status != "does not fit",
             capacity_bytes=gpu.limit_bytes,
-            capacity_source=f"{gpu.pool.words(gpu.label, gpu.device_bytes)}; the GPU's memory: {g.hbm_source}",
+            capacity_source=f"{pool}; the GPU's memory: {g.hbm_source}",
             needed_bytes=memory.total_bytes,
             arguments_bytes=memory.argument_bytes,
             temporaries_bytes=memory.temp_bytes,
