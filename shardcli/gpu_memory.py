@@ -99,7 +99,7 @@ class GpuPool:
         return int(device_bytes * self.fraction) if self.pooled else device_bytes
 
     def words(self, label: str, device_bytes: int) -> str:
-        """`JAX's BFC pool: 75% of the H200 SXM's 140.4 GiB, by default`."""
+        """`JAX's BFC pool: 75% of the H200 SXM's 140.4 GiB by default` (or `with NAME=value`)."""
         from shardcli.specs import format_bytes
 
         memory = f"the {label}'s {format_bytes(device_bytes)}"
@@ -111,7 +111,7 @@ class GpuPool:
             core = f"{kind}: {up_to}{self.fraction * 100:g}% of {memory}"
             if not self.preallocate:
                 core += ", grown as needed"
-        return f"{core}, {', '.join(self.settings) or 'by default'}"
+        return f"{core} {'with ' + ' and '.join(self.settings) if self.settings else 'by default'}"
 
 
 def read_gpu_pool(environ: Mapping[str, str]) -> GpuPool:

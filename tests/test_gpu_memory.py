@@ -252,7 +252,7 @@ def test_the_7b_step_that_ran_out_of_memory_on_an_h200_is_at_risk(monkeypatch):
     assert fit.status == "at risk" and fit.fits  # fits as computed: exit 0, with the warning
     assert fit.text == (
         "at risk: 102.8 GiB of a 105.3 GiB pool, 2.5 GiB spare, under 10%, too little for a pool that arrays "
-        "made earlier cut up (JAX's BFC pool: 75% of the H200 SXM's 140.4 GiB, by default); "
+        "made earlier cut up (JAX's BFC pool: 75% of the H200 SXM's 140.4 GiB by default); "
         "XLA_PYTHON_CLIENT_MEM_FRACTION=.85 makes it fit (a 119.3 GiB pool)"
     )
     assert "nvidia-smi on an H200 SXM: 143,771 MiB" in fit.capacity_source
@@ -346,7 +346,7 @@ def test_a_small_program_fits_the_h100s_pool(cli, cuda_plugin, tmp_path):
     assert out.exit_code == 0, out.output
     verdict = next(line for line in out.stdout.splitlines() if line.startswith("verdict"))
     assert verdict.split(None, 1)[1].rstrip() == (
-        "fits: 2 GiB of a 59.7 GiB pool, 57.7 GiB free (JAX's BFC pool: 75% of the H100 SXM's 79.6 GiB, "
+        "fits: 2 GiB of a 59.7 GiB pool, 57.7 GiB free (JAX's BFC pool: 75% of the H100 SXM's 79.6 GiB "
         "by default)"
     )
     fit = _json(cli, tmp_path, 1, 0)["fit"]

@@ -63,7 +63,10 @@ Target = Annotated[
         "--target",
         help="Compile for hardware you don't own: tpu-v4, tpu-v5e, tpu-v5p or tpu-v6e with a topology "
         "(tpu-v5e:16x16, tpu-v5p:8x8x16), through the real TPU compiler (the tpu extra: pip install "
-        "'shardcli\\[tpu]'). Nothing runs; the report says whether it fits each chip's HBM (exit 1 if not).",
+        "'shardcli\\[tpu]'), or gpu-h100/gpu-h200 with GPUS or HOSTSxGPUS (gpu-h100:8; the gpu extra). "
+        "Nothing runs; the report says whether it fits each chip's HBM, on a GPU the pool JAX keeps there "
+        "(75% of its memory unless XLA_PYTHON_CLIENT_MEM_FRACTION etc. say otherwise; at risk under 10% "
+        "spare, exit 0); exit 1 if it does not fit.",
     ),
 ]
 Mesh = Annotated[
@@ -111,7 +114,10 @@ def inspect(
 
     With --target the program is compiled for a TPU topology by the real TPU compiler: per-chip
     memory against the chip's HBM ("fits, N GiB free" or "does not fit by N GiB", exit 1), the
-    TPU's own collectives, FLOPs and the cost model with the chip's figures.
+    TPU's own collectives, FLOPs and the cost model with the chip's figures. On a GPU target the
+    memory is held against the pool JAX's GPU client keeps (by default 75% of the GPU's memory;
+    XLA_PYTHON_CLIENT_MEM_FRACTION, _PREALLOCATE and _ALLOCATOR are read as JAX reads them): "at
+    risk" (exit 0) when under 10% of the pool is spare, with the setting that would make it fit.
 
     Example: shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model
     --arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None'
