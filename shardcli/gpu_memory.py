@@ -138,7 +138,7 @@ def read_gpu_pool(environ: Mapping[str, str]) -> GpuPool:
     if new and old:
         raise ShardcliError(
             f"{NEW_FRACTION_VARIABLE} and {FRACTION_VARIABLE} are both set ({new!r}, {old!r}): JAX "
-            f"refuses that; keep one of them"
+            "refuses that; keep one of them"
         )
     name, text = (NEW_FRACTION_VARIABLE, new) if new else (FRACTION_VARIABLE, old)
     fraction = DEFAULT_FRACTION
