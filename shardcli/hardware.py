@@ -19,6 +19,9 @@ Sources (checked in 2026):
   HBM 80 GB at 3.35 TB/s (H100) and 141 GB at 4.8 TB/s (H200); NVLink 4 900 GB/s per GPU both
   directions together (450 one way), 8 GPUs per HGX board; NVIDIA DGX H100/H200: one 400 Gb/s
   ConnectX-7 port per GPU between hosts (50 GB/s one way).
+- A GPU's memory is what its driver reports (nvidia-smi, 2026-11): 81,559 MiB on an H100 SXM and
+  143,771 MiB on an H200 SXM, the total JAX's GPU allocator takes its fraction of
+  (`shardcli.gpu_memory`); the datasheets' 80 GB and 141 GB stay in the figures' sources.
 """
 
 from __future__ import annotations
@@ -167,7 +170,7 @@ def _tpu(
     )
 
 
-def _gpu(name: str, label: str, match: str, *, hbm_gb: int, hbm_tbps: float) -> Chip:
+def _gpu(name: str, label: str, match: str, *, hbm_gb: int, smi_mib: int, hbm_tbps: float) -> Chip:
     sheet = _NVIDIA.format(gpu=label.split()[0])
     return Chip(
         name=name,
@@ -175,7 +178,12 @@ def _gpu(name: str, label: str, match: str, *, hbm_gb: int, hbm_tbps: float) -> 
         platform="cuda",
         match=(match,),
         unlike=("pcie", "nvl"),  # other clocks, power and links: unknown here rather than wrong
-        hbm_bytes=Figure(hbm_gb * 10**9, "B", f"{sheet}: {hbm_gb} GB HBM per GPU"),
+        hbm_bytes=Figure(
+            smi_mib * 2**20,
+            "B",
+            f"nvidia-smi on an {label}: {smi_mib:,} MiB per GPU, what the driver reports ({sheet}: "
+            f"{hbm_gb} GB HBM)",
+        ),
         bf16_flops=Figure(989e12, "FLOP/s", f"{sheet}: dense bf16 989 TFLOP/s"),
         f32_flops=Figure(
             495e12,
@@ -262,8 +270,8 @@ CHIPS: dict[str, Chip] = {
             max_chips=256,
             example="8x8",
         ),
-        _gpu("gpu-h100", "H100 SXM", "h100", hbm_gb=80, hbm_tbps=3.35),
-        _gpu("gpu-h200", "H200 SXM", "h200", hbm_gb=141, hbm_tbps=4.8),
+        _gpu("gpu-h100", "H100 SXM", "h100", hbm_gb=80, smi_mib=81_559, hbm_tbps=3.35),
+        _gpu("gpu-h200", "H200 SXM", "h200", hbm_gb=141, smi_mib=143_771, hbm_tbps=4.8),
     )
 }
 

@@ -30,7 +30,9 @@ from typing import Any
 # `values_before` too); before any release of 3, a program's collective names the argument it moves
 # (operand), inspect's findings carry count, paths and source, and its collectives come grouped by
 # (kind, mesh axes, line) too (collective_groups). 4: a program's library kernels (cuBLAS, cuDNN) and
-# the step-time estimate's method and per-op roofline (a GPU); inspect's module (inspect PATH.hlo.txt).
+# the step-time estimate's method and per-op roofline (a GPU); inspect's module (inspect PATH.hlo.txt);
+# a fit verdict (matmul, einsum, reshard, inspect) has its status ("at risk" on a GPU), margin_bytes,
+# advice and gpu_pool.
 SCHEMA_VERSION = 4
 
 
@@ -307,14 +309,23 @@ COLLECTIVE_BODY = Record(
 
 HARDWARE = Record("peak_flop_per_s", "peak_source", "link_bytes_per_s", "link_source")
 # A compile-only target's verdict: the program's memory per chip against the chip's HBM.
+# A GPU target's pool as JAX's GPU client makes it (shardcli/gpu_memory.py): the allocator, the
+# fraction of the GPU's memory (null: "platform", no pool), the XLA_* variables read (NAME=value).
+GPU_POOL = Record("allocator", "fraction", "preallocate", "environment", "device_bytes")
+# status: "fits", "at risk" (a GPU pool with under 10% spare; fits stays true) or "does not fit".
+# margin_bytes, advice and gpu_pool are null on a TPU.
 FIT_VERDICT = Record(
     "fits",
+    "status",
     "capacity_bytes",
     "capacity_source",
     "needed_bytes",
     "arguments_bytes",
     "temporaries_bytes",
     "compiler_message",
+    "margin_bytes",
+    "advice",
+    ("gpu_pool", Maybe(GPU_POOL)),
     "text",
 )
 MATMUL_CONFIG = Record(

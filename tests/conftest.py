@@ -50,6 +50,11 @@ _ENV_TO_CLEAR = (
     "SHARDCLI_DEVICES",
     "SHARDCLI_JOIN_TIMEOUT",
     "SHARDCLI_LAUNCHER_PID",
+    # JAX's GPU allocator: a GPU target's fit verdict reads them (shardcli/gpu_memory.py)
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
 )
 
 RunCli = Callable[..., Result]

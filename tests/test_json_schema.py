@@ -218,16 +218,17 @@ PINNED_KEYS = {
         "plan-program": "4f5f7273fd9feb3b",
     },
     # 4: a program's library kernels (einsum, reshard, inspect: program.kernels) and inspect's
-    # step_time method and per-op roofline (ops, on a GPU), inspect's module (inspect PATH.hlo.txt)
+    # step_time method and per-op roofline (ops, on a GPU), inspect's module (inspect PATH.hlo.txt);
+    # every fit verdict its status, margin_bytes, advice and gpu_pool (matmul, einsum, reshard, inspect)
     4: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
         "collective": "8563d3ab0490d6eb",
         "collectives": "b9bffef9a3aac720",
-        "matmul": "5100a47dbdb9dcd0",
-        "einsum": "c0d5a5d041bc03be",
-        "reshard": "c9d9965bdcc04353",
-        "inspect": "c3767fc4650abf40",
+        "matmul": "b175b11372c2b0fb",
+        "einsum": "c2b1d0733484516a",
+        "reshard": "b64810d850e9a5dd",
+        "inspect": "952a04170a7cb513",
         "run": "fe2bd841fa0a4ee2",
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",

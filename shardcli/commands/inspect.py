@@ -67,7 +67,9 @@ Target = Annotated[
         "(tpu-v5e:16x16, tpu-v5p:8x8x16), through the real TPU compiler (the tpu extra: pip install "
         "'shardcli\\[tpu]'), or gpu-h100/gpu-h200 with GPUS or HOSTSxGPUS (gpu-h200:8, gpu-h100:2x8) "
         "through XLA's GPU compiler (the gpu extra). Nothing runs; the report says whether it fits each "
-        "chip's memory (exit 1 if not).",
+        "chip's HBM, on a GPU the pool JAX keeps there (75% of its memory unless "
+        "XLA_PYTHON_CLIENT_MEM_FRACTION etc. say otherwise; at risk under 10% spare, exit 0); exit 1 if it "
+        "does not fit.",
     ),
 ]
 Mesh = Annotated[
@@ -114,9 +116,12 @@ def inspect(
     Python path): only inspect code you trust.
 
     With --target the program is compiled for a TPU topology by the real TPU compiler (or for
-    GPUs by XLA's GPU compiler): per-chip memory against the chip's memory ("fits, N GiB free" or
+    GPUs by XLA's GPU compiler): per-chip memory against the chip's HBM ("fits, N GiB free" or
     "does not fit by N GiB", exit 1), the target's own collectives, FLOPs and the step time with
-    the chip's figures.
+    the chip's figures. On a GPU target the memory is held against the pool JAX's GPU client keeps
+    (by default 75% of the GPU's memory; XLA_PYTHON_CLIENT_MEM_FRACTION, _PREALLOCATE and
+    _ALLOCATOR are read as JAX reads them): "at risk" (exit 0) when under 10% of the pool is spare,
+    with the setting that would make it fit.
 
     Given PATH.hlo.txt instead, the text of a module compiled elsewhere (a job on a real cluster:
     compiled.as_text(), or XLA_FLAGS=--xla_dump_to=DIR), the same report is read from it for

@@ -8,9 +8,12 @@ the run goes on without it and carries a warning, which the render layer shows o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,3 +108,17 @@ def cache_state() -> CacheState:
 
 def cache_enabled() -> bool:
     return cache_state().directory is not None
+
+
+@contextlib.contextmanager
+def unreadable_entries_compiled_again() -> Iterator[None]:
+    """Compile again, without JAX's warning, where a persistent cache entry cannot be loaded.
+
+    Once a process has used the cache, JAX reads it for every compile, whatever the flags say then;
+    an executable compiled for a described GPU (no CUDA client to load it into) is written but cannot
+    be read back ("PjRtCompiler must be constructed with a Client"). JAX then compiles the program
+    again, which is the right answer; its warning about the entry is left out.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Error reading persistent compilation cache entry")
+        yield

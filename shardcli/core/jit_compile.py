@@ -89,6 +89,7 @@ def compile_program(
     import jax
     from jax._src import config as jax_config
 
+    from shardcli.core.cache import unreadable_entries_compiled_again
     from shardcli.core.target import quiet_native_logs
     from shardcli.user_code import guarded, raised_in, user_error
 
@@ -100,7 +101,12 @@ def compile_program(
     try:
         # Not from the persistent compile cache: a program compiled before from another copy of the
         # same file would bring that copy's source lines (the cache key leaves locations out).
-        with quiet, guarded(f"tracing {what}"), jax_config.enable_compilation_cache(False):
+        with (
+            quiet,
+            guarded(f"tracing {what}"),
+            jax_config.enable_compilation_cache(False),
+            unreadable_entries_compiled_again(),
+        ):
             start = time.perf_counter()
             context_mesh = False
             try:

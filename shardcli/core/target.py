@@ -3,8 +3,10 @@
 `open_target_session` starts JAX on the CPU (quietly: no TPU backend is started), asks libtpu for
 the topology (`jax.experimental.topologies`), and builds the mesh over its chips. Programs are then
 lowered and compiled as usual: the real TPU compiler runs, nothing executes. `judge_fit` holds the
-compiled program's per-chip memory against the chip's HBM; a program the compiler refuses as too
-big (`RESOURCE_EXHAUSTED ... CompileTimeHbmOom`) is a "does not fit" verdict, not an error.
+compiled program's per-chip memory against the chip's HBM, or on a GPU against the pool JAX's GPU
+client will make there (`shardcli.gpu_memory`: 75% of the GPU's memory unless the environment says
+otherwise; "at risk" when little of it is left); a program the compiler refuses as too big
+(`RESOURCE_EXHAUSTED ... CompileTimeHbmOom`) is a "does not fit" verdict, not an error.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from shardcli.compilers import compiler_installed, quiet_native_logs
 from shardcli.core.program_analysis import MemoryUse
 from shardcli.core.session import Session
 from shardcli.errors import TRACEBACK_ENV, ShardcliError
+from shardcli.gpu_memory import GpuFit, judge_gpu_fit, read_gpu_pool
 from shardcli.mesh import describe_mesh
 from shardcli.specs import MAX_FAKE_DEVICES, MeshSpec, RunOptions, parse_axes
 from shardcli.targets import GIB, TargetSpec, known_targets
@@ -33,20 +36,33 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 @dataclass(frozen=True)
 class FitVerdict:
-    """Whether a compiled program fits each chip's HBM, and by how much."""
+    """Whether a compiled program fits each chip's HBM (on a GPU: JAX's pool there), and by how much.
+
+    `fits` is true for a GPU program "at risk" too: it fits as computed, and exits 0 (the verdict's
+    text and `status` say it is at risk)."""
 
     fits: bool
-    capacity_bytes: int
+    capacity_bytes: int  # the chip's HBM; on a GPU what JAX's pool lets one program use
     capacity_source: str
     needed_bytes: int | None  # per chip; None where the compiler refused before saying exactly
     arguments_bytes: int | None = None
     temporaries_bytes: int | None = None
     compiler_message: str | None = None  # the TPU compiler's words when it refused
+    gpu: GpuFit | None = None  # a GPU target: the pool, the margin and the setting that would fit
+
+    @property
+    def status(self) -> str:
+        """`fits`, `at risk` (a GPU only) or `does not fit`."""
+        if self.gpu is not None:
+            return self.gpu.status
+        return "fits" if self.fits else "does not fit"
 
     @property
     def text(self) -> str:
         from shardcli.specs import format_bytes
 
+        if self.gpu is not None:
+            return self._gpu_text()
         cap = f"{format_bytes(self.capacity_bytes)} HBM per chip ({self.capacity_source})"
         if self.fits:
             assert self.needed_bytes is not None
@@ -55,21 +71,66 @@ class FitVerdict:
         if self.needed_bytes is None:
             return f"does not fit in {cap}: {self.compiler_message}"
         over = format_bytes(self.needed_bytes - self.capacity_bytes)
+        said = f" (the TPU compiler: {self.compiler_message})" if self.compiler_message else ""
+        return (
+            f"does not fit by {over}{self._parts()}; needs {format_bytes(self.needed_bytes)} of {cap}{said}"
+        )
+
+    def _parts(self) -> str:
+        from shardcli.specs import format_bytes
+
         parts = []
         if self.arguments_bytes is not None:
             parts.append(f"arguments {format_bytes(self.arguments_bytes)}")
         if self.temporaries_bytes is not None:
             parts.append(f"temporaries {format_bytes(self.temporaries_bytes)}")
-        detail = f": {', '.join(parts)}" if parts else ""
-        said = f" (the TPU compiler: {self.compiler_message})" if self.compiler_message else ""
-        return f"does not fit by {over}{detail}; needs {format_bytes(self.needed_bytes)} of {cap}{said}"
+        return f": {', '.join(parts)}" if parts else ""
+
+    def _gpu_text(self) -> str:
+        """`at risk: 102.8 GiB of a 105.3 GiB pool, 2.5 GiB spare, under 10%, ...; <a setting>`."""
+        from shardcli.gpu_memory import AT_RISK_SHARE
+        from shardcli.specs import format_bytes
+
+        gpu = self.gpu
+        assert gpu is not None and self.needed_bytes is not None
+        need, limit = format_bytes(self.needed_bytes), format_bytes(gpu.limit_bytes)
+        of = f"of a {limit} pool" if gpu.pool.pooled else f"of the GPU's {limit}"
+        words = gpu.pool.words(gpu.label, gpu.device_bytes)
+        advice = f"; {gpu.advice}" if gpu.advice else ""
+        spare = format_bytes(gpu.limit_bytes - self.needed_bytes)
+        if gpu.status == "fits":
+            return f"fits: {need} {of}, {spare} free ({words})"
+        if gpu.status == "at risk":
+            return (
+                f"at risk: {need} {of}, {spare} spare, under {AT_RISK_SHARE:.0%}, too little for a pool "
+                f"that arrays made earlier cut up ({words}){advice}"
+            )
+        over = format_bytes(self.needed_bytes - gpu.limit_bytes)
+        return f"does not fit by {over}{self._parts()}; needs {need} {of} ({words}){advice}"
 
 
 def judge_fit(memory: MemoryUse | None, target: TargetSpec) -> FitVerdict | None:
-    """The compiled program's per-chip memory against the chip's HBM."""
+    """The compiled program's per-chip memory against the chip's HBM, or on a GPU against the pool
+    JAX's GPU client makes there (`shardcli.gpu_memory`, from this process's environment).
+
+    Raises:
+        ShardcliError: a GPU target and a JAX allocator variable JAX would refuse (one line).
+    """
     if memory is None:
         return None
     g = target.generation
+    if g.platform == "cuda":
+        gpu = judge_gpu_fit(memory.total_bytes, g.hbm_bytes, g.hardware.label, read_gpu_pool(os.environ))
+        pool = gpu.pool.words(gpu.label, gpu.device_bytes)
+        return FitVerdict(
+            fits=gpu.status != "does not fit",
+            capacity_bytes=gpu.limit_bytes,
+            capacity_source=f"{pool}; the GPU's memory: {g.hbm_source}",
+            needed_bytes=memory.total_bytes,
+            arguments_bytes=memory.argument_bytes,
+            temporaries_bytes=memory.temp_bytes,
+            gpu=gpu,
+        )
     return FitVerdict(
         fits=memory.total_bytes <= g.hbm_bytes,
         capacity_bytes=g.hbm_bytes,
@@ -151,12 +212,15 @@ def _open_target_session(
 
     Raises:
         ShardcliError: libtpu missing, a topology libtpu does not know, a mesh that is not a
-            reshape of the chips (one line each).
+            reshape of the chips, a GPU target with a JAX allocator variable JAX would refuse (one
+            line each).
     """
     platform = target.generation.platform
     if not compiler_installed(platform):
         what = "the TPU compiler" if platform == "tpu" else "XLA's GPU compiler"
         raise ShardcliError(f"--target {target.name} needs {what}: {target.install_hint}")
+    if platform == "cuda":
+        read_gpu_pool(os.environ)  # JAX's allocator variables, refused before a compile starts
     # libtpu takes a host-wide lock (/tmp/libtpu_lockfile) for the chips it drives; compiling for a
     # described topology drives none, so a second shardcli (or a notebook) may compile at once.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -303,8 +367,10 @@ def compile_for_target(
     """
     import jax
 
+    from shardcli.core.cache import unreadable_entries_compiled_again
+
     try:
-        with quiet_native_logs(), jax.set_mesh(mesh):
+        with quiet_native_logs(), jax.set_mesh(mesh), unreadable_entries_compiled_again():
             return jitted.lower(*args).compile(), None
     except Exception as error:
         verdict = oom_verdict(error, target)

@@ -361,14 +361,27 @@ def cost_model_text(model: CostEstimate, hw: Hardware, what: str, flops_known: b
 def verdict_json(fit: FitVerdict | None) -> dict[str, Any] | None:
     if fit is None:
         return None
+    gpu = fit.gpu
     return schema.FIT_VERDICT(
         fits=fit.fits,
+        status=fit.status,
         capacity_bytes=fit.capacity_bytes,
         capacity_source=fit.capacity_source,
         needed_bytes=fit.needed_bytes,
         arguments_bytes=fit.arguments_bytes,
         temporaries_bytes=fit.temporaries_bytes,
         compiler_message=fit.compiler_message,
+        margin_bytes=gpu.margin_bytes if gpu is not None else None,
+        advice=gpu.advice if gpu is not None else None,
+        gpu_pool=None
+        if gpu is None
+        else schema.GPU_POOL(
+            allocator=gpu.pool.allocator,
+            fraction=gpu.pool.fraction if gpu.pool.pooled else None,
+            preallocate=gpu.pool.preallocate,
+            environment=list(gpu.pool.settings),
+            device_bytes=gpu.device_bytes,
+        ),
         text=fit.text,
     )
 
@@ -378,4 +391,5 @@ def verdict_text(fit: FitVerdict, label: str = "") -> RenderableType:
     free` stays whole)."""
     first, *rest = fit.text.split(", ")
     clauses: list[str | Text] = [Text.assemble((label, "bold"), first), *rest]
-    return Clauses(clauses, sep=", ", style="green" if fit.fits else "bold red")
+    style = {"fits": "green", "at risk": "bold yellow"}.get(fit.status, "bold red")
+    return Clauses(clauses, sep=", ", style=style)
