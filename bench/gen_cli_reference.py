@@ -152,8 +152,6 @@ EXAMPLES: dict[str, str | list[str]] = {
     "--target gpu-h100:8 --mesh 2x4 --axes data,model --no-color -q",
     "tutorial-gpu-module": "shardcli inspect examples/gpu_h200/llama1b.hlo.txt.gz --target gpu-h200:1 "
     "--no-color",
-    "readme-gpu-module": "shardcli inspect examples/gpu_h200/mlp_bf16.hlo.txt.gz --target gpu-h200:1 "
-    "--no-color -q",
     # an MLP step near JAX's default pool on one H100, then the fraction its verdict advises
     "tutorial-gpu-pool": [
         f"{env}shardcli inspect examples/mlp.py:train_step --arg 'f32[65536,16384]' --arg 'f32[16384,65536]' "
@@ -326,7 +324,7 @@ NEEDS_TPU = {
     "tutorial-tpu-einsum",
 }
 # Examples that need the `gpu` extra (JAX's CUDA plugin): skipped the same way where it is missing.
-NEEDS_GPU = {"tutorial-gpu", "tutorial-gpu-pool", "tutorial-gpu-module", "readme-gpu-module"}
+NEEDS_GPU = {"tutorial-gpu", "tutorial-gpu-pool", "tutorial-gpu-module"}
 # JAX's GPU allocator variables, which change a GPU target's fit verdict (shardcli/gpu_memory.py)
 GPU_POOL_VARIABLES = (
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
