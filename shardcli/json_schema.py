@@ -567,6 +567,9 @@ FINDING = Record("kind", "message", "count", "paths", "source")
 INSPECT_COLLECTIVE_GROUP = Record(
     "kind", "mesh_axes", "source", "op", "count", "runs", "runs_known", "sent_bytes", "result_bytes"
 )
+# inspect --run: how the step's donated arrays were given to each call (fed back from the results of
+# the call before, or copied afresh before it, untimed)
+DONATION = Record("method", "donated_arrays", "fed_back_arrays", "fed_back_by", "copied_arrays")
 INSPECT_BODY = Record(
     "target",
     "compile_target",
@@ -582,6 +585,7 @@ INSPECT_BODY = Record(
     "lower_s",
     "compile_s",
     ("timing", Maybe(TIMING)),
+    ("donation", Maybe(DONATION)),
 )
 
 RESHARD_CONFIG = Record(
