@@ -196,8 +196,9 @@ PINNED_KEYS = {
     },
     # 3: each matmul and einsum impl has its result's values (null over 256 elements); with 2's program
     # loops, once-counted XLA figures, subgroup slices and inspect's step_time; before any release of
-    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect), and
-    # inspect's findings carry count, paths and source beside its collective_groups
+    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect),
+    # inspect's findings carry count, paths and source beside its collective_groups, and inspect --run
+    # says how the step's donated arrays were given to each call (donation)
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
@@ -206,7 +207,7 @@ PINNED_KEYS = {
         "matmul": "5100a47dbdb9dcd0",
         "einsum": "3a6a63d1c567abb4",
         "reshard": "a43a5a39945a07dc",
-        "inspect": "4e248b9a5fdaf3be",
+        "inspect": "74a6a110ebaa9019",
         "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",
