@@ -42,6 +42,7 @@ def donation(method: str, donated: int, fed_back: int, copied: int, by: str = "s
         # donate="all" donates the batch too; no result can take its buffer, so XLA leaves it
         pytest.param("equinox_all", "equinox_all", donation("fed back", 4, 3, 0), id="equinox-donate-all"),
         pytest.param("nnx_step", "nnx_step", donation("fed back", 14, 14, 0, "nnx.jit"), id="nnx-jit"),
+        pytest.param("nnx_static", "nnx_static", donation("fed back", 14, 14, 0, "nnx.jit"), id="nnx-static"),
     ],
 )  # fmt: skip
 def test_run_times_the_step_and_says_how_its_donated_arrays_were_given(cli, step, inputs, expected):

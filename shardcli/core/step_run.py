@@ -73,7 +73,7 @@ def time_step(
     compiled = built.compiled
     inner = getattr(compiled, "compiled", None)
     if isinstance(inner, jax.stages.Compiled) and not isinstance(compiled, jax.stages.Compiled):
-        step = _through_wrapper(compiled, inner, built.args, built.kwargs)
+        step = _through_wrapper(compiled, inner, built.jitted, built.args, built.kwargs)
     else:
         step = _through_executable(compiled, built.jitted, built.args, built.kwargs, what)
     samples, copied = _timed_calls(step, what, warmup, iters)
@@ -161,12 +161,18 @@ def _through_executable(
     return step
 
 
-def _through_wrapper(compiled: Any, inner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Step:
+def _through_wrapper(
+    compiled: Any, inner: Any, jitted: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _Step:
     """Calling a wrapper's own compiled object (`nnx.jit`): it splits the model and optimizer into
     arrays, runs the executable and writes the results back into them. A donated argument that is no
     NNX object (a plain array) is copied afresh."""
     import jax
 
+    # Its executable has the static arguments built in, and its call hands on whatever it is given.
+    args, kwargs = _without_static(
+        getattr(getattr(jitted, "jitted_fn", None), "_jit_info", None), args, kwargs
+    )
     leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
     inputs = _generated(leaves, None)
     info_args, info_kwargs = inner.args_info
@@ -200,7 +206,20 @@ def _dynamic_arguments(
 
     if jax.tree_util.tree_structure((args, kwargs)) == compiled.in_tree:
         return args, kwargs
-    info = getattr(jitted, "_jit_info", None)  # jax.jit's own record of its static arguments
+    dynamic, keywords = _without_static(getattr(jitted, "_jit_info", None), args, kwargs)
+    if jax.tree_util.tree_structure((dynamic, keywords)) != compiled.in_tree:
+        raise ShardcliError(
+            f"--run cannot call {what}: the arguments given, less its static ones, are not what the compiled "
+            "program takes; give the static arguments as jax.jit's static_argnums/static_argnames name them"
+        )
+    return dynamic, keywords
+
+
+def _without_static(
+    info: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`args` and `kwargs` less those `info` (jax.jit's own record of a jitted function: `_jit_info`)
+    names static, by position or by name."""
     numbers = {
         n % len(args) for n in getattr(info, "static_argnums", ()) or () if -len(args) <= n < len(args)
     }
@@ -214,14 +233,9 @@ def _dynamic_arguments(
         ]
         numbers |= {i for i, name in enumerate(positional) if name in names and i < len(args)}
         names |= {positional[i] for i in numbers if i < len(positional)}
-    dynamic = tuple(a for i, a in enumerate(args) if i not in numbers)
-    keywords = {k: v for k, v in kwargs.items() if k not in names}
-    if jax.tree_util.tree_structure((dynamic, keywords)) != compiled.in_tree:
-        raise ShardcliError(
-            f"--run cannot call {what}: the arguments given, less its static ones, are not what the compiled "
-            "program takes; give the static arguments as jax.jit's static_argnums/static_argnames name them"
-        )
-    return dynamic, keywords
+    return tuple(a for i, a in enumerate(args) if i not in numbers), {
+        k: v for k, v in kwargs.items() if k not in names
+    }
 
 
 def _arguments(tree: Any) -> Iterator[tuple[Any, int]]:

@@ -428,7 +428,7 @@ def donation_clauses(d: Donation) -> list[str]:
         clauses.append(f"{_count(d.copied, 'donated array')} copied afresh before each call, untimed")
     unused = d.donated - d.fed_back - d.copied
     if unused:
-        clauses.append(f"{_count(unused, 'donated array')} the program does not consume, given as they are")
+        clauses.append(f"{_count(unused, 'donated array')} the program does not consume, left as given")
     return clauses
 
 

@@ -107,8 +107,9 @@ def equinox_all(mesh: Any) -> dict[str, Any]:
     return {"fn": eqx.filter_jit(sgd, donate="all"), "args": params_and_batch(mesh)}
 
 
-def nnx_step(mesh: Any) -> dict[str, Any]:
-    """An NNX model and optax optimizer updated in place by an `nnx.jit` step that donates both."""
+def nnx_step(mesh: Any, static: bool = False) -> dict[str, Any]:
+    """An NNX model and optax optimizer updated in place by an `nnx.jit` step that donates both
+    (and, `static`, takes its loss scale as a static keyword argument)."""
     import optax
     from flax import nnx
 
@@ -120,9 +121,9 @@ def nnx_step(mesh: Any) -> dict[str, Any]:
         def __call__(self, x: jax.Array) -> jax.Array:
             return self.down(jax.nn.relu(self.up(x)))
 
-    @nnx.jit(donate_argnums=(0, 1))
-    def step(model: MLP, optimizer: nnx.Optimizer, x: jax.Array) -> jax.Array:
-        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - x) ** 2))(model)
+    @nnx.jit(donate_argnums=(0, 1), static_argnames="scale")
+    def step(model: MLP, optimizer: nnx.Optimizer, x: jax.Array, scale: float = 1.0) -> jax.Array:
+        loss, grads = nnx.value_and_grad(lambda m: scale * jnp.mean((m(x) - x) ** 2))(model)
         optimizer.update(model, grads)
         return loss
 
@@ -134,4 +135,9 @@ def nnx_step(mesh: Any) -> dict[str, Any]:
     return {
         "fn": step,
         "args": (jax.tree.map(placed, model), jax.tree.map(placed, optimizer), batch_of(mesh)),
+        "kwargs": {"scale": 0.5} if static else {},
     }
+
+
+def nnx_static(mesh: Any) -> dict[str, Any]:
+    return nnx_step(mesh, static=True)
