@@ -32,7 +32,7 @@ from typing import Any
 # (kind, mesh axes, line) too (collective_groups). 4: a program's library kernels (cuBLAS, cuDNN) and
 # the step-time estimate's method and per-op roofline (a GPU); inspect's module (inspect PATH.hlo.txt);
 # a fit verdict (matmul, einsum, reshard, inspect) has its status ("at risk" on a GPU), margin_bytes,
-# advice and gpu_pool.
+# advice and gpu_pool; inspect --run's donation.
 SCHEMA_VERSION = 4
 
 
@@ -600,6 +600,9 @@ INSPECT_COLLECTIVE_GROUP = Record(
 )
 # inspect PATH.hlo.txt: what a compiled module's text says of itself (null for a program compiled here).
 INSPECT_MODULE = Record("path", "platform", "partitions", "argument_count", "argument_bytes_per_device")
+# inspect --run: how the step's donated arrays were given to each call (fed back from the results of
+# the call before, or copied afresh before it, untimed)
+DONATION = Record("method", "donated_arrays", "fed_back_arrays", "fed_back_by", "copied_arrays")
 INSPECT_BODY = Record(
     "target",
     "compile_target",
@@ -616,6 +619,7 @@ INSPECT_BODY = Record(
     "lower_s",
     "compile_s",
     ("timing", Maybe(TIMING)),
+    ("donation", Maybe(DONATION)),
 )
 
 RESHARD_CONFIG = Record(

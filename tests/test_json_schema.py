@@ -196,8 +196,9 @@ PINNED_KEYS = {
     },
     # 3: each matmul and einsum impl has its result's values (null over 256 elements); with 2's program
     # loops, once-counted XLA figures, subgroup slices and inspect's step_time; before any release of
-    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect), and
-    # inspect's findings carry count, paths and source beside its collective_groups
+    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect),
+    # inspect's findings carry count, paths and source beside its collective_groups, and inspect --run
+    # says how the step's donated arrays were given to each call (donation)
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
@@ -219,7 +220,8 @@ PINNED_KEYS = {
     },
     # 4: a program's library kernels (einsum, reshard, inspect: program.kernels) and inspect's
     # step_time method and per-op roofline (ops, on a GPU), inspect's module (inspect PATH.hlo.txt);
-    # every fit verdict its status, margin_bytes, advice and gpu_pool (matmul, einsum, reshard, inspect)
+    # every fit verdict its status, margin_bytes, advice and gpu_pool (matmul, einsum, reshard, inspect);
+    # inspect --run's donation (how a donating step's arrays were given to each call)
     4: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
@@ -228,7 +230,7 @@ PINNED_KEYS = {
         "matmul": "b175b11372c2b0fb",
         "einsum": "c2b1d0733484516a",
         "reshard": "b64810d850e9a5dd",
-        "inspect": "952a04170a7cb513",
+        "inspect": "0e43ea300949d704",
         "run": "fe2bd841fa0a4ee2",
         "recipe": "1bec5160fc75c434",
         "model": "bd734e2164339f19",

@@ -83,7 +83,11 @@ Mesh = Annotated[
 ]
 Run = Annotated[
     bool,
-    typer.Option("--run", help="Also run it on generated inputs (random normal floats) and time it."),
+    typer.Option(
+        "--run",
+        help="Also run it on generated inputs (random normal floats) and time it as a training loop runs "
+        "it: donated arguments fed back from the results of the call before, or copied afresh (untimed).",
+    ),
 ]
 
 

@@ -26,6 +26,7 @@ from shardcli.core.program_analysis import (
 )
 from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf
 from shardcli.core.session import Session
+from shardcli.core.step_run import Donation, time_step
 from shardcli.core.step_time import StepEstimate, step_time_of
 from shardcli.core.target import FitVerdict, judge_fit
 from shardcli.core.timing import Timing
@@ -107,6 +108,7 @@ class InspectResult:
     lower_s: float
     compile_s: float
     timing: Timing | None = None
+    donation: Donation | None = None  # --run: how the donated arguments were given to each call
     fit: FitVerdict | None = None  # --target: the program's memory per chip against its HBM
     step: StepEstimate | None = None  # the step-time estimate, on a device kind the hardware table knows
     module: ModuleFacts | None = None  # inspect PATH.hlo.txt: read from a compiled module's text
@@ -255,6 +257,8 @@ def inspect_program(
         f"the arguments of {name}",
         mesh_given=mesh_given,
     )
+    if run:
+        _check_call(fn, args, kwargs, name)
     named = _leaf_names(getattr(fn, "__wrapped__", fn), args, kwargs)
     unplaced = NamedSharding(session.mesh, PartitionSpec())  # until the compiler says otherwise
     try:
@@ -302,10 +306,14 @@ def inspect_program(
             analysis,
             compiled,
             session.mesh,
-            lambda: _dump_again(built, args, kwargs, session.mesh, target),
+            lambda: _dump_again(built, session.mesh, target),
             user_files=roots,
         )
-    timing = _run(compiled, args, kwargs, warmup, iters, process_timing, built.compile_s) if run else None
+    timing, donation = None, None
+    if run:
+        timing, donation = time_step(
+            built, name, warmup=warmup, iters=iters, process_timing=process_timing, compile_s=built.compile_s
+        )
     return InspectResult(
         session=session,
         target=name,
@@ -318,6 +326,7 @@ def inspect_program(
         lower_s=built.lower_s,
         compile_s=built.compile_s,
         timing=timing,
+        donation=donation,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
         step=step_time_for(
             analysis,
@@ -329,9 +338,37 @@ def inspect_program(
     )
 
 
-def _dump_again(
-    built: Compiled, args: tuple[Any, ...], kwargs: dict[str, Any], mesh: Any, target: TargetSpec | None
-) -> tuple[str | None, str]:
+def _check_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> None:
+    """--run: a call the function cannot take is refused before anything is compiled.
+
+    Raises:
+        ShardcliError: the arguments do not bind to its parameters (a keyword-only one without a
+            default that nothing gives, say).
+    """
+    try:
+        signature = pyinspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (a builtin): JAX will say
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        missing = [
+            p.name
+            for p in signature.parameters.values()
+            if p.kind == p.KEYWORD_ONLY and p.default is p.empty and p.name not in kwargs
+        ]
+        if not missing:
+            raise ShardcliError(f"--run cannot call {name} with the arguments given: {error}") from None
+        words = ("argument", "has") if len(missing) == 1 else ("arguments", "have")
+        given = ", ".join(f"{m!r}: ..." for m in missing)
+        raise ShardcliError(
+            f"--run cannot call {name}: its keyword-only {words[0]} {', '.join(map(repr, missing))} "
+            f'{words[1]} no default and no value; return {{"args": (...), "kwargs": {{{given}}}}} from '
+            "--inputs FILE.py:NAME"
+        ) from None
+
+
+def _dump_again(built: Compiled, mesh: Any, target: TargetSpec | None) -> tuple[str | None, str]:
     """The program lowered as `compile_program` lowered it, compiled once more with its optimized
     HLO dumped (`program_analysis.dump_hlo_text`)."""
     import jax
@@ -346,7 +383,7 @@ def _dump_again(
         jax.set_mesh(mesh) if built.context_mesh else contextlib.nullcontext()
     )
     with quiet, context:
-        return dump_hlo_text(built.jitted.lower(*args, **kwargs))
+        return dump_hlo_text(built.jitted.lower(*built.args, **built.kwargs))
 
 
 def step_time_for(
@@ -376,62 +413,6 @@ def _noted(session: Session, note: str) -> Session:
     return replace(
         session, runtime=replace(runtime, note=f"{runtime.note}; {note}" if runtime.note else note)
     )
-
-
-def _run(
-    compiled: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    warmup: int,
-    iters: int,
-    how: str,
-    compile_s: float,
-) -> Timing:
-    """Generate inputs on their devices (random normal floats, zeros otherwise) and time the program."""
-    import jax
-
-    from shardcli.core.program_run import time_compiled
-
-    if kwargs:
-        raise ShardcliError(
-            "--run times positional arguments only; return no kwargs from --inputs with --run"
-        )
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    key = jax.random.key(0)
-    made = []
-    for i, leaf in enumerate(leaves):
-        if not isinstance(leaf, jax.ShapeDtypeStruct):
-            made.append(leaf)
-            continue
-        made.append(jax.jit(_generator(leaf, jax.random.fold_in(key, i)), out_shardings=leaf.sharding)())
-    placed = jax.tree_util.tree_unflatten(tree, made)
-    timing, _ = time_compiled(
-        compiled,
-        tuple(placed),
-        compile_s=compile_s,
-        cached=None,
-        warmup=warmup,
-        iters=iters,
-        process_timing=how,
-    )
-    return timing
-
-
-def _generator(leaf: Any, key: Any) -> Callable[[], Any]:
-    """A jitted-able function making one input: random normal floats, random keys, zeros otherwise."""
-    import jax
-    import jax.numpy as jnp
-
-    from shardcli.core.program_inputs import is_key, key_impl_of
-
-    if is_key(leaf.dtype):
-        impl = key_impl_of(leaf.dtype)
-        return lambda: jax.random.wrap_key_data(
-            jax.random.bits(key, (*leaf.shape, impl.words), jnp.uint32), impl=impl.name
-        )
-    if jnp.issubdtype(leaf.dtype, jnp.floating):
-        return lambda: jax.random.normal(key, leaf.shape, leaf.dtype)
-    return lambda: jnp.zeros(leaf.shape, leaf.dtype)
 
 
 def run_inspect(request: InspectRequest) -> InspectResult:

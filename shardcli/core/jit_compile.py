@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from shardcli.core.program_inputs import jit_of
+from shardcli.core.program_inputs import jit_of, unusable_donations_quiet
 from shardcli.core.target import FitVerdict, oom_verdict
 from shardcli.errors import ShardcliError
 from shardcli.targets import TargetSpec
@@ -61,6 +61,9 @@ class Compiled:
     lower_s: float
     compile_s: float
     context_mesh: bool  # traced under `jax.set_mesh(mesh)`: the program named shardings by PartitionSpec
+    # What `jitted.lower` was called with (an equinox step's arrays alone, its other leaves held static)
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def compile_program(
@@ -106,6 +109,7 @@ def compile_program(
             guarded(f"tracing {what}"),
             jax_config.enable_compilation_cache(False),
             unreadable_entries_compiled_again(),
+            unusable_donations_quiet(fn),
         ):
             start = time.perf_counter()
             context_mesh = False
@@ -131,7 +135,7 @@ def compile_program(
         if raised_in(error, roots):
             raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
         raise ShardcliError(f"JAX could not compile {what}: {refusal_line(error)}") from None
-    return Compiled(jitted, compiled, lower_s, compile_s, context_mesh)
+    return Compiled(jitted, compiled, lower_s, compile_s, context_mesh, args, kwargs)
 
 
 def refusal_line(error: BaseException) -> str:

@@ -9,6 +9,7 @@ here changes what the program computes: a leaf keeps its shape, dtype and partit
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -253,6 +254,20 @@ def call_inputs(maker: Any, flag: str, mesh: Any) -> GivenInputs:
 _PLAIN_LEAVES = (int, float, complex, bool, type(None))
 
 
+@contextlib.contextmanager
+def unusable_donations_quiet(fn: Any) -> Iterator[None]:
+    """JAX's "Some donated buffers were not usable" warning silenced where the user's step silences it:
+    equinox's `filter_jit(donate="all")` and `"all-except-first"`, which donate the batch too."""
+    import warnings
+
+    if not (_filtered_jit(fn) and getattr(fn, "filter_warning", False)):
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+        yield
+
+
 def _filtered_jit(fn: Any) -> bool:
     """An equinox `filter_jit` function: arrays are its traced arguments, every other leaf static."""
     return type(fn).__module__.split(".")[0] == "equinox" and hasattr(fn, "__wrapped__")
@@ -269,6 +284,8 @@ def jit_of(
     `filter_jit` function (which takes abstract arrays as static values), the arrays are traced and
     every other leaf is held static, as `eqx.filter_jit` does; its `donate` is kept.
     """
+    import inspect
+
     import jax
 
     leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
@@ -299,6 +316,11 @@ def jit_of(
 
     call.__name__ = getattr(inner, "__name__", "step")
     call.__wrapped__ = inner  # type: ignore[attr-defined]
+    # It takes one array per leaf, however many parameters `inner` has: jax.jit checks the donated
+    # positions against this signature, not against `inner`'s.
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("arrays", inspect.Parameter.VAR_POSITIONAL)]
+    )
     return (
         jax.jit(call, donate_argnums=tuple(donate)),
         tuple(x for x, t in zip(leaves, traced, strict=True) if t),

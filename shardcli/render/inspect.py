@@ -14,6 +14,7 @@ from shardcli.core.inspect import ArrayFact, InspectResult
 from shardcli.core.inspect_findings import Finding
 from shardcli.core.inspect_module import PLATFORM_WORDS
 from shardcli.core.inspect_summary import CollectiveGroup, group_collectives, rank_arguments
+from shardcli.core.step_run import Donation
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
 from shardcli.render.program import (
@@ -99,6 +100,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
             "lower_s": result.lower_s,
             "compile_s": result.compile_s,
             "timing": jsonout.timing_json(result.timing),
+            "donation": _donation_json(result.donation),
         },
     )
 
@@ -450,7 +452,38 @@ def _timing_clauses(result: InspectResult) -> RenderableType:
             f"compile {human.compile_text(result.timing)}",
             f"p50 {human.format_duration(s.p50)}, min {human.format_duration(s.min)} "
             f"over {len(result.timing.samples)} iterations",
+            *(donation_clauses(result.donation) if result.donation is not None else ()),
         ]
+    )
+
+
+def donation_clauses(d: Donation) -> list[str]:
+    """How the donated arguments were given to each timed call; nothing where none is donated."""
+    clauses = []
+    if d.fed_back:
+        by = (
+            "written back into its objects by nnx.jit"
+            if d.written_back_by == "nnx.jit"
+            else "fed back from the results of the call before"
+        )
+        clauses.append(f"{_count(d.fed_back, 'donated array')} {by}, as a training loop does")
+    if d.copied:
+        clauses.append(f"{_count(d.copied, 'donated array')} copied afresh before each call, untimed")
+    unused = d.donated - d.fed_back - d.copied
+    if unused:
+        clauses.append(f"{_count(unused, 'donated array')} the program does not consume, left as given")
+    return clauses
+
+
+def _donation_json(d: Donation | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return schema.DONATION(
+        method=d.method,
+        donated_arrays=d.donated,
+        fed_back_arrays=d.fed_back,
+        fed_back_by=d.written_back_by if d.fed_back else None,
+        copied_arrays=d.copied,
     )
 
 
