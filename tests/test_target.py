@@ -213,6 +213,31 @@ def test_without_the_extra_target_says_how_to_install_it(cli, monkeypatch):
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        pytest.param(((2, 2), ("a", "b")), {}, id="positional"),
+        pytest.param((), {"axis_sizes": (2, 2), "axis_names": ("a", "b")}, id="axis_sizes-jax-0.12"),
+        pytest.param((), {"axis_shapes": (2, 2), "axis_names": ("a", "b")}, id="axis_shapes-jax-0.10"),
+        pytest.param(((4,), ("a",)), {"axis_types": None}, id="another-shape"),
+    ],
+)
+def test_a_users_make_mesh_builds_over_the_targets_chips_with_either_jax(args, kwargs):
+    """A file's `jax.make_mesh` names its sizes positionally, or by either JAX's keyword."""
+    import jax
+
+    from shardcli.core.target import open_target_session, target_meshes
+    from shardcli.specs import RunOptions
+
+    session = open_target_session(parse_target("tpu-v5e:2x2"), "2x2", "data,model", RunOptions())
+    real = jax.make_mesh
+    with target_meshes(session):
+        mesh = jax.make_mesh(*args, **kwargs)
+    assert jax.make_mesh is real  # given back
+    assert {d.platform for d in mesh.devices.flat} == {"tpu"} and mesh.axis_names[0] == "a"
+    assert mesh.devices.size == 4 and set(mesh.devices.flat) == set(session.devices)
+
+
 def test_einsum_and_reshard_compile_for_a_target(cli):
     doc = json_of(
         cli,
