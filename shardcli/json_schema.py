@@ -29,7 +29,8 @@ from typing import Any
 # result's `values` (global and per device, null for results over 256 elements; reshard's
 # `values_before` too); before any release of 3, a program's collective names the argument it moves
 # (operand), inspect's findings carry count, paths and source, and its collectives come grouped by
-# (kind, mesh axes, line) too (collective_groups).
+# (kind, mesh axes, line) too (collective_groups), and every run's runtime names the compiler that judged it
+# (runtime.compiler: jax, jaxlib, and libtpu or a CUDA plugin for a --target).
 SCHEMA_VERSION = 3
 
 
@@ -207,6 +208,9 @@ RUNTIME = Record(
     "process_timing",
     "compile_cache",
     "jax_version",
+    # what compiled the run's programs, package -> version: {"jax": ..., "jaxlib": ...}, and libtpu
+    # or jax-cuda12-plugin / jax-cuda13-plugin for a --target (or real TPUs, GPUs)
+    ("compiler", MapOf(None)),
 )
 MESH_DEVICE = Record("id", "coords", "process_index", "platform", "device_kind")
 MESH = Record("shape", "axes", "axis_types", "mode", ("devices", ListOf(MESH_DEVICE)))
@@ -617,6 +621,7 @@ PLAN_CONFIG = Record(
     ("model", PLAN_MODEL.extended("activation", "tied_embeddings", "parameters", "source")),
     "target",
     "chips",
+    "compiler",  # the target's compiler, package -> version: jax, jaxlib, libtpu (or a CUDA plugin)
     "global_batch",
     "per_device_batch",
     "remat",
@@ -691,7 +696,18 @@ PLAN_PROGRAM_CANDIDATE = Record(
 PLAN_PROGRAM_BODY = Record(
     (
         "config",
-        Record("program", "inputs", "target", "chips", "rules", "compile", "cache", "named_leaves", "leaves"),
+        Record(
+            "program",
+            "inputs",
+            "target",
+            "chips",
+            "compiler",  # as in plan's config
+            "rules",
+            "compile",
+            "cache",
+            "named_leaves",
+            "leaves",
+        ),
     ),
     ("candidates", ListOf(PLAN_PROGRAM_CANDIDATE)),
     ("winner", Maybe(Record("layout", "mesh_shape", "mesh_axes", "rules", "inspect_command"))),

@@ -197,25 +197,27 @@ PINNED_KEYS = {
     # 3: each matmul and einsum impl has its result's values (null over 256 elements); with 2's program
     # loops, once-counted XLA figures, subgroup slices and inspect's step_time; before any release of
     # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect), and
-    # inspect's findings carry count, paths and source beside its collective_groups
+    # inspect's findings carry count, paths and source beside its collective_groups; and every run's
+    # runtime names the compiler that judged it (runtime.compiler: jax, jaxlib, libtpu or a CUDA plugin;
+    # plan's config.compiler)
     3: {
-        "mesh": "de3af678d1033ecc",
-        "shard": "d661276611ead749",
-        "collective": "8563d3ab0490d6eb",
-        "collectives": "b9bffef9a3aac720",
-        "matmul": "5100a47dbdb9dcd0",
-        "einsum": "3a6a63d1c567abb4",
-        "reshard": "a43a5a39945a07dc",
-        "inspect": "4e248b9a5fdaf3be",
-        "run": "fe2bd841fa0a4ee2",  # new (shardcli run): adding a kind changes no other's keys
-        "recipe": "1bec5160fc75c434",
-        "model": "bd734e2164339f19",
-        "pipeline": "624ff9ba959f3e42",
+        "mesh": "8e142fb6bec51a4c",
+        "shard": "606eab0ec5ca858b",
+        "collective": "2abe7347e8c41cc5",
+        "collectives": "9475a2fa522822e8",
+        "matmul": "5ce4f0934511baed",
+        "einsum": "9a91ba8b43de8366",
+        "reshard": "1987f43ed4545bc9",
+        "inspect": "4c1eec8cb40d72e2",
+        "run": "b96544291abc8b0b",  # new (shardcli run): adding a kind changes no other's keys
+        "recipe": "c50f58fd467c0a00",
+        "model": "e7d913623526ef37",
+        "pipeline": "00e642b1573f23de",
         "compare": "53b1ec01214a6068",
-        "plan": "16c1fd929d96515d",  # new (shardcli plan)
+        "plan": "aeca68b114be92c6",  # new (shardcli plan)
         # new (shardcli plan FILE.py:FN); before any release of 3: config.cache, winner.inspect_command
         # (the command that reproduces it) and summary.cached
-        "plan-program": "4f5f7273fd9feb3b",
+        "plan-program": "1e466772574394a6",
     },
 }
 

@@ -8,6 +8,8 @@ import importlib.util
 import pytest
 from looped_programs import CASES, GPU_TARGET, TPU_TARGET, Case, analyze, compare
 
+from shardcli.compilers import compiler_installed
+
 PLATFORMS = [
     "cpu",
     pytest.param(
@@ -15,7 +17,7 @@ PLATFORMS = [
         marks=pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the tpu extra: libtpu"),
     ),
 ]
-NO_CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is None
+NO_CUDA_PLUGIN = not compiler_installed("cuda")  # JAX's CUDA 12 or CUDA 13 plugin
 BY_NAME = {case.name: case for case in CASES}
 # Trip-counted bytes over the unrolled program's, measured (bench/trip_counts.py): the looped program
 # really moves more (the loop carry's copies, dynamic slices of the stacked weights), most where the

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shardcli.compilers import compiler_installed, quiet_native_logs
+from shardcli.compilers import compiler_installed, compiler_versions, quiet_native_logs
 from shardcli.core.program_analysis import MemoryUse
 from shardcli.core.session import Session
 from shardcli.errors import TRACEBACK_ENV, ShardcliError
@@ -212,6 +212,7 @@ def _open_target_session(
         process_count=1,
         process_index=0,
         jax_version=jax.__version__,
+        compiler=compiler_versions(platform),
         target=target.name,
     )
     return Session(
