@@ -1,4 +1,4 @@
-"""Does installing the compile-only extras (tpu: libtpu, gpu: JAX's CUDA plugin) slow plain runs down?
+"""Does installing the compile-only extras (tpu: libtpu; gpu, gpu-cuda13: a CUDA plugin) slow plain runs?
 
 Runs `shardcli collective psum --mesh 4 --iters 5 -q` (a non-target command) as fresh processes,
 round by round, in the environment this script runs in (with the extras) and in a fresh virtual
@@ -51,7 +51,8 @@ def main() -> None:
         if err.strip():
             raise SystemExit(f"stderr was not empty: {err.strip()[:500]}")
         return
-    installed = [m for m in ("libtpu", "jax_cuda12_plugin") if importlib.util.find_spec(m) is not None]
+    modules = ("libtpu", "jax_cuda12_plugin", "jax_cuda13_plugin")
+    installed = [m for m in modules if importlib.util.find_spec(m) is not None]
     print(f"extras installed here: {', '.join(installed) or 'none (the comparison means nothing)'}")
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH")}
     with tempfile.TemporaryDirectory() as folder:

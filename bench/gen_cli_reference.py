@@ -549,10 +549,11 @@ def main() -> int:
         if skipped:
             sys.stderr.write(f"skipped (no libtpu: pip install -e '.[tpu]'): {', '.join(skipped)}\n")
         names = [n for n in names if n not in NEEDS_TPU]
-    if importlib.util.find_spec("jax_cuda12_plugin") is None:
+    if not any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin")):
         skipped = sorted(set(names) & NEEDS_GPU)
         if skipped:
-            sys.stderr.write(f"skipped (no CUDA plugin: pip install -e '.[gpu]'): {', '.join(skipped)}\n")
+            hint = "pip install -e '.[gpu]' or '.[gpu-cuda13]'"
+            sys.stderr.write(f"skipped (no CUDA plugin: {hint}): {', '.join(skipped)}\n")
         names = [n for n in names if n not in NEEDS_GPU]
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
         try:

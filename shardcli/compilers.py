@@ -55,6 +55,30 @@ def native_complaint(lines: list[str]) -> list[str]:
     return [f"at start-up: {lines[0].strip()}"]
 
 
+def installed_compilers(platform: str) -> tuple[str, ...]:
+    """The modules of the compilers for `platform` that are installed (tpu: libtpu; cuda: JAX's CUDA
+    12 or CUDA 13 plugin), found without importing them."""
+    return tuple(m for m in COMPILER_MODULES[platform] if importlib.util.find_spec(m) is not None)
+
+
 def compiler_installed(platform: str) -> bool:
-    """Whether the compiler for `platform` (tpu: libtpu, cuda: JAX's CUDA plugin) is installed."""
-    return importlib.util.find_spec(COMPILER_MODULES[platform]) is not None
+    """Whether a compiler for `platform` (tpu: libtpu, cuda: JAX's CUDA 12 or 13 plugin) is installed."""
+    return bool(installed_compilers(platform))
+
+
+def compiler_versions(platform: str | None) -> tuple[tuple[str, str], ...]:
+    """(package, version) of what compiles a run's programs: jax and jaxlib, then for a TPU or GPU
+    (a --target's, or real ones) the installed libtpu or JAX CUDA plugin(s)."""
+    from importlib import metadata
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:  # a source checkout on sys.path: its own __version__
+            module = sys.modules.get(package.replace("-", "_"))
+            return str(getattr(module, "__version__", "unknown"))
+
+    kind = {"tpu": "tpu", "gpu": "cuda", "cuda": "cuda"}.get(platform or "")
+    plugins = installed_compilers(kind) if kind else ()
+    packages = ("jax", "jaxlib", *(m.replace("_", "-") for m in plugins))
+    return tuple((p, version(p)) for p in packages)

@@ -32,7 +32,8 @@ from typing import Any
 # (kind, mesh axes, line) too (collective_groups). 4: a program's library kernels (cuBLAS, cuDNN) and
 # the step-time estimate's method and per-op roofline (a GPU); inspect's module (inspect PATH.hlo.txt);
 # a fit verdict (matmul, einsum, reshard, inspect) has its status ("at risk" on a GPU), margin_bytes,
-# advice and gpu_pool; inspect --run's donation.
+# advice and gpu_pool; inspect --run's donation; every run's runtime names the compiler that judged it
+# (runtime.compiler: jax, jaxlib, and libtpu or a CUDA plugin for a --target).
 SCHEMA_VERSION = 4
 
 
@@ -210,6 +211,9 @@ RUNTIME = Record(
     "process_timing",
     "compile_cache",
     "jax_version",
+    # what compiled the run's programs, package -> version: {"jax": ..., "jaxlib": ...}, and libtpu
+    # or jax-cuda12-plugin / jax-cuda13-plugin for a --target (or real TPUs, GPUs)
+    ("compiler", MapOf(None)),
 )
 MESH_DEVICE = Record("id", "coords", "process_index", "platform", "device_kind")
 MESH = Record("shape", "axes", "axis_types", "mode", ("devices", ListOf(MESH_DEVICE)))
@@ -655,6 +659,7 @@ PLAN_CONFIG = Record(
     ("model", PLAN_MODEL.extended("activation", "tied_embeddings", "parameters", "source")),
     "target",
     "chips",
+    "compiler",  # the target's compiler, package -> version: jax, jaxlib, libtpu (or a CUDA plugin)
     "global_batch",
     "per_device_batch",
     "remat",
@@ -729,7 +734,18 @@ PLAN_PROGRAM_CANDIDATE = Record(
 PLAN_PROGRAM_BODY = Record(
     (
         "config",
-        Record("program", "inputs", "target", "chips", "rules", "compile", "cache", "named_leaves", "leaves"),
+        Record(
+            "program",
+            "inputs",
+            "target",
+            "chips",
+            "compiler",  # as in plan's config
+            "rules",
+            "compile",
+            "cache",
+            "named_leaves",
+            "leaves",
+        ),
     ),
     ("candidates", ListOf(PLAN_PROGRAM_CANDIDATE)),
     ("winner", Maybe(Record("layout", "mesh_shape", "mesh_axes", "rules", "inspect_command"))),

@@ -36,12 +36,19 @@ class RuntimeInfo:
     process_count: int
     process_index: int
     jax_version: str
+    # (package, version) of what compiled the run's programs: jax, jaxlib, and for a TPU or GPU (a
+    # --target's, or real ones) libtpu or JAX's CUDA plugin; a fit verdict belongs to these versions.
+    compiler: tuple[tuple[str, str], ...]
     distributed: DistributedSpec | None = None
     process_timing: str = "max"  # several processes: timings shown are the max or avg per iteration
     compile_cache: str | None = None  # the persistent compile cache's directory; None: off
     allocator: AllocatorState | None = None  # the host malloc settings of this process
     warnings: tuple[str, ...] = ()  # for the user on stderr (render.console.show_warnings)
     target: str | None = None  # a compile-only target (`tpu-v5e:16x16`): its chips are described, not run
+
+    def describe_compiler(self) -> str:
+        """`jax 0.12.0.1, jaxlib 0.12.0.1, libtpu 0.0.52`."""
+        return ", ".join(f"{package} {version}" for package, version in self.compiler)
 
     def describe_devices(self) -> str:
         """`8 faked CPU devices` / `4 of 8 real GPU devices` / `... in 2 processes, 4 each`."""
@@ -758,6 +765,7 @@ def _info(
 ) -> RuntimeInfo:
     import jax
 
+    from shardcli.compilers import compiler_versions
     from shardcli.core.cache import cache_state
 
     exposed = exposure_note(options.distributed, jax.process_index())
@@ -771,6 +779,7 @@ def _info(
         process_count=jax.process_count(),
         process_index=jax.process_index(),
         jax_version=jax.__version__,
+        compiler=compiler_versions(platform),
         distributed=options.distributed,
         process_timing=options.process_timing,
         compile_cache=cache_state().directory,

@@ -2,7 +2,7 @@
 
 A target names an accelerator generation and a topology. The real compiler for it runs on a machine
 without one and nothing executes: the TPU compiler from the `libtpu` package (the `tpu` extra), or
-XLA's GPU compiler from JAX's CUDA plugin (the `gpu` extra) with a description of the GPU
+XLA's GPU compiler from JAX's CUDA plugin (the `gpu` extra, or `gpu-cuda13`) with a description of the GPU
 (shardcli/gpu_specs). Each generation's figures (the memory per chip a program is judged against,
 its peak, bandwidths and torus) come from the one hardware table, `shardcli.hardware`, with their
 sources; a topology the generation does not offer (a 3-D v5e, a 2-D v4, a slice beyond the
@@ -21,10 +21,12 @@ from shardcli.hardware import GIB as GIB  # where the targets' users have always
 
 INSTALL_HINTS = {
     "tpu": "pip install 'shardcli[tpu]' (libtpu, the TPU compiler: about 0.5 GB)",
-    "cuda": "pip install 'shardcli[gpu]' (JAX's CUDA plugin, its GPU compiler: about 0.5 GB; no GPU needed)",
+    "cuda": "pip install 'shardcli[gpu]' (JAX's CUDA 12 plugin, its GPU compiler: about 0.5 GB; no GPU "
+    "needed), or 'shardcli[gpu-cuda13]' where this host's GPUs run CUDA 13",
 }
-# The module each compiler comes in, found without importing it.
-COMPILER_MODULES = {"tpu": "libtpu", "cuda": "jax_cuda12_plugin"}
+# The modules each compiler comes in, found without importing them: JAX's CUDA plugin is built for
+# CUDA 12 or 13 (the gpu and gpu-cuda13 extras); either compiles for a GPU target.
+COMPILER_MODULES = {"tpu": ("libtpu",), "cuda": ("jax_cuda12_plugin", "jax_cuda13_plugin")}
 
 
 @dataclass(frozen=True)

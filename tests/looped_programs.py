@@ -105,13 +105,12 @@ CASES = (
 
 
 def platforms() -> list[str]:
-    import importlib.util
+    from shardcli.compilers import compiler_installed
 
-    found = importlib.util.find_spec
     return (
         ["cpu"]
-        + ([TPU_TARGET] if found("libtpu") else [])
-        + ([GPU_TARGET] if found("jax_cuda12_plugin") else [])
+        + ([TPU_TARGET] if compiler_installed("tpu") else [])
+        + ([GPU_TARGET] if compiler_installed("cuda") else [])
     )
 
 

@@ -233,14 +233,19 @@ def test_mesh_2d_shows_every_device_and_its_coords(cli):
 
 
 def test_mesh_header_facts(cli):
-    """The short header says what ran on what; -v adds the versions and the process count."""
+    """The short header says what ran on what, and the compiler that judged it (jax and jaxlib); -v
+    adds shardcli's version and the process count."""
+    import jaxlib
+
     out = cli(["mesh", "--mesh", "2x4", "--axes", "data,model"]).stdout
     assert "cpu, 8 faked CPU devices, kind cpu" in out
     assert "2x4 (data=2, model=4), auto axes" in out
-    assert f"jax {jax.__version__}" not in out and "this is process 0" not in out
+    lines = [line.rstrip() for line in out.splitlines()]
+    assert f"compiler  jax {jax.__version__}, jaxlib {jaxlib.__version__}" in lines
+    assert "this is process 0" not in out and f"shardcli  {shardcli.__version__}" not in out
     for flag in ("-v", "--verbose"):
         verbose = cli(["mesh", "--mesh", "2x4", "--axes", "data,model", flag]).stdout
-        assert f"{shardcli.__version__} (jax {jax.__version__})" in verbose
+        assert f"shardcli   {shardcli.__version__} " in verbose
         assert "1 (this is process 0)" in verbose
         assert "2x4 (data=2, model=4), auto axes" in verbose
 
@@ -436,6 +441,7 @@ def test_mesh_json_contract(cli):
     assert doc["runtime"]["faked"] is True
     assert doc["runtime"]["process_count"] == 1
     assert doc["runtime"]["jax_version"] == jax.__version__
+    assert doc["runtime"]["compiler"] == {"jax": jax.__version__, "jaxlib": jax.lib.__version__}
     mesh = doc["mesh"]
     assert mesh["shape"] == [2, 4]
     assert mesh["axes"] == ["data", "model"]

@@ -555,6 +555,41 @@ def test_a_collectives_source_is_the_innermost_frame_in_the_users_files(frames, 
     assert (op.operand, op.operand_parameter) == ("x", 0)
 
 
+@pytest.mark.parametrize(
+    "gather",
+    [
+        pytest.param(
+            'all-gather(%p), replica_groups={{0,1}}, dimensions={0}, '
+            'metadata={op_name="jit(f)/dot_general" stack_frame_id=3}',
+            id="jax-0.10-the-users-operation",
+        ),
+        pytest.param(
+            'all-gather(%p), replica_groups={{0,1}}, dimensions={0}, '
+            'frontend_attributes={is_spmd_generated="true"}, metadata={op_name="w"}',
+            id="jax-0.12-the-arguments-name",
+        ),
+    ],
+)  # fmt: skip
+def test_an_inserted_gathers_source_and_operation_are_those_of_the_operation_it_feeds(gather):
+    """jax 0.12 gives a gather of an argument the argument's metadata (no line): the operation that
+    uses it, through a copy that has no line either, names the line and the operation."""
+    from shardcli.core.program_analysis import parse_collectives
+
+    frames = ["1 {file_location_id=1 parent_frame_id=1}", "2 {file_location_id=2 parent_frame_id=2}",
+              "3 {file_location_id=3 parent_frame_id=3}"]  # fmt: skip
+    text = SOURCE_TABLES.replace("{frames}", "\n".join(frames)) + (
+        "\nENTRY %main (p: f32[4], q: f32[8]) -> f32[8] {\n"
+        '  %p = f32[4]{0} parameter(0), metadata={op_name="w"}\n'
+        '  %q = f32[8]{0} parameter(1), metadata={op_name="x"}\n'
+        f"  %all-gather = f32[8]{{0}} {gather}\n"
+        '  %copy = f32[8]{0} copy(%all-gather), metadata={op_name="w"}\n'
+        "  ROOT %dot = f32[8]{0} multiply(%q, %copy), "
+        'metadata={op_name="jit(f)/dot_general" stack_frame_id=3}\n}\n'
+    )
+    (op,) = parse_collectives(text, (2,), ("x",))
+    assert (op.source, op.op, op.operand) == ("/home/me/model.py:12", "dot_general", "w")
+
+
 def test_run_times_it_on_generated_inputs(cli):
     doc = inspect_json(
         cli,

@@ -196,9 +196,8 @@ PINNED_KEYS = {
     },
     # 3: each matmul and einsum impl has its result's values (null over 256 elements); with 2's program
     # loops, once-counted XLA figures, subgroup slices and inspect's step_time; before any release of
-    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect),
-    # inspect's findings carry count, paths and source beside its collective_groups, and inspect --run
-    # says how the step's donated arrays were given to each call (donation)
+    # 3, a program's collectives name the argument they move (operand: einsum, reshard, inspect), and
+    # inspect's findings carry count, paths and source beside its collective_groups
     3: {
         "mesh": "de3af678d1033ecc",
         "shard": "d661276611ead749",
@@ -221,23 +220,24 @@ PINNED_KEYS = {
     # 4: a program's library kernels (einsum, reshard, inspect: program.kernels) and inspect's
     # step_time method and per-op roofline (ops, on a GPU), inspect's module (inspect PATH.hlo.txt);
     # every fit verdict its status, margin_bytes, advice and gpu_pool (matmul, einsum, reshard, inspect);
-    # inspect --run's donation (how a donating step's arrays were given to each call)
+    # inspect --run's donation (how a donating step's arrays were given to each call); every run's runtime
+    # names the compiler that judged it (runtime.compiler; plan's config.compiler)
     4: {
-        "mesh": "de3af678d1033ecc",
-        "shard": "d661276611ead749",
-        "collective": "8563d3ab0490d6eb",
-        "collectives": "b9bffef9a3aac720",
-        "matmul": "b175b11372c2b0fb",
-        "einsum": "c2b1d0733484516a",
-        "reshard": "b64810d850e9a5dd",
-        "inspect": "0e43ea300949d704",
-        "run": "fe2bd841fa0a4ee2",
-        "recipe": "1bec5160fc75c434",
-        "model": "bd734e2164339f19",
-        "pipeline": "624ff9ba959f3e42",
+        "mesh": "8e142fb6bec51a4c",
+        "shard": "606eab0ec5ca858b",
+        "collective": "2abe7347e8c41cc5",
+        "collectives": "9475a2fa522822e8",
+        "matmul": "9f4fc5604f676221",
+        "einsum": "f75470445831e98a",
+        "reshard": "d0654305a3b35b1b",
+        "inspect": "e8606622868a35bb",
+        "run": "b96544291abc8b0b",
+        "recipe": "c50f58fd467c0a00",
+        "model": "e7d913623526ef37",
+        "pipeline": "00e642b1573f23de",
         "compare": "53b1ec01214a6068",
-        "plan": "16c1fd929d96515d",
-        "plan-program": "4f5f7273fd9feb3b",
+        "plan": "aeca68b114be92c6",
+        "plan-program": "1e466772574394a6",
     },
 }
 

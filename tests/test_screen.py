@@ -226,7 +226,14 @@ def test_header_is_short_and_verbose_has_the_provenance(cli, inputs):
     head = out.split("\n\n", 1)[0].splitlines()
     keys = [line.split()[0] for line in head if line[:1].strip()]
     # (a note says the in-process run uses 4 of the 8 devices the tests start)
-    assert [key for key in keys if key != "note"] == ["platform", "mesh", "collective", "groups", "input"]
+    assert [key for key in keys if key != "note"] == [
+        "platform",
+        "compiler",
+        "mesh",
+        "collective",
+        "groups",
+        "input",
+    ]
     for key in ("allocator", "buffers", "roofline", "verify", "timing ", "shardcli "):
         assert not any(line.startswith(key) for line in head), head
     for flag in ("-v", "--verbose"):

@@ -8,6 +8,8 @@ import importlib.util
 import pytest
 from looped_programs import CASES, GPU_TARGET, TPU_TARGET, Case, analyze, compare
 
+from shardcli.compilers import compiler_installed
+
 PLATFORMS = [
     "cpu",
     pytest.param(
@@ -15,7 +17,7 @@ PLATFORMS = [
         marks=pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the tpu extra: libtpu"),
     ),
 ]
-NO_CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is None
+NO_CUDA_PLUGIN = not compiler_installed("cuda")  # JAX's CUDA 12 or CUDA 13 plugin
 BY_NAME = {case.name: case for case in CASES}
 # Trip-counted bytes over the unrolled program's, measured (bench/trip_counts.py): the looped program
 # really moves more (the loop carry's copies, dynamic slices of the stacked weights), most where the
@@ -112,3 +114,29 @@ def test_a_64_bit_loop_counter_is_read_as_the_32_bit_one(platform: str) -> None:
         jax.config.update("jax_enable_x64", before)
     assert [loop.trips for loop in narrow.loops] == [loop.trips for loop in wide.loops] == [8]
     assert wide.trips_known and wide.flops == pytest.approx(narrow.flops, rel=0.01)
+
+
+ASYNC_ALL_REDUCE = """HloModule m, entry_computation_layout={(f32[1024]{0})->f32[1024]{0}}, num_partitions=2
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %a = f32[] add(%x, %y)
+}
+
+ENTRY %main (p: f32[1024]) -> f32[1024] {
+  %p = f32[1024]{0} parameter(0)
+  %m = f32[1024]{0} multiply(%p, %p)
+  %all-reduce-start = ((f32[1024]{0}), f32[1024]{0}) all-reduce-start(%m), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add, output_to_operand_aliasing={{1}: (0, {})}, metadata={op_name="jit(f)/psum" stack_frame_id=2}
+  ROOT %all-reduce-done = f32[1024]{0} all-reduce-done(%all-reduce-start)
+}
+"""  # noqa: E501 - one HLO instruction a line, as XLA prints it
+
+
+def test_xlas_analysis_reads_the_attributes_xla_prints_and_its_parser_refuses() -> None:
+    """jaxlib 0.12 prints `output_to_operand_aliasing` on a GPU target's all-reduce-start and its own
+    parser refuses it ("unexpected attribute"): left out, the module is counted (1,024 multiplies)."""
+    from shardcli.core.loop_costs import xla_cost_of_text
+
+    flops, bytes_accessed = xla_cost_of_text(ASYNC_ALL_REDUCE)
+    assert flops >= 1024 and bytes_accessed >= 3 * 4096

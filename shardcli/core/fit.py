@@ -38,7 +38,8 @@ def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float]) -> Lat
     w = 1.0 / t
     design = np.stack([w, w * s], axis=1)  # rows: [1/t_i, S_i/t_i]; target: 1
     target = np.ones_like(t)
-    (alpha, slope), *_ = np.linalg.lstsq(design, target, rcond=None)
+    solution, *_ = np.linalg.lstsq(design, target, rcond=None)
+    alpha, slope = float(solution[0]), float(solution[1])
     if alpha < 0:  # refit through the origin: no fixed cost
         alpha, slope = 0.0, float(np.dot(w * s, target) / np.dot(w * s, w * s))
     if slope < 0:  # refit as a constant: no bandwidth term

@@ -186,6 +186,7 @@ def parse_collectives(
     module = module if module is not None else parse_module(hlo_text)
     runs = runs_per_computation(module)
     sources = source_table(hlo_text, user_files)
+    users: dict[str, dict[str, list[Instruction]]] = {}
     found = []
     # Lines outside any computation (a fragment of a module) run once.
     pieces = [("", module.prologue)] + [(c.name, c.text[1:]) for c in module.computations.values()]
@@ -200,7 +201,8 @@ def parse_collectives(
                 groups, mesh_shape, axis_names, permute=match.group("op") == "collective-permute"
             )
             shape = re.sub(r"\{[^}]*\}", "", match.group("shape"))
-            op_name = _OP_NAME_RE.search(line)
+            metadata = _metadata_line(module, computation, line, users)
+            op_name = _OP_NAME_RE.search(metadata)
             operand, parameter = _argument_fed(module, computation, line)
             found.append(
                 CollectiveOp(
@@ -215,7 +217,7 @@ def parse_collectives(
                     runs=count,
                     runs_known=known,
                     op_name=op_name.group("name") if op_name else None,
-                    source=_source_of(line, sources),
+                    source=_source_of(metadata, sources),
                     is_async=bool(match.group("start")),
                     operand=operand,
                     operand_parameter=parameter,
@@ -233,6 +235,41 @@ def _result_bytes(op: str, shape: str, is_async: bool) -> int:
             half = arrays[len(arrays) // 2 :]
             return sum(shape_bytes(f"{t}[{d}]") for t, d in half)
     return shape_bytes(shape)
+
+
+def _metadata_line(
+    module: HloModuleText, computation: str, line: str, users: dict[str, dict[str, list[Instruction]]]
+) -> str:
+    """The text whose metadata names a collective's JAX operation and line: its own, or where it has
+    no line, that of the first instruction that uses its value (followed through the copies, async
+    `-done`s and fusions that carry no line either).
+
+    jax 0.10 gives a collective the partitioner inserted the metadata of the operation that needed
+    it (`op_name="jit(step)/dot_general" stack_frame_id=3`); jax 0.12 (Shardy) gives one that
+    reshards an argument the argument's (`op_name="params['w']"`, no line), and its user, the
+    operation it was inserted for, still has the line. `users` caches each computation's users."""
+    from shardcli.core.hlo_text import parse_instruction
+
+    if _FRAME_RE.search(line) or _SOURCE_RE.search(line) or computation not in module.computations:
+        return line
+    own = parse_instruction(line)
+    if own is None:
+        return line
+    if computation not in users:
+        by_operand: dict[str, list[Instruction]] = {}
+        for inst in module.computations[computation].instructions.values():
+            for name in dict.fromkeys(inst.operands):
+                by_operand.setdefault(name, []).append(inst)
+        users[computation] = by_operand
+    todo, seen = [own.name], {own.name}
+    while todo:
+        for user in users[computation].get(todo.pop(0), []):
+            if _FRAME_RE.search(user.attributes) or _SOURCE_RE.search(user.attributes):
+                return user.attributes
+            if user.name not in seen and len(seen) < 64:
+                seen.add(user.name)
+                todo.append(user.name)
+    return line
 
 
 def _source_of(line: str, frames: dict[int, str]) -> str | None:

@@ -9,8 +9,10 @@ programs (`program_analysis` re-exports these names).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from shardcli.core.hlo_text import HloModuleText, Loop, source_table
 
@@ -166,12 +168,64 @@ def xla_cost_of_text(module_text: str) -> tuple[float, float]:
     """
     import jax
     from jax._src.lib import xla_client
-    from jaxlib import _hlo  # type: ignore[attr-defined]
 
-    module = _hlo.hlo_module_from_text(module_text)
+    module = _parse_hlo_module(module_text)
     try:
         client = jax.devices("cpu")[0].client
     except RuntimeError:
         client = jax.devices()[0].client
     cost = xla_client._xla.hlo_module_cost_analysis(client, module)
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+
+
+_REFUSED_ATTRIBUTE_RE = re.compile(
+    r'was parsing (?P<line>\d+):\d+: error: unexpected attribute "(?P<name>[\w\-]+)"'
+)
+
+
+def _parse_hlo_module(module_text: str) -> Any:
+    """XLA's parse of a module's text. An attribute XLA prints but its parser refuses is left out of
+    every instruction of that opcode and the text parsed again: jaxlib 0.12 prints
+    `output_to_operand_aliasing` on a GPU target's `all-reduce-start` and then refuses to read it."""
+    from jaxlib import _hlo  # type: ignore[attr-defined]
+
+    from shardcli.core.hlo_text import parse_instruction
+
+    lines = module_text.splitlines()
+    refused: set[tuple[str, str]] = set()
+    while True:
+        try:
+            return _hlo.hlo_module_from_text("\n".join(lines))
+        except Exception as error:
+            match = _REFUSED_ATTRIBUTE_RE.search(str(error))
+            at = int(match.group("line")) - 1 if match else -1
+            inst = parse_instruction(lines[at]) if match and 0 <= at < len(lines) else None
+            if match is None or inst is None or (inst.opcode, match.group("name")) in refused:
+                raise
+            name = match.group("name")
+            refused.add((inst.opcode, name))
+            call = re.compile(rf"\s{re.escape(inst.opcode)}\(")
+            lines = [_without_attribute(line, name) if call.search(line) else line for line in lines]
+
+
+def _without_attribute(line: str, name: str) -> str:
+    """`line` without its `, name=value` (a value of balanced brackets and quotes)."""
+    start = line.find(f", {name}=")
+    if start < 0:
+        return line
+    i = start + len(name) + 3
+    depth, quoted = 0, False
+    while i < len(line):
+        ch = line[i]
+        if quoted:
+            quoted = ch != '"' or line[i - 1] == "\\"
+        elif ch == '"':
+            quoted = True
+        elif ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            break
+        i += 1
+    return line[:start] + line[i:]

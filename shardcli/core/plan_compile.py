@@ -105,16 +105,11 @@ def cache_key(cfg: DecoderConfig, candidate: Candidate, target: TargetSpec, meth
 
 def keyed(what: dict[str, Any]) -> str:
     """The cache key of a compile described by `what`, with what every compile shares: the cache's
-    format, JAX's and libtpu's versions and the cost compiles' flags."""
-    import jax
+    format, the compilers' versions (jax, jaxlib, libtpu, JAX's CUDA plugin) and the cost compiles' flags."""
+    from shardcli.compilers import compiler_versions
 
-    try:
-        from importlib.metadata import version
-
-        libtpu = version("libtpu")
-    except Exception:  # noqa: BLE001 - no libtpu: a GPU target
-        libtpu = "-"
-    shared = {"format": CACHE_FORMAT, "jax": jax.__version__, "libtpu": libtpu, "flags": COST_FLAGS}
+    compiler = dict(compiler_versions("tpu")) | dict(compiler_versions("cuda"))
+    shared = {"format": CACHE_FORMAT, "compiler": compiler, "flags": COST_FLAGS}
     return hashlib.sha256(json.dumps(what | shared, sort_keys=True).encode()).hexdigest()[:32]
 
 

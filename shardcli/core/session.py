@@ -41,6 +41,7 @@ def session_of_mesh(mesh: Any) -> Session:
     """A Session for a mesh the caller built in a JAX they started (the Python API): nothing starts."""
     import jax
 
+    from shardcli.compilers import compiler_versions
     from shardcli.runtime import RuntimeInfo
 
     devices = list(mesh.devices.flat)
@@ -55,6 +56,7 @@ def session_of_mesh(mesh: Any) -> Session:
         process_count=jax.process_count(),
         process_index=jax.process_index(),
         jax_version=jax.__version__,
+        compiler=compiler_versions(platform),
     )
     layout = describe_mesh(mesh)
     spec = MeshSpec(shape=tuple(mesh.devices.shape), axes=tuple(str(a) for a in mesh.axis_names))

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shardcli.compilers import compiler_installed, quiet_native_logs
+from shardcli.compilers import compiler_installed, compiler_versions, quiet_native_logs
 from shardcli.core.program_analysis import MemoryUse
 from shardcli.core.session import Session
 from shardcli.errors import TRACEBACK_ENV, ShardcliError
@@ -276,6 +276,7 @@ def _open_target_session(
         process_count=1,
         process_index=0,
         jax_version=jax.__version__,
+        compiler=compiler_versions(platform),
         target=target.name,
     )
     return Session(
@@ -286,6 +287,10 @@ def _open_target_session(
         mode=str(options.mode),
         devices=tuple(devices),
     )
+
+
+# `jax.make_mesh`'s first parameter: `axis_shapes` up to jax 0.10, `axis_sizes` from 0.12.
+SIZES_KEYWORDS = ("axis_sizes", "axis_shapes")
 
 
 @contextlib.contextmanager
@@ -300,17 +305,24 @@ def target_meshes(session: Session) -> Iterator[None]:
     chips = list(session.devices)
     laid_out = session.mesh.devices  # the run's mesh, laid along the torus
 
-    def make_mesh(axis_shapes: Any, axis_names: Any, *args: Any, devices: Any = None, **kwargs: Any) -> Any:
-        shape = tuple(int(n) for n in axis_shapes)
+    def make_mesh(*args: Any, devices: Any = None, **kwargs: Any) -> Any:
+        # The sizes: positional, or by either keyword (jax 0.10 `axis_shapes`, 0.12 `axis_sizes`),
+        # handed on positionally so that both spellings work with either JAX.
+        named = [k for k in SIZES_KEYWORDS if k in kwargs]
+        if (not args and len(named) != 1) or (args and named):  # JAX's own error for the call
+            return real(*args, devices=devices, **kwargs)
+        sizes = args[0] if args else kwargs.pop(named[0])
+        rest = args[1:]
+        shape = tuple(int(n) for n in sizes)
         if devices is None and shape == laid_out.shape:  # the run's own mesh, under the user's names
-            made = real(axis_shapes, axis_names, *args, devices=chips, **kwargs)
+            made = real(sizes, *rest, devices=chips, **kwargs)
             return jax.sharding.Mesh(laid_out, made.axis_names, axis_types=made.axis_types)
         size = 1
         for n in shape:
             size *= n
         if devices is None and size <= len(chips):
             devices = chips[:size]
-        return real(axis_shapes, axis_names, *args, devices=devices, **kwargs)
+        return real(sizes, *rest, devices=devices, **kwargs)
 
     jax.make_mesh = make_mesh
     try:

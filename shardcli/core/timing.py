@@ -40,10 +40,10 @@ class Timing:
 def summarize(samples: tuple[float, ...]) -> TimingStats:
     arr = np.asarray(samples, dtype=np.float64)
     return TimingStats(
-        min=float(arr.min()),
+        min=float(np.min(arr)),
         p50=float(np.percentile(arr, 50)),
         p90=float(np.percentile(arr, 90)),
-        max=float(arr.max()),
+        max=float(np.max(arr)),
         mean=float(arr.mean()),
         stdev=float(statistics.stdev(samples)) if len(samples) > 1 else 0.0,
     )

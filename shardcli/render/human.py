@@ -49,8 +49,9 @@ def header(
     """
     rt = session.runtime
     rows = [
-        *([("shardcli", f"{__version__} (jax {rt.jax_version})")] if verbose else []),
+        *([("shardcli", __version__)] if verbose else []),
         ("platform", f"{rt.platform}, {rt.describe_devices()}, kind {rt.device_kind}"),
+        ("compiler", rt.describe_compiler()),
         ("mesh", f"{session.spec.describe()}, {session.mode} axes"),
         *(
             [("processes", f"{rt.process_count} (this is process {rt.process_index})")]

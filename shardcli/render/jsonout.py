@@ -121,6 +121,7 @@ def runtime_json(session: Session) -> dict[str, Any]:
         process_timing=rt.process_timing,
         compile_cache=rt.compile_cache,
         jax_version=rt.jax_version,
+        compiler=dict(rt.compiler),
     )
 
 

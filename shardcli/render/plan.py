@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from shardcli import json_schema as schema
+from shardcli.compilers import compiler_versions
 from shardcli.core.plan import PlanResult, PlanRow, inspect_command
 from shardcli.core.plan_compile import CompiledFigures
 from shardcli.core.plan_program import ProgramPlanResult
@@ -17,6 +18,7 @@ from shardcli.decoder_spec import rules_text
 from shardcli.render.console import Clauses, DataTable, emit, make_console
 from shardcli.runtime import format_bytes
 from shardcli.specs import RunOptions
+from shardcli.targets import TargetSpec
 
 GIB = 1 << 30
 EMIT_HINT = "winner.py"
@@ -151,6 +153,15 @@ def summary_clauses(result: PlanResult) -> Clauses:
     return Clauses(parts, style="dim")
 
 
+def _compiler(target: TargetSpec) -> tuple[tuple[str, str], ...]:
+    """(package, version) of the target's compiler: jax, jaxlib, and libtpu or JAX's CUDA plugin."""
+    return compiler_versions(target.generation.platform)
+
+
+def _compiler_text(target: TargetSpec) -> str:
+    return "compiled by " + ", ".join(f"{package} {version}" for package, version in _compiler(target))
+
+
 def plan_renderable(result: PlanResult, emit_file: str | None, quiet: bool = False) -> RenderableType:
     req = result.request
     parts: list[RenderableType] = []
@@ -166,6 +177,7 @@ def plan_renderable(result: PlanResult, emit_file: str | None, quiet: bool = Fal
             Clauses(
                 [
                     f"{result.chips} chips, {format_bytes(result.chip.hbm_bytes)} HBM each",
+                    _compiler_text(req.target),
                     f"estimate = roofline / {result.calibration.efficiency:.2f} "
                     f"({result.calibration.provenance})",
                 ],
@@ -279,6 +291,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             },
             target=req.target.name,
             chips=result.chips,
+            compiler=dict(_compiler(req.target)),
             global_batch=req.global_batch,
             per_device_batch=req.per_device_batch,
             remat=list(req.remats),
@@ -377,6 +390,7 @@ def program_renderable(result: ProgramPlanResult, quiet: bool = False) -> Render
         parts.append(
             Clauses(
                 [
+                    _compiler_text(req.target),
                     f"{result.named_leaves} of {result.leaves} argument leaves carry logical axis names",
                     "HFU: the compiled FLOPs over the estimated step at the chip's peak",
                 ],
@@ -427,6 +441,7 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
             "inputs": req.inputs,
             "target": req.target.name,
             "chips": req.target.chips,
+            "compiler": dict(_compiler(req.target)),
             "rules": rules_text(req.rules) if req.rules is not None else None,
             "compile": req.compile_n,
             "cache": req.use_cache,

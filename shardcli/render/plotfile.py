@@ -45,7 +45,7 @@ def write_plot_file(path: str, results: list[CollectiveResult]) -> None:
                 ax_bw.plot(sizes, [r[1] for r in rows], "o-", color=line.get_color(), label=label)
             if fit is None:
                 continue
-            dense = np.geomspace(sizes.min(), sizes.max(), 200)
+            dense = np.geomspace(np.min(sizes), np.max(sizes), 200)
             model = np.array([fit.time_at(b * ratio) for b in dense])
             ax_t.plot(dense, model * 1e6, "--", color=line.get_color(), alpha=0.6, label=f"{label} fit")
             if factor is not None:
@@ -112,7 +112,7 @@ def write_matmul_plot_file(path: str, result: MatmulResult) -> None:
         (line,) = ax_t.plot(flops, times * 1e6, "o-", label=key)
         ax_rate.plot(flops, flops / times / 1e12, "o-", color=line.get_color(), label=key)
         if fit is not None:
-            dense = np.geomspace(flops.min(), flops.max(), 200)
+            dense = np.geomspace(np.min(flops), np.max(flops), 200)
             model = np.array([fit.time_at(f) for f in dense])
             ax_t.plot(dense, model * 1e6, "--", color=line.get_color(), alpha=0.6)
             ax_rate.plot(dense, dense / model / 1e12, "--", color=line.get_color(), alpha=0.6)
