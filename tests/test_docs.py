@@ -194,6 +194,69 @@ def test_a_column_left_out_by_wider_timings_reads_the_same_a_few_columns_wider(m
     assert not gen.same_at_some_width("probe", generated)  # left out at every width: a real change
 
 
+HEADER_0_10 = "$ shardcli mesh --mesh 4\nplatform  cpu, 4 faked CPU devices, kind cpu\n" + (
+    "compiler  jax 0.10.2, jaxlib 0.10.2"
+)
+INSPECT_0_10 = "$ shardcli inspect llama.py:step -q\nmemory 12 MiB per device\ncollectives: 4 ops in 2 groups"
+INSPECT_0_12 = (
+    "$ shardcli inspect llama.py:step -q\n"
+    "W1127 16:56:53.623271   24996 spmd_partitioner.cc:666] [SPMD] Involuntary full rematerialization.\n"
+    "memory 11 MiB per device\ncollectives: 5 ops in 3 groups"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "jax_version", "equal"),
+    [
+        pytest.param(
+            "fixed",
+            HEADER_0_10,
+            HEADER_0_10.replace("0.10.2", "0.12.0.1"),
+            "0.12.0.1",
+            True,
+            id="versions-named",
+        ),
+        pytest.param(
+            "fixed",
+            HEADER_0_10 + ", libtpu 0.0.52",
+            HEADER_0_10.replace("0.10.2", "0.12.0.1") + ", libtpu 0.0.53",
+            "0.12.0.1",
+            True,
+            id="libtpu-version",
+        ),
+        pytest.param(
+            "fixed", HEADER_0_10, HEADER_0_10.replace("4 faked", "8 faked"), "0.12.0.1", False, id="fixed"
+        ),
+        pytest.param("readme-inspect", INSPECT_0_10, INSPECT_0_12, "0.12.0.1", True, id="compiler-dependent"),
+        pytest.param(
+            "readme-inspect", INSPECT_0_10, INSPECT_0_12, "0.10.2", False, id="exact-under-examples-jax"
+        ),
+        pytest.param(
+            "readme-inspect",
+            INSPECT_0_10,
+            "$ shardcli inspect llama.py:step -q\nshardcli: error: the program failed to trace",
+            "0.12.0.1",
+            False,
+            id="compiler-dependent-but-failed",
+        ),
+        pytest.param(
+            "readme-inspect",
+            INSPECT_0_10,
+            INSPECT_0_12 + "\nTraceback (most recent call last):",
+            "0.12.0.1",
+            False,
+            id="compiler-dependent-with-a-traceback",
+        ),
+    ],
+)
+def test_the_docs_check_under_another_jax(name, old, new, jax_version, equal):
+    """Examples are made with EXAMPLES_JAX; another JAX of the window names other versions in each
+    header, and changes what a few examples (COMPILER_DEPENDENT) print after their first line."""
+    gen = _generator_module()
+    assert gen.EXAMPLES_JAX == "0.10.2" and "readme-inspect" in gen.COMPILER_DEPENDENT
+    assert gen.same(name, old, new, jax_version) is equal
+
+
 def test_the_json_schema_page_states_the_version_the_tool_writes() -> None:
     from shardcli.json_schema import SCHEMA_VERSION
 
