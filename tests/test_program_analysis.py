@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -505,3 +507,40 @@ ENTRY %main (x: f32[4]) -> f32[4] {{
 def test_a_64_bit_counter_split_in_two_u32_halves_is_counted_by_its_low_half(high, trips):
     (loop,) = parse_module(WIDE_LOOP.format(high=high)).loops()
     assert loop.trips == trips
+
+
+_OWN = str(Path(__file__).resolve().parent.parent / "shardcli" / "core" / "einsum.py")
+_SITE = "/usr/lib/python3/site-packages"
+
+
+@pytest.mark.parametrize(
+    ("chain", "user_files", "picked"),
+    [
+        pytest.param(
+            ["/u/model.py:56", "/u/wrapper.py:33"], (), "/u/model.py:56", id="innermost-of-the-user"
+        ),
+        pytest.param(
+            [f"{_SITE}/flax/linear.py:9", "/u/model.py:56"], (), "/u/model.py:56", id="past-a-library"
+        ),
+        pytest.param(
+            ["/u/model.py:56", "/u/wrapper.py:33"], ("/u/wrapper.py",), "/u/wrapper.py:33", id="named-file"
+        ),
+        pytest.param(
+            ["/u/model.py:56", f"{_OWN}:250", f"{_SITE}/typer/main.py:1445"],
+            (),
+            "/u/model.py:56",
+            id="what-calls-shardcli-is-not-the-user",
+        ),
+        pytest.param(
+            [f"{_OWN}:250", f"{_SITE}/typer/main.py:1445", "<string>:1"], (), None, id="a-playground-program"
+        ),
+        pytest.param(
+            ["/another/checkout/shardcli/core/einsum.py:250", "<string>:1"], (), None, id="a-cached-checkout"
+        ),
+        pytest.param([f"{_SITE}/flax/linear.py:9"], (), f"{_SITE}/flax/linear.py:9", id="only-a-library"),
+    ],
+)
+def test_a_collectives_source_is_the_users_line(chain, user_files, picked):
+    from shardcli.core.hlo_text import pick_source
+
+    assert pick_source(chain, user_files) == picked

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.core.hlo_text import HloModuleText, Instruction, parse_module, source_table
+from shardcli.core.hlo_text import HloModuleText, Instruction, parse_module, pick_source, source_table
 from shardcli.core.loop_costs import runs_per_computation
 
 HLO_COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -274,8 +274,8 @@ def _metadata_line(
 
 def _source_of(line: str, frames: dict[int, str]) -> str | None:
     direct = _SOURCE_RE.search(line)
-    if direct is not None:
-        return f"{direct.group('file')}:{direct.group('line')}"
+    if direct is not None:  # through pick_source: never a line of shardcli's own
+        return pick_source([f"{direct.group('file')}:{direct.group('line')}"])
     frame = _FRAME_RE.search(line)
     return frames.get(int(frame.group("id"))) if frame else None
 

@@ -494,11 +494,24 @@ def source_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, s
 def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str | None:
     """Of a call chain ("file:line", innermost first): the innermost frame in `user_files` (files,
     or package folders), else the innermost outside installed packages (a library's line only where
-    the user's code has none), else the innermost."""
+    the user's code has none; the standard library counts as installed), else the innermost.
+    Only the frames inside shardcli's own count (a playground program is shardcli's, not the user's;
+    what calls shardcli is the command line), and never a frame of no file (`<string>`)."""
     import os
+    import sysconfig
 
-    if not chain:
+    # The frames inside the first of shardcli's own: those outside it are shardcli and the command
+    # line's machinery (typer, runpy); "<string>" and "<frozen ...>" have no file to point at.
+    inner = []
+    for source in chain:
+        if _shardcli_file(source.rpartition(":")[0]):
+            break
+        if not source.startswith("<"):
+            inner.append(source)
+    chain = inner
+    if not chain:  # only shardcli's own frames (the playground's programs): no line of the user's
         return None
+    stdlib = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
     roots = tuple(os.path.abspath(r) for r in user_files)
 
     def file_of(source: str) -> str:
@@ -506,7 +519,7 @@ def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str |
 
     def library(source: str) -> bool:
         parts = file_of(source).split(os.sep)
-        return "site-packages" in parts or "dist-packages" in parts
+        return "site-packages" in parts or "dist-packages" in parts or file_of(source).startswith(stdlib)
 
     in_users = [s for s in chain if any(file_of(s) == r or file_of(s).startswith(r + os.sep) for r in roots)]
     outside_packages = [s for s in chain if not library(s)]
@@ -570,3 +583,16 @@ def entry_parameter_bytes(hlo_text: str) -> tuple[int, int]:
         math.prod(int(d) for d in dims.split(",") if d) * ELEMENT_BYTES.get(t, 4) for t, dims in arrays
     )
     return len(arrays), total
+
+
+def _shardcli_file(path: str) -> bool:
+    """Whether `path` is one of shardcli's own modules: in this package's folder, or in another copy
+    of it (a compile cache keeps the paths of the checkout that first compiled a program)."""
+    import os
+
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.abspath(path)
+    if path.startswith(own + os.sep):
+        return True
+    head, sep, rest = path.rpartition(os.sep + "shardcli" + os.sep)
+    return bool(sep) and os.path.isfile(os.path.join(own, rest))
