@@ -13,29 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.core.hlo_text import HloModuleText, Instruction, parse_module, pick_source, source_table
+from shardcli.core.hlo_text import (
+    ELEMENT_BYTES,
+    HloModuleText,
+    Instruction,
+    parse_module,
+    pick_source,
+    source_table,
+)
 from shardcli.core.loop_costs import runs_per_computation
 
 HLO_COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
-_ELEMENT_BYTES = {
-    "pred": 1,
-    "s8": 1,
-    "u8": 1,
-    "s16": 2,
-    "u16": 2,
-    "f16": 2,
-    "bf16": 2,
-    "s32": 4,
-    "u32": 4,
-    "f32": 4,
-    "s64": 8,
-    "u64": 8,
-    "f64": 8,
-    "c64": 8,
-    "c128": 16,
-    "f8e4m3fn": 1,
-    "f8e5m2": 1,
-}
 # `%all-reduce.3 = f32[4]{0} all-reduce(...)`, also tuple results (whose long forms carry
 # `/*index=5*/` comments) and async `-start` forms.
 _OP_RE = re.compile(
@@ -169,7 +157,7 @@ def shape_bytes(shape: str) -> int:
     total = 0
     for dtype, dims in _ARRAY_RE.findall(shape):
         size = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
-        total += size * _ELEMENT_BYTES.get(dtype, 0)
+        total += size * ELEMENT_BYTES.get(dtype, 0)
     return total
 
 
