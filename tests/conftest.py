@@ -8,6 +8,7 @@ shardcli fakes as many devices as the mesh needs.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -81,6 +82,17 @@ def cli() -> RunCli:
             jax.config.update("jax_enable_x64", x64)
 
     return run
+
+
+def json_of(cli: RunCli, *args: str, code: int = 0) -> dict:
+    """`cli(ARGS --format json)`: the document, after checking the exit code and the schema's keys."""
+    from shardcli import json_schema as schema
+
+    out = cli([*args, "--format", "json"])
+    assert out.exit_code == code, out.output
+    doc = json.loads(out.stdout)
+    assert schema.document_problems(doc) == []
+    return doc
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
-
-from shardcli import json_schema as schema
+from conftest import json_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "examples" / "gpu_h200"
 CUDA_PLUGIN = any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
@@ -30,14 +28,6 @@ def llama1b(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("modules") / "llama1b.hlo.txt"
     path.write_bytes(gzip.decompress((FIXTURES / "llama1b.hlo.txt.gz").read_bytes()))
     return path
-
-
-def json_of(cli, *args: str, code: int = 0) -> dict:
-    out = cli([*args, "--format", "json"])
-    assert out.exit_code == code, out.output
-    doc = json.loads(out.stdout)
-    assert schema.document_problems(doc) == []
-    return doc
 
 
 @needs_cuda_plugin

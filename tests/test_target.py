@@ -9,9 +9,8 @@ from pathlib import Path
 
 import jax
 import pytest
-from conftest import run_shardcli
+from conftest import json_of, run_shardcli
 
-from shardcli import json_schema as schema
 from shardcli.errors import ShardcliError
 from shardcli.targets import GIB, parse_target
 
@@ -35,14 +34,6 @@ def inputs(mesh):
     w = jax.ShapeDtypeStruct((65536, 65536), jnp.float32, sharding=NamedSharding(mesh, P()))  # 16 GiB, whole
     return x, w
 """
-
-
-def json_of(cli, *args: str, code: int = 0) -> dict:
-    out = cli([*args, "--format", "json"])
-    assert out.exit_code == code, out.output
-    doc = json.loads(out.stdout)
-    assert schema.document_problems(doc) == []
-    return doc
 
 
 @pytest.mark.parametrize(

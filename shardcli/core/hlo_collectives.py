@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardcli.core.hlo_text import (
-    ELEMENT_BYTES,
     HloModuleText,
     Instruction,
+    array_bytes,
+    array_types,
     parse_module,
     pick_source,
+    shape_bytes,
     source_table,
 )
 from shardcli.core.loop_costs import runs_per_computation
@@ -30,7 +32,6 @@ _OP_RE = re.compile(
     r"=\s*(?P<shape>\((?:[^()]|\([^()]*\))*\)|[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)\s+"
     r"(?P<op>" + "|".join(HLO_COLLECTIVE_OPS) + r")(?P<start>-start)?\("
 )
-_ARRAY_RE = re.compile(r"([a-z0-9]+)\[([0-9,]*)\]")
 _OP_NAME_RE = re.compile(r'op_name="(?P<name>[^"]*)"')
 _FRAME_RE = re.compile(r"stack_frame_id=(?P<id>\d+)")
 _SOURCE_RE = re.compile(r'source_file="(?P<file>[^"]*)" source_line=(?P<line>\d+)')
@@ -152,15 +153,6 @@ def find_collectives(hlo_text: str) -> tuple[HloCollective, ...]:
     return summarize_by_kind(parse_collectives(hlo_text))
 
 
-def shape_bytes(shape: str) -> int:
-    """Bytes of an HLO type: an array (`f32[4,8]{1,0}`) or a tuple of them."""
-    total = 0
-    for dtype, dims in _ARRAY_RE.findall(shape):
-        size = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
-        total += size * ELEMENT_BYTES.get(dtype, 0)
-    return total
-
-
 def parse_collectives(
     hlo_text: str,
     mesh_shape: tuple[int, ...] | None = None,
@@ -218,10 +210,9 @@ def _result_bytes(op: str, shape: str, is_async: bool) -> int:
     """The result's bytes; an async `-start` returns (operands, results) tuples: count the results."""
     if is_async and shape.startswith("("):
         # (operands..., results..., and on a TPU scalar u32 sync flags): the results' bytes
-        arrays = [(t, d) for t, d in _ARRAY_RE.findall(re.sub(r"\{[^}]*\}", "", shape)) if d]
+        arrays = [a for a in array_types(re.sub(r"\{[^}]*\}", "", shape)) if a[1]]
         if len(arrays) >= 2 and op in ("all-gather", "collective-permute", "all-to-all"):
-            half = arrays[len(arrays) // 2 :]
-            return sum(shape_bytes(f"{t}[{d}]") for t, d in half)
+            return sum(array_bytes(a) for a in arrays[len(arrays) // 2 :])
     return shape_bytes(shape)
 
 

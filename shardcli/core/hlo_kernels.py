@@ -21,7 +21,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardcli.core.hlo_text import ELEMENT_BYTES, NUMPY_NAMES, Computation, HloModuleText, Instruction
+from shardcli.core.hlo_text import (
+    NUMPY_NAMES,
+    Array,
+    Computation,
+    HloModuleText,
+    Instruction,
+    array_bytes,
+    array_types,
+)
 
 # cuBLAS GEMMs: xla/service/gpu/cublas_cudnn.h (kGemmCallTarget, kCublasLtMatmulCallTarget, ...F8).
 GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8", "__cublas$lt$matmul$mx")
@@ -45,12 +53,7 @@ DATA_ONLY_TARGETS = (
     "xla_ffi_python_gpu_callback",
 )
 
-Array = tuple[str, tuple[int, ...]]  # an HLO array type: ("bf16", (1024, 2048))
-
-_SHAPE_RE = re.compile(r"(?P<dtype>[a-z][a-z0-9]*)\[(?P<dims>[0-9,]*)\]")
 _TARGET_RE = re.compile(r'custom_call_target="(?P<target>[^"]*)"')
-_OP_NAME_RE = re.compile(r'op_name="(?P<op>[^"]*)"')
-_FRAME_RE = re.compile(r"stack_frame_id=(?P<id>\d+)")
 _WINDOW_SIZE_RE = re.compile(r"window=\{size=(?P<size>[0-9x]+)")
 _DIM_LABELS_RE = re.compile(r"dim_labels=(?P<lhs>[0-9a-z]+)_(?P<rhs>[0-9a-z]+)->(?P<out>[0-9a-z]+)")
 _GROUPS_RE = re.compile(r"feature_group_count=(?P<n>\d+)")
@@ -69,8 +72,6 @@ class KernelCall:
     dtype: str | None  # the dtype its maths runs in (NumPy's name; float32 at TF32 on a GPU by default)
     precision: str  # the operands' precision: "DEFAULT", "HIGHEST", ...
     runs: int  # per execution of the program, loops counted per trip
-    op_name: str | None
-    source_frame: int | None
 
 
 @dataclass(frozen=True)
@@ -126,48 +127,51 @@ def kernel_calls(module: HloModuleText, runs: dict[str, tuple[int, bool]]) -> Ke
     return KernelCalls(calls=tuple(calls), unknown=tuple(sorted(unknown.items())))
 
 
+def _kind(target: str) -> str | None:
+    """ "gemm", "attention" or "convolution" for a library kernel's target; None for any other."""
+    if target in GEMM_TARGETS:
+        return "gemm"
+    if target.startswith(ATTENTION_PREFIX):
+        return "attention"
+    if target.startswith(CONV_PREFIX):
+        return "convolution"
+    return None
+
+
 def _kernel_call(comp: Computation, inst: Instruction, target: str, times: int) -> KernelCall | None:
     """The call's cost, or None where it is no kernel this module knows (or its config is unreadable)."""
+    kind = _kind(target)
+    if kind is None:
+        return None
     config = _backend_config(inst.attributes)
     operand_shapes = [_shape_of(comp, name) for name in inst.operands]
-    result = _first_array(inst.shape)
-    if result is None or any(s is None for s in operand_shapes) or config is None:
+    results = array_types(inst.shape)
+    if not results or any(s is None for s in operand_shapes) or config is None:
         return None
     shapes = [s for s in operand_shapes if s is not None]
-    if target in GEMM_TARGETS:
+    precision = "DEFAULT"
+    if kind == "gemm":
         gemm = _section(config, "gemm_backend_config")
-        kind, flops, precision = "gemm", _gemm_flops(gemm, shapes, result), _precision(gemm)
-    elif target.startswith(ATTENTION_PREFIX):
-        fmha = _section(config, "cudnn_fmha_backend_config")
-        kind, flops = "attention", _attention_flops(fmha, shapes, target)
-        precision = "DEFAULT"
-    elif target.startswith(CONV_PREFIX):
-        kind, flops = "convolution", _conv_flops(inst.attributes, shapes, result)
-        precision = "DEFAULT"
+        flops, precision = _gemm_flops(gemm, shapes, results[0]), _precision(gemm)
+    elif kind == "attention":
+        flops = _attention_flops(_section(config, "cudnn_fmha_backend_config"), shapes, target)
     else:
-        return None
+        flops = _conv_flops(inst.attributes, shapes, results[0])
     if flops is None:
         return None
-    read = sum(_bytes(s) for s in shapes)
-    results = _arrays(inst.shape)
     if len(results) > 1 and _is_workspace(results[-1]):
         results = results[:-1]
-    written = sum(_bytes(s) for s in results)
-    op_name = _OP_NAME_RE.search(inst.attributes)
-    frame = _FRAME_RE.search(inst.attributes)
-    dtype = shapes[0][0] if shapes else result[0]
+    dtype = shapes[0][0] if shapes else results[0][0]
     return KernelCall(
         name=inst.name,
         computation=comp.name,
         target=target,
         kind=kind,
         flops=float(flops),
-        bytes_accessed=float(read + written),
+        bytes_accessed=float(sum(map(array_bytes, shapes)) + sum(map(array_bytes, results))),
         dtype=NUMPY_NAMES.get(dtype, dtype),
         precision=precision,
         runs=times,
-        op_name=op_name.group("op") if op_name else None,
-        source_frame=int(frame.group("id")) if frame else None,
     )
 
 
@@ -274,28 +278,12 @@ def _string_end(text: str) -> int:
     return len(text)
 
 
-def _arrays(shape: str) -> list[Array]:
-    """Every array type in a (tuple) shape, in order."""
-    return [
-        (m.group("dtype"), tuple(int(d) for d in m.group("dims").split(",") if d))
-        for m in _SHAPE_RE.finditer(shape)
-    ]
-
-
-def _first_array(shape: str) -> Array | None:
-    arrays = _arrays(shape)
-    return arrays[0] if arrays else None
-
-
 def _is_workspace(array: Array) -> bool:
     """cuBLAS's scratch buffer (the s8[N] last element of a kernel's result tuple): never read back."""
     return array[0] == "s8" and len(array[1]) == 1
 
 
 def _shape_of(comp: Computation, name: str) -> Array | None:
-    inst = comp.instructions.get(name)
-    return _first_array(inst.shape) if inst is not None else None
-
-
-def _bytes(array: Array) -> int:
-    return math.prod(array[1]) * ELEMENT_BYTES.get(array[0], 4)
+    """The (first) array type of instruction `name`, or None where the computation has no such one."""
+    arrays = array_types(comp.instructions[name].shape) if name in comp.instructions else []
+    return arrays[0] if arrays else None

@@ -288,6 +288,23 @@ ELEMENT_BYTES = {
     "f8e4m3fn": 1,
     "f8e5m2": 1,
 }
+_ARRAY_RE = re.compile(r"(?<![\w])([a-z][a-z0-9]*)\[([0-9,]*)\]")
+Array = tuple[str, tuple[int, ...]]  # an HLO array type: ("bf16", (1024, 2048))
+
+
+def array_types(shape: str) -> list[Array]:
+    """Every array type in an HLO type (`f32[4,8]{1,0}`, or a tuple of them), in order."""
+    return [(t, tuple(int(d) for d in dims.split(",") if d)) for t, dims in _ARRAY_RE.findall(shape)]
+
+
+def array_bytes(array: Array) -> int:
+    """Bytes of one array type (0 for an element type the table does not know)."""
+    return math.prod(array[1]) * ELEMENT_BYTES.get(array[0], 0)
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO type: an array (`f32[4,8]{1,0}`) or a tuple of them."""
+    return sum(array_bytes(a) for a in array_types(shape))
 
 
 def dot_dtype(module: HloModuleText) -> str | None:
@@ -578,12 +595,8 @@ def entry_parameter_bytes(hlo_text: str) -> tuple[int, int]:
     found = _ENTRY_LAYOUT_RE.search(header)
     if found is None:
         return 0, 0
-    arrays = re.findall(
-        r"(?<![\w])([a-z][a-z0-9]*)\[([0-9,]*)\]", re.sub(r"\{[^{}]*\}", "", found.group("params"))
-    )
-    total = sum(
-        math.prod(int(d) for d in dims.split(",") if d) * ELEMENT_BYTES.get(t, 4) for t, dims in arrays
-    )
+    arrays = array_types(re.sub(r"\{[^{}]*\}", "", found.group("params")))
+    total = sum(array_bytes(a) for a in arrays)
     return len(arrays), total
 
 

@@ -84,14 +84,6 @@ class ModuleFacts:
     argument_count: int  # the entry computation's parameters
     argument_bytes: int  # their bytes per device
 
-    @property
-    def unknown(self) -> str:
-        """What only a compile knows, in one line."""
-        return (
-            "memory (memory_analysis(): temporaries, outputs, aliasing), the fit verdict, the arguments' "
-            "shardings and the sharding findings: only a compile knows them; read from a module's text"
-        )
-
 
 @dataclass(frozen=True)
 class InspectResult:

@@ -25,6 +25,11 @@ from shardcli.errors import ShardcliError
 from shardcli.targets import TargetSpec
 
 PLATFORM_WORDS = {"cuda": "a GPU", "tpu": "a TPU", "cpu": "the CPU"}  # "compiled for a GPU"
+# The one line of what a module's text cannot say.
+ONLY_A_COMPILE_KNOWS = (
+    "memory (memory_analysis(): temporaries, outputs, aliasing), the fit verdict, the arguments' "
+    "shardings and the sharding findings: only a compile knows them; read from a module's text"
+)
 # Far beyond any real module (a 7B train step's text is 1 MB); a file this big is not one.
 MAX_MODULE_BYTES = 1 << 30
 
@@ -42,8 +47,9 @@ def read_module(path_text: str) -> str:
             "or the *.after_optimizations.txt that XLA_FLAGS=--xla_dump_to=DIR writes)"
         )
     try:
-        if path.stat().st_size > MAX_MODULE_BYTES:
-            raise ShardcliError(f"inspect {path_text}: {path.stat().st_size:,} bytes is no module's text")
+        size = path.stat().st_size
+        if size > MAX_MODULE_BYTES:
+            raise ShardcliError(f"inspect {path_text}: {size:,} bytes is no module's text")
         raw = path.read_bytes()
         if path.name.lower().endswith(".gz"):
             raw = gzip.decompress(raw)
@@ -107,7 +113,7 @@ def inspect_module(request: InspectRequest) -> InspectResult:
         text,
         tuple(mesh.devices.shape),
         tuple(str(a) for a in mesh.axis_names),
-        missing=(module.unknown,),
+        missing=(ONLY_A_COMPILE_KNOWS,),
         text_source=f"read from {path}",
         user_files=(),
     )

@@ -151,17 +151,12 @@ class StepEstimate:
         """The largest term: "math", "hbm", or the mesh axes of the largest communication term."""
         if self.bound_s is None:
             return None
-        if self.ops is not None:
-            terms = [
-                ("math", self.ops.math_s),
-                ("hbm", self.ops.hbm_s),
-                ("communication", self.t_comm_s or 0),
-            ]
-            name = max(terms, key=lambda t: t[1])[0]
-            if name == "communication" and self.comm:
-                return max(self.comm, key=lambda t: t.seconds or 0.0).name
-            return name
-        name, _ = max(self._known(), key=lambda t: t[1])
+        terms = (
+            [("math", self.ops.math_s), ("hbm", self.ops.hbm_s), ("communication", self.t_comm_s or 0.0)]
+            if self.ops is not None
+            else self._known()
+        )
+        name, _ = max(terms, key=lambda t: t[1])
         if name == "communication" and self.comm:
             return max(self.comm, key=lambda t: t.seconds or 0.0).name
         return name

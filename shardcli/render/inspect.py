@@ -16,7 +16,14 @@ from shardcli.core.inspect_module import PLATFORM_WORDS
 from shardcli.core.inspect_summary import CollectiveGroup, group_collectives, rank_arguments
 from shardcli.core.step_run import Donation
 from shardcli.render import human, jsonout
-from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
+from shardcli.render.console import (
+    Clauses,
+    DataTable,
+    format_flops,
+    make_console,
+    prints_here,
+    show_warnings,
+)
 from shardcli.render.program import (
     collective_where,
     collectives_table,
@@ -319,8 +326,6 @@ def _answer(result: InspectResult) -> RenderableType:
     if result.fit is not None:
         grid.add_row("verdict", verdict_text(result.fit))
     if a is not None and a.kernels.calls and a.flops is not None:
-        from shardcli.render.matmul import format_flops
-
         calls = _count(sum(c.runs for c in a.kernels.calls), "library kernel call")
         kernels = format_flops(a.kernels.flops, "FLOP")
         xla = format_flops(a.xla_flops, "FLOP") if a.xla_flops is not None else "no figure"
@@ -343,8 +348,6 @@ def _answer(result: InspectResult) -> RenderableType:
 def _step_clauses(result: InspectResult) -> list[str]:
     """The step-time estimate with its dominant term first, then its terms; where the device kind
     has no figures, why, and the FLOPs and bytes it would take."""
-    from shardcli.render.matmul import format_flops
-
     a, step = result.analysis, result.step
     if a is None:
         return []
