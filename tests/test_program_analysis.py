@@ -523,7 +523,16 @@ _SITE = "/usr/lib/python3/site-packages"
             [f"{_SITE}/flax/linear.py:9", "/u/model.py:56"], (), "/u/model.py:56", id="past-a-library"
         ),
         pytest.param(
-            ["/u/model.py:56", "/u/wrapper.py:33"], ("/u/wrapper.py",), "/u/wrapper.py:33", id="named-file"
+            ["/u/model.py:56", "/u/wrapper.py:33"],
+            ("/u/wrapper.py",),
+            "/u/model.py:56",
+            id="a-named-thin-wrapper-blames-the-model",
+        ),
+        pytest.param(
+            [f"{_SITE}/flax/linear.py:9", f"{_SITE}/mine/model.py:5", "/u/wrapper.py:3"],
+            (f"{_SITE}/mine",),
+            f"{_SITE}/mine/model.py:5",
+            id="a-named-package-in-site-packages",
         ),
         pytest.param(
             ["/u/model.py:56", f"{_OWN}:250", f"{_SITE}/typer/main.py:1445"],

@@ -88,6 +88,47 @@ def hand_equinox(module: ModuleType, mesh: Any) -> Any:
     return jax.jit(step).lower(arrays).compile()
 
 
+def hand_equinox_donating(module: ModuleType, mesh: Any) -> Any:
+    """What `eqx.filter_jit(donate="all")` traces: the arrays, every one of them donated."""
+    import equinox as eqx
+
+    args = module.inputs(mesh)
+    arrays, static = eqx.partition(args, lambda x: isinstance(x, jax.ShapeDtypeStruct))
+
+    def step(arrays: Any) -> Any:
+        return eqx.filter(module.train_step.__wrapped__(*eqx.combine(arrays, static)), eqx.is_array)
+
+    return jax.jit(step, donate_argnums=0).lower(arrays).compile()
+
+
+def hand_haliax(module: ModuleType, mesh: Any) -> Any:
+    """`named_jit`'s own lowering under the mesh, as Levanter's trainer runs it. Its `lower` holds
+    abstract arrays static (it filters with `eqx.is_array`), so here it is told they are arrays:
+    haliax's own code lays the step out, not shardcli's way of calling it inside a trace."""
+    import equinox as eqx
+    import haliax.partitioning as partitioning
+
+    real = partitioning.is_array, partitioning.is_in_jit
+    partitioning.is_array = lambda x: eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
+    # haliax asks whether it is traced by making a zero on the mesh's devices, which compile-only
+    # chips cannot: asked of JAX's trace state instead
+    from jax._src import core
+
+    partitioning.is_in_jit = lambda: not core.trace_state_clean()
+    args = module.inputs(mesh)
+    try:
+        with jax.set_mesh(mesh):
+            return module.train_step.lower(*args).compile()
+    finally:
+        partitioning.is_array, partitioning.is_in_jit = real
+
+
+def hand_penzai(module: ModuleType, mesh: Any) -> Any:
+    """The trainer's jitted step lowered with the keywords `StatefulTrainer.step` calls it with."""
+    made = module.inputs(mesh)
+    return made["fn"].lower(*made["args"], **made["kwargs"]).compile()
+
+
 @dataclass(frozen=True)
 class Program:
     module: str
@@ -114,6 +155,12 @@ PROGRAMS_TABLE = [
         id="shard-map-own-mesh",
     ),
     pytest.param(Program("equinox_mlp", "train_step", "inputs", hand_equinox, False, False), id="equinox"),
+    pytest.param(
+        Program("equinox_scanned", "train_step", "inputs", hand_equinox_donating, False, True),
+        id="equinox-donate-all-scanned",
+    ),
+    pytest.param(Program("haliax_named", "train_step", "inputs", hand_haliax, False, False), id="haliax"),
+    pytest.param(Program("penzai_named", "train_step", "inputs", hand_penzai, False, False), id="penzai"),
 ]
 
 
@@ -197,6 +244,46 @@ def test_each_style_inspects_for_a_tpu_target_as_the_hand_aot_compiles_it(cli, p
         hand = program.hand(fresh_module(program.module), tpu_mesh)
     assert_same_program(doc, hand, tpu_mesh, program.loops)
     assert doc["runtime"]["device_kind"] == "TPU v5 lite"
+
+
+def screen(cli: Any, args: list[str], columns: int) -> list[str]:
+    out = cli(["inspect", *args, "--no-color"], env={"COLUMNS": str(columns)})
+    assert out.exit_code == 0, out.output
+    return out.stdout.splitlines()
+
+
+@pytest.mark.parametrize("target", [pytest.param((), id="cpu"), pytest.param(("--target", TPU), id="tpu")])
+@pytest.mark.parametrize("program", PROGRAMS_TABLE)
+def test_each_styles_default_view_is_one_screen_at_100_columns(cli, program, target):
+    """Long pytree paths are shortened, never stacked as `column  value` records."""
+    if target:
+        pytest.importorskip("libtpu", reason="the tpu extra")
+    lines = screen(cli, [*program.args(), *target], 100)
+    assert len(lines) <= 60, "\n".join(lines)
+    assert all(len(line) <= 100 for line in lines)
+    assert not any(line.startswith("argument  ") for line in lines), "\n".join(lines)  # no records
+
+
+def test_long_paths_are_shortened_told_apart_not_stacked_at_80_columns(cli):
+    lines = screen(cli, PROGRAMS_TABLE[0].values[0].args(), 80)
+    table = lines[lines.index(next(x for x in lines if x.startswith("arguments:"))) + 1 :]
+    rows = [x.split()[0] for x in table[1:9]]
+    assert len(set(rows)) == len(rows) and all(len(x) <= 80 for x in lines)
+    # `['layers']['down']` written as `.layers.down`; mu and nu still told apart
+    assert "state.opt_state[0].mu.layers.down.kernel.value" in rows, rows
+    assert "state.opt_state[0].nu.layers.down.kernel.value" in rows, rows
+
+
+def test_a_thin_wrapper_over_the_users_model_file_blames_the_model_file(cli):
+    """Every collective the model makes has its line in the model's file (equinox_scanned.py), not
+    in the named script that calls it (thin_wrapper.py): the user's files are all files outside the
+    installed packages."""
+    path = PROGRAMS / "thin_wrapper.py"
+    doc = inspect_doc(
+        cli, [f"{path}:train_step", "--inputs", f"{path}:inputs", "--mesh", "2x4", "--axes", ",".join(AXES)]
+    )
+    sources = {c["source"] for c in doc["program"]["collectives"]}
+    assert sources and all(s.startswith(str(PROGRAMS / "equinox_scanned.py")) for s in sources), sources
 
 
 def test_the_arguments_keep_their_pytree_paths_and_key_types(cli):

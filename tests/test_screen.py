@@ -471,3 +471,23 @@ def test_inspect_wide_shows_every_argument_and_collective(large):
     for a in doc["arguments"][:: len(doc["arguments"]) // 50]:
         assert f" {a['name']} " in text
     assert text.count("large_model.py:") >= len(doc["program"]["collectives"]) - 5
+
+
+@pytest.mark.parametrize(
+    ("paths", "width", "shown"),
+    [
+        pytest.param(["a['x']['y']"], 40, ["a.x.y"], id="string-keys-as-attributes"),
+        pytest.param(["a[0]['1x']"], 4, ["a…['1x']"], id="a-key-that-is-no-name-stays-a-key"),
+        pytest.param(
+            ["state.opt.mu.layers.kernel", "state.opt.nu.layers.kernel"],
+            16,
+            ["state….mu.layers.kernel", "state….nu.layers.kernel"],
+            id="left-out-as-far-as-told-apart",
+        ),
+        pytest.param(["state.opt.mu.layers.kernel"], 12, ["state….kernel"], id="head-and-last-part-stay"),
+    ],
+)
+def test_paths_are_shortened_at_their_parts_and_stay_distinct(paths, width, shown):
+    from shardcli.render.human import shorten_paths
+
+    assert shorten_paths(paths, width) == shown

@@ -511,9 +511,10 @@ def source_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, s
 
 
 def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str | None:
-    """Of a call chain ("file:line", innermost first): the innermost frame in `user_files` (files,
-    or package folders), else the innermost outside installed packages (a library's line only where
-    the user's code has none; the standard library counts as installed), else the innermost.
+    """Of a call chain ("file:line", innermost first): the innermost frame of the user's, else the
+    innermost. The user's files are `user_files` (files, or package folders, wherever they are) and
+    every file outside installed packages (site-packages, the standard library): a thin script that
+    calls a model in the user's other files is blamed for no collective its model makes.
     Only the frames inside shardcli's own count (a playground program is shardcli's, not the user's;
     what calls shardcli is the command line), and never a frame of no file (`<string>`)."""
     import os
@@ -540,9 +541,11 @@ def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str |
         parts = file_of(source).split(os.sep)
         return "site-packages" in parts or "dist-packages" in parts or file_of(source).startswith(stdlib)
 
-    in_users = [s for s in chain if any(file_of(s) == r or file_of(s).startswith(r + os.sep) for r in roots)]
-    outside_packages = [s for s in chain if not library(s)]
-    return (in_users or outside_packages or list(chain))[0]
+    def users(source: str) -> bool:
+        path = file_of(source)
+        return any(path == r or path.startswith(r + os.sep) for r in roots) or not library(source)
+
+    return ([s for s in chain if users(s)] or list(chain))[0]
 
 
 # --- a module's text as a file: what it is and what it was compiled for -----------------------------

@@ -31,7 +31,14 @@ class DoesNotFit(Exception):
 
 # What JAX says when a program names shardings by bare PartitionSpecs (with_sharding_constraint,
 # shard_map without a mesh, explicit-axes out_sharding=P(...)) and no context mesh is set.
-_ASKS_FOR_MESH = ("jax.set_mesh", "mesh in context", "context mesh cannot be empty", "under a mesh context")
+_ASKS_FOR_MESH = (
+    "jax.set_mesh",
+    "mesh in context",
+    "context mesh cannot be empty",
+    "under a mesh context",
+    "not found in mesh: ()",  # a PartitionSpec laid out on the empty context mesh
+    "No mesh found",  # haliax: named_jit lays its axes out on the context mesh
+)
 
 
 def asks_for_context_mesh(error: BaseException, explicit: bool = False) -> bool:

@@ -66,13 +66,16 @@ def is_array_leaf(x: Any) -> bool:
 
 
 def as_abstract(tree: Any) -> Any:
-    """Arrays in a pytree become ShapeDtypeStructs with their shardings (nothing is copied)."""
+    """Arrays in a pytree become ShapeDtypeStructs with their shardings (nothing is copied). An array
+    never placed (`jax.random.key(0)` at the top of a script) is left for the compiler to place, as
+    jax.jit does with an uncommitted array: it does not pin the program to its one device."""
     import jax
 
     def leaf(x: Any) -> Any:
         if isinstance(x, jax.ShapeDtypeStruct) or not is_array_leaf(x) or not hasattr(x, "sharding"):
             return x
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+        placed = getattr(x, "_committed", True)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding if placed else None)
 
     return jax.tree_util.tree_map(leaf, tree)
 
@@ -268,6 +271,38 @@ def unusable_donations_quiet(fn: Any) -> Iterator[None]:
         yield
 
 
+def _filter_donations(fn: Any, args: tuple[Any, ...], count: int) -> list[bool]:
+    """Per leaf of (args, kwargs): whether equinox's `filter_jit(donate=...)` donates it ("all":
+    every array; "all-except-first": all but the first argument's; "warn"/"none": none)."""
+    import jax
+
+    first = len(jax.tree_util.tree_leaves(args[0])) if args else 0
+    return [
+        (getattr(fn, "donate_first", False) and i < first)
+        or (getattr(fn, "donate_rest", False) and i >= first)
+        for i in range(count)
+    ]
+
+
+def _named_donations(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[bool]:
+    """Per leaf of (args, kwargs): whether haliax's `named_jit(donate_args=..., donate_kwargs=...)`
+    donates it. Each argument's flag is a bool, or a pytree of bools over its parts (a prefix of it)."""
+    import jax
+
+    given = fn._donate_args
+    flags = (given,) * len(args) if isinstance(given, bool) else tuple(given or ())
+    flags = flags + (False,) * (len(args) - len(flags))
+    by_name = fn._donate_kwargs or {}
+    spec = (flags[: len(args)], {k: by_name.get(k, False) for k in kwargs})
+    return [bool(f) for f in jax.tree_util.tree_leaves(jax.tree.broadcast(spec, (args, kwargs)))]
+
+
+def _named_jit(fn: Any) -> bool:
+    """A haliax `named_jit` function: its own `lower` takes arrays alone as traced (abstract ones
+    would be held static) and needs its axis mapping's mesh."""
+    return type(fn).__name__ == "_NamedJitWrapper" and type(fn).__module__.split(".")[0] == "haliax"
+
+
 def _filtered_jit(fn: Any) -> bool:
     """An equinox `filter_jit` function: arrays are its traced arguments, every other leaf static."""
     return type(fn).__module__.split(".")[0] == "equinox" and hasattr(fn, "__wrapped__")
@@ -289,22 +324,18 @@ def jit_of(
     import jax
 
     leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
-    filtered = _filtered_jit(fn)
-    if not filtered and (
+    filtered, named = _filtered_jit(fn), _named_jit(fn)
+    if not (filtered or named) and (
         hasattr(fn, "lower") or all(is_array_leaf(x) or isinstance(x, _PLAIN_LEAVES) for x in leaves)
     ):
         return (fn if hasattr(fn, "lower") else jax.jit(fn)), args, kwargs
+    # A haliax `named_jit` step is called whole inside the trace: it sets its axis mapping, lays its
+    # arguments and results out by it and jits the step, as it does when Levanter calls it.
     inner = fn.__wrapped__ if filtered else fn
     traced = [is_array_leaf(x) for x in leaves]
     held = [None if t else x for x, t in zip(leaves, traced, strict=True)]
-    first = len(jax.tree_util.tree_leaves(args[0])) if args else 0
-    donate = []
-    for i, t in enumerate(traced):
-        if t and (
-            (getattr(fn, "donate_first", False) and i < first)
-            or (getattr(fn, "donate_rest", False) and i >= first)
-        ):
-            donate.append(sum(traced[:i]))
+    donated = _named_donations(fn, args, kwargs) if named else _filter_donations(fn, args, len(leaves))
+    donate = [sum(traced[:i]) for i, t in enumerate(traced) if t and donated[i]]
 
     def call(*arrays: Any) -> Any:
         given = iter(arrays)

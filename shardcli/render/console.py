@@ -51,14 +51,25 @@ class DataTable(Table):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.priorities: list[int] = []
         self.prose: set[int] = set()
+        self.shorteners: dict[int, Callable[[Sequence[str], int], list[str]]] = {}
         super().__init__(*args, **kwargs)
 
     def add_column(  # type: ignore[override]
-        self, header: RenderableType = "", *, priority: int = 0, prose: bool = False, **kwargs: Any
+        self,
+        header: RenderableType = "",
+        *,
+        priority: int = 0,
+        prose: bool = False,
+        shorten: Callable[[Sequence[str], int], list[str]] | None = None,
+        **kwargs: Any,
     ) -> None:
         """`Table.add_column`, with the column's priority (0 always shown, higher left out sooner);
         a `prose` column (a sentence, not a figure) wraps at its words, down to PROSE_WIDTH, before
-        any column is left out."""
+        any column is left out. A `shorten` column (its cells plain strings: pytree paths) has its
+        cells shortened by `shorten(cells, width)` where even the key columns do not fit, before the
+        rows are printed as records."""
+        if shorten is not None:
+            self.shorteners[len(self.columns)] = shorten
         if prose:
             self.prose.add(len(self.columns))
         super().add_column(header, **kwargs)
@@ -107,6 +118,24 @@ class DataTable(Table):
             kept = [i for i in kept if i != left_out[-1]]
         return table, [_plain(self.columns[i].header) for i in sorted(left_out)]
 
+    def _shortened(self, console: Console, options: ConsoleOptions) -> tuple[Table, list[str]] | None:
+        """The table fitted with its `shorten` columns' cells shortened by what the key columns
+        overflow the console; None where that is not enough."""
+        if not self.shorteners:
+            return None
+        keys = [i for i, p in enumerate(self.priorities) if p == 0]
+        over = self._natural(console, options, self._keeping(keys)) - options.max_width
+        table = copy.copy(self)
+        table.columns = list(self.columns)
+        table.shorteners = {}
+        for i, shorten in self.shorteners.items():
+            cells = [str(c) for c in self.columns[i].cells]
+            widest = max((cell_len(c) for c in cells), default=0)
+            share = -(-over // len(self.shorteners))
+            short: list[RenderableType] = list(shorten(cells, max(widest - share, PROSE_WIDTH)))
+            table.columns[i] = dataclasses.replace(self.columns[i], _cells=short)
+        return table.fitted(console, options)
+
     def _records(self) -> RenderableType:
         """Every row as `column  value` lines, a blank line between rows."""
         grid = Table.grid(padding=(0, 2))
@@ -137,7 +166,7 @@ class DataTable(Table):
                 options = options.update_width(natural)
             yield from super().__rich_console__(console, options)
             return
-        fitted = self.fitted(console, options)
+        fitted = self.fitted(console, options) or self._shortened(console, options)
         if fitted is None:
             yield from console.render(self._records(), options)
             return

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -285,3 +287,46 @@ def section(console: Console, title: str, body: RenderableType) -> None:
     console.print()
     console.print(Text(title, style="bold underline"))
     console.print(body)
+
+
+# A pytree path's parts: its head (an argument's name), then `.attr`, `[0]` or `['key']` entries.
+_PATH_PART = re.compile(r"\.[^.\[]+|\[[^\]]*\]")
+_DICT_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]")
+
+
+def shorten_paths(paths: Sequence[str], width: int) -> list[str]:
+    """Pytree paths (`state.opt_state[0].mu['layers']['kernel'].value`) shortened towards `width`
+    cells each, every one still told apart from the others: string keys written as attributes
+    (`.layers`), then the parts after the head left out from the left (`state….mu.layers.kernel`)
+    as far as the paths stay distinct. A path is never cut inside a part; one that cannot be made
+    short enough without two paths reading alike stays longer."""
+    compact = [_DICT_KEY.sub(r".\1", p) for p in paths]
+    parts = [_path_parts(p) for p in compact]
+
+    def shown(i: int, dropped: int) -> str:
+        head, rest = parts[i][0], parts[i][1:]
+        return head + ("…" + "".join(rest[dropped:]) if dropped else "".join(rest))
+
+    drops = []
+    for i in range(len(compact)):
+        most = max(len(parts[i]) - 2, 0)  # the head and the last part always stay
+        d = 0
+        while d < most and cell_len(shown(i, d)) > width:
+            d += 1
+        drops.append(d)
+    while True:
+        names = [shown(i, d) for i, d in enumerate(drops)]
+        seen: dict[str, list[int]] = {}
+        for i, n in enumerate(names):
+            seen.setdefault(n, []).append(i)
+        clashing = [i for same in seen.values() if len(same) > 1 for i in same if drops[i] > 0]
+        if not clashing:
+            return names
+        for i in clashing:
+            drops[i] -= 1
+
+
+def _path_parts(path: str) -> list[str]:
+    first = _PATH_PART.search(path)
+    head = path[: first.start()] if first else path
+    return [head, *_PATH_PART.findall(path[len(head) :])] if first else [path]

@@ -403,7 +403,10 @@ def _arguments_part(result: InspectResult) -> list[RenderableType]:
     table = DataTable(box=None, header_style="bold")
     for name, priority in (("argument", 0), ("spec", 0), ("per device", 0), ("type", 1), ("copies", 2)):
         table.add_column(
-            name, justify="right" if name in ("per device", "copies") else "left", priority=priority
+            name,
+            justify="right" if name in ("per device", "copies") else "left",
+            priority=priority,
+            shorten=human.shorten_paths if name == "argument" else None,
         )
     for f in ranking.largest:
         table.add_row(
