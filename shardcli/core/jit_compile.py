@@ -164,5 +164,11 @@ def input_shardings_of(compiled: Any, count: int) -> list[Any] | None:
     shardings = getattr(compiled, "input_shardings", None)
     if shardings is None:
         return None
-    flat = jax.tree_util.tree_leaves(shardings, is_leaf=lambda x: x is None)
+    tree = getattr(compiled, "in_tree", None)
+    try:  # one per argument leaf: an argument that is None (penzai's `loss_fn_state`) has none
+        flat = list(tree.flatten_up_to(shardings)) if tree is not None else None
+    except (TypeError, ValueError):
+        flat = None
+    if flat is None:
+        flat = jax.tree_util.tree_leaves(shardings, is_leaf=lambda x: x is None)
     return flat if len(flat) == count else None
