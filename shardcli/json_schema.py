@@ -33,8 +33,9 @@ from typing import Any
 # the step-time estimate's method and per-op roofline (a GPU); inspect's module (inspect PATH.hlo.txt);
 # a fit verdict (matmul, einsum, reshard, inspect) has its status ("at risk" on a GPU), margin_bytes,
 # advice and gpu_pool; inspect --run's donation; every run's runtime names the compiler that judged it
-# (runtime.compiler: jax, jaxlib, and libtpu or a CUDA plugin for a --target).
-SCHEMA_VERSION = 4
+# (runtime.compiler: jax, jaxlib, and libtpu or a CUDA plugin for a --target). 5: a program's
+# collective carries the user's frames that led to it (stack, innermost first; source is the first).
+SCHEMA_VERSION = 5
 
 
 class SchemaError(ValueError):
@@ -499,6 +500,7 @@ PROGRAM_COLLECTIVE = Record(
     "op_name",
     "source",
     "operand",  # the argument (pytree path) whose value it moves, or null where it moves a computed one
+    "stack",  # the user's frames that led to it, "file:line", innermost first (source first)
 )
 MEMORY = Record("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "code_bytes", "total_bytes")
 PROGRAM_LOOP = Record("name", "trips", "runs", "body_flops", "body_bytes", "op_name", "source")

@@ -239,6 +239,25 @@ PINNED_KEYS = {
         "plan": "aeca68b114be92c6",
         "plan-program": "1e466772574394a6",
     },
+    # 5: a program's collective carries the user's frames that led to it (stack; einsum, reshard,
+    # inspect)
+    5: {
+        "mesh": "8e142fb6bec51a4c",
+        "shard": "606eab0ec5ca858b",
+        "collective": "2abe7347e8c41cc5",
+        "collectives": "9475a2fa522822e8",
+        "matmul": "9f4fc5604f676221",
+        "einsum": "d1d8af0efaf34689",
+        "reshard": "7791647bd63d2556",
+        "inspect": "bbc8f6a625673090",
+        "run": "b96544291abc8b0b",
+        "recipe": "c50f58fd467c0a00",
+        "model": "e7d913623526ef37",
+        "pipeline": "00e642b1573f23de",
+        "compare": "53b1ec01214a6068",
+        "plan": "aeca68b114be92c6",
+        "plan-program": "1e466772574394a6",
+    },
 }
 
 

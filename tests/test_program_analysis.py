@@ -509,6 +509,14 @@ def test_a_64_bit_counter_split_in_two_u32_halves_is_counted_by_its_low_half(hig
     assert loop.trips == trips
 
 
+def test_the_users_stack_is_every_frame_of_theirs_once_innermost_first():
+    from shardcli.core.hlo_text import user_stack
+
+    chain = [f"{_SITE}/jax/core.py:1", "/u/m.py:5", "/u/m.py:9", "/u/m.py:5", "/u/m.py:9", "/u/w.py:3"]
+    assert user_stack(chain) == ("/u/m.py:5", "/u/m.py:9", "/u/w.py:3")
+    assert user_stack([f"{_SITE}/jax/core.py:1", f"{_SITE}/jax/api.py:2"]) == (f"{_SITE}/jax/core.py:1",)
+
+
 _OWN = str(Path(__file__).resolve().parent.parent / "shardcli" / "core" / "einsum.py")
 _SITE = "/usr/lib/python3/site-packages"
 

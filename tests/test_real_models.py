@@ -300,6 +300,10 @@ def test_a_thin_wrapper_over_the_users_model_file_blames_the_model_file(cli):
     )
     sources = {c["source"] for c in doc["program"]["collectives"]}
     assert sources and all(s.startswith(str(PROGRAMS / "equinox_scanned.py")) for s in sources), sources
+    # the user's whole stack, innermost first, each frame once: the model's lines, then the wrapper's
+    for c in doc["program"]["collectives"]:
+        assert c["stack"][0] == c["source"] and c["stack"][-1].startswith(str(path)), c["stack"]
+        assert len(set(c["stack"])) == len(c["stack"])
 
 
 @pytest.mark.parametrize(

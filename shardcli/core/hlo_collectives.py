@@ -19,9 +19,9 @@ from shardcli.core.hlo_text import (
     array_bytes,
     array_types,
     parse_module,
-    pick_source,
     shape_bytes,
-    source_table,
+    stack_table,
+    user_stack,
 )
 from shardcli.core.loop_costs import runs_per_computation
 
@@ -100,6 +100,8 @@ class CollectiveOp:
     # its operand is computed.
     operand: str | None = None
     operand_parameter: int | None = None
+    # The user's frames that led to it ("file.py:LINE", innermost first; `source` is the first)
+    stack: tuple[str, ...] = ()
 
     @property
     def sent_bytes(self) -> int:
@@ -165,7 +167,7 @@ def parse_collectives(
     user's files or package folders, whose innermost line is each op's source)."""
     module = module if module is not None else parse_module(hlo_text)
     runs = runs_per_computation(module)
-    sources = source_table(hlo_text, user_files)
+    stacks = stack_table(hlo_text, user_files)
     users: dict[str, dict[str, list[Instruction]]] = {}
     found = []
     # Lines outside any computation (a fragment of a module) run once.
@@ -184,6 +186,7 @@ def parse_collectives(
             metadata = _metadata_line(module, computation, line, users)
             op_name = _OP_NAME_RE.search(metadata)
             operand, parameter = _argument_fed(module, computation, line)
+            stack = _stack_of(metadata, stacks)
             found.append(
                 CollectiveOp(
                     kind=match.group("op"),
@@ -197,7 +200,8 @@ def parse_collectives(
                     runs=count,
                     runs_known=known,
                     op_name=op_name.group("name") if op_name else None,
-                    source=_source_of(metadata, sources),
+                    source=stack[0] if stack else None,
+                    stack=stack,
                     is_async=bool(match.group("start")),
                     operand=operand,
                     operand_parameter=parameter,
@@ -251,12 +255,12 @@ def _metadata_line(
     return line
 
 
-def _source_of(line: str, frames: dict[int, str]) -> str | None:
+def _stack_of(line: str, frames: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
     direct = _SOURCE_RE.search(line)
-    if direct is not None:  # through pick_source: never a line of shardcli's own
-        return pick_source([f"{direct.group('file')}:{direct.group('line')}"])
+    if direct is not None:  # through user_stack: never a line of shardcli's own
+        return user_stack([f"{direct.group('file')}:{direct.group('line')}"])
     frame = _FRAME_RE.search(line)
-    return frames.get(int(frame.group("id"))) if frame else None
+    return frames.get(int(frame.group("id")), ()) if frame else ()
 
 
 # --- which argument a collective moves ------------------------------------------------------------

@@ -464,6 +464,12 @@ def _shape_end(text: str) -> int:
 def source_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, str]:
     """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames: of
     each frame's call chain, the line `pick_source` picks (the user's, not a library's)."""
+    return {k: stack[0] for k, stack in stack_table(hlo_text, user_files).items()}
+
+
+def stack_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, tuple[str, ...]]:
+    """stack_frame_id -> the user's frames of its call chain ("file:line", innermost first; see
+    `user_stack`), read from the module's FileNames/FileLocations/StackFrames."""
     sections: dict[str, dict[int, str]] = {}
     current = None
     for line in hlo_text.splitlines():
@@ -504,17 +510,24 @@ def source_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, s
             if location_id in locations:
                 chain.append(locations[location_id])
             at = parent_id - shift
-        source = pick_source(chain, user_files)
-        if source is not None:
-            picked[k] = source
+        stack = user_stack(chain, user_files)
+        if stack:
+            picked[k] = stack
     return picked
 
 
 def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str | None:
-    """Of a call chain ("file:line", innermost first): the innermost frame of the user's, else the
-    innermost. The user's files are `user_files` (files, or package folders, wherever they are) and
-    every file outside installed packages (site-packages, the standard library): a thin script that
-    calls a model in the user's other files is blamed for no collective its model makes.
+    """The line a collective is blamed on: the innermost of `user_stack`, or None."""
+    stack = user_stack(chain, user_files)
+    return stack[0] if stack else None
+
+
+def user_stack(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Of a call chain ("file:line", innermost first): the user's frames, innermost first, each
+    once (a transformation re-enters the same lines), else the innermost frame alone. The user's
+    files are `user_files` (files, or package folders, wherever they are) and every file outside
+    installed packages (site-packages, the standard library): a thin script that calls a model in
+    the user's other files is blamed for no collective its model makes.
     Only the frames inside shardcli's own count (a playground program is shardcli's, not the user's;
     what calls shardcli is the command line), and never a frame of no file (`<string>`)."""
     import os
@@ -530,7 +543,7 @@ def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str |
             inner.append(source)
     chain = inner
     if not chain:  # only shardcli's own frames (the playground's programs): no line of the user's
-        return None
+        return ()
     stdlib = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
     roots = tuple(os.path.abspath(r) for r in user_files)
 
@@ -545,7 +558,7 @@ def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str |
         path = file_of(source)
         return any(path == r or path.startswith(r + os.sep) for r in roots) or not library(source)
 
-    return ([s for s in chain if users(s)] or list(chain))[0]
+    return tuple(dict.fromkeys([s for s in chain if users(s)] or chain[:1]))
 
 
 # --- a module's text as a file: what it is and what it was compiled for -----------------------------

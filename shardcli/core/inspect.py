@@ -24,7 +24,7 @@ from shardcli.core.program_analysis import (
     program_cost,
     reanalyze_from_dump,
 )
-from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf
+from shardcli.core.program_inputs import abstract_args, as_abstract, is_array_leaf, path_text
 from shardcli.core.session import Session
 from shardcli.core.step_run import Donation, time_step
 from shardcli.core.step_time import StepEstimate, step_time_of
@@ -180,7 +180,7 @@ def _leaf_names(
     for base, arg in [*named, *(kwargs or {}).items()]:
         for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
             if is_array_leaf(leaf):
-                out.append((base + jax.tree_util.keystr(path), leaf))
+                out.append((base + path_text(path), leaf))
     return out
 
 

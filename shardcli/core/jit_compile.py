@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcli.core.program_inputs import jit_of, unusable_donations_quiet
+from shardcli.core.program_inputs import jit_of, unusable_donations_quiet, wrapper_name
 from shardcli.core.target import FitVerdict, oom_verdict
 from shardcli.errors import ShardcliError
 from shardcli.targets import TargetSpec
@@ -141,7 +141,14 @@ def compile_program(
             raise DoesNotFit(verdict, lower_s) from None
         if raised_in(error, roots):
             raise user_error(error, roots, f"{what} raised while JAX traced it:") from None
-        raise ShardcliError(f"JAX could not compile {what}: {refusal_line(error)}") from None
+        wrapper = wrapper_name(fn)
+        instead = (
+            f" ({what} is {wrapper}; hand over the function it wraps (`.__wrapped__`), or a jax.jit of it,"
+            ' as --inputs\' "fn")'
+            if wrapper
+            else ""
+        )
+        raise ShardcliError(f"JAX could not compile {what}: {refusal_line(error)}{instead}") from None
     return Compiled(jitted, compiled, lower_s, compile_s, context_mesh, args, kwargs)
 
 

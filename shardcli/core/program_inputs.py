@@ -65,6 +65,17 @@ def is_array_leaf(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type)
 
 
+def path_text(path: tuple[Any, ...]) -> str:
+    """A pytree path as `jax.tree_util.keystr` writes it (`['params'].w[0]`), less a last entry
+    that only numbers a node's one child (`[<flat index 0>]` under a haliax NamedArray, whose array
+    is its one leaf)."""
+    import jax
+
+    while path and isinstance(path[-1], jax.tree_util.FlattenedIndexKey) and path[-1].key == 0:
+        path = path[:-1]
+    return jax.tree_util.keystr(path)
+
+
 def as_abstract(tree: Any) -> Any:
     """Arrays in a pytree become ShapeDtypeStructs with their shardings (nothing is copied). An array
     never placed (`jax.random.key(0)` at the top of a script) is left for the compiler to place, as
@@ -295,6 +306,16 @@ def _named_donations(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     by_name = fn._donate_kwargs or {}
     spec = (flags[: len(args)], {k: by_name.get(k, False) for k in kwargs})
     return [bool(f) for f in jax.tree_util.tree_leaves(jax.tree.broadcast(spec, (args, kwargs)))]
+
+
+def wrapper_name(fn: Any) -> str | None:
+    """`haliax's _NamedJitWrapper` for a step jitted by another library's wrapper (its own class,
+    from outside JAX); None for a plain function or one `jax.jit` made."""
+    kind = type(fn)
+    package = kind.__module__.split(".")[0]
+    if package in ("jax", "jaxlib", "builtins", "functools") or not callable(fn):
+        return None
+    return f"{package}'s {kind.__name__}"
 
 
 def _named_jit(fn: Any) -> bool:

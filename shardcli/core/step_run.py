@@ -347,11 +347,13 @@ def _check_alive(leaves: list[Any], tree: Any, what: str) -> None:
     back (rather than JAX's crash on a deleted buffer)."""
     import jax
 
+    from shardcli.core.program_inputs import path_text
+
     dead = [n for n, x in enumerate(leaves) if _deleted(x)]
     if dead:
         paths = jax.tree_util.tree_flatten_with_path(jax.tree_util.tree_unflatten(tree, leaves))[0]
         path = paths[dead[0]][0]
-        name = ("args" if path[0].idx == 0 else "kwargs") + jax.tree_util.keystr(path[1:])
+        name = ("args" if path[0].idx == 0 else "kwargs") + path_text(path[1:])
         raise ShardcliError(
             f"--run cannot call {what} again: the call before consumed its donated argument {name} "
             "and gave nothing back in its place"

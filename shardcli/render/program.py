@@ -159,6 +159,7 @@ def collective_json(c: CollectiveOp) -> dict[str, Any]:
         op_name=c.op_name,
         source=c.source,
         operand=c.operand,
+        stack=list(c.stack),
     )
 
 
@@ -207,7 +208,10 @@ _OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _where(c: CollectiveOp) -> str:
-    return collective_where(c.op, c.source)
+    """Where it came from, and the user's frames that called that line (`at layers.py:56 <
+    model.py:12`): the full view's table is printed at its natural width."""
+    callers = [f"{os.path.basename(s.rpartition(':')[0])}:{s.rpartition(':')[2]}" for s in c.stack[1:]]
+    return " < ".join([collective_where(c.op, c.source), *callers])
 
 
 def collective_where(op: str | None, source: str | None) -> str:
