@@ -125,12 +125,13 @@ def step_clauses(step: StepEstimate) -> list[str]:
     if step.ops is not None:
         ops = step.ops
         kernels_s = ops.kernels_math_s + ops.kernels_hbm_s
-        return [
-            head,
-            f"per op: {ops.kernels} library kernel calls {format_seconds(kernels_s)}",
+        per_op = [
+            f"{ops.kernels} library kernel calls {format_seconds(kernels_s)}",
             f"other ops {format_seconds(ops.other_s)} ({ops.other_bound})",
-            f"communication {comm}",
         ]
+        if not ops.kernels:  # no cuBLAS or cuDNN call: its 0 s says nothing
+            per_op = per_op[1:]
+        return [head, f"per op: {per_op[0]}", *per_op[1:], f"communication {comm}"]
     clauses = [
         head,
         f"math {format_seconds(step.math.seconds)}",
