@@ -322,6 +322,15 @@ def test_each_new_style_runs_timed_with_its_donations_fed_back(cli, program, fed
     assert doc["donation"]["fed_back_arrays"] == fed_back, doc["donation"]
 
 
+@pytest.mark.parametrize("program", PROGRAMS_TABLE[5:])
+def test_each_new_styles_collectives_point_into_its_own_file(cli, program):
+    """Haliax's and penzai's layers are library code: each collective's line is the user's line that
+    called into them, in the program's file."""
+    doc = inspect_doc(cli, program.args())
+    sources = [c["source"] for c in doc["program"]["collectives"]]
+    assert sources and all(s.startswith(str(PROGRAMS / program.module)) for s in sources), sources
+
+
 def test_the_arguments_keep_their_pytree_paths_and_key_types(cli):
     doc = inspect_doc(cli, PROGRAMS_TABLE[1].values[0].args())
     names = {a["name"]: a for a in doc["arguments"]}
