@@ -12,6 +12,8 @@ its source. Pure data, stored once; `core.step_time` (inspect) and `core.plan_es
   einsum, 1.84 ms = 598 of 989 TFLOP/s, and `tanh(x) * 2 + 1` over 1 GiB in and out, 0.730 ms = 2.94
   of 4.8 TB/s. The train steps measured the same day were never used to set them; `bench/gpu_estimate.py`
   prints estimate / measured for those. No H100 was measured: its estimate uses the H200's efficiencies.
+  A step of many small kernels takes at least its launches (`GPU_LAUNCH`, from `bench/gpu_launch.py`
+  on the same H200): a fixed cost per call, per kernel, per loop trip and per array it takes or returns.
 """
 
 from __future__ import annotations
@@ -53,4 +55,31 @@ GPU_OPS = OpEfficiency(
     hbm=2.94 / 4.8,
     dot_source=f"{_H200}: an 8192^3 bf16 einsum ran 598 of the datasheet's 989 TFLOP/s (0.605)",
     hbm_source=f"{_H200}: tanh(x) * 2 + 1 over 1 GiB in and out ran 2.94 of the datasheet's 4.8 TB/s (0.613)",
+)
+
+
+@dataclass(frozen=True)
+class LaunchCosts:
+    """What a GPU step costs however little its kernels do: per call, per kernel launched, per loop
+    trip (the predicate read back to the host) and per array buffer taken or returned."""
+
+    call_s: float
+    kernel_s: float
+    trip_s: float
+    buffer_s: float
+    source: str
+
+
+# bench/gpu_launch.py on one H200, jax 0.11.2 with the CUDA 13 plugin, 2026-11-27, p50 of 30 calls:
+# `tanh(x @ w)` chained 1-256 times on f32[16,16]: 1.36 us per kernel, 59.4 us at none; the same body
+# in a fori_loop of 16-256 trips: 13.68 us per trip (3 kernels each: 9.6 us beyond them); K f32[16]
+# arguments each plus one (K kernels, K buffers in and K out): 4.32 us per argument, 1.48 us per
+# buffer beyond its kernel.
+GPU_LAUNCH = LaunchCosts(
+    call_s=59.4e-6,
+    kernel_s=1.36e-6,
+    trip_s=9.6e-6,
+    buffer_s=1.48e-6,
+    source=f"{_H200}: bench/gpu_launch.py, 1.36 us a kernel, 9.6 us a loop trip, 1.48 us a buffer, "
+    "59 us a call",
 )

@@ -34,7 +34,8 @@ from typing import Any
 # a fit verdict (matmul, einsum, reshard, inspect) has its status ("at risk" on a GPU), margin_bytes,
 # advice and gpu_pool; inspect --run's donation; every run's runtime names the compiler that judged it
 # (runtime.compiler: jax, jaxlib, and libtpu or a CUDA plugin for a --target). 5: a program's
-# collective carries the user's frames that led to it (stack, innermost first; source is the first).
+# collective carries the user's frames that led to it (stack, innermost first; source is the first);
+# a GPU's per-op estimate has the least its launches take (step_time.ops.launch_s and its counts).
 SCHEMA_VERSION = 5
 
 
@@ -530,6 +531,12 @@ STEP_OPS = Record(
     "other_bytes",
     "other_s",
     "other_bound",
+    # the least the step takes for what it launches (a step of many small kernels), and its counts
+    "launch_s",
+    "kernel_launches",
+    "loop_trips",
+    "buffers",
+    "launch_source",
     "dot_efficiency",
     "dot_efficiency_source",
     "hbm_efficiency",

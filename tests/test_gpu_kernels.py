@@ -242,3 +242,77 @@ def test_float32_gemms_run_at_tf32_and_bf16_ones_at_the_bf16_peak():
         call.bytes_accessed / (chip.hbm_bytes_per_s.value * GPU_OPS.hbm),
     )
     assert step.ops.kernels_math_s + step.ops.kernels_hbm_s == pytest.approx(expected)
+
+
+# --- what a step launches -------------------------------------------------------------------------
+
+
+def test_the_mlp_launches_its_two_gemms_and_the_tanh_between():
+    """By hand: ENTRY holds two `__cublas$lt$matmul` custom calls and one loop fusion; parameters and
+    get-tuple-elements launch nothing. Three arrays in, one out."""
+    launches = fixture_analysis("mlp_bf16").launches
+    assert launches is not None
+    assert (launches.kernels, launches.loop_trips, launches.buffers) == (3, 0, 4)
+
+
+_LOOPED = """HloModule m, is_scheduled=true, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}
+
+%fused (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %t = f32[4]{0} tanh(%p)
+}
+
+%body (b: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %b = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %x = f32[4]{0} get-tuple-element(%b), index=1
+  %f = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused
+  %one = s32[] constant(1)
+  %n = s32[] add(%i, %one)
+  ROOT %r = (s32[], f32[4]{0}) tuple(%n, %f)
+}
+
+%cond (c: (s32[], f32[4])) -> pred[] {
+  %c = (s32[], f32[4]{0}) parameter(0)
+  %j = s32[] get-tuple-element(%c), index=0
+  %k = s32[] constant(5)
+  ROOT %lt = pred[] compare(%j, %k), direction=LT
+}
+
+ENTRY %main (a: f32[4], b: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %zero = s32[] constant(0)
+  %t = (s32[], f32[4]{0}) tuple(%zero, %a)
+  %w = (s32[], f32[4]{0}) while(%t), condition=%cond, body=%body, backend_config=TRIPS
+  ROOT %o = f32[4]{0} get-tuple-element(%w), index=1
+}
+""".replace("TRIPS", '{"known_trip_count":{"n":"5"}}')
+
+
+def test_a_loop_launches_its_body_and_condition_every_trip():
+    """Per trip: the body's fusion and add, the condition's compare (the fused tanh's own
+    instructions run inside its kernel): 3 x 5 trips; 2 arrays in, 1 out."""
+    from shardcli.core.hlo_kernels import launches_of
+
+    module = parse_module(_LOOPED)
+    launches = launches_of(module, runs_per_computation(module), _LOOPED)
+    assert (launches.kernels, launches.loop_trips, launches.buffers) == (15, 5, 3)
+
+
+def test_a_step_of_small_kernels_takes_at_least_its_launches():
+    """Measured on one H200 (docs/development.md): the scanned equinox step ran 488 us for a
+    roofline of microseconds; the launch floor (164 kernels, 8 trips, 22 buffers) is the estimate."""
+    from shardcli.calibration import GPU_LAUNCH
+    from shardcli.core.hlo_kernels import Launches
+    from shardcli.core.step_time import launch_seconds
+
+    floor = launch_seconds(Launches(164, 8, 22), GPU_LAUNCH)
+    assert floor == pytest.approx(59.4e-6 + 164 * 1.36e-6 + 8 * 9.6e-6 + 22 * 1.48e-6)
+    assert 0.75 < floor / 488e-6 < 1.0
+    # a real step's launches hide behind its kernels: the 1.24B Llama is still bound by HBM
+    step = estimate_step(
+        fixture_analysis("llama1b"), CHIPS["gpu-h200"], {}, "bfloat16", op_efficiency=GPU_OPS
+    )
+    assert step.ops is not None and step.ops.launches is not None and step.ops.launches.kernels == 2339
+    assert not step.ops.launch_bound and step.dominant == "hbm"
+    assert step.ops.launch_s < 0.01 * step.ops.roofline_s

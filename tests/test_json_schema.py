@@ -240,7 +240,7 @@ PINNED_KEYS = {
         "plan-program": "1e466772574394a6",
     },
     # 5: a program's collective carries the user's frames that led to it (stack; einsum, reshard,
-    # inspect)
+    # inspect); a GPU's per-op estimate the least its launches take (step_time.ops.launch_s, counts)
     5: {
         "mesh": "8e142fb6bec51a4c",
         "shard": "606eab0ec5ca858b",
@@ -249,7 +249,7 @@ PINNED_KEYS = {
         "matmul": "9f4fc5604f676221",
         "einsum": "d1d8af0efaf34689",
         "reshard": "7791647bd63d2556",
-        "inspect": "bbc8f6a625673090",
+        "inspect": "6aacc16e52ee7959",
         "run": "b96544291abc8b0b",
         "recipe": "c50f58fd467c0a00",
         "model": "e7d913623526ef37",

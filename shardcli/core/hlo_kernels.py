@@ -29,6 +29,7 @@ from shardcli.core.hlo_text import (
     Instruction,
     array_bytes,
     array_types,
+    instruction_callees,
 )
 
 # cuBLAS GEMMs: xla/service/gpu/cublas_cudnn.h (kGemmCallTarget, kCublasLtMatmulCallTarget, ...F8).
@@ -287,3 +288,81 @@ def _shape_of(comp: Computation, name: str) -> Array | None:
     """The (first) array type of instruction `name`, or None where the computation has no such one."""
     arrays = array_types(comp.instructions[name].shape) if name in comp.instructions else []
     return arrays[0] if arrays else None
+
+
+# Instructions that launch no kernel of their own on a GPU: values passed along, control flow (its
+# bodies' instructions launch), and the waits of async pairs (their start launches).
+_NO_LAUNCH = frozenset(
+    {
+        "parameter",
+        "get-tuple-element",
+        "tuple",
+        "bitcast",
+        "constant",
+        "while",
+        "conditional",
+        "call",
+        "after-all",
+        "add-dependency",
+        "opt-barrier",
+        "partition-id",
+        "replica-id",
+        "all-reduce-done",
+        "all-gather-done",
+        "collective-permute-done",
+        "async-done",
+        "copy-done",
+        "send-done",
+        "recv-done",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Launches:
+    """What one execution launches on a GPU, whatever each kernel does: its kernels, its loop trips
+    (each reads the loop's predicate back), and the array buffers it takes and returns."""
+
+    kernels: int
+    loop_trips: int
+    buffers: int
+
+
+def launches_of(module: HloModuleText, runs: dict[str, tuple[int, bool]], text: str) -> Launches:
+    """The `Launches` of `module` (a loop of unknown trips counted once)."""
+    from shardcli.core.hlo_text import entry_array_counts
+
+    trips = sum(
+        (loop.trips or 1) * runs.get(loop.computation, (0, True))[0]
+        for loop in module.loops()
+        if runs.get(loop.computation, (0, True))[0]
+    )
+    taken, returned = entry_array_counts(text)
+    return Launches(kernel_launches(module, runs), trips, taken + returned)
+
+
+def kernel_launches(module: HloModuleText, runs: dict[str, tuple[int, bool]]) -> int:
+    """How many kernels one execution of `module` launches on a GPU: each launching instruction of
+    the computations that run as instruction sequences (the entry, loop bodies and conditions,
+    branches, `call`ed ones; a fusion's body or a reduction's `to_apply` runs inside its kernel),
+    counted once per run of its computation (loops per trip)."""
+    sequences: set[str] = set()
+    times = {name: count for name, (count, _) in runs.items()}
+    todo = [module.entry] if module.entry else []
+    while todo:
+        name = todo.pop()
+        if name in sequences or name not in module.computations:
+            continue
+        sequences.add(name)
+        for inst in module.computations[name].instructions.values():
+            if inst.opcode in ("while", "conditional", "call"):
+                called = dict((kind, callee) for kind, callee in instruction_callees(inst))
+                if "condition" in called and "body" in called:  # the condition runs every trip too
+                    times[called["condition"]] = times.get(called["body"], 0)
+                todo.extend(callee for _, callee in instruction_callees(inst))
+    return sum(
+        times.get(name, 0)
+        for name in sequences
+        for inst in module.computations[name].instructions.values()
+        if inst.opcode not in _NO_LAUNCH
+    )

@@ -83,12 +83,7 @@ class HloModuleText:
     def callees(self, name: str) -> Iterator[tuple[str, str]]:
         """(kind, callee) for every computation `name` calls: body, condition, calls, to_apply..."""
         for inst in self.computations[name].instructions.values():
-            for match in _CALLEE_RE.finditer(inst.attributes):
-                yield match.group("kind"), match.group("name")
-            for branches in _BRANCHES_RE.finditer(inst.attributes):
-                for callee in branches.group("names").split(","):
-                    if callee.strip():
-                        yield "branch", callee.strip().lstrip("%")
+            yield from instruction_callees(inst)
 
     def reachable(self, start: str) -> list[str]:
         """`start` and every computation it calls, directly or not, in the module's order."""
@@ -389,6 +384,16 @@ def _trips(start: int, limit: int, step: int, direction: str) -> int | None:
     return None
 
 
+def instruction_callees(inst: Instruction) -> Iterator[tuple[str, str]]:
+    """(kind, callee) for every computation one instruction calls: body, condition, calls, branch..."""
+    for match in _CALLEE_RE.finditer(inst.attributes):
+        yield match.group("kind"), match.group("name")
+    for branches in _BRANCHES_RE.finditer(inst.attributes):
+        for callee in branches.group("names").split(","):
+            if callee.strip():
+                yield "branch", callee.strip().lstrip("%")
+
+
 def parse_module(hlo_text: str) -> HloModuleText:
     """Split compiled HLO text into its computations and instructions."""
     prologue: list[str] = []
@@ -602,6 +607,18 @@ def module_problem(hlo_text: str) -> str | None:
     if "ENTRY " not in hlo_text:
         return "it has no ENTRY computation"
     return None
+
+
+def entry_array_counts(hlo_text: str) -> tuple[int, int]:
+    """(arrays the entry computation takes, arrays it returns), from the header's
+    `entry_computation_layout`; (0, 0) where the header has none."""
+    header = hlo_text.lstrip().split("\n", 1)[0]
+    found = _ENTRY_LAYOUT_RE.search(header)
+    if found is None:
+        return 0, 0
+    taken = array_types(re.sub(r"\{[^{}]*\}", "", found.group("params")))
+    returned = array_types(re.sub(r"\{[^{}]*\}", "", found.group("results")))
+    return len(taken), len(returned)
 
 
 def entry_parameter_bytes(hlo_text: str) -> tuple[int, int]:

@@ -42,7 +42,7 @@ from shardcli.core.hlo_collectives import (
     summarize_by_kind,
     user_op_name,
 )
-from shardcli.core.hlo_kernels import KernelCall, KernelCalls, kernel_calls
+from shardcli.core.hlo_kernels import KernelCall, KernelCalls, Launches, kernel_calls, launches_of
 from shardcli.core.hlo_text import HloModuleText, dot_dtype, parse_module
 from shardcli.core.loop_costs import (
     BodyCost,
@@ -125,6 +125,7 @@ class ProgramAnalysis:
     text_source: str | None = "as_text()"  # where the HLO text came from; None: it could not be had
     dot_dtype: str | None = None  # the dtype most of its dots and convolutions run in (NumPy's name)
     kernels: KernelCalls = KernelCalls((), ())  # library kernels (cuBLAS, cuDNN): in flops and bytes
+    launches: Launches | None = None  # on a GPU: kernels launched, loop trips, buffers per run
 
     def by_kind(self) -> tuple[HloCollective, ...]:
         """Per kind of collective: how many ops the program holds and their result bytes."""
@@ -255,7 +256,8 @@ def analyze_text(
             lines.append(f"FLOPs and bytes: no cost_analysis() and XLA could not analyse the text ({error})")
     counted = count_trips(module, xla_flops, xla_bytes)
     lines.extend(counted.missing)
-    kernels = kernel_calls(module, runs_per_computation(module))
+    runs = runs_per_computation(module)
+    kernels = kernel_calls(module, runs)
     lines.extend(kernels.missing)
     return ProgramAnalysis(
         collectives=parse_collectives(text, mesh_shape, axis_names, module=module, user_files=user_files),
@@ -273,6 +275,7 @@ def analyze_text(
         text_source=text_source,
         dot_dtype=_dot_dtype(module, kernels),
         kernels=kernels,
+        launches=launches_of(module, runs, text),
     )
 
 

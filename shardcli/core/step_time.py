@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.calibration import CALIBRATION, GPU_OPS, OpEfficiency
+from shardcli.calibration import CALIBRATION, GPU_LAUNCH, GPU_OPS, LaunchCosts, OpEfficiency
+from shardcli.core.hlo_kernels import Launches
 from shardcli.core.program_analysis import ProgramAnalysis
 from shardcli.hardware import Chip, Figure, chip_for_kind
 
@@ -85,10 +86,25 @@ class OpRoofline:
     other_s: float
     other_bound: str  # "math" or "hbm"
     efficiency: OpEfficiency
+    # The least the step takes however little its kernels do: its launches (`GPU_LAUNCH`); 0 unknown
+    launch_s: float = 0.0
+    launches: Launches | None = None
+    launch_source: str = ""
+
+    @property
+    def roofline_s(self) -> float:
+        return self.kernels_math_s + self.kernels_hbm_s + self.other_s
+
+    @property
+    def launch_bound(self) -> bool:
+        """Whether its launches take longer than its ops' rooflines (a step of many small kernels)."""
+        return self.launch_s > self.roofline_s
 
     @property
     def seconds(self) -> float:
-        return self.kernels_math_s + self.kernels_hbm_s + self.other_s
+        """The ops' rooflines, or the launches where those take longer: the host launches kernels
+        ahead of the GPU, so a kernel that runs longer than a launch hides the next one's."""
+        return max(self.roofline_s, self.launch_s)
 
     @property
     def math_s(self) -> float:
@@ -152,7 +168,12 @@ class StepEstimate:
         if self.bound_s is None:
             return None
         terms = (
-            [("math", self.ops.math_s), ("hbm", self.ops.hbm_s), ("communication", self.t_comm_s or 0.0)]
+            [
+                ("math", self.ops.math_s),
+                ("hbm", self.ops.hbm_s),
+                ("communication", self.t_comm_s or 0.0),
+                ("launch", self.ops.launch_s),
+            ]
             if self.ops is not None
             else self._known()
         )
@@ -343,9 +364,10 @@ def op_roofline(
     hbm: Figure,
     eff: OpEfficiency,
     per_chip: int = 1,
+    launch: LaunchCosts = GPU_LAUNCH,
 ) -> OpRoofline | None:
     """Each library kernel's roofline at the peak of its own dtype (`chip`'s; None: `peak` for all),
-    plus every other op's together at `peak`.
+    plus every other op's together at `peak`; and the least its launches take (`launch`).
 
     Returns None without FLOPs or bytes (nothing to add up)."""
     if analysis.flops is None or analysis.bytes_accessed is None:
@@ -366,6 +388,7 @@ def op_roofline(
     other_bytes = max(0.0, analysis.bytes_accessed - analysis.kernels.bytes_accessed)
     other_math = other_flops / (peak.value / per_chip * eff.dot)
     other_hbm = other_bytes / hbm_rate
+    found = analysis.launches
     return OpRoofline(
         kernels=count,
         kernels_math_s=math_s,
@@ -375,6 +398,19 @@ def op_roofline(
         other_s=max(other_math, other_hbm),
         other_bound="math" if other_math > other_hbm else "hbm",
         efficiency=eff,
+        launch_s=launch_seconds(found, launch) if found is not None else 0.0,
+        launches=found,
+        launch_source=launch.source if found is not None else "",
+    )
+
+
+def launch_seconds(launches: Launches, costs: LaunchCosts) -> float:
+    """The least time one call takes for what it launches, however little each kernel does."""
+    return (
+        costs.call_s
+        + launches.kernels * costs.kernel_s
+        + launches.loop_trips * costs.trip_s
+        + launches.buffers * costs.buffer_s
     )
 
 

@@ -84,6 +84,11 @@ def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
             other_bytes=ops.other_bytes,
             other_s=ops.other_s,
             other_bound=ops.other_bound,
+            launch_s=ops.launch_s,
+            kernel_launches=ops.launches.kernels if ops.launches is not None else None,
+            loop_trips=ops.launches.loop_trips if ops.launches is not None else None,
+            buffers=ops.launches.buffers if ops.launches is not None else None,
+            launch_source=ops.launch_source,
             dot_efficiency=ops.efficiency.dot,
             dot_efficiency_source=ops.efficiency.dot_source,
             hbm_efficiency=ops.efficiency.hbm,
@@ -131,7 +136,14 @@ def step_clauses(step: StepEstimate) -> list[str]:
         ]
         if not ops.kernels:  # no cuBLAS or cuDNN call: its 0 s says nothing
             per_op = per_op[1:]
-        return [head, f"per op: {per_op[0]}", *per_op[1:], f"communication {comm}"]
+        launched = []
+        if ops.launches is not None and ops.launch_s:
+            n = ops.launches
+            launched = [
+                f"launches {format_seconds(ops.launch_s)} ({n.kernels:,} kernels, {n.loop_trips:,} loop "
+                f"trips, {n.buffers:,} buffers)"
+            ]
+        return [head, f"per op: {per_op[0]}", *per_op[1:], *launched, f"communication {comm}"]
     clauses = [
         head,
         f"math {format_seconds(step.math.seconds)}",
