@@ -268,8 +268,12 @@ def test_each_styles_default_view_is_one_screen_at_100_columns(cli, program):
 
 @pytest.mark.parametrize("program", PROGRAMS_TABLE)
 def test_each_style_inspects_for_a_tpu_target_as_the_hand_aot_compiles_it(cli, program, tpu_mesh):
+    from jax._src import config as jax_config
+
     doc = inspect_doc(cli, [*program.args(), "--target", TPU])
-    with own_meshes_on(tpu_mesh):
+    # A compile-only client cannot load an executable from the persistent cache (jax 0.12 warns and
+    # compiles again): the hand compile is made afresh, as shardcli makes its own.
+    with own_meshes_on(tpu_mesh), jax_config.enable_compilation_cache(False):
         hand = program.hand(fresh_module(program.module), tpu_mesh)
     assert_same_program(doc, hand, tpu_mesh, program.loops)
     assert doc["runtime"]["device_kind"] == "TPU v5 lite"
@@ -329,6 +333,39 @@ def test_each_new_styles_collectives_point_into_its_own_file(cli, program):
     doc = inspect_doc(cli, program.args())
     sources = [c["source"] for c in doc["program"]["collectives"]]
     assert sources and all(s.startswith(str(PROGRAMS / program.module)) for s in sources), sources
+
+
+def test_a_wrapper_that_cannot_lower_is_named_with_what_to_hand_over(cli, tmp_path):
+    """Another library's jit wrapper whose own `lower` refuses: one line naming the wrapper and what
+    to give instead, exit 2 (an error in the library, not in the user's file: no traceback)."""
+    package = tmp_path / "site-packages" / "fakewrap"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "class Wrapped:\n"
+        "    def __init__(self, fn):\n"
+        "        self.__wrapped__ = fn\n"
+        "    def __call__(self, *args):\n"
+        "        return self.__wrapped__(*args)\n"
+        "    def lower(self, *args):\n"
+        "        raise ValueError('lowers only on Tuesdays')\n"
+    )
+    program = tmp_path / "prog.py"
+    program.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(package.parent)!r})\n"
+        "import jax\n"
+        "from fakewrap import Wrapped\n"
+        "step = Wrapped(lambda x: x * 2)\n"
+        "def inputs(mesh):\n"
+        "    return (jax.ShapeDtypeStruct((8,), 'float32'),)\n"
+    )
+    out = cli(["inspect", f"{program}:step", "--inputs", f"{program}:inputs", "--mesh", "2"])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.strip().splitlines() == [
+        f"shardcli: error: JAX could not compile {program}:step: ValueError: lowers only on Tuesdays "
+        f"({program}:step is fakewrap's Wrapped; hand over the function it wraps (`.__wrapped__`), or a "
+        'jax.jit of it, as --inputs\' "fn")'
+    ]
 
 
 def test_the_arguments_keep_their_pytree_paths_and_key_types(cli):
