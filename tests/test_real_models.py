@@ -268,12 +268,12 @@ def test_each_styles_default_view_is_one_screen_at_100_columns(cli, program):
 
 @pytest.mark.parametrize("program", PROGRAMS_TABLE)
 def test_each_style_inspects_for_a_tpu_target_as_the_hand_aot_compiles_it(cli, program, tpu_mesh):
-    from jax._src import config as jax_config
+    from shardcli.core.cache import unreadable_entries_compiled_again
 
     doc = inspect_doc(cli, [*program.args(), "--target", TPU])
-    # A compile-only client cannot load an executable from the persistent cache (jax 0.12 warns and
-    # compiles again): the hand compile is made afresh, as shardcli makes its own.
-    with own_meshes_on(tpu_mesh), jax_config.enable_compilation_cache(False):
+    # A compile-only client cannot load an executable from the persistent cache, which JAX reads
+    # once a process has used it (jax 0.12 warns and compiles again), as for shardcli's own compiles.
+    with own_meshes_on(tpu_mesh), unreadable_entries_compiled_again():
         hand = program.hand(fresh_module(program.module), tpu_mesh)
     assert_same_program(doc, hand, tpu_mesh, program.loops)
     assert doc["runtime"]["device_kind"] == "TPU v5 lite"
@@ -313,15 +313,15 @@ def test_a_thin_wrapper_over_the_users_model_file_blames_the_model_file(cli):
 @pytest.mark.parametrize(
     ("program", "fed_back"),
     [
-        pytest.param(PROGRAMS_TABLE[5], 19, id="equinox-donate-all-scanned"),
-        pytest.param(PROGRAMS_TABLE[6], 46, id="haliax"),
-        pytest.param(PROGRAMS_TABLE[7], 65, id="penzai-by-keywords"),
+        pytest.param(PROGRAMS_TABLE[5].values[0], 19, id="equinox-donate-all-scanned"),
+        pytest.param(PROGRAMS_TABLE[6].values[0], 46, id="haliax", marks=PROGRAMS_TABLE[6].marks),
+        pytest.param(PROGRAMS_TABLE[7].values[0], 65, id="penzai-by-keywords"),
     ],
 )
 def test_each_new_style_runs_timed_with_its_donations_fed_back(cli, program, fed_back):
     """`--run` calls the step as its framework does (equinox's filter, haliax's named_jit, penzai's
     keywords) on generated inputs, feeding each donated array the result that replaces it."""
-    doc = inspect_doc(cli, [*program.values[0].args(), "--run", "--warmup", "1", "--iters", "2"])
+    doc = inspect_doc(cli, [*program.args(), "--run", "--warmup", "1", "--iters", "2"])
     assert len(doc["timing"]["samples_s"]) == 2
     assert doc["donation"]["fed_back_arrays"] == fed_back, doc["donation"]
 
