@@ -159,18 +159,22 @@ def host_values(arg: RunArg, default_init: str) -> np.ndarray:
     """The global values of one --arg: an init, or a .npy file of the declared shape.
 
     Raises:
-        ShardcliError: the file cannot be read, or holds another shape or a dtype it cannot be cast from.
+        ShardcliError: the file cannot be read (empty, an .npz, a pickle), or holds another shape, a
+            dtype it cannot be cast from, or a value the declared dtype cannot hold.
     """
     from shardcli.arrays import make_host_array, numpy_dtype
     from shardcli.specs import ArraySpec
 
     dtype = numpy_dtype(arg.arg.dtype)
     if arg.values_file is None:
-        return make_host_array(ArraySpec(arg.arg.shape, arg.arg.dtype, arg.init or default_init))
-    try:
-        loaded = np.load(arg.values_file, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise ShardcliError(f"--arg {arg.describe()!r}: cannot read {arg.values_file}: {error}") from None
+        try:
+            return make_host_array(ArraySpec(arg.arg.shape, arg.arg.dtype, arg.init or default_init))
+        except MemoryError:
+            raise ShardcliError(
+                f"--arg {arg.describe()!r}: this machine cannot hold the array in memory; give a smaller "
+                "shape"
+            ) from None
+    loaded = _read_npy(arg)
     if tuple(loaded.shape) != arg.arg.shape:
         raise ShardcliError(
             f"--arg {arg.describe()!r}: {arg.values_file} holds shape {list(loaded.shape)}, not "
@@ -181,7 +185,63 @@ def host_values(arg: RunArg, default_init: str) -> np.ndarray:
             f"--arg {arg.describe()!r}: {arg.values_file} holds {loaded.dtype}, which does not cast to "
             f"{arg.arg.dtype.name}; give its dtype in the --arg"
         )
+    _check_values_fit(arg, loaded, dtype)
     return loaded.astype(dtype)
+
+
+def _read_npy(arg: RunArg) -> np.ndarray:
+    """The array of a .npy file (never a pickle); one line for whatever else the file holds."""
+    assert arg.values_file is not None
+    try:
+        loaded = np.load(arg.values_file, allow_pickle=False)
+    except EOFError:  # click would take it for Ctrl-D at a prompt: "interrupted"
+        raise ShardcliError(
+            f"--arg {arg.describe()!r}: {arg.values_file} is empty; write it with numpy.save"
+        ) from None
+    except (OSError, ValueError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ShardcliError(f"--arg {arg.describe()!r}: cannot read {arg.values_file}: {first}") from None
+    if not isinstance(loaded, np.ndarray):  # an .npz archive under a .npy name
+        loaded.close()
+        raise ShardcliError(
+            f"--arg {arg.describe()!r}: {arg.values_file} is an .npz archive of several arrays, not "
+            f"one .npy array; save the one array with numpy.save"
+        )
+    if loaded.dtype.kind not in "biuf":
+        raise ShardcliError(
+            f"--arg {arg.describe()!r}: {arg.values_file} holds {loaded.dtype}, not numbers; save a "
+            f"bool, int or float array"
+        )
+    return loaded
+
+
+def _check_values_fit(arg: RunArg, loaded: np.ndarray, dtype: np.dtype) -> None:
+    """Refuse a value the declared dtype cannot hold (int64 2**40 in int32 would wrap to 0, 1e10
+    in float16 would become inf): nothing the user gave is silently changed.
+
+    Raises:
+        ShardcliError: the first such value, with the dtype's range.
+    """
+    if loaded.size == 0 or loaded.dtype.kind == "b" or dtype.kind == "b":
+        return
+    import ml_dtypes  # its finfo and iinfo know bfloat16 and friends as well as NumPy's own
+
+    if dtype.kind in "iu":
+        info = ml_dtypes.iinfo(dtype)
+        bad = (loaded < info.min) | (loaded > info.max)
+        limits = f"{info.min} to {info.max}"
+    else:
+        top = float(ml_dtypes.finfo(dtype).max)
+        wide = loaded.astype(np.float64)
+        bad = np.isfinite(wide) & (np.abs(wide) > top)
+        limits = f"finite values up to {top:.6g} in magnitude"
+    if np.any(bad):
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        value = loaded[where].item()
+        raise ShardcliError(
+            f"--arg {arg.describe()!r}: {arg.values_file} holds {value!r} at index {list(where)}, which "
+            f"{arg.arg.dtype.name} cannot hold ({limits}); give a wider dtype in the --arg"
+        )
 
 
 def _fill(struct: Any, init: str, seed: int) -> np.ndarray:
@@ -198,41 +258,106 @@ def _fill(struct: Any, init: str, seed: int) -> np.ndarray:
     return make_host_array(ArraySpec(tuple(struct.shape), DTYPES[name], init), seed=seed)
 
 
-def _concrete_inputs(request: RunRequest, session: Session) -> tuple[Any, list[str], tuple[str, ...]]:
-    """The function's positional arguments as arrays on the mesh, what filled each leaf, and the
-    files of --inputs (an error raised there is the user's)."""
+def _concrete_inputs(
+    request: RunRequest, session: Session
+) -> tuple[Any, list[str], tuple[str, ...], Callable[..., Any] | None]:
+    """The function's positional arguments as arrays on the mesh, what filled each leaf, the files
+    of --inputs (an error raised there is the user's), and the step --inputs returned (if any)."""
     import jax
     from jax.sharding import NamedSharding
 
     from shardcli.arrays import place_array
+    from shardcli.core.program_inputs import call_inputs
     from shardcli.mesh import partition_spec
-    from shardcli.user_code import call_user, load
+    from shardcli.user_code import load
 
     if request.inputs is None:
+        _check_memory(request, session)
         arrays = []
         for a in request.args:
             sharding = NamedSharding(session.mesh, partition_spec(a.arg.sharding.entries))
             arrays.append(place_array(host_values(a, request.init), sharding))
-        return tuple(arrays), [a.filled_with(request.init) for a in request.args], ()
+        return tuple(arrays), [a.filled_with(request.init) for a in request.args], (), None
     maker = load(request.inputs, flag="--inputs", what="NAME")
-    made = call_user(maker.value, maker.roots, f"--inputs {request.inputs} raised", session.mesh)
-    if not isinstance(made, (tuple, list)):
+    given = call_inputs(maker, request.inputs, session.mesh)
+    if given.kwargs:
         raise ShardcliError(
-            f"--inputs {request.inputs} returned a {type(made).__name__}; return the tuple of the "
-            f"function's positional arguments (arrays, or jax.ShapeDtypeStruct to fill with --init)"
+            f"--inputs {request.inputs} returned keyword arguments ({', '.join(map(str, given.kwargs))}); "
+            f'run passes positional arguments only: return them in "args"'
         )
-    leaves, tree = jax.tree_util.tree_flatten(tuple(made))
-    filled, how = [], []
-    for i, leaf in enumerate(leaves):
+    flat, tree = jax.tree_util.tree_flatten_with_path(given.args)
+    filled: list[Any] = []
+    how: list[str] = []
+    for path, leaf in flat:
+        where = f"--inputs {request.inputs} returned args{jax.tree_util.keystr(path)}"
+        _check_input_leaf(leaf, where)
         if isinstance(leaf, jax.ShapeDtypeStruct):
-            host = _fill(leaf, request.init, seed=i)
+            host = _fill(leaf, request.init, seed=len(filled))
             sharding = leaf.sharding or NamedSharding(session.mesh, partition_spec(()))
             filled.append(place_array(host, sharding))
             how.append(request.init)
         else:
             filled.append(leaf)
             how.append("--inputs")
-    return jax.tree_util.tree_unflatten(tree, filled), how, maker.roots
+    args = jax.tree_util.tree_unflatten(tree, filled)
+    return args, how, maker.roots, given.fn
+
+
+def _check_input_leaf(leaf: Any, where: str) -> None:
+    """Raises: ShardcliError for a leaf run cannot fill, place or show: no array (a Python number,
+    a string), a typed PRNG key, a sharding that does not divide the shape."""
+    import jax
+
+    from shardcli.core.program_inputs import is_array_leaf, is_key
+
+    if not is_array_leaf(leaf):
+        raise ShardcliError(
+            f"{where}: a {type(leaf).__name__}, not an array; run takes arrays or jax.ShapeDtypeStruct "
+            f"(make a number an array: jnp.asarray(x))"
+        )
+    if is_key(leaf.dtype):
+        raise ShardcliError(
+            f"{where}: a typed PRNG key ({leaf.dtype}), whose values run cannot show; pass "
+            f"jax.random.key_data(key) and wrap it inside the function"
+        )
+    sharding = getattr(leaf, "sharding", None)
+    if isinstance(leaf, jax.ShapeDtypeStruct) and sharding is not None:
+        try:
+            sharding.shard_shape(tuple(leaf.shape))
+        except ValueError as error:
+            first = (str(error).strip().splitlines() or [""])[0]
+            raise ShardcliError(
+                f"{where}: shape {list(leaf.shape)} cannot be split as its sharding asks ({first[:160]}); "
+                f"give a shape each sharded dimension divides into"
+            ) from None
+
+
+def _check_memory(request: RunRequest, session: Session) -> None:
+    """Refuse --arg arrays that do not fit this machine, before any is made (as `shard` does).
+
+    Raises:
+        ShardcliError: they would not fit.
+    """
+    from shardcli.runtime import check_fits_in_memory
+
+    if not request.args:
+        return
+    host = sum(math.prod(a.arg.shape) * a.arg.dtype.itemsize for a in request.args)
+    sizes = dict(zip(request.mesh.axes, request.mesh.shape, strict=True))
+    per_device = sum(
+        math.prod(a.arg.shape)
+        * a.arg.dtype.itemsize
+        // math.prod(sizes.get(axis, 1) for axis in a.arg.sharding.axes_used())
+        for a in request.args
+    )
+    check_fits_in_memory(
+        session.runtime,
+        list(session.devices),
+        per_device=per_device,
+        # the host copy plus one block per device
+        total=host + per_device * request.mesh.size,
+        what="the --arg arrays",
+    )
 
 
 # --- reading values back --------------------------------------------------------------------------
@@ -281,10 +406,30 @@ def array_values(name: str, leaf: Any, filled_with: str, session: Session, show:
     )
 
 
+def _named_by_shape(calls: list[ProbeCall]) -> list[ProbeCall]:
+    """One name probed at several shapes or dtypes (`probe(x, "a")`, then `probe(x[:2], "a")`):
+    each kind shown apart, its type after the name (`a f32[2]`), as the calls cannot be stacked."""
+    from dataclasses import replace
+
+    kinds: dict[str, set[tuple[str, tuple[int, ...]]]] = {}
+    for c in calls:
+        kinds.setdefault(c.name, set()).add((np.asarray(c.value).dtype.str, np.asarray(c.value).shape))
+    mixed = {name for name, seen in kinds.items() if len(seen) > 1}
+    if not mixed:
+        return calls
+
+    def label(c: ProbeCall) -> str:
+        value = np.asarray(c.value)
+        return f"{c.name} {value.dtype.name}[{','.join(map(str, value.shape))}]"
+
+    return [replace(c, name=label(c)) if c.name in mixed else c for c in calls]
+
+
 def probe_values(calls: list[ProbeCall], session: Session, show: bool | None) -> tuple[ProbeValues, ...]:
     """Each probe's values per device (grouped by name, in the order first seen; calls stacked)."""
     axes = session.spec.axes
     cells = session.layout.cells
+    calls = _named_by_shape(calls)
     out = []
     for name in dict.fromkeys(c.name for c in calls):
         mine = [c for c in calls if c.name == name]
@@ -396,11 +541,40 @@ def execute(
     # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
     with quiet_native_logs():
         compiled = compile_program(fn, tuple(args), roots, what, mesh).compiled
-    with recording() as calls, jax.set_mesh(mesh):
-        out = call_user(compiled, roots, f"{what} raised while it ran:", *args)
+
+    def run_to_the_end(*given: Any) -> Any:
+        # jax.debug.print and the probes' callbacks print while the program runs: still the user's
+        # output (to stderr), so the wait for them is inside the guard too.
+        out = compiled(*given)
         jax.block_until_ready(out)
         jax.effects_barrier()
+        return out
+
+    with recording() as calls, jax.set_mesh(mesh):
+        out = call_user(run_to_the_end, roots, f"{what} raised while it ran:", *args)
     return out, list(calls)
+
+
+def _kind(value: Any) -> str:
+    return f"type ({value.__name__})" if isinstance(value, type) else type(value).__name__
+
+
+def _check_results(out: Any, target: str) -> None:
+    """Raises: ShardcliError for a result leaf run cannot show or compare (complex, a PRNG key)."""
+    from shardcli.core.program_inputs import is_key
+
+    for name, leaf in _result_names(out):
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is not None and is_key(dtype):
+            raise ShardcliError(
+                f"run {target}: {name} is a typed PRNG key ({dtype}), whose values run cannot show; "
+                f"return jax.random.key_data(key)"
+            )
+        if dtype is not None and np.dtype(dtype).kind == "c":
+            raise ShardcliError(
+                f"run {target}: {name} is {np.dtype(dtype).name}; run shows and checks real numbers: "
+                f"return its parts (jnp.real(z), jnp.imag(z))"
+            )
 
 
 def run_function(request: RunRequest) -> RunResult:
@@ -418,27 +592,31 @@ def run_function(request: RunRequest) -> RunResult:
     if request.args and request.inputs:
         raise ShardcliError("give the arguments with --arg or with --inputs, not both")
     import_jax_quietly()  # before the user's file imports it
-    function = load(request.target, flag="run")
-    if not callable(function.value):
-        raise ShardcliError(f"run {request.target!r} names a {type(function.value).__name__}, not a function")
     x64 = any(a.arg.dtype.needs_x64 for a in request.args)
+    # The devices first, as inspect: a file that computes with JAX at import then finds the mesh's
+    # devices started (JAX fixes the count when it starts).
     session = open_session(request.mesh, request.options, x64=x64)
-    args, how, input_roots = _concrete_inputs(request, session)
+    function = load(request.target, flag="run")
+    if not callable(function.value) or isinstance(function.value, type):
+        raise ShardcliError(f"run {request.target!r} names a {_kind(function.value)}, not a function")
+    args, how, input_roots, step = _concrete_inputs(request, session)
+    fn = step or function.value
     roots = tuple(dict.fromkeys(function.roots + input_roots))
 
     leaves = jax.tree_util.tree_leaves(tuple(args))
-    names = argument_names(function.value, tuple(args))
+    names = argument_names(fn, tuple(args))
     inputs = tuple(
         array_values(n, leaf, h, session, request.show_values)
         for n, leaf, h in zip(names, leaves, how, strict=True)
     )
-    out, calls = execute(function.value, args, session.mesh, roots, request.target)
+    out, calls = execute(fn, args, session.mesh, roots, request.target)
+    _check_results(out, request.target)
     results = tuple(
         array_values(n, leaf, "result", session, request.show_values) for n, leaf in _result_names(out)
     )
     probes = probe_values(calls, session, request.show_values)
     one = _one_device_mesh(session)
-    reference, _ = execute(function.value, _on_one_device(args, one), one, roots, request.target)
+    reference, _ = execute(fn, _on_one_device(args, one), one, roots, request.target)
     got_leaves = [(name, np.asarray(jax.device_get(leaf))) for name, leaf in _result_names(out)]
     checks = tuple(
         compare_to_reference(name, got, np.asarray(jax.device_get(want)))
