@@ -24,7 +24,7 @@ from test_fuzz import RULES_TABLES, USERS_FRAMES, hostile_files, with_files  # n
 
 pytestmark = pytest.mark.hostile
 
-FORMATS = ([], ["-f", "json"], ["-q"])
+FORMATS: tuple[list[str], ...] = ([], ["-f", "json"], ["-q"])
 
 PLAN_BASE = ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--compile", "1"]
 # Values every plan validates before it builds a candidate. Sizes beyond what JAX takes (issue 41
