@@ -199,8 +199,8 @@ def _mesh_call(value: Any, flag: str, mesh: Any) -> tuple[tuple[Any, ...], dict[
     if len(required) > 1 or (keyword and keyword[0].name != "mesh"):
         names = ", ".join(p.name for p in required)
         raise ShardcliError(
-            f"--inputs {flag} takes {len(required)} required argument(s) ({names}); give a function of "
-            f"no arguments or of one, the mesh (positional, or keyword-only named mesh)"
+            f"--inputs {flag} takes {len(required)} arguments ({names}); give a function of no "
+            f"arguments or of one, the mesh (def inputs(mesh) or def inputs(*, mesh))"
         )
     if keyword:
         return (), {"mesh": mesh}
