@@ -65,7 +65,7 @@ def load(target: str, flag: str = "inspect", what: str = "FUNCTION", *, fresh: b
         UserCodeError: importing the user's file raised.
     """
     where, name = _split(target, flag, what)
-    if where.endswith(".py") or os.sep in where or "/" in where:
+    if where.endswith(".py") or os.sep in where or "/" in where or os.path.isfile(where):
         path = os.path.abspath(where)
         if not os.path.isfile(path):
             raise ShardcliError(f"{flag} {target!r}: no file {where}; give the path of a Python file")

@@ -1454,6 +1454,16 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_nothing(tmp_path):
     assert not folder.exists()
 
 
+def test_a_program_file_not_named_py_in_this_folder_is_a_file_not_a_module(cli, tmp_path, monkeypatch):
+    """`run prog.txt:f` (no folder in the name) imports the file, as `python prog.txt` would run it;
+    it was looked up as a module named prog and refused."""
+    (tmp_path / "prog.txt").write_text("def f(x):\n    return x + 1\n")
+    monkeypatch.chdir(tmp_path)
+    result = cli(["run", "prog.txt:f", "--mesh", "2", "--arg", "i32[4]@x", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"][0]["values"] == [1, 2, 3, 4]
+
+
 def test_save_is_where_the_command_line_put_it_whatever_the_users_file_chdirs_to(cli, tmp_path, monkeypatch):
     """--save out.txt is resolved before the user's file runs: its os.chdir does not move the file."""
     elsewhere = tmp_path / "elsewhere"
