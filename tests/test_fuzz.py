@@ -1435,7 +1435,7 @@ def test_a_failed_save_in_a_held_folder_removes_what_it_wrote(tmp_path):
 
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_nothing(tmp_path):
     """Writes beyond 8 KiB fail (RLIMIT_FSIZE: EFBIG, as ENOSPC on a full disk): one line, exit 2,
-    none of orbax's tracebacks, and no folder left behind."""
+    none of orbax's tracebacks (115 lines on a full tmpfs before), and no folder left behind."""
     from conftest import clean_env, pythonpath_first
 
     folder = tmp_path / "ck"
@@ -1451,6 +1451,33 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_nothing(tmp_path):
     assert done.returncode == 2, done.stderr[-3000:]
     said = f"--checkpoint {folder}: saving failed after training (File too large); nothing was kept"
     assert done.stderr.splitlines() == [f"shardcli: error: {said}"], done.stderr[-3000:]
+    assert not folder.exists()
+
+
+def test_a_lock_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """A disk already full when the save begins: the lock's few bytes fail (exit 3 before, and an
+    empty lock file left behind)."""
+    import io
+
+    from shardcli.core import checkpoint_files
+
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    def fdopen(fd: int, *args: object, **kwargs: object) -> Full:
+        os.close(fd)
+        return Full()
+
+    folder = tmp_path / "ck"
+    monkeypatch.setattr(checkpoint_files.os, "fdopen", fdopen)
+    full = r"cannot write the folder \(No space left on device\)$"
+    with (
+        pytest.raises(ShardcliError, match=full),
+        checkpoint_files.claimed_folder(str(folder), "--checkpoint ck"),
+    ):
+        pytest.fail("the body ran without a lock")
+    monkeypatch.undo()
     assert not folder.exists()
 
 

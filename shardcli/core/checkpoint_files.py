@@ -137,7 +137,7 @@ def claimed_folder(folder: str, flag: str) -> Iterator[None]:
     """
     with _signals_deferred():  # before the lock is made: its appearance says they are deferred
         created = not os.path.lexists(folder)
-        _make_lock(folder, flag)
+        _make_lock(folder, flag, created)
         done = False
         try:
             yield
@@ -149,7 +149,7 @@ def claimed_folder(folder: str, flag: str) -> Iterator[None]:
                 _remove_written(folder, created)
 
 
-def _make_lock(folder: str, flag: str) -> None:
+def _make_lock(folder: str, flag: str, created: bool) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
         fd = os.open(os.path.join(folder, LOCK_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -159,8 +159,15 @@ def _make_lock(folder: str, flag: str) -> None:
         ) from None
     except OSError as error:
         raise ShardcliError(f"{flag}: cannot write the folder ({error.strerror or error})") from None
-    with os.fdopen(fd, "w") as lock:
-        lock.write(f"{os.getpid()}\n")
+    try:
+        with os.fdopen(fd, "w") as lock:
+            lock.write(f"{os.getpid()}\n")
+    except OSError as error:  # a disk already full: nothing of this run's is left there
+        os.unlink(os.path.join(folder, LOCK_FILE))
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise ShardcliError(f"{flag}: cannot write the folder ({error.strerror or error})") from None
     if set(os.listdir(folder)) != {LOCK_FILE}:  # filled by a run that finished since the check
         os.unlink(os.path.join(folder, LOCK_FILE))
         raise ShardcliError(

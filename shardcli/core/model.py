@@ -614,7 +614,8 @@ def _save(
     absl = logging.getLogger("absl")
     # orbax's notes about OCDBT (not used here), and the traceback each of its writer threads logs
     # when a write fails (a full disk: over a hundred lines); the failure itself is raised here.
-    level, absl.level = absl.level, logging.CRITICAL
+    level = absl.level
+    absl.setLevel(logging.CRITICAL)  # setLevel, not .level: it clears the logger's cache
     state_path = os.path.join(target, STATE_DIR)
     # one folder per array (not OCDBT's shared data files), so a damaged file names its array
     checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler(use_ocdbt=False))
