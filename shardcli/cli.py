@@ -163,6 +163,13 @@ class ShardcliGroup(TyperGroup):
                 code = _fail(where, e.format_message(), ExitCode.BAD_INPUT)
         except (typer.Abort, KeyboardInterrupt):
             code = _fail(prog, "interrupted", ExitCode.INTERRUPTED)
+        except MemoryError as e:  # past the size checks: a limit they cannot see (ulimit -v, a cgroup)
+            said = f" ({e})" if str(e) else ""
+            code = _fail(
+                prog,
+                f"this process ran out of memory{said}; use a smaller size, or run where more memory is free",
+                ExitCode.BAD_INPUT,
+            )
         except Terminated as e:
             import signal
 

@@ -1255,6 +1255,19 @@ ENV_CASES: dict[str, tuple[str, dict[str, str], int, int]] = {
         2,
         1,
     ),
+    # under a memory limit the size checks cannot see (they read MemAvailable): one line, exit 2
+    "shard-under-ulimit-v": (
+        "ulimit -v 6000000; $PY -m shardcli shard --mesh 2 --shape 1000000000 -q",
+        {},
+        2,
+        1,
+    ),
+    "run-under-ulimit-v": (
+        f"ulimit -v 6000000; $PY -m shardcli run {_LESSON} --arg 'f32[1000000000]' -q",
+        {},
+        2,
+        1,
+    ),
     "model-train-stdout-full": (
         "$PY -m shardcli model train --depth 32 --steps 2 --mesh 2x4 >/dev/full",
         {},

@@ -215,5 +215,5 @@ def _check_memory(request: RunRequest, session: Session) -> None:
         per_device=per_device,
         # the host copy plus one block per device
         total=host + per_device * request.mesh.size,
-        what="the --arg arrays",
+        what="--arg " + " ".join(a.describe() for a in request.args),
     )
