@@ -29,8 +29,14 @@ from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import reshard as reshard_cmd
 from shardcli.commands import run as run_cmd
 from shardcli.commands import shard as shard_cmd
-from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
-from shardcli.stdout import quiet_when_reader_leaves, reopen_closed_streams
+from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError, Terminated
+from shardcli.stdout import (
+    hand_back_stdout,
+    own_process_streams,
+    quiet_when_reader_leaves,
+    reopen_closed_streams,
+    write_failure,
+)
 
 
 def _save_output(prog: str, code: int) -> int:
@@ -46,6 +52,16 @@ def _save_output(prog: str, code: int) -> int:
         )
         return code or failed  # a wrong result stays exit 1
     return code
+
+
+def _stdout_written(prog: str, code: int) -> int:
+    """A stdout that could not be written (`>/dev/full`): one line, exit 2 (the place the output was
+    sent cannot take it, as for --save), unless the run already failed."""
+    failed = write_failure()
+    if failed is None:
+        return code
+    failed_code = _fail(prog, f"could not write the output to stdout: {failed}", ExitCode.BAD_INPUT)
+    return code or failed_code
 
 
 def _joined_a_cluster() -> bool:
@@ -147,6 +163,17 @@ class ShardcliGroup(TyperGroup):
                 code = _fail(where, e.format_message(), ExitCode.BAD_INPUT)
         except (typer.Abort, KeyboardInterrupt):
             code = _fail(prog, "interrupted", ExitCode.INTERRUPTED)
+        except MemoryError as e:  # past the size checks: a limit they cannot see (ulimit -v, a cgroup)
+            said = f" ({e})" if str(e) else ""
+            code = _fail(
+                prog,
+                f"this process ran out of memory{said}; use a smaller size, or run where more memory is free",
+                ExitCode.BAD_INPUT,
+            )
+        except Terminated as e:
+            import signal
+
+            code = _fail(prog, f"terminated ({signal.Signals(e.signum).name})", e.exit_code)
         except Exception as e:  # noqa: BLE001 - the one place a surprise is reported
             if os.environ.get(TRACEBACK_ENV):
                 traceback.print_exc()
@@ -160,6 +187,7 @@ class ShardcliGroup(TyperGroup):
 
             restore_x64()
         code = _save_output(prog, code)
+        code = _stdout_written(prog, code)
         if _joined_a_cluster():
             code = _leave_cluster(prog, code)
         if standalone_mode:
@@ -240,10 +268,12 @@ app.add_typer(model_cmd.app, name="model")
 def main() -> None:
     """Console-script entry point (and `python -m shardcli`)."""
     reopen_closed_streams()
+    own_process_streams()
     sys.stdout = quiet_when_reader_leaves(sys.stdout)
     try:
         app(prog_name="shardcli")
     finally:
+        hand_back_stdout()
         # The process ends here. Python's last garbage collection would walk every object JAX made
         # (0.25-0.3 s of a 2.4 s run on the development machine) to free memory the OS takes back
         # anyway; frozen objects are skipped. atexit handlers (JAX's distributed shutdown) still

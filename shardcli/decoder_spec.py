@@ -256,7 +256,7 @@ def resolve_axes(
         split = 1
         for axis in table.get(name, ()) if name is not None else ():
             size = mesh_sizes.get(axis, 1)
-            if axis in used or size == 1:
+            if axis in used or axis in axes or size == 1:
                 continue
             if shape is not None and shape[i] % (split * size):
                 continue
@@ -292,6 +292,11 @@ def parse_rules(text: str, flag: str = "--rules") -> Rules:
                 f"{flag} entry {part!r} is not LOGICAL=MESH_AXIS[+MESH_AXIS]; e.g. embed=fsdp,mlp=tensor"
             )
         mesh_axes = tuple(a.strip() for a in axes.split("+") if a.strip() and a.strip() != "None")
+        if len(set(mesh_axes)) != len(mesh_axes):
+            raise ShardcliError(
+                f"{flag} entry {part!r} names a mesh axis twice; a dimension is split over each axis "
+                f"once, e.g. embed=fsdp+tensor"
+            )
         if name.strip() in {n for n, _ in out}:
             raise ShardcliError(f"{flag} maps {name.strip()!r} twice; give each logical axis once")
         out.append((name.strip(), mesh_axes))

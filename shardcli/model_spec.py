@@ -21,7 +21,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from shardcli.errors import ShardcliError
+from shardcli.errors import ShardcliError, WrongResultError
 from shardcli.json_file import read_json
 from shardcli.specs import MeshSpec, RunOptions
 
@@ -39,6 +39,37 @@ INPUT = ("batch", None)  # inputs and targets: rows split over the batch axis, c
 DEFAULT_AXES = ("data", "model")
 METADATA_FILE = "shardcli-model.json"
 STATE_DIR = "state"
+# Present while a run writes the folder; left behind by one that was killed (SIGKILL, a power cut)
+# or could not clean up: the checkpoint is then incomplete.
+LOCK_FILE = ".shardcli-writing"
+
+
+def incomplete_text(folder: str) -> str:
+    """Why a folder holding the lock file is no checkpoint to restore or to write into."""
+    return (
+        f"{folder}: the checkpoint is incomplete: a run was writing it and did not finish "
+        f"({LOCK_FILE} is still there); delete the folder and train again"
+    )
+
+
+def _writer_alive(folder: str) -> bool:
+    """Whether the process named in the folder's lock file is still running (another writer)."""
+    try:
+        with open(os.path.join(folder, LOCK_FILE), encoding="ascii") as f:
+            pid = int(f.read().strip() or "0")
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # there, but another user's
+    return True
+
+
 METADATA_FORMAT = "shardcli-model/1"
 FLOAT_BYTES = 4  # the model is float32
 
@@ -250,12 +281,24 @@ def check_checkpoint_target(folder: str) -> str:
     """
     from shardcli.specs import check_writable_folder
 
+    if not folder.strip():
+        raise ShardcliError(
+            f"--checkpoint {folder!r} names no folder (an empty path would write into the current "
+            "one); give a new or empty folder, e.g. --checkpoint ck"
+        )
     path = os.path.abspath(folder)
     if os.path.lexists(path):
         if not os.path.isdir(path):
             raise ShardcliError(
                 f"--checkpoint {folder}: is a file (or a broken link); give a new or empty folder"
             )
+        if os.path.lexists(os.path.join(path, LOCK_FILE)):
+            if _writer_alive(path):
+                raise ShardcliError(
+                    f"--checkpoint {folder}: another run is writing a checkpoint into this folder; give "
+                    "another folder"
+                )
+            raise ShardcliError("--checkpoint " + incomplete_text(folder))
         if os.listdir(path):
             raise ShardcliError(
                 f"--checkpoint {folder}: the folder is not empty and nothing is overwritten; give a new "
@@ -337,6 +380,8 @@ def read_checkpoint(folder: str) -> SavedModel:
         raise ShardcliError(
             f"checkpoint {folder} is a file, not a folder; give the folder --checkpoint wrote"
         )
+    if os.path.lexists(os.path.join(path, LOCK_FILE)):
+        raise WrongResultError(incomplete_text(folder))
     meta_path = os.path.join(path, METADATA_FILE)
     if not os.path.isfile(meta_path) or not os.path.isdir(os.path.join(path, STATE_DIR)):
         raise ShardcliError(

@@ -384,6 +384,11 @@ def with_run_options(
                 verbose=given["verbose"],
                 wide=given["wide"],
             )
+            if options.format != "table":
+                from shardcli.stdout import route_native_stdout_to_stderr
+
+                # A document owns stdout: whatever else writes to descriptor 1 goes to stderr.
+                route_native_stdout_to_stderr()
             return command(**flags, options=options)
 
         # Typer reads the parameters from the signature and their types from __annotations__.

@@ -19,6 +19,7 @@ from typing import Any
 from shardcli.allocator import AllocatorState, tune_for_reuse
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
 from shardcli.specs import MAX_FAKE_DEVICES, DistributedSpec, RunOptions, format_bytes
+from shardcli.stdout import route_native_stdout_to_stderr
 
 ACCELERATORS = ("gpu", "tpu")
 
@@ -187,7 +188,7 @@ def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
                 "running in this process; run shardcli in a fresh process"
             )
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        _route_native_stdout_to_stderr()
+        route_native_stdout_to_stderr(force=True)
         if not spec.auto and spec.process_id != 0:
             _wait_for_coordinator(spec)
         try:
@@ -343,18 +344,6 @@ def _wait_for_coordinator(spec: DistributedSpec) -> None:
                 f"{spec.join_timeout_s} s ({last}); start process 0 there, or check --coordinator"
             )
         time.sleep(0.25)
-
-
-def _route_native_stdout_to_stderr() -> None:
-    import sys
-
-    from shardcli.stdout import quiet_when_reader_leaves
-
-    sys.stdout.flush()
-    real_stdout = os.dup(1)
-    os.dup2(2, 1)
-    stream = os.fdopen(real_stdout, "w", buffering=1, encoding=sys.stdout.encoding or "utf-8")
-    sys.stdout = quiet_when_reader_leaves(stream)
 
 
 def _per_process(needed: int, processes: int) -> int:

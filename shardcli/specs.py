@@ -826,6 +826,9 @@ SAVE_SUFFIXES = (".svg", ".html", ".txt")
 def parse_save(path: str | None) -> str | None:
     """`--save FILE.svg|FILE.html|FILE.txt`: the suffix picks the format; the folder must exist.
 
+    Returns:
+        The absolute path (a relative one is taken from the folder shardcli started in).
+
     Raises:
         ShardcliError: another suffix, or a folder that is not there.
     """
@@ -844,7 +847,8 @@ def parse_save(path: str | None) -> str | None:
     if os.path.isdir(path):
         raise ShardcliError(f"--save {path!r} is a folder; give a file name")
     check_writable_folder(folder, f"--save {path!r}")
-    return path
+    # Resolved now, before the user's code runs: an os.chdir in their file must not move it.
+    return os.path.abspath(path)
 
 
 def check_writable_folder(folder: str, what: str) -> None:

@@ -1,4 +1,6 @@
-"""Standard output for a reader that may stop reading early (`shardcli ... | head -1`)."""
+"""Standard output for a reader that may stop reading early (`shardcli ... | head -1`), a disk that
+is full (`>/dev/full`), and a user's program that writes to descriptor 1 while a document owns it.
+"""
 
 from __future__ import annotations
 
@@ -33,11 +35,16 @@ class ReaderMayLeave:
     A reader that stops reading is not a failure of the run: what is left to print goes nowhere,
     the run goes on to its own verdict, and its exit code stands (0, or 1 for a wrong result), as
     `launch` does for its children's output. (click would exit 1, the wrong-result code, silently.)
+
+    A write that fails otherwise (`>/dev/full`: no space left; an I/O error) is remembered in
+    `failed` and the rest goes nowhere too: the CLI then says so in one line, exit 2 (see
+    `write_failure`), rather than a traceback from deep inside rich.
     """
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self.reader_left = False
+        self.failed: str | None = None  # why a write failed (not a reader that left)
 
     def write(self, text: str) -> int:
         if not self.reader_left:
@@ -48,6 +55,8 @@ class ReaderMayLeave:
                     self._stream.write(ascii_fallback(text, self._stream.encoding or "ascii"))
             except BrokenPipeError:
                 self._reader_left()
+            except OSError as error:
+                self._write_failed(error)
         return len(text)
 
     def flush(self) -> None:
@@ -56,6 +65,12 @@ class ReaderMayLeave:
                 self._stream.flush()
             except BrokenPipeError:
                 self._reader_left()
+            except OSError as error:
+                self._write_failed(error)
+
+    def _write_failed(self, error: OSError) -> None:
+        self.failed = self.failed or (error.strerror or str(error))
+        self._reader_left()
 
     def _reader_left(self) -> None:
         self.reader_left = True
@@ -65,6 +80,8 @@ class ReaderMayLeave:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self._stream.fileno())
             os.close(devnull)
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()  # what was buffered now goes to /dev/null, not to a second error
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -95,3 +112,58 @@ def reopen_closed_streams() -> None:
             if getattr(sys, name) is None:
                 stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - the process's
                 setattr(sys, name, stream)
+
+
+def write_failure() -> str | None:
+    """Why writing stdout failed during this run (`>/dev/full`), or None; asking clears it."""
+    stream = sys.stdout
+    if not isinstance(stream, ReaderMayLeave):
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        stream.flush()
+    failed, stream.failed = stream.failed, None
+    return failed
+
+
+# Set by `shardcli.cli.main`: this process's descriptors 1 and 2 are shardcli's own (not those of
+# a test runner or a notebook that called the app in-process), so they may be rearranged.
+_owned = {"process": False, "routed": False}
+
+
+def own_process_streams() -> None:
+    """Mark descriptors 1 and 2 as this process's own (called once by the console script)."""
+    _owned["process"] = True
+
+
+def route_native_stdout_to_stderr(*, force: bool = False) -> None:
+    """From here on descriptor 1 goes to stderr, while `sys.stdout` keeps the real stdout.
+
+    Whatever writes to descriptor 1 without shardcli (the user's `os.write(1, ...)`, a subprocess
+    it starts, `jax.debug.print`, native libraries such as gloo, an `atexit` print after the run)
+    then cannot break the JSON or CSV document on stdout. Only in a process whose descriptors are
+    shardcli's own (`own_process_streams`), or with `force`; once.
+    """
+    if _owned["routed"] or not (force or _owned["process"]):
+        return
+    try:
+        if sys.stdout.fileno() != 1:
+            return
+    except (OSError, ValueError, AttributeError):
+        return
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    stream = os.fdopen(real_stdout, "w", buffering=1, encoding=encoding)
+    sys.stdout = quiet_when_reader_leaves(stream)
+    _owned["routed"] = True
+
+
+def hand_back_stdout() -> None:
+    """At the end of the run: what is printed after it (an `atexit` handler of the user's) goes to
+    descriptor 1, which `route_native_stdout_to_stderr` pointed at stderr."""
+    if not _owned["routed"]:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - the process's own

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -64,7 +65,7 @@ def load(target: str, flag: str = "inspect", what: str = "FUNCTION", *, fresh: b
         UserCodeError: importing the user's file raised.
     """
     where, name = _split(target, flag, what)
-    if where.endswith(".py") or os.sep in where or "/" in where:
+    if where.endswith(".py") or os.sep in where or "/" in where or os.path.isfile(where):
         path = os.path.abspath(where)
         if not os.path.isfile(path):
             raise ShardcliError(f"{flag} {target!r}: no file {where}; give the path of a Python file")
@@ -75,8 +76,12 @@ def load(target: str, flag: str = "inspect", what: str = "FUNCTION", *, fresh: b
             folder = os.path.dirname(path)
             if folder not in sys.path:
                 sys.path.insert(0, folder)
-            spec = importlib.util.spec_from_file_location(module_name, path)
-            assert spec is not None and spec.loader is not None
+            # Python's source loader whatever the file is named (`python prog.txt` runs it too);
+            # by the name alone importlib would find no loader for a file not named .py.
+            loader = importlib.machinery.SourceFileLoader(module_name, path)
+            spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
+            if spec is None or spec.loader is None:
+                raise ShardcliError(f"{flag} {target!r}: Python cannot import {where}; give a .py file")
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
             try:
@@ -112,8 +117,12 @@ def load(target: str, flag: str = "inspect", what: str = "FUNCTION", *, fresh: b
 
 
 def _package_root(module: str) -> str:
+    """The folder of the package's files; for a module built into Python (`builtins`, whose origin
+    is "built-in"), a root no file is under (not the current folder, whose files are not theirs)."""
     spec = importlib.util.find_spec(module.split(".")[0])
-    origin = spec.origin if spec is not None and spec.origin else module
+    origin = spec.origin if spec is not None and spec.origin else None
+    if origin is None or not os.path.isabs(origin):
+        return f"<{module}: no files>"
     return os.path.dirname(os.path.abspath(origin))
 
 

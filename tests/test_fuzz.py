@@ -872,7 +872,78 @@ def deep(mesh):
     for _ in range(100_000):
         x = [x]
     return (x,)
+
+
+as_type = tuple
+
+
+def complex_out(x):
+    return x.astype(jnp.complex64)
+
+
+def probe_twice(x):
+    import shardcli
+
+    shardcli.probe(x, "a")
+    shardcli.probe(x[:2], "a")
+    return x
+
+
+def keyword_mesh(*, mesh):
+    return inputs(mesh)
+
+
+def floats(mesh):
+    return (1.5,)
+
+
+def strings(mesh):
+    return ("abc",)
+
+
+def keys(mesh):
+    return (jax.random.key(0),)
+
+
+def indivisible(mesh):
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))
+    return (jax.ShapeDtypeStruct((7,), jnp.float32, sharding=sharding),)
 """
+
+# A file that computes with JAX while it is imported (a table of constants, a mesh).
+AT_IMPORT = """\
+import jax.numpy as jnp
+
+TABLE = jnp.arange(4) * 2
+
+
+def f(x):
+    return x + TABLE.sum()
+"""
+
+RULES_PROGRAM = """\
+import jax
+import jax.numpy as jnp
+
+LOGICAL_AXES = {TABLE}
+
+
+def f(x):
+    return x * 2
+
+
+def inputs(mesh):
+    return (jax.ShapeDtypeStruct((8, 8), jnp.float32),)
+"""
+# LOGICAL_AXES tables: a good one, then the malformed ones each refused in one line
+RULES_TABLES = {
+    "rules_good": '{"x": ("embed", "mlp")}',
+    "table_int": "3",
+    "table_str_names": '{"x": "embed"}',
+    "table_int_names": '{"x": (1, 2)}',
+    "table_int_key": '{1: ("embed", "mlp")}',
+    "table_list": '[("x", ("embed", "mlp"))]',
+}
 
 
 def _damaged_copy(good: Path, folder: Path, how: str) -> Path:
@@ -902,10 +973,27 @@ def _damaged_copy(good: Path, folder: Path, how: str) -> Path:
         target.symlink_to("/etc/hostname")
     elif how == "locked":
         (copy / ".shardcli-writing").write_text("1\n")
+    elif how == "half_written":  # a save killed (SIGKILL) before the metadata was written
+        (copy / "shardcli-model.json").unlink()
+        (copy / ".shardcli-writing").write_text("999999999\n")
     elif how == "meta_fifo":
         (copy / "shardcli-model.json").unlink()
         os.mkfifo(copy / "shardcli-model.json")
     return copy
+
+
+def _npy_files(folder: Path) -> dict[str, Path]:
+    """The .npy files of the issue-41 rows: values a dtype cannot hold, empty, an .npz, a path with =."""
+    files = {name: folder / f"{name}.npy" for name in ("int64_2_40", "f64_1e10", "empty_npy", "npz")}
+    np.save(files["int64_2_40"], np.full(8, 2**40, dtype=np.int64))
+    np.save(files["f64_1e10"], np.array([1.0] * 7 + [1e10]))
+    files["empty_npy"].write_bytes(b"")
+    with open(files["npz"], "wb") as handle:  # np.savez under a .npy name
+        np.savez(handle, a=np.arange(8))
+    (folder / "lr=0.1").mkdir()
+    files["eq_npy"] = folder / "lr=0.1" / "x=1.npy"
+    np.save(files["eq_npy"], np.arange(8, dtype=np.float32))
+    return files
 
 
 @pytest.fixture(scope="module")
@@ -920,10 +1008,15 @@ def hostile_files(cli, tmp_path_factory) -> dict[str, str]:
         "syntax": "def f(x:\n",
         "raises": "raise RuntimeError('at import')\n",
         "exits": "import sys\nsys.exit(3)\n",
+        "atimport": AT_IMPORT,
+        **{name: RULES_PROGRAM.replace("{TABLE}", table) for name, table in RULES_TABLES.items()},
     }
     for name, text in texts.items():
         files[name] = folder / f"{name}.py"
         files[name].write_text(text)
+    files["not_py"] = folder / "prog.txt"  # a program whose name does not end in .py
+    files["not_py"].write_text(PROGRAM)
+    files.update(_npy_files(folder))
     result = cli(
         ["collective", "psum", "--mesh", "4", "--sizes", "1K", "--iters", "2", "--warmup", "0", "-f", "json"]
     )
@@ -965,6 +1058,7 @@ def hostile_files(cli, tmp_path_factory) -> dict[str, str]:
         "symlink_out",
         "locked",
         "meta_fifo",
+        "half_written",
     ):
         files[f"ck_{how}"] = _damaged_copy(ck, folder, how)
     return {name: str(path) for name, path in files.items()}
@@ -1001,13 +1095,137 @@ def test_the_hostile_table_is_large_and_covers_every_command():
 
 @pytest.mark.parametrize(("args", "code"), HOSTILE)
 def test_every_way_in_ends_by_the_contract(cli, hostile_files, args, code):
-    args = [a.format(**hostile_files) if "{" in a and "}" in a and "[" not in a else a for a in args]
-    assert_by_the_contract(cli(args), args, code)
+    assert_by_the_contract(cli(with_files(args, hostile_files)), args, code)
+
+
+def with_files(args: list[str], files: dict[str, str]) -> list[str]:
+    """`{name}` in each argument replaced by the fixture's file of that name (also inside
+    `f32[8]@x={npy}`, where str.format would read the brackets)."""
+    return [re.sub(r"\{(\w+)\}", lambda m: files.get(m.group(1), m.group(0)), a) for a in args]
+
+
+# --- issue 41: hostile input on run, inspect --inputs/--rules and checkpoints --------------------
+#
+# (args, exit code, text stderr must hold). Each was exit 3, a wrong code, or a value silently
+# changed before; now the contract's answer, in one line (checked as for HOSTILE).
+
+RUN2 = ["run", "{prog}:f", "--mesh", "2"]
+RULES = ["--mesh", "2x4", "--axes", "x,y", "--rules"]
+ISSUE41 = [
+    pytest.param(["run", "{atimport}:f", "--mesh", "2", "--arg", "f32[8]"], 0, "", id="run-jax-at-import"),
+    pytest.param(
+        [*RUN2, "--arg", "i32[8]@x={int64_2_40}"],
+        2,
+        "1099511627776 at index [0], which int32",
+        id="npy-int64-i32",
+    ),
+    pytest.param(
+        [*RUN2, "--arg", "f16[8]@x={f64_1e10}"],
+        2,
+        "10000000000.0 at index [7], which float16",
+        id="npy-f16-inf",
+    ),
+    pytest.param([*RUN2, "--arg", "f32[8]@x={empty_npy}"], 2, "is empty", id="npy-empty"),
+    pytest.param([*RUN2, "--arg", "f32[8]@x={npz}"], 2, "is an .npz archive", id="npy-is-npz"),
+    pytest.param([*RUN2, "--arg", "f32[8]@x={eq_npy}"], 0, "", id="npy-path-with-equals"),
+    pytest.param(["run", "{not_py}:f", "--mesh", "2", "--arg", "f32[8]"], 0, "", id="run-file-not-named-py"),
+    pytest.param(["inspect", "{not_py}:f", "--arg", "f32[8]"], 0, "", id="inspect-file-not-named-py"),
+    pytest.param(
+        ["inspect", "{prog}:f", "--inputs", "{prog}:keyword_mesh"],
+        0,
+        "",
+        id="inspect-inputs-keyword-only-mesh",
+    ),
+    pytest.param([*RUN2, "--inputs", "{prog}:keyword_mesh"], 0, "", id="run-inputs-keyword-only-mesh"),
+    pytest.param(
+        ["inspect", "{prog}:f", "--inputs", "{prog}:as_type"], 2, "the type tuple", id="inspect-inputs-a-type"
+    ),
+    pytest.param([*RUN2, "--inputs", "{prog}:as_type"], 2, "the type tuple", id="run-inputs-a-type"),
+    pytest.param([*RUN2, "--inputs", "builtins:tuple"], 2, "the type tuple", id="run-inputs-builtins-tuple"),
+    pytest.param(["run", "{prog}:as_type", "--mesh", "2"], 2, "type (tuple)", id="run-names-a-type"),
+    pytest.param([*RUN2, "--inputs", "{prog}:floats"], 2, "args[0]: a float", id="run-inputs-float-leaf"),
+    pytest.param([*RUN2, "--inputs", "{prog}:strings"], 2, "args[0]: a str", id="run-inputs-string-leaf"),
+    pytest.param([*RUN2, "--inputs", "{prog}:keys"], 2, "typed PRNG key", id="run-inputs-typed-key"),
+    pytest.param(
+        [*RUN2, "--inputs", "{prog}:indivisible"], 2, "shape [7] cannot be split", id="run-inputs-indivisible"
+    ),
+    pytest.param([*RUN2, "--arg", "key<fry>[]"], 2, "typed PRNG key", id="run-arg-typed-key"),
+    pytest.param(
+        ["run", "{prog}:complex_out", "--mesh", "2", "--arg", "f32[8]", "-f", "json"],
+        2,
+        "complex64",
+        id="run-complex-json",
+    ),
+    pytest.param(
+        ["run", "{prog}:probe_twice", "--mesh", "2", "--arg", "f32[8]@x"],
+        0,
+        "",
+        id="probe-one-name-two-shapes",
+    ),
+    pytest.param(
+        ["inspect", "{rules_good}:f", "--inputs", "{rules_good}:inputs", *RULES, "embed=x+x"],
+        2,
+        "names a mesh axis twice",
+        id="rules-x+x",
+    ),
+    pytest.param(
+        ["inspect", "{rules_good}:f", "--inputs", "{rules_good}:inputs", *RULES, "embed=x,mlp=x"],
+        0,
+        "",
+        id="rules-one-axis-for-two-names",
+    ),
+    *[
+        pytest.param(
+            ["inspect", f"{{{name}}}:f", "--inputs", f"{{{name}}}:inputs", *RULES, "embed=x"],
+            2,
+            "LOGICAL_AXES in",
+            id=f"rules-{name.replace('_', '-')}",
+        )
+        for name in RULES_TABLES
+        if name != "rules_good"
+    ],
+    pytest.param([*RUN2, "--arg", "f32[6000000000]"], 2, "available", id="run-arg-beyond-memory"),
+    pytest.param(
+        ["model", "train", "--depth", "32", "--steps", "2", "--checkpoint", ""],
+        2,
+        "names no folder",
+        id="checkpoint-empty",
+    ),
+    pytest.param(
+        ["model", "train", "--depth", "32", "--steps", "2", "--checkpoint", " "],
+        2,
+        "names no folder",
+        id="checkpoint-blank",
+    ),
+    pytest.param(["model", "restore", "{ck_half_written}"], 1, "is incomplete", id="restore-half-written"),
+    pytest.param(
+        ["model", "train", "--depth", "32", "--steps", "2", "--checkpoint", "{ck_half_written}"],
+        2,
+        "is incomplete",
+        id="retrain-into-half-written",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "text"), ISSUE41)
+def test_issue41_inputs_end_by_the_contract(cli, hostile_files, args, code, text):
+    import shardcli
+
+    result = cli(with_files(args, hostile_files))
+    assert_by_the_contract(result, args, code)
+    assert text in result.stderr, (args, result.stderr)
+    # no frame of shardcli's own shown as the user's (a module built into Python has no files)
+    assert os.path.dirname(shardcli.__file__) not in result.stderr, result.stderr
+    if "json" in args and code == 0:
+        json.loads(result.stdout)
 
 
 # --- the environment and the standard streams: real processes, run side by side ------------------
 
 _SHARD = "-m shardcli shard --mesh 2x2 --shape 4x4 --spec x,y --no-color"
+_LESSON = (
+    f"{Path(__file__).resolve().parent.parent / 'examples' / 'lessons.py'}:sum_then_psum --mesh 8 --axes x"
+)
 # id -> (bash line run with this interpreter as $PY, extra environment, exit code, stderr lines)
 ENV_CASES: dict[str, tuple[str, dict[str, str], int, int]] = {
     "jax-enable-x64-banana": ("$PY -m shardcli mesh --mesh 2", {"JAX_ENABLE_X64": "banana"}, 2, 1),
@@ -1026,6 +1244,36 @@ ENV_CASES: dict[str, tuple[str, dict[str, str], int, int]] = {
     "both-closed": (f"$PY {_SHARD} >&- 2>&-", {}, 0, 0),
     "stdin-closed": (f"$PY {_SHARD} <&-", {}, 0, 0),
     "reader-leaves-early": (f"$PY {_SHARD} | head -1 >/dev/null; exit ${{PIPESTATUS[0]}}", {}, 0, 0),
+    # a stdout that cannot be written (issue 41): one line, exit 2, as a --save file that cannot be
+    "mesh-stdout-full": ("$PY -m shardcli mesh --mesh 2 >/dev/full", {}, 2, 1),
+    "mesh-json-stdout-full": ("$PY -m shardcli mesh --mesh 2 -f json >/dev/full", {}, 2, 1),
+    "inspect-stdout-full": (f"$PY -m shardcli inspect {_LESSON} --arg 'i32[32]@x' >/dev/full", {}, 2, 1),
+    "run-stdout-full": (f"$PY -m shardcli run {_LESSON} --arg 'i32[32]@x' >/dev/full", {}, 2, 1),
+    "plan-stdout-full": (
+        "$PY -m shardcli plan --preset tiny --target tpu-v5e:2x2 --compile 1 >/dev/full",
+        {},
+        2,
+        1,
+    ),
+    # under a memory limit the size checks cannot see (they read MemAvailable): one line, exit 2
+    "shard-under-ulimit-v": (
+        "ulimit -v 6000000; $PY -m shardcli shard --mesh 2 --shape 1000000000 -q",
+        {},
+        2,
+        1,
+    ),
+    "run-under-ulimit-v": (
+        f"ulimit -v 6000000; $PY -m shardcli run {_LESSON} --arg 'f32[1000000000]' -q",
+        {},
+        2,
+        1,
+    ),
+    "model-train-stdout-full": (
+        "$PY -m shardcli model train --depth 32 --steps 2 --mesh 2x4 >/dev/full",
+        {},
+        2,
+        1,
+    ),
 }
 
 
@@ -1062,6 +1310,211 @@ def test_every_environment_and_stream_ends_by_the_contract(env_runs, case):
         assert done.stdout.isascii() and "+---" in done.stdout and "verified" in done.stdout, shown
     if case == "xla-flags-unknown-flag":
         assert "this_is_not_a_flag" in done.stderr, shown
+
+
+NOISY = """\
+import atexit
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+
+OFFSET = jnp.ones(()) * 2  # computed while the file is imported
+atexit.register(lambda: print("MARK-atexit"))
+
+
+def f(x):
+    jax.debug.print("MARK-debug {s}", s=x.sum())
+    os.write(1, b"MARK-fd1\\n")
+    subprocess.run([sys.executable, "-c", "print('MARK-child')"], check=True)
+    print("MARK-print")
+    return x * OFFSET
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "inspect"])
+def test_what_the_users_code_writes_to_descriptor_1_goes_to_stderr_under_json(tmp_path, command):
+    """A file that computes with JAX at import, prints through jax.debug.print, os.write(1, ...), a
+    subprocess, print and an atexit handler: stdout holds the JSON document alone, every mark is on
+    stderr, and the run starts its mesh's devices before the import (not "JAX was already started")."""
+    from conftest import clean_env, pythonpath_first
+
+    (tmp_path / "noisy.py").write_text(NOISY)
+    args = [command, f"{tmp_path / 'noisy.py'}:f", "--mesh", "4", "--arg", "f32[8]@x", "-f", "json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardcli", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(pythonpath_first(Path(__file__).resolve().parent.parent)),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert doc["command"] == command
+    marks = ["MARK-fd1", "MARK-child", "MARK-print", "MARK-atexit"] + (
+        ["MARK-debug"] if command == "run" else []
+    )
+    assert [m for m in marks if m not in done.stderr] == [], done.stderr[-3000:]
+    assert "MARK" not in done.stdout
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGKILL"])
+def test_a_signal_during_a_checkpoint_save_leaves_a_checkpoint_or_one_marked_incomplete(tmp_path, signame):
+    """A signal once the save has begun (its lock file is the sign). SIGTERM waits for the save and
+    then exits 143 in one line, the checkpoint complete; SIGKILL ends the run at once, and the
+    folder it leaves is named incomplete by restore (exit 1) and by a second training into it
+    (exit 2)."""
+    import signal
+    import time
+
+    from conftest import clean_env, pythonpath_first
+
+    env = clean_env(pythonpath_first(Path(__file__).resolve().parent.parent))
+    folder = tmp_path / "ck"
+    train = ["model", "train", "--depth", "32", "--steps", "2", "--mesh", "2x4"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardcli", *train, "--checkpoint", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lock = folder / ".shardcli-writing"
+    deadline = time.monotonic() + 300
+    while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lock.exists(), proc.communicate(timeout=60)
+    signum = getattr(signal, signame)
+    proc.send_signal(signum)
+    err = proc.communicate(timeout=300)[1]
+    # -signum: the signal's default action (SIGKILL, or a SIGTERM that came after the save's end)
+    assert proc.returncode in (143, -signum), (proc.returncode, err)
+    if proc.returncode == 143:
+        assert err.splitlines() == ["shardcli: error: terminated (SIGTERM)"], err
+    else:
+        assert err == "", err
+
+    def shardcli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "shardcli", *args], env=env, capture_output=True, text=True, timeout=300
+        )
+
+    restore = shardcli("model", "restore", str(folder), "--mesh", "2x4")
+    if not lock.exists():
+        assert restore.returncode == 0, restore.stderr
+        return
+    assert signame == "SIGKILL", "SIGTERM must never leave the lock"
+    assert restore.returncode == 1 and restore.stderr.splitlines() == [
+        f"shardcli: error: {folder}: the checkpoint is incomplete: a run was writing it and did not finish "
+        "(.shardcli-writing is still there); delete the folder and train again"
+    ], restore.stderr
+    again = shardcli(*train, "--checkpoint", str(folder))
+    assert again.returncode == 2 and "is incomplete" in again.stderr, again.stderr
+    assert len(again.stderr.splitlines()) == 1, again.stderr
+
+
+def test_a_signal_while_a_checkpoint_folder_is_held_waits_for_the_save(tmp_path):
+    """SIGTERM inside the held folder does not cut the save short (a handler run inside orbax's
+    garbage-collection callbacks would only print a traceback): the body ends, the lock goes, and
+    the signal surfaces after, as Terminated; the handlers are given back."""
+    import signal
+
+    from shardcli.core.checkpoint_files import claimed_folder
+    from shardcli.errors import Terminated
+
+    folder = tmp_path / "ck"
+    before = signal.getsignal(signal.SIGTERM)
+    finished = False
+    with pytest.raises(Terminated), claimed_folder(str(folder), "--checkpoint ck"):
+        signal.raise_signal(signal.SIGTERM)  # its handler runs before this returns
+        (folder / "state").mkdir()
+        finished = True
+    assert finished and sorted(p.name for p in folder.iterdir()) == ["state"]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_failed_save_in_a_held_folder_removes_what_it_wrote(tmp_path):
+    from shardcli.core.checkpoint_files import claimed_folder
+
+    folder = tmp_path / "ck"
+    with pytest.raises(OSError), claimed_folder(str(folder), "--checkpoint ck"):
+        (folder / "state.orbax-checkpoint-tmp").mkdir()
+        (folder / "state.orbax-checkpoint-tmp" / "0.w1").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+    assert not folder.exists()
+
+
+def test_a_full_disk_during_a_save_is_one_line_and_keeps_nothing(tmp_path):
+    """Writes beyond 8 KiB fail (RLIMIT_FSIZE: EFBIG, as ENOSPC on a full disk): one line, exit 2,
+    none of orbax's tracebacks (115 lines on a full tmpfs before), and no folder left behind."""
+    from conftest import clean_env, pythonpath_first
+
+    folder = tmp_path / "ck"
+    train = ["model", "train", "--depth", "32", "--steps", "2", "--mesh", "2x4", "--no-compile-cache"]
+    done = subprocess.run(
+        ["bash", "-c", 'ulimit -f 8 && exec "$@"', "bash", sys.executable, "-m", "shardcli", *train]
+        + ["--checkpoint", str(folder)],
+        capture_output=True,
+        text=True,
+        env=clean_env(pythonpath_first(Path(__file__).resolve().parent.parent)),
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    said = f"--checkpoint {folder}: saving failed after training (File too large); nothing was kept"
+    assert done.stderr.splitlines() == [f"shardcli: error: {said}"], done.stderr[-3000:]
+    assert not folder.exists()
+
+
+def test_a_lock_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """A disk already full when the save begins: the lock's few bytes fail (exit 3 before, and an
+    empty lock file left behind)."""
+    import io
+
+    from shardcli.core import checkpoint_files
+
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    def fdopen(fd: int, *args: object, **kwargs: object) -> Full:
+        os.close(fd)
+        return Full()
+
+    folder = tmp_path / "ck"
+    monkeypatch.setattr(checkpoint_files.os, "fdopen", fdopen)
+    full = r"cannot write the folder \(No space left on device\)$"
+    with (
+        pytest.raises(ShardcliError, match=full),
+        checkpoint_files.claimed_folder(str(folder), "--checkpoint ck"),
+    ):
+        pytest.fail("the body ran without a lock")
+    monkeypatch.undo()
+    assert not folder.exists()
+
+
+def test_a_program_file_not_named_py_in_this_folder_is_a_file_not_a_module(cli, tmp_path, monkeypatch):
+    """`run prog.txt:f` (no folder in the name) imports the file, as `python prog.txt` would run it;
+    it was looked up as a module named prog and refused."""
+    (tmp_path / "prog.txt").write_text("def f(x):\n    return x + 1\n")
+    monkeypatch.chdir(tmp_path)
+    result = cli(["run", "prog.txt:f", "--mesh", "2", "--arg", "i32[4]@x", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"][0]["values"] == [1, 2, 3, 4]
+
+
+def test_save_is_where_the_command_line_put_it_whatever_the_users_file_chdirs_to(cli, tmp_path, monkeypatch):
+    """--save out.txt is resolved before the user's file runs: its os.chdir does not move the file."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "moves.py").write_text(
+        f"import os\nos.chdir({str(elsewhere)!r})\n\ndef f(x):\n    return x\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    result = cli(["run", "moves.py:f", "--mesh", "2", "--arg", "f32[8]", "--save", "out.txt"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.txt").is_file() and not (elsewhere / "out.txt").exists()
 
 
 def test_sigint_while_inspect_imports_a_slow_module_exits_130(tmp_path):

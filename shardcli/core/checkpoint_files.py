@@ -17,9 +17,9 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from shardcli.errors import ShardcliError, WrongResultError
+from shardcli.errors import ShardcliError, Terminated, WrongResultError
+from shardcli.model_spec import LOCK_FILE, incomplete_text
 
-LOCK_FILE = ".shardcli-writing"  # present while a run writes the folder (or after one was killed)
 # orbax's own files of a state folder, not one array's
 _STATE_FILES = ("_CHECKPOINT_METADATA", "_METADATA", "_sharding", "commit_success.txt", "array_metadatas")
 _CHUNK = 1 << 20
@@ -107,10 +107,7 @@ def verify_files(folder: str, state_dir: str, records: dict[str, FileRecord]) ->
         WrongResultError: the first damaged file, naming the array it holds (exit 1).
     """
     if os.path.lexists(os.path.join(folder, LOCK_FILE)):
-        raise WrongResultError(
-            f"{folder}: the checkpoint is incomplete: a run was writing it and did not finish "
-            f"({LOCK_FILE} is still there); train again into a new folder"
-        )
+        raise WrongResultError(incomplete_text(folder))
     if os.path.islink(state_dir):
         raise WrongResultError(f"{folder}: the saved state is damaged: its folder is a link")
     for relpath, record in records.items():
@@ -130,10 +127,29 @@ def claimed_folder(folder: str, flag: str) -> Iterator[None]:
     O_EXCL: a second run that checked the folder at the same moment fails to make it and is
     refused. When the body fails, what this run wrote is removed and the lock with it.
 
+    Ctrl-C, SIGTERM and SIGHUP wait for the save (`_signals_deferred`): the checkpoint is then
+    complete, and the signal ends the run after (exit 130, 143, 129). A second one, or SIGKILL,
+    ends it at once and leaves the lock: the folder reads as incomplete, never as a checkpoint.
+
     Raises:
         ShardcliError: another run holds or has filled the folder since it was checked.
+        Terminated, KeyboardInterrupt: a signal came while the folder was held.
     """
-    created = not os.path.lexists(folder)
+    with _signals_deferred():  # before the lock is made: its appearance says they are deferred
+        created = not os.path.lexists(folder)
+        _make_lock(folder, flag, created)
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            if done:
+                os.unlink(os.path.join(folder, LOCK_FILE))
+            else:
+                _remove_written(folder, created)
+
+
+def _make_lock(folder: str, flag: str, created: bool) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
         fd = os.open(os.path.join(folder, LOCK_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -143,28 +159,73 @@ def claimed_folder(folder: str, flag: str) -> Iterator[None]:
         ) from None
     except OSError as error:
         raise ShardcliError(f"{flag}: cannot write the folder ({error.strerror or error})") from None
-    with os.fdopen(fd, "w") as lock:
-        lock.write(f"{os.getpid()}\n")
+    try:
+        with os.fdopen(fd, "w") as lock:
+            lock.write(f"{os.getpid()}\n")
+    except OSError as error:  # a disk already full: nothing of this run's is left there
+        os.unlink(os.path.join(folder, LOCK_FILE))
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise ShardcliError(f"{flag}: cannot write the folder ({error.strerror or error})") from None
     if set(os.listdir(folder)) != {LOCK_FILE}:  # filled by a run that finished since the check
         os.unlink(os.path.join(folder, LOCK_FILE))
         raise ShardcliError(
             f"{flag}: the folder is not empty and nothing is overwritten; give a new or empty folder"
         )
-    done = False
+
+
+def _remove_written(folder: str, created: bool) -> None:
+    """Remove what a failed or interrupted save wrote, the lock last: whatever cannot be removed
+    leaves the lock there, so the folder reads as incomplete, never as a checkpoint."""
+    for name in os.listdir(folder):
+        if name == LOCK_FILE:
+            continue
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    with contextlib.suppress(OSError):
+        if os.listdir(folder) == [LOCK_FILE]:
+            os.unlink(os.path.join(folder, LOCK_FILE))
+            if created:
+                os.rmdir(folder)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP are held until the block ends, then raised (KeyboardInterrupt,
+    `Terminated`); a second one ends the process at once, by the signal's default action.
+
+    Raising from the handler at once is not safe here: Python runs a handler between any two
+    bytecodes, also inside a garbage-collection callback or a finalizer, where the exception is
+    printed and dropped while orbax goes on writing (measured: a traceback, then exit 0).
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, _frame: object) -> None:
+        if received:  # the second: now, as if shardcli had no handler (the lock stays)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        received.append(signum)
+
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, hold) for sig in signals}
     try:
         yield
-        done = True
     finally:
-        if not done:
-            for name in os.listdir(folder):
-                path = os.path.join(folder, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-            if created:
-                with contextlib.suppress(OSError):
-                    os.rmdir(folder)
-        else:
-            os.unlink(os.path.join(folder, LOCK_FILE))
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        if received[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(received[0])

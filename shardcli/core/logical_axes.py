@@ -78,7 +78,26 @@ def table_of(maker: Any) -> dict[str, tuple[str | None, ...]]:
     import sys
 
     module = sys.modules.get(getattr(maker, "__module__", "") or "")
-    return dict(getattr(module, TABLE_NAME, {}) or {})
+    table = getattr(module, TABLE_NAME, None)
+    if table is None:
+        return {}
+    where = f"{TABLE_NAME} in {getattr(module, '__file__', None) or getattr(module, '__name__', 'the file')}"
+    example = 'e.g. {"params[\'w1\']": ("embed", "mlp")}'
+    if not isinstance(table, dict):
+        raise ShardcliError(
+            f"{where} is a {type(table).__name__}; make it a dict of path -> names, {example}"
+        )
+    out: dict[str, tuple[str | None, ...]] = {}
+    for path, names in table.items():
+        if not isinstance(path, str):
+            raise ShardcliError(f"{where} has the key {path!r}, not a path (a str); {example}")
+        if not isinstance(names, (tuple, list)) or not all(n is None or isinstance(n, str) for n in names):
+            raise ShardcliError(
+                f"{where} gives {path!r} {names!r}; give a tuple of logical axis names (str or None), "
+                f"one per dimension, {example}"
+            )
+        out[path] = tuple(names)
+    return out
 
 
 def named_leaves(

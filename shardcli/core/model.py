@@ -589,6 +589,20 @@ def run_train(request: TrainRequest) -> ModelResult:
     )
 
 
+def write_error_text(error: BaseException) -> str:
+    """A failed write in a few words: `No space left on device` for tensorstore's paragraph that
+    ends in `[os_error_code='28']`, the OS's words for an OSError, else the first line."""
+    import re
+
+    code = getattr(error, "errno", None)
+    found = re.search(r"os_error_code='(\d+)'", str(error))
+    if found:
+        code = int(found.group(1))
+    if isinstance(code, int) and code > 0:
+        return os.strerror(code)
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
 def _save(
     target: str, state: Any, request: TrainRequest, session: Session, ann: Annotations, final: float
 ) -> dict[str, str]:
@@ -596,7 +610,12 @@ def _save(
 
     import orbax.checkpoint as ocp
 
-    logging.getLogger("absl").setLevel(logging.ERROR)  # orbax's notes about OCDBT, not used here
+    _quiet_late_reads()  # a failed save's writes still in flight report "Event loop is closed" too
+    absl = logging.getLogger("absl")
+    # orbax's notes about OCDBT (not used here), and the traceback each of its writer threads logs
+    # when a write fails (a full disk: over a hundred lines); the failure itself is raised here.
+    level = absl.level
+    absl.setLevel(logging.CRITICAL)  # setLevel, not .level: it clears the logger's cache
     state_path = os.path.join(target, STATE_DIR)
     # one folder per array (not OCDBT's shared data files), so a damaged file names its array
     checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler(use_ocdbt=False))
@@ -604,10 +623,12 @@ def _save(
         checkpointer.save(state_path, state)
     except (OSError, ValueError) as error:
         raise ShardcliError(
-            f"--checkpoint {request.checkpoint}: saving failed after training ({error}); nothing was kept"
-        ) from error
+            f"--checkpoint {request.checkpoint}: saving failed after training ({write_error_text(error)}); "
+            "nothing was kept"
+        ) from None
     finally:
         checkpointer.close()
+        absl.setLevel(max(level, logging.ERROR))
     saved = SavedModel(
         depth=request.depth,
         batch=request.batch,
@@ -621,10 +642,16 @@ def _save(
         files={name: (r.size, r.sha256) for name, r in record_files(state_path).items()},
     )
     meta_path = os.path.join(target, METADATA_FILE)
-    with open(meta_path + ".tmp", "w", encoding="utf-8") as f:  # whole, or not there at all
-        json.dump(saved.to_json(), f, indent=2)
-        f.write("\n")
-    os.replace(meta_path + ".tmp", meta_path)
+    try:
+        with open(meta_path + ".tmp", "w", encoding="utf-8") as f:  # whole, or not there at all
+            json.dump(saved.to_json(), f, indent=2)
+            f.write("\n")
+        os.replace(meta_path + ".tmp", meta_path)
+    except OSError as error:
+        raise ShardcliError(
+            f"--checkpoint {request.checkpoint}: saving failed after training ({write_error_text(error)}); "
+            "nothing was kept"
+        ) from None
     return {"folder": target, "state": state_path, "metadata": meta_path}
 
 

@@ -10,6 +10,7 @@ here changes what the program computes: a leaf keeps its shape, dtype and partit
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -193,27 +194,33 @@ _RETURNS = (
 )
 
 
-def _takes_mesh(value: Any, flag: str) -> bool:
-    """Whether the maker takes the mesh (one positional parameter) or nothing.
+def _mesh_call(value: Any, flag: str, mesh: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """How the maker takes the mesh: as its one positional parameter, as a keyword-only `mesh`, or
+    not at all.
 
     Raises:
-        ShardcliError: it needs more than one argument.
+        ShardcliError: it needs more than one argument, or a keyword-only one other than `mesh`.
     """
     import inspect
 
     try:
         params = list(inspect.signature(value).parameters.values())
     except (TypeError, ValueError):
-        return True
+        return (mesh,), {}
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if len(required) > 1:
+    keyword = [p for p in required if p.kind == p.KEYWORD_ONLY]
+    if len(required) > 1 or (keyword and keyword[0].name != "mesh"):
         names = ", ".join(p.name for p in required)
         raise ShardcliError(
-            f"--inputs {flag} takes {len(required)} arguments ({names}); give a function of no arguments "
-            f"or of one, the mesh"
+            f"--inputs {flag} takes {len(required)} arguments ({names}); give a function of no "
+            f"arguments or of one, the mesh (def inputs(mesh) or def inputs(*, mesh))"
         )
-    return bool(positional) or any(p.kind == p.VAR_POSITIONAL for p in params)
+    if keyword:
+        return (), {"mesh": mesh}
+    if positional or any(p.kind == p.VAR_POSITIONAL for p in params):
+        return (mesh,), {}
+    return (), {}
 
 
 def _is_step(x: Any) -> bool:
@@ -238,13 +245,20 @@ def call_inputs(maker: Any, flag: str, mesh: Any) -> GivenInputs:
     from shardcli.user_code import call_user
 
     value = maker.value
-    if not callable(value):
+    if not callable(value) or isinstance(value, type):
+        what = f"the type {value.__name__}" if isinstance(value, type) else f"a {type(value).__name__}"
         raise ShardcliError(
-            f"--inputs {flag} names a {type(value).__name__}, not a function; give a function that "
-            f"takes the mesh (or nothing) and returns the arguments"
+            f"--inputs {flag} names {what}, not a function; give a function that takes the mesh (or "
+            f"nothing) and returns the arguments"
         )
-    given = (mesh,) if _takes_mesh(value, flag) else ()
-    made = call_user(value, maker.roots, f"--inputs {flag} raised", *given, doing=f"calling --inputs {flag}")
+    given, by_name = _mesh_call(value, flag, mesh)
+    made = call_user(
+        functools.partial(value, **by_name),
+        maker.roots,
+        f"--inputs {flag} raised",
+        *given,
+        doing=f"calling --inputs {flag}",
+    )
     if isinstance(made, dict):
         unknown = sorted(set(map(str, made)) - {"fn", "args", "kwargs"})
         if unknown or "args" not in made:

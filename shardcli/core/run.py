@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from shardcli.core.inspect import fact_of
+from shardcli.core.run_inputs import concrete_inputs
 from shardcli.core.run_probe import ProbeCall, recording
-from shardcli.core.run_request import SHOW_VALUES_MAX, RunArg, RunRequest
+from shardcli.core.run_request import SHOW_VALUES_MAX, RunRequest
 from shardcli.core.session import Session, open_session
 from shardcli.core.verify import RTOL, element_errors, float_eps
 from shardcli.errors import ShardcliError
@@ -152,89 +153,6 @@ def compare_to_reference(name: str, got: np.ndarray, want: np.ndarray) -> Result
     return ResultCheck(name, True, wrong, err, bound, want, tol.text)
 
 
-# --- inputs ---------------------------------------------------------------------------------------
-
-
-def host_values(arg: RunArg, default_init: str) -> np.ndarray:
-    """The global values of one --arg: an init, or a .npy file of the declared shape.
-
-    Raises:
-        ShardcliError: the file cannot be read, or holds another shape or a dtype it cannot be cast from.
-    """
-    from shardcli.arrays import make_host_array, numpy_dtype
-    from shardcli.specs import ArraySpec
-
-    dtype = numpy_dtype(arg.arg.dtype)
-    if arg.values_file is None:
-        return make_host_array(ArraySpec(arg.arg.shape, arg.arg.dtype, arg.init or default_init))
-    try:
-        loaded = np.load(arg.values_file, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise ShardcliError(f"--arg {arg.describe()!r}: cannot read {arg.values_file}: {error}") from None
-    if tuple(loaded.shape) != arg.arg.shape:
-        raise ShardcliError(
-            f"--arg {arg.describe()!r}: {arg.values_file} holds shape {list(loaded.shape)}, not "
-            f"{list(arg.arg.shape)}; give the file's shape in the --arg"
-        )
-    if not np.can_cast(loaded.dtype, dtype, casting="same_kind"):
-        raise ShardcliError(
-            f"--arg {arg.describe()!r}: {arg.values_file} holds {loaded.dtype}, which does not cast to "
-            f"{arg.arg.dtype.name}; give its dtype in the --arg"
-        )
-    return loaded.astype(dtype)
-
-
-def _fill(struct: Any, init: str, seed: int) -> np.ndarray:
-    """Values for an abstract leaf (a ShapeDtypeStruct that --inputs returned)."""
-    from shardcli.arrays import make_host_array
-    from shardcli.specs import DTYPES, ArraySpec
-
-    name = np.dtype(struct.dtype).name
-    if name not in DTYPES:
-        raise ShardcliError(
-            f"--inputs returned an abstract {name} array; shardcli fills {', '.join(DTYPES)}: "
-            f"return the array itself"
-        )
-    return make_host_array(ArraySpec(tuple(struct.shape), DTYPES[name], init), seed=seed)
-
-
-def _concrete_inputs(request: RunRequest, session: Session) -> tuple[Any, list[str], tuple[str, ...]]:
-    """The function's positional arguments as arrays on the mesh, what filled each leaf, and the
-    files of --inputs (an error raised there is the user's)."""
-    import jax
-    from jax.sharding import NamedSharding
-
-    from shardcli.arrays import place_array
-    from shardcli.mesh import partition_spec
-    from shardcli.user_code import call_user, load
-
-    if request.inputs is None:
-        arrays = []
-        for a in request.args:
-            sharding = NamedSharding(session.mesh, partition_spec(a.arg.sharding.entries))
-            arrays.append(place_array(host_values(a, request.init), sharding))
-        return tuple(arrays), [a.filled_with(request.init) for a in request.args], ()
-    maker = load(request.inputs, flag="--inputs", what="NAME")
-    made = call_user(maker.value, maker.roots, f"--inputs {request.inputs} raised", session.mesh)
-    if not isinstance(made, (tuple, list)):
-        raise ShardcliError(
-            f"--inputs {request.inputs} returned a {type(made).__name__}; return the tuple of the "
-            f"function's positional arguments (arrays, or jax.ShapeDtypeStruct to fill with --init)"
-        )
-    leaves, tree = jax.tree_util.tree_flatten(tuple(made))
-    filled, how = [], []
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, jax.ShapeDtypeStruct):
-            host = _fill(leaf, request.init, seed=i)
-            sharding = leaf.sharding or NamedSharding(session.mesh, partition_spec(()))
-            filled.append(place_array(host, sharding))
-            how.append(request.init)
-        else:
-            filled.append(leaf)
-            how.append("--inputs")
-    return jax.tree_util.tree_unflatten(tree, filled), how, maker.roots
-
-
 # --- reading values back --------------------------------------------------------------------------
 
 
@@ -281,10 +199,30 @@ def array_values(name: str, leaf: Any, filled_with: str, session: Session, show:
     )
 
 
+def _named_by_shape(calls: list[ProbeCall]) -> list[ProbeCall]:
+    """One name probed at several shapes or dtypes (`probe(x, "a")`, then `probe(x[:2], "a")`):
+    each kind shown apart, its type after the name (`a f32[2]`), as the calls cannot be stacked."""
+    from dataclasses import replace
+
+    kinds: dict[str, set[tuple[str, tuple[int, ...]]]] = {}
+    for c in calls:
+        kinds.setdefault(c.name, set()).add((np.asarray(c.value).dtype.str, np.asarray(c.value).shape))
+    mixed = {name for name, seen in kinds.items() if len(seen) > 1}
+    if not mixed:
+        return calls
+
+    def label(c: ProbeCall) -> str:
+        value = np.asarray(c.value)
+        return f"{c.name} {value.dtype.name}[{','.join(map(str, value.shape))}]"
+
+    return [replace(c, name=label(c)) if c.name in mixed else c for c in calls]
+
+
 def probe_values(calls: list[ProbeCall], session: Session, show: bool | None) -> tuple[ProbeValues, ...]:
     """Each probe's values per device (grouped by name, in the order first seen; calls stacked)."""
     axes = session.spec.axes
     cells = session.layout.cells
+    calls = _named_by_shape(calls)
     out = []
     for name in dict.fromkeys(c.name for c in calls):
         mine = [c for c in calls if c.name == name]
@@ -396,11 +334,40 @@ def execute(
     # A probe under plain jit gathers its value to one device: XLA's note on that is not the user's.
     with quiet_native_logs():
         compiled = compile_program(fn, tuple(args), roots, what, mesh).compiled
-    with recording() as calls, jax.set_mesh(mesh):
-        out = call_user(compiled, roots, f"{what} raised while it ran:", *args)
+
+    def run_to_the_end(*given: Any) -> Any:
+        # jax.debug.print and the probes' callbacks print while the program runs: still the user's
+        # output (to stderr), so the wait for them is inside the guard too.
+        out = compiled(*given)
         jax.block_until_ready(out)
         jax.effects_barrier()
+        return out
+
+    with recording() as calls, jax.set_mesh(mesh):
+        out = call_user(run_to_the_end, roots, f"{what} raised while it ran:", *args)
     return out, list(calls)
+
+
+def _kind(value: Any) -> str:
+    return f"type ({value.__name__})" if isinstance(value, type) else type(value).__name__
+
+
+def _check_results(out: Any, target: str) -> None:
+    """Raises: ShardcliError for a result leaf run cannot show or compare (complex, a PRNG key)."""
+    from shardcli.core.program_inputs import is_key
+
+    for name, leaf in _result_names(out):
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is not None and is_key(dtype):
+            raise ShardcliError(
+                f"run {target}: {name} is a typed PRNG key ({dtype}), whose values run cannot show; "
+                f"return jax.random.key_data(key)"
+            )
+        if dtype is not None and np.dtype(dtype).kind == "c":
+            raise ShardcliError(
+                f"run {target}: {name} is {np.dtype(dtype).name}; run shows and checks real numbers: "
+                f"return its parts (jnp.real(z), jnp.imag(z))"
+            )
 
 
 def run_function(request: RunRequest) -> RunResult:
@@ -418,27 +385,31 @@ def run_function(request: RunRequest) -> RunResult:
     if request.args and request.inputs:
         raise ShardcliError("give the arguments with --arg or with --inputs, not both")
     import_jax_quietly()  # before the user's file imports it
-    function = load(request.target, flag="run")
-    if not callable(function.value):
-        raise ShardcliError(f"run {request.target!r} names a {type(function.value).__name__}, not a function")
     x64 = any(a.arg.dtype.needs_x64 for a in request.args)
+    # The devices first, as inspect: a file that computes with JAX at import then finds the mesh's
+    # devices started (JAX fixes the count when it starts).
     session = open_session(request.mesh, request.options, x64=x64)
-    args, how, input_roots = _concrete_inputs(request, session)
+    function = load(request.target, flag="run")
+    if not callable(function.value) or isinstance(function.value, type):
+        raise ShardcliError(f"run {request.target!r} names a {_kind(function.value)}, not a function")
+    args, how, input_roots, step = concrete_inputs(request, session)
+    fn = step or function.value
     roots = tuple(dict.fromkeys(function.roots + input_roots))
 
     leaves = jax.tree_util.tree_leaves(tuple(args))
-    names = argument_names(function.value, tuple(args))
+    names = argument_names(fn, tuple(args))
     inputs = tuple(
         array_values(n, leaf, h, session, request.show_values)
         for n, leaf, h in zip(names, leaves, how, strict=True)
     )
-    out, calls = execute(function.value, args, session.mesh, roots, request.target)
+    out, calls = execute(fn, args, session.mesh, roots, request.target)
+    _check_results(out, request.target)
     results = tuple(
         array_values(n, leaf, "result", session, request.show_values) for n, leaf in _result_names(out)
     )
     probes = probe_values(calls, session, request.show_values)
     one = _one_device_mesh(session)
-    reference, _ = execute(function.value, _on_one_device(args, one), one, roots, request.target)
+    reference, _ = execute(fn, _on_one_device(args, one), one, roots, request.target)
     got_leaves = [(name, np.asarray(jax.device_get(leaf))) for name, leaf in _result_names(out)]
     checks = tuple(
         compare_to_reference(name, got, np.asarray(jax.device_get(want)))

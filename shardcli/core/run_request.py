@@ -48,23 +48,36 @@ class RunRequest:
 def parse_run_arg(text: str, mesh: MeshSpec, flag: str = "--arg") -> RunArg:
     """`f32[32]@x=arange`, `i32[4,4]@x,None=ones`, `f32[8]=values.npy`; `=INIT` left out: --init.
 
+    The type and spec never hold `=`, so the first `=` ends them: a file path after it may hold
+    `=` of its own (`f32[8]=runs/lr=0.1/x.npy`).
+
     Raises:
-        ShardcliError: a malformed argument, an unknown init, a values file that is not there.
+        ShardcliError: a malformed argument, an unknown init, a values file that is not there, a
+            typed PRNG key (run fills and shows numbers).
     """
-    head, sep, fill = text.rpartition("=")
+    head, sep, fill = text.partition("=")
     if not sep:
-        return RunArg(parse_abstract_arg(text, mesh, flag))
+        return _checked(RunArg(parse_abstract_arg(text, mesh, flag)), text, flag)
     fill = fill.strip()
     if fill.endswith(".npy"):
         if not os.path.isfile(fill):
             raise ShardcliError(f"{flag} {text!r}: no file {fill}; give the path of a .npy file")
-        return RunArg(parse_abstract_arg(head, mesh, flag), values_file=fill)
+        return _checked(RunArg(parse_abstract_arg(head, mesh, flag), values_file=fill), text, flag)
     if fill not in INITS:
         raise ShardcliError(
             f"{flag} {text!r}: ={fill} is not valid; give one of {', '.join(INITS)} or a .npy file, "
             f"e.g. 'f32[32]@x=arange'"
         )
-    return RunArg(parse_abstract_arg(head, mesh, flag), init=fill)
+    return _checked(RunArg(parse_abstract_arg(head, mesh, flag), init=fill), text, flag)
+
+
+def _checked(arg: RunArg, text: str, flag: str) -> RunArg:
+    if arg.arg.key is not None:
+        raise ShardcliError(
+            f"{flag} {text!r}: run fills its arguments with numbers and a typed PRNG key has none to "
+            f"show; pass an integer seed and make the key inside the function (jax.random.key(seed))"
+        )
+    return arg
 
 
 def check_init(init: str) -> str:
