@@ -185,7 +185,7 @@ def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[typ
         target.topology, global_batch=None, per_device_batch=row.per_device_batch, seq_len=cfg.seq
     )
     selector = CandidateSelector(
-        model_candidates(cfg, candidates, chip, CALIBRATION.efficiency), chip.hbm_bytes, cfg.seq
+        model_candidates(cfg, candidates, chip, CALIBRATION.efficiency), chip.usable_bytes, cfg.seq
     )
     # as the planner does: its choices compiled in order, each teaching it memory; the first that
     # fits is its pick

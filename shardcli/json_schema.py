@@ -667,9 +667,17 @@ PLAN_CONFIG = Record(
     "sequence",
     "compile",
     "method",
+    "rank",  # how compiled layouts are ordered: throughput or step
 )
 PLAN_CHIP = Record(
-    "peak_flop_per_s", "hbm_bytes_per_s", "hbm_bytes", "link_bytes_per_s", "torus", "wraparound"
+    "peak_flop_per_s",
+    "hbm_bytes_per_s",
+    "hbm_bytes",
+    "link_bytes_per_s",
+    "torus",  # GPUs: [hosts, GPUs per host]
+    "wraparound",
+    "usable_bytes",  # what one program may use: the HBM, or on a GPU JAX's memory pool
+    "network_bytes_per_s",  # GPUs: one GPU's share of the network between hosts; null on a TPU
 )
 PLAN_MODELLED = Record("memory_bytes", "fits", "flops", "t_math_s", "t_comm_s", "comm_bytes", "bound")
 PLAN_TRAFFIC = Record("axes", "sent_bytes", "collectives", "top_kind", "top_op")

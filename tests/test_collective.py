@@ -300,6 +300,19 @@ def test_find_collectives_reads_sync_async_and_tuple_forms():
     }
 
 
+def test_a_gpu_async_start_counts_its_results_not_its_operands():
+    """XLA's GPU compiler writes ((operands), results): a reduce-scatter of f32[4096,4096] over 8
+    devices returns f32[512,4096], and each device sends 7 of those."""
+    hlo = """
+  %rs = ((f32[4096,4096]{1,0}), f32[512,4096]{1,0}) reduce-scatter-start(%g), dimensions={0}
+  %rsd = f32[512,4096]{1,0} reduce-scatter-done(%rs)
+  %ar = ((f32[1024]{0}, f32[8]{0}), f32[1024]{0}, f32[8]{0}) all-reduce-start(%m, %n), replica_groups={{0,1}}
+  %ard = (f32[1024]{0}, f32[8]{0}) all-reduce-done(%ar)
+"""
+    found = {h.op: (h.count, h.result_bytes) for h in find_collectives(hlo)}
+    assert found == {"reduce-scatter": (1, 512 * 4096 * 4), "all-reduce": (1, (1024 + 8) * 4)}
+
+
 @pytest.mark.parametrize(
     "text,sizes",
     [

@@ -208,12 +208,27 @@ def parse_collectives(
 
 def _result_bytes(op: str, shape: str, is_async: bool) -> int:
     """The result's bytes; an async `-start` returns (operands, results) tuples: count the results."""
+    if is_async and shape.startswith("(("):
+        # XLA's GPU compiler: ((operands...), results...), as in reduce-scatter-start's
+        # ((f32[4096,4096]), f32[512,4096]): what follows the operands' own tuple
+        results = shape[_closing(shape, 1) + 1 :]
+        return sum(array_bytes(a) for a in array_types(re.sub(r"\{[^}]*\}", "", results)) if a[1])
     if is_async and shape.startswith("("):
         # (operands..., results..., and on a TPU scalar u32 sync flags): the results' bytes
         arrays = [a for a in array_types(re.sub(r"\{[^}]*\}", "", shape)) if a[1]]
         if len(arrays) >= 2 and op in ("all-gather", "collective-permute", "all-to-all"):
             return sum(array_bytes(a) for a in arrays[len(arrays) // 2 :])
     return shape_bytes(shape)
+
+
+def _closing(text: str, start: int) -> int:
+    """The index of the parenthesis that closes the one at `start`."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return len(text)
 
 
 def _metadata_line(
