@@ -923,3 +923,33 @@ def test_the_table_names_its_order_and_prints_the_command_on_one_line(cli, plan_
     steps = [c["estimate"]["step_s"] for c in sorted(doc["candidates"], key=lambda c: c["rank"] or 99)
              if c["rank"] is not None and c["compiled"]["fits"]]  # fmt: skip
     assert steps == sorted(steps) and doc["summary"]["cached"] == 2
+
+
+# --- user programs as users write them ------------------------------------------------------------
+
+GUIDE = str(Path(__file__).parent / "programs" / "plan_flax_guide.py")
+
+
+def test_a_program_as_flax_s_guide_writes_it_is_laid_out(cli, plan_cache):
+    """`inputs` that make the model under jax.set_mesh with mesh-axis names ('model', 'data'): plan
+    takes them, takes 'data' as its mesh axis and names 'model', which no rule maps, in a warning;
+    with --rules model=tensor the kernels are split and inspect compiles the winner again."""
+    pytest.importorskip("libtpu")
+    pytest.importorskip("flax")
+    env = {"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]}
+    args = ["plan", f"{GUIDE}:train_step", "--inputs", f"{GUIDE}:inputs", *V5E, "-n", "1", "--format", "json"]
+    out = cli(args, env=env)
+    assert out.exit_code == 0, out.output
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("shardcli: warning: ")]
+    assert any("'data', a mesh axis of plan's: taken as that axis (data=data)" in w for w in warnings)
+    assert any(
+        "no rule maps the arguments' logical axis 'model' to a mesh axis" in w and "model=tensor" in w
+        for w in warnings
+    ), warnings
+    doc = _program_json(cli, GUIDE, [*V5E, "-n", "1", "--rules", "model=tensor,data=data"])
+    command = doc["winner"]["inspect_command"]
+    assert "model=tensor" in command
+    again = cli([*shlex.split(command)[1:], "--format", "json"])
+    assert again.exit_code == 0, again.output
+    memory = json.loads(again.stdout)["program"]["memory"]
+    assert memory["total_bytes"] == _winner(doc)["compiled"]["needed_bytes"]

@@ -39,7 +39,12 @@ _GROUPS_LIST_RE = re.compile(r"replica_groups=\{(?P<groups>(?:\{[0-9,]*\},?)*)\}
 _GROUPS_IOTA_RE = re.compile(
     r"replica_groups=\[(?P<shape>[0-9,]+)\]<=\[(?P<dims>[0-9,]+)\](?:T\((?P<perm>[0-9,]+)\))?"
 )
-_GROUPS_MESH_RE = re.compile(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<over>[^}]*)\}")
+# `replica_groups=mesh['axis_0'=8,'axis_2'=2], device_ids=([2,8]T(1,0)) {'axis_0'}` (XLA's GPU compiler
+# over several hosts): the mesh's positions hold the devices the iota `device_ids` lists, in order.
+_GROUPS_MESH_RE = re.compile(
+    r"replica_groups=mesh\[(?P<axes>[^\]]*)\]"
+    r"(?:,\s*device_ids=\(\[(?P<dims>[0-9,]+)\](?:T\((?P<perm>[0-9,]+)\))?\))?\s*\{(?P<over>[^}]*)\}"
+)
 _PAIRS_RE = re.compile(r"source_target_pairs=\{(?P<pairs>(?:\{[0-9]+,[0-9]+\},?)*)\}")
 
 
@@ -384,7 +389,12 @@ def _groups(line: str) -> list[list[int]] | None:
         axes = re.findall(r"'([^']*)'=(\d+)", named.group("axes"))
         over = re.findall(r"'([^']*)'", named.group("over"))
         names = [a for a, _ in axes]
-        ids = np.arange(math.prod(int(s) for _, s in axes)).reshape([int(s) for _, s in axes])
+        order = np.arange(math.prod(int(s) for _, s in axes))
+        if named.group("dims"):
+            order = order.reshape([int(d) for d in named.group("dims").split(",")])
+            if named.group("perm"):
+                order = order.transpose([int(p) for p in named.group("perm").split(",")])
+        ids = order.reshape([int(s) for _, s in axes])
         keep = [i for i, a in enumerate(names) if a not in over]
         moved = [names.index(a) for a in over]
         ids = ids.transpose(keep + moved)

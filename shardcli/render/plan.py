@@ -569,6 +569,10 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
 
 
 def render_program_plan(result: ProgramPlanResult, options: RunOptions) -> None:
+    import sys
+
+    for warning in result.warnings:
+        sys.stderr.write(f"shardcli: warning: {warning}\n")
     if options.format == "json":
         import json
 
