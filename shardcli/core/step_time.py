@@ -390,9 +390,7 @@ def _term(
     return Term(name, amount, per_device, seconds, rate.source + share)
 
 
-def _comm_terms(
-    analysis: ProgramAnalysis, links: dict[str, AxisLink], gpu: bool = False
-) -> tuple[Term, ...]:
+def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink], gpu: bool = False) -> tuple[Term, ...]:
     """One term per set of mesh axes the collectives run over: bytes sent, over the axes' bandwidth
     (their sum on a torus; on GPUs the slowest of them)."""
     sent: dict[tuple[str, ...] | None, int] = {}

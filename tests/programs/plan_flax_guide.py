@@ -8,7 +8,7 @@ from flax import nnx
 
 DEPTH = 256
 LOGICAL_AXES = {"x": ("data", None)}  # the step's `x` argument: its rows are the batch
-GRAPHDEF = []
+GRAPHDEF: list[nnx.GraphDef] = []  # the model's structure, from inputs
 
 
 class DotReluDot(nnx.Module):
