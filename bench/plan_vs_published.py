@@ -55,8 +55,9 @@ class Row:
     mesh: tuple[tuple[str, int], ...]
     per_device_batch: int
     remat: str
-    tflops_per_chip: float | None  # published; None for the quick row
+    tflops_per_chip: float | None  # published; None for the quick row (or where tokens/s is)
     script: str
+    tokens_per_s_per_chip: float | None = None  # published instead of TFLOP/s (MaxText's tiering table)
 
 
 # fmt: off
@@ -101,6 +102,15 @@ HELD_OUT = (
     Row("16B-v5e", "maxtext-16b", "tpu-v5e:16x16", (("fsdp", 256),), 6, "full", 120.0, "v5e/16b.sh"),
     Row("32B-v5e", "maxtext-32b", "tpu-v5e:16x16", (("fsdp", 256),), 4, "full", 132.0, "v5e/32b.sh"),
     Row("64B-v5e", "maxtext-64b", "tpu-v5e:16x16", (("fsdp", 256),), 2, "full", 118.0, "v5e/64b.sh"),
+    # Added by issue 40, never part of the calibration. 128B: the same README, 128b.sh (fsdp16 x tensor16,
+    # 1 per chip, remat minimal_offloaded: shardcli's minimal keeps on the chip what MaxText offloads,
+    # flash attention: shardcli has none). Llama2-70B on v5p-512 (4 per chip, remat full) and Llama 3.1
+    # 8B on v6e-256 (4 per chip, sequence 8192): docs/reference/models/tiering.md, 692 and 7,207 tokens/s
+    # per chip; both ran with flash attention and MaxText's own remat policies.
+    Row("128B-v5e", "maxtext-128b", "tpu-v5e:16x16", (("fsdp", 16), ("tensor", 16)), 1, "minimal", 110.0,
+        "v5e/128b.sh"),
+    Row("70B-v5p", "llama2-70b", "tpu-v5p:8x8x8", (("fsdp", 512),), 4, "full", None, "tiering.md v5p", 692.0),
+    Row("8B-v6e", "llama3-8b", "tpu-v6e:16x16", (("fsdp", 256),), 4, "full", None, "tiering.md v6e", 7207.0),
 )
 # fmt: on
 QUICK = Row("tiny", "tiny", "tpu-v5e:2x2", (("fsdp", 2), ("tensor", 2)), 2, "minimal", None, "-")
@@ -165,6 +175,8 @@ def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[typ
     if row.tflops_per_chip is not None:
         flops = cfg.maxtext_train_flops_per_token() * row.per_device_batch * cfg.seq
         measured = flops / (row.tflops_per_chip * 1e12)
+    elif row.tokens_per_s_per_chip is not None:
+        measured = row.per_device_batch * cfg.seq / row.tokens_per_s_per_chip
     result = Result(
         row,
         raw.bound_s,
@@ -185,7 +197,7 @@ def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[typ
         target.topology, global_batch=None, per_device_batch=row.per_device_batch, seq_len=cfg.seq
     )
     selector = CandidateSelector(
-        model_candidates(cfg, candidates, chip, CALIBRATION.efficiency), chip.hbm_bytes, cfg.seq
+        model_candidates(cfg, candidates, chip, CALIBRATION.efficiency), chip.usable_bytes, cfg.seq
     )
     # as the planner does: its choices compiled in order, each teaching it memory; the first that
     # fits is its pick

@@ -35,7 +35,8 @@ from typing import Any
 # advice and gpu_pool; inspect --run's donation; every run's runtime names the compiler that judged it
 # (runtime.compiler: jax, jaxlib, and libtpu or a CUDA plugin for a --target). 5: a program's
 # collective carries the user's frames that led to it (stack, innermost first; source is the first);
-# a GPU's per-op estimate has the least its launches take (step_time.ops.launch_s and its counts).
+# a GPU's per-op estimate has the least its launches take (step_time.ops.launch_s and its counts);
+# plan's config.rank (its order), its chip's usable_bytes and network_bytes_per_s.
 SCHEMA_VERSION = 5
 
 
@@ -676,9 +677,17 @@ PLAN_CONFIG = Record(
     "sequence",
     "compile",
     "method",
+    "rank",  # how compiled layouts are ordered: throughput or step
 )
 PLAN_CHIP = Record(
-    "peak_flop_per_s", "hbm_bytes_per_s", "hbm_bytes", "link_bytes_per_s", "torus", "wraparound"
+    "peak_flop_per_s",
+    "hbm_bytes_per_s",
+    "hbm_bytes",
+    "link_bytes_per_s",
+    "torus",  # GPUs: [hosts, GPUs per host]
+    "wraparound",
+    "usable_bytes",  # what one program may use: the HBM, or on a GPU JAX's memory pool
+    "network_bytes_per_s",  # GPUs: one GPU's share of the network between hosts; null on a TPU
 )
 PLAN_MODELLED = Record("memory_bytes", "fits", "flops", "t_math_s", "t_comm_s", "comm_bytes", "bound")
 PLAN_TRAFFIC = Record("axes", "sent_bytes", "collectives", "top_kind", "top_op")

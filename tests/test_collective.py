@@ -300,6 +300,34 @@ def test_find_collectives_reads_sync_async_and_tuple_forms():
     }
 
 
+def test_gpu_groups_over_several_hosts_follow_their_device_ids():
+    """XLA's GPU compiler on 2 hosts of 8 names groups by a mesh of its own whose positions hold the
+    devices `device_ids` lists: over axis_0, the 8 GPUs of a host (fsdp); over axis_2, one per host."""
+    from shardcli.core.program_analysis import parse_collectives
+
+    groups = "replica_groups=mesh['axis_0'=8,'axis_1'=1,'axis_2'=2], device_ids=([2,8]T(1,0))"
+    hlo = f"""
+  %rs = ((f32[1024,1024]{{1,0}}), f32[128,1024]{{1,0}}) reduce-scatter-start(%g), {groups} {{'axis_0'}}
+  %ar = f32[128,1024]{{1,0}} all-reduce-start(%r), {groups} {{'axis_2'}}, to_apply=%add
+"""
+    ops = {op.kind: op for op in parse_collectives(hlo, (2, 8), ("data", "fsdp"))}
+    assert (ops["reduce-scatter"].mesh_axes, ops["reduce-scatter"].group_size) == (("fsdp",), 8)
+    assert (ops["all-reduce"].mesh_axes, ops["all-reduce"].group_size) == (("data",), 2)
+
+
+def test_a_gpu_async_start_counts_its_results_not_its_operands():
+    """XLA's GPU compiler writes ((operands), results): a reduce-scatter of f32[4096,4096] over 8
+    devices returns f32[512,4096], and each device sends 7 of those."""
+    hlo = """
+  %rs = ((f32[4096,4096]{1,0}), f32[512,4096]{1,0}) reduce-scatter-start(%g), dimensions={0}
+  %rsd = f32[512,4096]{1,0} reduce-scatter-done(%rs)
+  %ar = ((f32[1024]{0}, f32[8]{0}), f32[1024]{0}, f32[8]{0}) all-reduce-start(%m, %n), replica_groups={{0,1}}
+  %ard = (f32[1024]{0}, f32[8]{0}) all-reduce-done(%ar)
+"""
+    found = {h.op: (h.count, h.result_bytes) for h in find_collectives(hlo)}
+    assert found == {"reduce-scatter": (1, 512 * 4096 * 4), "all-reduce": (1, (1024 + 8) * 4)}
+
+
 @pytest.mark.parametrize(
     "text,sizes",
     [

@@ -221,7 +221,8 @@ PINNED_KEYS = {
     # step_time method and per-op roofline (ops, on a GPU), inspect's module (inspect PATH.hlo.txt);
     # every fit verdict its status, margin_bytes, advice and gpu_pool (matmul, einsum, reshard, inspect);
     # inspect --run's donation (how a donating step's arrays were given to each call); every run's runtime
-    # names the compiler that judged it (runtime.compiler; plan's config.compiler)
+    # names the compiler that judged it (runtime.compiler; plan's config.compiler); added in 4: plan's
+    # config.rank (--rank) and chip.usable_bytes and chip.network_bytes_per_s (GPU hosts)
     4: {
         "mesh": "8e142fb6bec51a4c",
         "shard": "606eab0ec5ca858b",
@@ -240,7 +241,8 @@ PINNED_KEYS = {
         "plan-program": "1e466772574394a6",
     },
     # 5: a program's collective carries the user's frames that led to it (stack; einsum, reshard,
-    # inspect); a GPU's per-op estimate the least its launches take (step_time.ops.launch_s, counts)
+    # inspect); a GPU's per-op estimate the least its launches take (step_time.ops.launch_s, counts);
+    # plan's config.rank, and its chip's usable_bytes (JAX's pool on a GPU) and network_bytes_per_s
     5: {
         "mesh": "8e142fb6bec51a4c",
         "shard": "606eab0ec5ca858b",
@@ -255,7 +257,7 @@ PINNED_KEYS = {
         "model": "e7d913623526ef37",
         "pipeline": "00e642b1573f23de",
         "compare": "53b1ec01214a6068",
-        "plan": "aeca68b114be92c6",
+        "plan": "fc4aee0db5328711",
         "plan-program": "1e466772574394a6",
     },
 }

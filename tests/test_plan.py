@@ -326,9 +326,9 @@ def test_no_layout_fits_exits_1(cli, plan_cache):
             id="target",
         ),
         pytest.param(
-            ["--preset", "tiny", "--target", "gpu-h100:8"],
-            "--target gpu-h100:8: plan lays the decoder out",
-            id="gpu",
+            ["--preset", "tiny", "--target", "gpu-h100:3x9"],
+            "--target 'gpu-h100:3x9': a host has at most 8 H100 SXM GPUs",
+            id="gpu-host",
         ),
         pytest.param(
             [*TINY, "--method", "guess"],
@@ -740,3 +740,216 @@ def test_no_short_of_compile_n_clause_when_the_budget_is_spent(monkeypatch, plan
     assert sum(r.compiled is not None for r in result.rows) == 2 and not result.exhausted
     assert "fewer than" not in " ".join(c.plain for c in summary_clauses(result).clauses)
     assert any(r.why == "not compiled: --compile 2 was spent (model)" for r in result.rows)
+
+
+# --- GPU hosts --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cuda_plugin():
+    from shardcli.compilers import compiler_installed
+
+    if not compiler_installed("cuda"):
+        pytest.skip("the gpu extra: pip install -e '.[gpu]' or '.[gpu-cuda13]' (CI installs gpu)")
+
+
+def test_gpu_meshes_keep_the_tensor_axis_within_a_host():
+    from shardcli.core.plan_candidates import gpu_mesh_choices
+
+    meshes = gpu_mesh_choices(2, 8)
+    assert all(math.prod(m.shape) == 16 and 8 % m.size("tensor") == 0 for m in meshes)
+    labels = {m.label for m in meshes}
+    assert {"dp2 fsdp8", "fsdp16", "fsdp2 tp8", "dp16", "dp2 fsdp4 tp2"} <= labels
+    assert not any(m.size("tensor") == 16 for m in meshes)
+    # every ordered (data, fsdp, tensor) of 16 with tensor dividing 8: 15 in all, less tensor 16's one
+    assert len(meshes) == 15 - 1
+
+
+@pytest.mark.parametrize(
+    ("environ", "fraction"),
+    [
+        pytest.param({}, 0.75, id="default"),
+        pytest.param({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".9"}, 0.9, id="90"),
+    ],
+)
+def test_the_model_judges_a_gpu_layout_against_jax_s_pool(environ, fraction):
+    from shardcli.core.plan_model import HEADROOM, chip_figures, model_candidate
+    from shardcli.hardware import CHIPS
+
+    chip = chip_figures("gpu-h100", (2, 8), environ)
+    hbm = int(CHIPS["gpu-h100"].hbm_bytes.value)
+    assert chip.usable_bytes == int(hbm * fraction) and chip.torus == (2, 8)
+    cfg = PRESETS["llama2-7b"]
+    candidates, _ = enumerate_candidates(chip.torus, global_batch=None, per_device_batch=2,
+                                         remats=("full",), seq_len=cfg.seq, gpu_hosts=True)  # fmt: skip
+    modelled = [model_candidate(cfg, c, chip, 1.0) for c in candidates]
+    assert all(m.fits == (m.memory_bytes <= HEADROOM * chip.usable_bytes) for m in modelled)
+    between = [m for m in modelled if HEADROOM * chip.usable_bytes < m.memory_bytes <= HEADROOM * hbm]
+    assert all(not m.fits for m in between)
+
+
+def test_a_gpu_axis_moves_over_nvlink_within_a_host_and_the_network_across():
+    from shardcli.core.plan_model import chip_figures
+    from shardcli.hardware import CHIPS
+
+    chip, h100 = chip_figures("gpu-h100", (2, 8)), CHIPS["gpu-h100"]
+    assert chip.axis_bytes_per_s(8, 1) == h100.link_bytes_per_s.value  # one host's 8
+    assert chip.axis_bytes_per_s(4, 2) == h100.link_bytes_per_s.value  # 4 after a tensor 2
+    assert h100.network_bytes_per_s is not None
+    assert chip.axis_bytes_per_s(2, 8) == h100.network_bytes_per_s.value  # one per host
+    assert chip.axis_bytes_per_s(16, 1) == h100.network_bytes_per_s.value  # every GPU
+
+
+def test_plan_lays_the_decoder_out_on_gpu_hosts(cli, plan_cache, cuda_plugin):
+    """Compiled by XLA's GPU compiler without a GPU: each row judged against JAX's pool, estimated by
+    the GPU's per-op roofline, an axis across hosts at the network's rate."""
+    from shardcli.hardware import CHIPS
+
+    doc = _json(cli, ["--preset", "tiny", "--target", "gpu-h100:2x2", "--batch", "2", "--remat", "full",
+                      "-n", "3"])  # fmt: skip
+    compiled = [c for c in doc["candidates"] if c["compiled"] is not None]
+    assert doc["winner"] is not None and len(compiled) == 3
+    assert doc["chip"]["torus"] == [2, 2]
+    assert all(c["mesh"].get("tensor", 1) <= 2 for c in doc["candidates"])
+    net = CHIPS["gpu-h100"].network_bytes_per_s
+    assert net is not None
+    for c in compiled:
+        assert "JAX's BFC pool: 75%" in c["compiled"]["fit_text"]
+        assert c["estimate"]["efficiency_source"].startswith("per op:")
+        traffic = {t["axes"]: t["sent_bytes"] for t in c["compiled"]["traffic"]}
+        if c["mesh"].get("data") == 2 and "data" in traffic:  # data over the 2 hosts
+            assert c["estimate"]["t_comm_s"]["data"] == pytest.approx(traffic["data"] / net.value)
+
+
+def test_a_gpu_candidate_is_estimated_as_inspect_estimates_it(cuda_plugin, plan_cache):
+    """plan keeps a compile's figures; estimated from them it is inspect's own estimate."""
+    from shardcli.core import plan_compile
+    from shardcli.core.plan_candidates import Candidate
+    from shardcli.core.plan_estimate import estimate_of
+    from shardcli.hardware import CHIPS
+    from shardcli.specs import RunOptions
+    from shardcli.targets import parse_target
+
+    target = parse_target("gpu-h100:2x4")
+    cfg = build_config("tiny")
+    candidate = Candidate(
+        MeshChoice((("data", 2), ("fsdp", 2), ("tensor", 2)), True), "fsdp-tp", "full", 8, 8
+    )
+    session = plan_compile.target_session({}, target, candidate.mesh, RunOptions())
+    result = plan_compile._inspect(session, cfg, candidate, target, None)
+    figures = plan_compile.figures_of(result, target, "scan", 0.0)
+    assert figures.kernels
+    assert sum(k.runs for k in figures.kernels) == sum(c.runs for c in result.analysis.kernels.calls)
+    ours = estimate_of(figures, session.mesh)
+    assert ours is not None and ours.ops is not None and result.step is not None
+    assert ours.estimate_s == pytest.approx(result.step.estimate_s, rel=1e-9)
+    assert {t.name: t.seconds for t in ours.comm} == pytest.approx(
+        {t.name: t.seconds for t in result.step.comm}
+    )
+    h100 = CHIPS["gpu-h100"]
+    rates = {t.name: t.rate for t in ours.comm}
+    assert rates["data"] == h100.network_bytes_per_s.value  # the 2 hosts
+    assert rates["fsdp"] == rates["tensor"] == h100.link_bytes_per_s.value  # within a host
+
+
+def test_a_gpu_pool_jax_refuses_is_one_line(cli):
+    out = cli(
+        ["plan", "--preset", "tiny", "--target", "gpu-h100:8"], env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "2"}
+    )
+    assert out.exit_code == 2, out.output
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION='2': give a fraction" in out.stderr
+    assert "Traceback" not in out.output
+
+
+# --- a ranking people can read ---------------------------------------------------------------------
+
+
+def _figures(needed: int | None, capacity: int, fits: bool = True):
+    from shardcli.core.plan_compile import CompiledFigures
+
+    return CompiledFigures(fits, needed, capacity, None, None, 1.0, 1.0, (), "scan", 0.0, "")
+
+
+@pytest.mark.parametrize(
+    ("needed", "fits", "word", "used"),
+    [
+        pytest.param(50, True, "yes", "50%", id="half"),
+        pytest.param(90, True, "yes", "90%", id="at-the-line"),
+        pytest.param(93, True, "at risk", "93%", id="above-90"),
+        pytest.param(120, False, "no", "120%", id="no"),
+    ],
+)
+def test_a_row_says_how_much_of_the_usable_memory_it_takes(needed, fits, word, used):
+    from shardcli.render.plan import fit_word, used_share
+
+    f = _figures(needed * GIB_, 100 * GIB_, fits)
+    assert (fit_word(f).plain, used_share(f)) == (word, used)
+
+
+GIB_ = 1 << 30
+
+
+def test_the_table_names_its_order_and_prints_the_command_on_one_line(cli, plan_cache, cuda_plugin):
+    """At 80 columns: the order in the header, the reproducing command whole on one line that
+    pastes, progress lines on stderr (no terminal here); --rank step orders by the step."""
+    args = [
+        "plan",
+        "--preset",
+        "tiny",
+        "--target",
+        "gpu-h100:2",
+        "--batch",
+        "2",
+        "--remat",
+        "full",
+        "-n",
+        "2",
+    ]
+    env = {"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"], "COLUMNS": "80"}
+    out = cli([*args, "--rank", "step", "--no-color"], env=env)
+    assert out.exit_code == 0, out.output
+    assert (
+        "ranked by estimated step time, shortest first (--rank throughput for the other order)"
+        in " ".join(out.stdout.split())
+    )
+    command = next(line for line in out.stdout.splitlines() if line.startswith("shardcli inspect"))
+    assert len(command) > 80 and command.endswith("--axes " + command.split("--axes ")[1].split()[0])
+    words = shlex.split(command)
+    assert words[words.index("--target") + 1] == "gpu-h100:2" and "--mesh" in words
+    lines = [line for line in out.stderr.splitlines() if line.startswith("shardcli plan: compiling ")]
+    assert [line.split(":")[1].strip()[len("compiling ") :] for line in lines][:2] == ["1/2", "2/2"]
+    doc = _json(cli, [*args[1:], "--rank", "step"])
+    assert doc["config"]["rank"] == "step"
+    steps = [c["estimate"]["step_s"] for c in sorted(doc["candidates"], key=lambda c: c["rank"] or 99)
+             if c["rank"] is not None and c["compiled"]["fits"]]  # fmt: skip
+    assert steps == sorted(steps) and doc["summary"]["cached"] == 2
+
+
+# --- user programs as users write them ------------------------------------------------------------
+
+GUIDE = str(Path(__file__).parent / "programs" / "plan_flax_guide.py")
+
+
+def test_a_program_as_flax_s_guide_writes_it_is_laid_out(cli, plan_cache):
+    """`inputs` that make the model under jax.set_mesh with mesh-axis names ('model', 'data'): plan
+    takes them, takes 'data' as its mesh axis and names 'model', which no rule maps, in a warning;
+    with --rules model=tensor the kernels are split and inspect compiles the winner again."""
+    pytest.importorskip("libtpu")
+    pytest.importorskip("flax")
+    env = {"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]}
+    args = ["plan", f"{GUIDE}:train_step", "--inputs", f"{GUIDE}:inputs", *V5E, "-n", "1", "--format", "json"]
+    out = cli(args, env=env)
+    assert out.exit_code == 0, out.output
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("shardcli: warning: ")]
+    assert any("'data', a mesh axis of plan's: taken as that axis (data=data)" in w for w in warnings)
+    assert any(
+        "no rule maps the arguments' logical axis 'model' to a mesh axis" in w and "model=tensor" in w
+        for w in warnings
+    ), warnings
+    doc = _program_json(cli, GUIDE, [*V5E, "-n", "1", "--rules", "model=tensor,data=data"])
+    command = doc["winner"]["inspect_command"]
+    assert "model=tensor" in command
+    again = cli([*shlex.split(command)[1:], "--format", "json"])
+    assert again.exit_code == 0, again.output
+    memory = json.loads(again.stdout)["program"]["memory"]
+    assert memory["total_bytes"] == _winner(doc)["compiled"]["needed_bytes"]

@@ -174,6 +174,21 @@ def test_compiled_rows_rank_by_estimate_per_token_and_ties_by_exposed_communicat
     assert [r.name for r in ranked(rows)] == order
 
 
+@pytest.mark.parametrize(
+    ("by", "order"),
+    [
+        pytest.param("throughput", ["big", "small"], id="throughput-per-token"),
+        pytest.param("step", ["small", "big"], id="step-shortest-first"),
+    ],
+)
+def test_the_rank_flag_chooses_the_order(by, order):
+    """A batch twice as large whose step is 1.5x as long: more tokens per second, a slower step."""
+    from shardcli.core.plan import ranked
+
+    rows = [_row("big", 1.5, 1.5, batch=256), _row("small", 1.0, 1.0, batch=128)]
+    assert [r.name for r in ranked(rows, by)] == order
+
+
 def test_the_why_of_a_layout_compiled_twice_names_the_batch_that_fit():
     selector, _, _ = _selector()
     first, second = _refused_then_retried(selector)

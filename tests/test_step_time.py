@@ -340,6 +340,19 @@ def test_real_gpus_of_one_process_meet_over_nvlink():
     assert step_time_of(program, mesh, "cpu", "float32") is None
 
 
+def test_a_gpu_collective_over_several_axes_moves_at_the_slowest():
+    """Two hosts of 4: data crosses hosts (the network), model stays within one (NVLink); a
+    collective over both is as fast as the network, and over model alone NVLink's, never a sum."""
+    from shardcli.core.step_time import step_time_of
+
+    mesh = _Mesh([_Device(i, i // 4) for i in range(8)], (2, 4), ("data", "model"))
+    program = _program([_op("all-reduce", ("data", "model"), 30_000_000, 10)])
+    step = step_time_of(program, mesh, "NVIDIA H100 80GB HBM3", "bfloat16")
+    assert step is not None
+    (term,) = step.comm
+    assert (term.name, term.rate) == ("data+model", 50e9) and term.source.startswith("the slowest of ")
+
+
 def test_given_figures_stand_in_for_an_unknown_device():
     from shardcli.core.step_time import step_time_of
     from shardcli.hardware import Figure

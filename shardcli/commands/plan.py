@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -51,8 +52,9 @@ Target = Annotated[
     str,
     typer.Option(
         "--target",
-        help="The TPU slice to plan for: tpu-v4, tpu-v5e, tpu-v5p or tpu-v6e with a topology "
-        "(tpu-v5p:4x4x4). Compiled by the real TPU compiler (the tpu extra); nothing runs.",
+        help="Where to plan for: a TPU slice, tpu-v4, tpu-v5e, tpu-v5p or tpu-v6e with its torus "
+        "(tpu-v5p:4x4x4), or GPU hosts, gpu-h100 or gpu-h200 with HOSTSxGPUS (gpu-h100:4x8; gpu-h100:8 is "
+        "one host). Compiled by the real compiler (the tpu or gpu extra); nothing runs.",
         show_default=False,
     ),
 ]
@@ -105,6 +107,15 @@ Method = Annotated[
         show_default=False,
     ),
 ]
+RankBy = Annotated[
+    str,
+    typer.Option(
+        "--rank",
+        help="How compiled layouts are ordered: throughput (estimated tokens per second per chip, highest "
+        "first: a larger batch with a slower step can win) or step (estimated step time, shortest first: "
+        "give --global-batch so that every layout runs the same batch).",
+    ),
+]
 NoCache = Annotated[
     bool, typer.Option("--no-cache", help="Compile every candidate again (the cache is still written).")
 ]
@@ -148,15 +159,19 @@ def plan(
     method: Method = None,
     no_cache: NoCache = False,
     emit: Emit = None,
+    rank: RankBy = "throughput",
     *,
     options: RunOptions,
 ) -> None:
-    """Choose a layout for a decoder-only transformer on a TPU slice you don't own: every way of
-    naming the chips (data, fsdp, tensor, sequence axes along the torus) x logical-axis rules x remat
-    x batch is ranked by an analytic model, --compile N of them are compiled by the real TPU
-    compiler (one at a time, each correcting the model's memory for the next pick), and the table
-    ranks them by the step-time estimate from those compiles (memory per chip and fit, estimated
-    step, MFU, the bound). Exit 1 when no compiled layout fits.
+    """Choose a layout for a decoder-only transformer on a TPU slice or GPU hosts you don't own:
+    every way of naming the chips (data, fsdp, tensor, sequence axes along the torus; on GPUs the
+    tensor axis within a host, the others over NVLink or across hosts) x logical-axis rules x remat
+    x batch is ranked by an analytic model, --compile N of them are compiled by the real compiler
+    (one at a time, each correcting the model's memory for the next pick), and the table orders them
+    by the estimate from those compiles: by tokens per second per chip (--rank throughput, the
+    default) or by step time (--rank step). Each row has its memory per chip and the share of the
+    usable memory it takes (HBM; on a GPU JAX's pool; "at risk" above 90%), the estimated step, MFU
+    and the bound. Exit 1 when no compiled layout fits.
 
     With FILE.py:FUNCTION --inputs FILE.py:NAME it lays out your own program instead: its
     arguments carry logical axis names (nnx.with_partitioning, nn.with_partitioning), each layout is
@@ -170,60 +185,31 @@ def plan(
             "--preset": preset, "--layers": layers, "--d-model": d_model, "--heads": heads,
             "--kv-heads": kv_heads, "--head-dim": head_dim, "--mlp-dim": mlp_dim, "--vocab": vocab,
             "--seq": seq, "--activation": activation, "--global-batch": global_batch, "--batch": batch,
-            "--emit": emit,
+            "--emit": emit, "--remat": remat, "--sequence": sequence or None, "--method": method,
+            "--rank": None if rank == "throughput" else rank,
         }  # fmt: skip
-        decoder_flags["--remat"] = remat
-        decoder_flags["--sequence"] = sequence or None
-        decoder_flags["--method"] = method
         _refuse_decoder_flags(program, decoder_flags)
         _plan_program(program, inputs, rules, target, compile_n, not no_cache, options)
         return
     if inputs is not None or rules is not None:
         flag = "--inputs" if inputs is not None else "--rules"
         raise ShardcliError(f"{flag} goes with your own program (shardcli plan FILE.py:FUNCTION {flag} ...)")
-    from shardcli.core.plan import PlanRequest
+    from shardcli.core.plan import PlanRequest, program_text, run_plan
     from shardcli.decoder_spec import build_config
+    from shardcli.render.plan import render_plan
     from shardcli.targets import parse_target
 
-    for flag, value in (("--compile", compile_n), ("--global-batch", global_batch), ("--batch", batch)):
-        _positive(flag, value)
-    if global_batch is not None and batch is not None:
-        raise ShardcliError("give --global-batch or --batch (per chip), not both")
-    remats = _remat_policies(remat)
-    if emit is not None and not emit.endswith(".py"):
-        raise ShardcliError(
-            f"--emit {emit!r} must name a .py file (shardcli inspect FILE.py:train_step reads it)"
-        )
-    cfg = build_config(
-        preset,
-        layers=layers,
-        d_model=d_model,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        mlp_dim=mlp_dim,
-        vocab=vocab,
-        seq=seq,
-        activation=activation,
-    )
+    _check_decoder_flags(compile_n, global_batch, batch, emit)
+    shape = {
+        "layers": layers, "d_model": d_model, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
+        "mlp_dim": mlp_dim, "vocab": vocab, "seq": seq, "activation": activation,
+    }  # fmt: skip
     request = PlanRequest(
-        model=cfg,
-        target=parse_target(target),
-        global_batch=global_batch,
-        per_device_batch=batch,
-        remats=remats,
-        sequence=sequence,
-        compile_n=compile_n,
-        method=method if method is not None else "scan",
-        use_cache=not no_cache,
-        options=options,
-    )
-    from shardcli.core.plan import program_text, run_plan
-    from shardcli.render.plan import render_plan
-    from shardcli.render.progress import progress_bar
-
-    show = options.format != "json" and not options.quiet
-    with progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update:
+        model=build_config(preset, **shape), target=parse_target(target), global_batch=global_batch,
+        per_device_batch=batch, remats=_remat_policies(remat), sequence=sequence, compile_n=compile_n,
+        method=method if method is not None else "scan", use_cache=not no_cache, options=options, rank=rank,
+    )  # fmt: skip
+    with _progress(options) as update:
         result = run_plan(request, progress=update)
     if emit is not None and result.winner is not None:
         try:
@@ -235,6 +221,30 @@ def plan(
     if result.interrupted:
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
+
+
+def _check_decoder_flags(
+    compile_n: int, global_batch: int | None, batch: int | None, emit: str | None
+) -> None:
+    """Raises: ShardcliError for a count that is not positive, both batches, an --emit not a .py file."""
+    for flag, value in (("--compile", compile_n), ("--global-batch", global_batch), ("--batch", batch)):
+        _positive(flag, value)
+    if global_batch is not None and batch is not None:
+        raise ShardcliError("give --global-batch or --batch (per chip), not both")
+    if emit is not None and not emit.endswith(".py"):
+        raise ShardcliError(
+            f"--emit {emit!r} must name a .py file (shardcli inspect FILE.py:train_step reads it)"
+        )
+
+
+def _progress(options: RunOptions) -> AbstractContextManager[Any]:
+    """A bar on a terminal; elsewhere one line on stderr per compile (a plan can take many minutes)."""
+    from shardcli.render.progress import progress_bar_or_lines
+
+    def describe(done: int, total: int, label: str) -> str:
+        return f"compiling {done + 1}/{total}: {label}" if label else ""
+
+    return progress_bar_or_lines(options.format != "json", options.quiet, describe, "shardcli plan")
 
 
 def _refuse_decoder_flags(program: str, flags: Mapping[str, object]) -> None:
@@ -279,7 +289,6 @@ def _plan_program(
     from shardcli.core.plan_program import ProgramPlanRequest, run_program_plan
     from shardcli.decoder_spec import parse_rules
     from shardcli.render.plan import render_program_plan
-    from shardcli.render.progress import progress_bar
     from shardcli.targets import parse_target
 
     _positive("--compile", compile_n)
@@ -300,8 +309,7 @@ def _plan_program(
         raise ShardcliError(
             f"--target {target}: plan lays programs out on TPU tori; give one such as tpu-v5e:2x2"
         )
-    show = options.format != "json" and not options.quiet
-    with progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update:
+    with _progress(options) as update:
         result = run_program_plan(request, progress=update)
     render_program_plan(result, options)
     if result.interrupted:

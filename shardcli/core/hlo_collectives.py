@@ -39,7 +39,12 @@ _GROUPS_LIST_RE = re.compile(r"replica_groups=\{(?P<groups>(?:\{[0-9,]*\},?)*)\}
 _GROUPS_IOTA_RE = re.compile(
     r"replica_groups=\[(?P<shape>[0-9,]+)\]<=\[(?P<dims>[0-9,]+)\](?:T\((?P<perm>[0-9,]+)\))?"
 )
-_GROUPS_MESH_RE = re.compile(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<over>[^}]*)\}")
+# `replica_groups=mesh['axis_0'=8,'axis_2'=2], device_ids=([2,8]T(1,0)) {'axis_0'}` (XLA's GPU compiler
+# over several hosts): the mesh's positions hold the devices the iota `device_ids` lists, in order.
+_GROUPS_MESH_RE = re.compile(
+    r"replica_groups=mesh\[(?P<axes>[^\]]*)\]"
+    r"(?:,\s*device_ids=\(\[(?P<dims>[0-9,]+)\](?:T\((?P<perm>[0-9,]+)\))?\))?\s*\{(?P<over>[^}]*)\}"
+)
 _PAIRS_RE = re.compile(r"source_target_pairs=\{(?P<pairs>(?:\{[0-9]+,[0-9]+\},?)*)\}")
 
 
@@ -212,12 +217,27 @@ def parse_collectives(
 
 def _result_bytes(op: str, shape: str, is_async: bool) -> int:
     """The result's bytes; an async `-start` returns (operands, results) tuples: count the results."""
+    if is_async and shape.startswith("(("):
+        # XLA's GPU compiler: ((operands...), results...), as in reduce-scatter-start's
+        # ((f32[4096,4096]), f32[512,4096]): what follows the operands' own tuple
+        results = shape[_closing(shape, 1) + 1 :]
+        return sum(array_bytes(a) for a in array_types(re.sub(r"\{[^}]*\}", "", results)) if a[1])
     if is_async and shape.startswith("("):
         # (operands..., results..., and on a TPU scalar u32 sync flags): the results' bytes
         arrays = [a for a in array_types(re.sub(r"\{[^}]*\}", "", shape)) if a[1]]
         if len(arrays) >= 2 and op in ("all-gather", "collective-permute", "all-to-all"):
             return sum(array_bytes(a) for a in arrays[len(arrays) // 2 :])
     return shape_bytes(shape)
+
+
+def _closing(text: str, start: int) -> int:
+    """The index of the parenthesis that closes the one at `start`."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return len(text)
 
 
 def _metadata_line(
@@ -373,7 +393,12 @@ def _groups(line: str) -> list[list[int]] | None:
         axes = re.findall(r"'([^']*)'=(\d+)", named.group("axes"))
         over = re.findall(r"'([^']*)'", named.group("over"))
         names = [a for a, _ in axes]
-        ids = np.arange(math.prod(int(s) for _, s in axes)).reshape([int(s) for _, s in axes])
+        order = np.arange(math.prod(int(s) for _, s in axes))
+        if named.group("dims"):
+            order = order.reshape([int(d) for d in named.group("dims").split(",")])
+            if named.group("perm"):
+                order = order.transpose([int(p) for p in named.group("perm").split(",")])
+        ids = order.reshape([int(s) for _, s in axes])
         keep = [i for i, a in enumerate(names) if a not in over]
         moved = [names.index(a) for a in over]
         ids = ids.transpose(keep + moved)

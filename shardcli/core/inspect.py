@@ -416,7 +416,7 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         UserCodeError: the user's code raised.
     """
     from shardcli.core.logical_axes import names_only
-    from shardcli.core.program_inputs import call_inputs
+    from shardcli.core.program_inputs import call_inputs, call_inputs_on_their_axes
     from shardcli.core.session import open_session
     from shardcli.runtime import import_jax_quietly
     from shardcli.user_code import load
@@ -456,7 +456,11 @@ def run_inspect(request: InspectRequest) -> InspectResult:
             other_file = request.inputs.rpartition(":")[0] != request.target.rpartition(":")[0]
             maker = load(request.inputs, flag="--inputs", what="NAME", fresh=fresh and other_file)
             roots = tuple(dict.fromkeys(roots + maker.roots))
-            given = call_inputs(maker, request.inputs, session.mesh)
+            given = (
+                call_inputs_on_their_axes(maker, request.inputs, session.mesh)
+                if request.rules is not None
+                else call_inputs(maker, request.inputs, session.mesh)
+            )
             fn, args, kwargs = given.fn or fn, given.args, given.kwargs
             _check_input_leaves(args, request.inputs)
             if request.rules is not None:

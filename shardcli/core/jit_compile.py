@@ -100,7 +100,7 @@ def compile_program(
     from jax._src import config as jax_config
 
     from shardcli.core.cache import unreadable_entries_compiled_again
-    from shardcli.core.target import quiet_native_logs
+    from shardcli.core.target import compiler_options, quiet_native_logs
     from shardcli.user_code import guarded, raised_in, user_error
 
     jitted, args, kwargs = jit_of(fn, args, kwargs or {})
@@ -131,7 +131,7 @@ def compile_program(
                     lowered = jitted.lower(*args, **kwargs)
             lower_s = time.perf_counter() - start
             start = time.perf_counter()
-            compiled = lowered.compile()
+            compiled = lowered.compile(compiler_options=compiler_options(target))
             compile_s = time.perf_counter() - start
     except ShardcliError:
         raise

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from shardcli.calibration import GPU_OPS
 from shardcli.core import plan_compile
 from shardcli.core.plan_candidates import Candidate, Pruned, enumerate_candidates
 from shardcli.core.plan_compile import (
@@ -53,6 +54,14 @@ class PlanRequest:
     method: str = "scan"
     use_cache: bool = True
     options: RunOptions = field(default_factory=RunOptions)
+    rank: str = "throughput"  # a key of RANK_ORDERS
+
+
+# How the compiled layouts are ordered, in the words the table's header and --help use.
+RANK_ORDERS = {
+    "throughput": "estimated tokens per second per chip (the MFU column's order), highest first",
+    "step": "estimated step time, shortest first",
+}
 
 
 @dataclass(frozen=True)
@@ -126,10 +135,13 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
     Raises:
         ShardcliError: bad input (one line).
     """
+    import os
     import time
 
     if request.method not in METHODS:
         raise ShardcliError(f"--method {request.method!r} is not known; choose one of {', '.join(METHODS)}")
+    if request.rank not in RANK_ORDERS:
+        raise ShardcliError(f"--rank {request.rank!r} is not known; choose one of {', '.join(RANK_ORDERS)}")
     from shardcli.core.target import quiet_native_logs
     from shardcli.runtime import import_jax_quietly
 
@@ -138,26 +150,25 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         import shardcli.core.decoder  # noqa: F401
     cfg = request.model
     target = request.target
-    if target.generation.platform != "tpu":
-        raise ShardcliError(
-            f"--target {target.name}: plan lays the decoder out on TPU tori; "
-            "give a TPU target such as tpu-v5p:4x4x4"
-        )
-    chip = chip_figures(target.generation.name, target.topology)
+    gpu = target.generation.platform == "cuda"
+    chip = chip_figures(target.generation.name, target.topology, os.environ)
     candidates, pruned = enumerate_candidates(
-        target.topology,
+        chip.torus,
         global_batch=request.global_batch,
         per_device_batch=request.per_device_batch,
         remats=request.remats,
         rule_sets=request.rule_sets,
         sequence=request.sequence,
         seq_len=cfg.seq,
+        gpu_hosts=gpu,
     )
     if not candidates:
         why = pruned[0].why if pruned else "no mesh"
         raise ShardcliError(f"no layout of {cfg.name} on {target.name} can be built: {why}")
+    calibration = platform_calibration(target.generation.platform)
+    efficiency = GPU_OPS.dot if gpu else calibration.efficiency
     selector = CandidateSelector(
-        model_candidates(cfg, candidates, chip, CALIBRATION.efficiency), chip.hbm_bytes, cfg.seq
+        model_candidates(cfg, candidates, chip, efficiency), chip.usable_bytes, cfg.seq
     )
     budget = request.compile_n
     rows: list[PlanRow] = []
@@ -197,12 +208,12 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         if m is interrupted:
             status, why = "interrupted", "Ctrl-C while it compiled"
         rows.append(PlanRow(m.candidate, m, status, why))
-    compiled = ranked(r for r in rows if r.compiled is not None)
+    compiled = ranked((r for r in rows if r.compiled is not None), request.rank)
     others = [r for r in rows if r.compiled is None]
     return PlanResult(
         request=request,
         chip=chip,
-        calibration=CALIBRATION,
+        calibration=calibration,
         rows=tuple(compiled + others),
         pruned=tuple(pruned),
         interrupted=interrupted is not None,
@@ -213,28 +224,50 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
     )
 
 
+def platform_calibration(platform: str) -> Calibration:
+    """What the estimate divides by, in words: a TPU's one efficiency, or on a GPU (efficiency 1.0)
+    the per-op roofline's two measured efficiencies (`shardcli.calibration`)."""
+    if platform == "cuda":
+        return Calibration(
+            1.0,
+            f"per-op roofline: GEMMs at {GPU_OPS.dot:.2f} of the peak, other ops at {GPU_OPS.hbm:.2f} of "
+            "HBM, both measured on one H200",
+        )
+    return CALIBRATION
+
+
 def _per_token(row: PlanRow) -> float:
-    """Estimated seconds per token on the whole slice (what ranks compiled candidates)."""
+    """Estimated seconds per token on the whole slice (the throughput order: the inverse of tokens
+    per second per chip, the slice's chips being fixed)."""
     if row.estimate is None or row.estimate.estimate_s is None:
         return float("inf")
     return row.estimate.estimate_s / row.candidate.global_batch
 
 
-def _exposed_per_token(row: PlanRow) -> float:
-    """The no-overlap step (no communication hidden behind compute) per token: the tie-break."""
+def _step(row: PlanRow) -> float:
+    """The estimated step (the step order)."""
+    if row.estimate is None or row.estimate.estimate_s is None:
+        return float("inf")
+    return row.estimate.estimate_s
+
+
+def _exposed(row: PlanRow, by: str) -> float:
+    """The no-overlap step (no communication hidden behind compute), per token or per step: the tie-break."""
     if row.estimate is None or row.estimate.sum_s is None:
         return float("inf")
-    return row.estimate.sum_s / row.candidate.global_batch
+    return row.estimate.sum_s / (row.candidate.global_batch if by == "throughput" else 1)
 
 
 TIE = 0.005  # estimates within 0.5% of each other are a tie (the roofline cannot tell them apart)
 
 
-def ranked(rows: Iterable[PlanRow]) -> list[PlanRow]:
-    """Compiled rows, fitting first, by estimated seconds per token. Where estimates tie (within
-    TIE, as every compute-bound layout of one batch does), the layout with less communication to
-    hide goes first: the roofline assumes all of it hidden, a real step hides only part."""
-    order = sorted(rows, key=lambda r: (not r.fits, r.estimate is None, _per_token(r)))
+def ranked(rows: Iterable[PlanRow], by: str = "throughput") -> list[PlanRow]:
+    """Compiled rows, fitting first, by `by` (a key of RANK_ORDERS): estimated seconds per token
+    (throughput) or the estimated step. Where estimates tie (within TIE, as every compute-bound
+    layout of one batch does), the layout with less communication to hide goes first: the roofline
+    assumes all of it hidden, a real step hides only part."""
+    figure = _per_token if by == "throughput" else _step
+    order = sorted(rows, key=lambda r: (not r.fits, r.estimate is None, figure(r)))
     out: list[PlanRow] = []
     while order:  # the rows tied with the first are a prefix of this order
         head = order[0]
@@ -243,11 +276,11 @@ def ranked(rows: Iterable[PlanRow]) -> list[PlanRow]:
                 i
                 for i, r in enumerate(order)
                 if (r.fits, r.estimate is None) != (head.fits, head.estimate is None)
-                or _per_token(r) > _per_token(head) * (1 + TIE)
+                or figure(r) > figure(head) * (1 + TIE)
             ),
             len(order),
         )
-        out += sorted(order[:size], key=_exposed_per_token)
+        out += sorted(order[:size], key=lambda r: _exposed(r, by))
         order = order[size:]
     return out
 

@@ -1,9 +1,10 @@
 """The layouts `shardcli plan` considers: meshes over a target's chips, logical-axis rules, remat and batch.
 
 Pure Python. A `Candidate` is one full choice: how the chips are named (data x fsdp x sequence x
-tensor, each axis along whole torus dimensions where it can), which rule set maps the model's
-logical axes onto those mesh axes, the remat policy and the per-device batch. `enumerate_candidates`
-lists every one that makes sense for a model on a target; `plan_model` ranks them.
+tensor, each axis along whole torus dimensions where it can; on GPU hosts the tensor axis within a
+host, the others within or across hosts), which rule set maps the model's logical axes onto those
+mesh axes, the remat policy and the per-device batch. `enumerate_candidates` lists every one that
+makes sense for a model on a target; `plan_model` ranks them.
 """
 
 from __future__ import annotations
@@ -139,6 +140,22 @@ def mesh_choices(
     return out
 
 
+def gpu_mesh_choices(hosts: int, gpus: int, *, sequence: bool = False) -> list[MeshChoice]:
+    """Every naming of `hosts` x `gpus` GPUs as data x fsdp (x sequence) x tensor, the tensor axis
+    within a host (it moves activations every layer: NVLink's, not the network's, to carry).
+
+    The mesh's devices run host by host, so the innermost axes stay within a host. Every such mesh
+    counts as aligned: NVSwitch joins every GPU of a host to every other, so no naming of them
+    breaks a ring the way a part of a torus dimension does."""
+    names = MESH_AXES if sequence else tuple(a for a in MESH_AXES if a != "sequence")
+    out = []
+    for sizes in _factorizations(hosts * gpus, len(names)):
+        if gpus % sizes[-1]:
+            continue  # a tensor axis across hosts
+        out.append(MeshChoice(tuple((a, s) for a, s in zip(names, sizes, strict=True) if s > 1), True))
+    return out
+
+
 @dataclass(frozen=True)
 class Pruned:
     """A combination left out before any model, and why."""
@@ -157,11 +174,13 @@ def enumerate_candidates(
     sequence: bool = False,
     seq_len: int,
     aligned_only: bool = True,
+    gpu_hosts: bool = False,
 ) -> tuple[list[Candidate], list[Pruned]]:
     """Every candidate layout for a model on a target, and the combinations that cannot be laid out.
 
     The batch is fixed by `global_batch` or `per_device_batch` (global = per-device x chips, as
-    MaxText counts it); with neither, each of BATCH_CHOICES is a candidate.
+    MaxText counts it); with neither, each of BATCH_CHOICES is a candidate. With `gpu_hosts`,
+    `torus` is (hosts, GPUs per host) and the meshes are `gpu_mesh_choices`.
     """
     chips = math.prod(torus)
     if global_batch is not None:
@@ -172,7 +191,12 @@ def enumerate_candidates(
         batches = [b * chips for b in BATCH_CHOICES]
     out: list[Candidate] = []
     pruned: list[Pruned] = []
-    for mesh in mesh_choices(torus, sequence=sequence, aligned_only=aligned_only):
+    meshes = (
+        gpu_mesh_choices(*torus, sequence=sequence)
+        if gpu_hosts
+        else mesh_choices(torus, sequence=sequence, aligned_only=aligned_only)
+    )
+    for mesh in meshes:
         for rule_set in rule_sets:
             if rule_set == "fsdp-tp-sp" and mesh.size("tensor") == 1:
                 continue  # the same program as fsdp-tp

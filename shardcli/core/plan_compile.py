@@ -30,7 +30,10 @@ from shardcli.decoder_spec import DecoderConfig
 from shardcli.specs import RunOptions
 from shardcli.targets import TargetSpec
 
-CACHE_FORMAT = "shardcli-plan/1"  # raise it when what is read from a compile changes
+# Raise it when what is read from a compile changes. 2: a GPU program's library kernels kept, and an
+# async collective written ((operands), results) counted by its results (a reduce-scatter's had been
+# counted with its n-times-larger operand).
+CACHE_FORMAT = "shardcli-plan/2"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
 # gather split into a loop of permutes hides which weights move (JAX_NOTES: real programs).
@@ -52,6 +55,18 @@ class AxisTraffic:
 
 
 @dataclass(frozen=True)
+class KernelCost:
+    """Library kernel calls of one kind and cost per step (cuBLAS GEMMs, cuDNN attention on a GPU):
+    what the GPU's per-op roofline (`core.step_time.op_roofline`) reads of them."""
+
+    kind: str  # "gemm", "attention", "convolution"
+    flops: float  # one call
+    bytes_accessed: float  # one call
+    dtype: str | None
+    runs: int  # calls per step
+
+
+@dataclass(frozen=True)
 class CompiledFigures:
     """A candidate's figures from the compiler, per chip and per step."""
 
@@ -68,6 +83,7 @@ class CompiledFigures:
     fit_text: str
     refused: str | None = None  # the compiler refused it for another reason than memory
     notes: tuple[str, ...] = field(default_factory=tuple)
+    kernels: tuple[KernelCost, ...] = ()  # a GPU's library kernels (in flops and bytes_accessed)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +93,7 @@ class CompiledFigures:
         data = dict(data)
         data["traffic"] = tuple(AxisTraffic(**t) for t in data["traffic"])
         data["notes"] = tuple(data.get("notes", ()))
+        data["kernels"] = tuple(KernelCost(**k) for k in data.get("kernels", ()))
         return CompiledFigures(**data)
 
 
@@ -91,16 +108,22 @@ def plan_cache_dir() -> Path:
 
 
 def cache_key(cfg: DecoderConfig, candidate: Candidate, target: TargetSpec, method: str) -> str:
-    """A digest of everything that changes the compiled program or how it is read."""
-    return keyed(
-        {
-            "model": asdict(cfg) | {"name": "", "source": ""},
-            "layout": candidate.key,
-            "target": target.name,
-            "method": method,
-            "program": _program_digest(),
-        }
-    )
+    """A digest of everything that changes the compiled program or how it is read (on a GPU the
+    settings of JAX's memory pool too: they change the fit verdict)."""
+    what = {
+        "model": asdict(cfg) | {"name": "", "source": ""},
+        "layout": candidate.key,
+        "target": target.name,
+        "method": method,
+        "program": _program_digest(),
+    }
+    if target.generation.platform == "cuda":
+        from shardcli.core.target import GPU_COMPILE_OPTIONS
+        from shardcli.gpu_memory import read_gpu_pool
+
+        what["gpu_pool"] = list(read_gpu_pool(os.environ).settings)
+        what["compile_options"] = GPU_COMPILE_OPTIONS
+    return keyed(what)
 
 
 def keyed(what: dict[str, Any]) -> str:
@@ -239,6 +262,15 @@ def _traffic(analysis: Any) -> tuple[AxisTraffic, ...]:
     return tuple(sorted(out, key=lambda t: -t.sent_bytes))
 
 
+def _kernels(analysis: Any) -> tuple[KernelCost, ...]:
+    """The program's library kernels, calls of one kind, cost and dtype added together."""
+    runs: dict[tuple[str, float, float, str | None], int] = {}
+    for call in analysis.kernels.calls:
+        key = (call.kind, call.flops, call.bytes_accessed, call.dtype)
+        runs[key] = runs.get(key, 0) + call.runs
+    return tuple(KernelCost(k, f, b, d, n) for (k, f, b, d), n in runs.items())
+
+
 def _inspect(session: Any, cfg: DecoderConfig, c: Candidate, target: TargetSpec, unrolled: int | None) -> Any:
     """inspect of the decoder's train step (or an unrolled copy) on the candidate's mesh."""
     from shardcli.core.decoder import build_train_step
@@ -268,6 +300,7 @@ def figures_of(result: Any, target: TargetSpec, method: str, seconds: float) -> 
         compile_s=seconds,
         fit_text=fit.text if fit is not None else "no memory analysis",
         notes=tuple(analysis.missing) if analysis is not None else (),
+        kernels=_kernels(analysis) if analysis is not None else (),
     )
 
 
@@ -289,6 +322,7 @@ def compile_candidate(
             flops=flops,
             bytes_accessed=bytes_accessed,
             traffic=traffic,
+            kernels=_extrapolate_kernels(_kernels(one), _kernels(two), cfg.layers),
             notes=("costs from 1- and 2-layer copies, extrapolated per layer",),
         )
     return replace(figures, compile_s=time.perf_counter() - start)
@@ -316,3 +350,18 @@ def _extrapolate(
         traffic.append(AxisTraffic(axes, max(sent, 0.0), max(int(round(count)), 0), top.top_kind, top.top_op))
     traffic.sort(key=lambda t: -t.sent_bytes)
     return line(one.flops, two.flops), line(one.bytes_accessed, two.bytes_accessed), tuple(traffic)
+
+
+def _extrapolate_kernels(
+    one: tuple[KernelCost, ...], two: tuple[KernelCost, ...], layers: int
+) -> tuple[KernelCost, ...]:
+    """Each kernel's calls per step, c(L) = c1 + (L - 1)(c2 - c1)."""
+    runs1 = {(k.kind, k.flops, k.bytes_accessed, k.dtype): k.runs for k in one}
+    runs2 = {(k.kind, k.flops, k.bytes_accessed, k.dtype): k.runs for k in two}
+    out = []
+    for key in dict.fromkeys([*runs2, *runs1]):
+        a, b = runs1.get(key, 0), runs2.get(key, 0)
+        runs = a + (layers - 1) * (b - a)
+        if runs > 0:
+            out.append(KernelCost(*key, runs))
+    return tuple(out)

@@ -3,8 +3,11 @@
 `plan` keeps each compile's figures on disk (`plan_compile.CompiledFigures`: FLOPs and bytes per
 step, the bytes each set of mesh axes carries); `estimate_of` hands them to `step_time.estimate_step`
 with the mesh's axis bandwidths (`step_time.axis_links`, from where each chip sits on the torus),
-the hardware table's chip, and the TPU calibration (`shardcli.calibration`): T_math, T_hbm, T_comm
-per axis, the bound max(T_math, T_hbm, sum of T_comm), and the estimate = bound / efficiency.
+the hardware table's chip, and the platform's calibration (`shardcli.calibration`), exactly as
+`inspect` does (`step_time.step_time_of`): T_math, T_hbm, T_comm per axis, the bound max(T_math,
+T_hbm, sum of T_comm), and on a TPU the estimate = bound / efficiency; on a GPU the per-op roofline
+of the library kernels the figures keep and every other op, with T_comm per axis over NVLink or the
+network.
 
 CALIBRATION (kept in `shardcli.calibration`, beside the GPU's efficiencies) is ONE efficiency for TPU
 training steps, set from MaxText's published rows named in the plan issue (32B and 64B on v5p-128,
@@ -21,13 +24,13 @@ from shardcli.calibration import CALIBRATION as CALIBRATION
 from shardcli.calibration import ROOFLINE as ROOFLINE
 from shardcli.calibration import Calibration as Calibration
 from shardcli.core.plan_compile import CompiledFigures
-from shardcli.core.program_analysis import CollectiveOp, ProgramAnalysis
+from shardcli.core.program_analysis import CollectiveOp, KernelCall, KernelCalls, ProgramAnalysis
 from shardcli.core.step_time import StepEstimate
 
 
 def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
     """The figures `step_time` reads, as a ProgramAnalysis: each set of mesh axes' bytes per step as
-    one point-to-point transfer (whose bytes sent are its bytes)."""
+    one point-to-point transfer (whose bytes sent are its bytes), and a GPU's library kernels."""
     collectives = tuple(
         CollectiveOp(
             kind="collective-permute",
@@ -44,34 +47,41 @@ def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
         for t in figures.traffic
         if t.sent_bytes > 0
     )
+    kernels = KernelCalls(
+        tuple(
+            KernelCall(k.kind, "", k.kind, k.kind, k.flops, k.bytes_accessed, k.dtype, "DEFAULT", k.runs)
+            for k in figures.kernels
+        ),
+        (),
+    )
     return ProgramAnalysis(
-        collectives=collectives, memory=None, flops=figures.flops, bytes_accessed=figures.bytes_accessed
+        collectives=collectives,
+        memory=None,
+        flops=figures.flops,
+        bytes_accessed=figures.bytes_accessed,
+        kernels=kernels,
     )
 
 
 def estimate_of(
-    figures: CompiledFigures, mesh: Any, calibration: Calibration = CALIBRATION
+    figures: CompiledFigures, mesh: Any, calibration: Calibration | None = None
 ) -> StepEstimate | None:
-    """The step time of a compiled candidate on `mesh` (a JAX mesh over the target's devices); None
-    where the compiler gave no FLOPs (it refused the program)."""
-    from shardcli.core.step_time import axis_links, devices_per_chip, estimate_step, places_of_mesh
-    from shardcli.hardware import chip_for_kind
+    """The step time of a compiled candidate on `mesh` (a JAX mesh over the target's devices), made
+    as `inspect` makes it (`step_time.step_time_of`): on a TPU the roofline over `calibration`
+    (default the platform's, `shardcli.calibration`), on a GPU the per-op roofline. None where the
+    compiler gave no FLOPs (it refused the program) or the hardware table does not know the device."""
+    from shardcli.core.step_time import step_time_of
 
     if figures.flops is None:
         return None
     device = next(iter(mesh.devices.flat))
-    chip = chip_for_kind(device.device_kind)
-    if chip is None:
-        return None
-    places = places_of_mesh(mesh, chip)
-    names = tuple(str(a) for a in mesh.axis_names)
-    links = axis_links(chip, tuple(mesh.devices.shape), names, places)
-    return estimate_step(
+    if calibration is None:
+        return step_time_of(analysis_of(figures), mesh, device.device_kind, "bfloat16")
+    return step_time_of(
         analysis_of(figures),
-        chip,
-        links,
+        mesh,
+        device.device_kind,
         "bfloat16",
-        per_chip=devices_per_chip(places, chip),
         efficiency=calibration.efficiency,
         efficiency_source=calibration.provenance,
     )

@@ -5,21 +5,25 @@ gradients, saved activations by remat policy, logits), FLOPs per chip (remat's r
 included), and bytes each chip sends over each mesh axis (FSDP's weight all-gathers and gradient
 reduce-scatters, tensor parallelism's activation all-reduces, data parallelism's gradient
 all-reduce, sequence parallelism's key/value all-gathers). Each axis's bandwidth is the ICI links
-it runs along (both directions of every torus ring it spans, one where there is no wraparound).
-The ranking figure is max(T_math, the axes' T_comm summed), over the calibrated efficiency of
-the step-time estimate (`core.step_time` bounds a compiled step the same way); the table `plan`
-prints comes from compiles, never from here.
+it runs along (both directions of every torus ring it spans, one where there is no wraparound); on
+GPU hosts NVLink where the axis stays within a host, the network where it crosses hosts. A layout
+fits where its memory is under HEADROOM of what one program may use: the HBM of a TPU chip, the
+pool JAX's GPU client makes on a GPU (`shardcli.gpu_memory`, 75% by default). The ranking figure
+is max(T_math, the axes' T_comm summed), over the calibrated efficiency of the step-time estimate
+(`core.step_time` bounds a compiled step the same way); the table `plan` prints comes from
+compiles, never from here.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shardcli.core.plan_candidates import Candidate
 from shardcli.decoder_spec import DecoderConfig
 
-HEADROOM = 0.95  # a modelled layout needing more than this share of HBM is called a no-fit
+HEADROOM = 0.95  # a modelled layout needing more than this share of usable memory is called a no-fit
 
 
 @dataclass(frozen=True)
@@ -29,9 +33,26 @@ class ChipFigures:
     peak_flops: float  # bf16 FLOP/s
     hbm_bytes_per_s: float
     hbm_bytes: int
-    link_bytes_per_s: float  # one ICI link, one direction
-    torus: tuple[int, ...]
-    wraparound: tuple[bool, ...]  # per torus dimension
+    link_bytes_per_s: float  # one ICI link, one direction; a GPU's NVLink, one way
+    torus: tuple[int, ...]  # a TPU slice's torus; GPUs: (hosts, GPUs per host)
+    wraparound: tuple[bool, ...]  # per torus dimension (GPUs: none)
+    usable_bytes: int  # what one program may use: the chip's HBM, a GPU's JAX pool
+    usable_source: str
+    network_bytes_per_s: float | None = None  # GPU hosts: one GPU's share of the network, one way
+
+    @property
+    def gpus_per_host(self) -> int | None:
+        return self.torus[1] if self.network_bytes_per_s is not None else None
+
+    def axis_bytes_per_s(self, size: int, inner: int) -> float:
+        """A mesh axis's bandwidth for a ring collective, one way, per chip: `size` chips after
+        `inner` chips of faster-varying axes."""
+        gpus = self.gpus_per_host
+        if gpus is None:
+            return self.link_bytes_per_s * axis_links(size, self.torus, self.wraparound, inner)
+        within = gpus % (size * inner) == 0
+        assert self.network_bytes_per_s is not None
+        return self.link_bytes_per_s if within else self.network_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -154,8 +175,7 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     for axis in reversed(c.mesh.axes):
         size = c.mesh.size(axis)
         if axis in comm:
-            bw = chip.link_bytes_per_s * axis_links(size, chip.torus, chip.wraparound, inner)
-            t_comm.append((axis, comm[axis] / bw / efficiency))
+            t_comm.append((axis, comm[axis] / chip.axis_bytes_per_s(size, inner) / efficiency))
         inner *= size
     return Modelled(
         candidate=c,
@@ -166,20 +186,47 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
         comm_bytes=tuple(comm.items()),
         t_math_s=flops / chip.peak_flops / efficiency,
         t_comm_s=tuple(t_comm),
-        fits=memory <= HEADROOM * chip.hbm_bytes,
+        fits=memory <= HEADROOM * chip.usable_bytes,
     )
 
 
-def chip_figures(generation: str, topology: tuple[int, ...]) -> ChipFigures:
-    """One chip of a target from the hardware table (`shardcli.hardware`), and its torus."""
+def chip_figures(
+    generation: str, topology: tuple[int, ...], environ: Mapping[str, str] | None = None
+) -> ChipFigures:
+    """One chip of a target from the hardware table (`shardcli.hardware`), and its torus (on GPUs
+    (hosts, GPUs per host), the memory one program may use the pool JAX makes under `environ`).
+
+    Raises:
+        ShardcliError: a GPU target and a JAX allocator variable JAX would refuse (one line).
+    """
     from shardcli.hardware import CHIPS
 
     chip = CHIPS[generation]
+    hbm = int(chip.hbm_bytes.value)
+    if chip.platform == "cuda":
+        from shardcli.gpu_memory import read_gpu_pool
+
+        hosts_gpus = topology if len(topology) == 2 else (1, topology[0])
+        pool = read_gpu_pool(environ or {})
+        assert chip.network_bytes_per_s is not None
+        return ChipFigures(
+            peak_flops=chip.bf16_flops.value,
+            hbm_bytes_per_s=chip.hbm_bytes_per_s.value,
+            hbm_bytes=hbm,
+            link_bytes_per_s=chip.link_bytes_per_s.value,
+            torus=hosts_gpus,
+            wraparound=(False, False),
+            usable_bytes=pool.limit_bytes(hbm),
+            usable_source=pool.words(chip.label, hbm),
+            network_bytes_per_s=chip.network_bytes_per_s.value,
+        )
     return ChipFigures(
         peak_flops=chip.bf16_flops.value,
         hbm_bytes_per_s=chip.hbm_bytes_per_s.value,
-        hbm_bytes=int(chip.hbm_bytes.value),
+        hbm_bytes=hbm,
         link_bytes_per_s=chip.link_bytes_per_s.value,
         torus=topology,
         wraparound=tuple(chip.wraps(d, topology) for d in topology),
+        usable_bytes=hbm,
+        usable_source=chip.hbm_bytes.source,
     )

@@ -73,6 +73,7 @@ class ProgramPlanResult:
     interrupted: bool
     compile_s: float
     cache_hits: int = 0
+    warnings: tuple[str, ...] = ()  # one line each: names no rule maps, names taken as mesh axes
 
     @property
     def winner(self) -> ProgramRow | None:
@@ -101,7 +102,7 @@ def load_program(request: ProgramPlanRequest) -> LoadedProgram:
     """
     from shardcli.core import logical_axes as logical
     from shardcli.core.plan_compile import set_cost_flags
-    from shardcli.core.program_inputs import call_inputs
+    from shardcli.core.program_inputs import call_inputs_on_their_axes
     from shardcli.core.target import open_target_session, target_meshes
     from shardcli.runtime import import_jax_quietly
     from shardcli.user_code import load
@@ -113,7 +114,7 @@ def load_program(request: ProgramPlanRequest) -> LoadedProgram:
     with target_meshes(whole), logical.names_only():
         function = load(request.program)
         maker = load(request.inputs, flag="--inputs", what="NAME")
-        given = call_inputs(maker, request.inputs, whole.mesh)
+        given = call_inputs_on_their_axes(maker, request.inputs, whole.mesh)
     fn = given.fn or function.value
     roots = tuple(dict.fromkeys(function.roots + maker.roots))
     table = logical.table_of(maker.value)
@@ -147,6 +148,8 @@ def run_program_plan(
     fn, given, roots, table, leaves = program.fn, program.given, program.roots, program.table, program.leaves
     sources = _sources_digest(request)
     rule_sets = {"--rules": request.rules} if request.rules is not None else dict(RULE_SETS)
+    axes = tuple(a for a in MESH_AXES if any(a in m.axes for m in meshes))
+    rule_sets, warnings = take_axis_names(rule_sets, logical.names_used(leaves), axes, request.rules is None)
     chip = CHIPS[target.generation.name]
     rows = layout_rows(meshes, rule_sets, leaves, int(chip.hbm_bytes.value))
     start = time.perf_counter()
@@ -204,7 +207,36 @@ def run_program_plan(
         interrupted=interrupted,
         compile_s=time.perf_counter() - start,
         cache_hits=hits,
+        warnings=warnings,
     )
+
+
+def take_axis_names(
+    rule_sets: dict[str, Rules], carried: tuple[str, ...], axes: tuple[str, ...], take: bool
+) -> tuple[dict[str, Rules], tuple[str, ...]]:
+    """Rule sets that also map each carried name that is one of plan's mesh axes (`data`, as Flax's
+    guide names a batch dim) to that axis, where `take` (no --rules: with them, the user's rules
+    stand as given) and no rule maps it already; and one warning line per name no rule maps.
+
+    Returns:
+        (the rule sets, the warnings).
+    """
+    warnings = []
+    taken = [n for n in carried if take and n in axes and not any(n in dict(r) for r in rule_sets.values())]
+    if taken:
+        rule_sets = {k: r + tuple((n, (n,)) for n in taken if n not in dict(r)) for k, r in rule_sets.items()}
+        warnings.append(
+            f"the arguments name {', '.join(map(repr, taken))}, a mesh axis of plan's: taken as that axis "
+            f"({', '.join(f'{n}={n}' for n in taken)})"
+        )
+    for name in carried:
+        if not any(name in dict(r) for r in rule_sets.values()):
+            how = "give --rules with it" if not take else f"map it with --rules, such as {name}=tensor"
+            warnings.append(
+                f"no rule maps the arguments' logical axis {name!r} to a mesh axis: its dims stay whole on "
+                f"every chip; {how} (plan's mesh axes: {', '.join(axes)})"
+            )
+    return rule_sets, tuple(warnings)
 
 
 def layout_rows(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -277,6 +278,49 @@ def call_inputs(maker: Any, flag: str, mesh: Any) -> GivenInputs:
     if len(made) == 2 and _is_step(made[0]) and isinstance(made[1], (tuple, list)):
         return GivenInputs(made[0], tuple(made[1]), {})
     return GivenInputs(None, tuple(made), {})
+
+
+# JAX's words when an array is sharded over a mesh axis the mesh lacks (jax.set_mesh + a spec).
+_MISSING_AXIS = re.compile(r"Resource axis: (?P<axis>[A-Za-z_][A-Za-z0-9_]*) of .* is not found in mesh")
+MAX_NAMED_AXES = 4
+
+
+def call_inputs_on_their_axes(maker: Any, flag: str, mesh: Any) -> GivenInputs:
+    """`call_inputs` on `mesh` (for plan, and inspect --rules: logical names laid out afterwards);
+    where the user's --inputs shards arrays over mesh
+    axes the mesh lacks (`jax.set_mesh(mesh)` and `nnx.with_partitioning(init, (None, 'model'))`,
+    as Flax's guide writes them), again on a mesh of this host's CPU devices whose axes carry those
+    names (the first all the devices, the others 1; the target's chips run nothing, and a jitted
+    initializer runs): the arrays' shapes and their names are what plan reads, and each layout's
+    rules place them afterwards.
+
+    Raises:
+        ShardcliError: more names than MAX_NAMED_AXES, or a name JAX refuses as a mesh axis.
+        UserCodeError: the user's code raised otherwise.
+    """
+    import jax
+    import numpy as np
+
+    from shardcli.user_code import UserCodeError
+
+    devices = jax.devices("cpu")
+    names: list[str] = []
+    while True:
+        try:
+            return call_inputs(maker, flag, mesh)
+        except UserCodeError as error:
+            found = _MISSING_AXIS.search(str(error))
+            if found is None or found.group("axis") in names:
+                raise
+            names.append(found.group("axis"))
+            if len(names) > MAX_NAMED_AXES:
+                raise ShardcliError(
+                    f"--inputs {flag} shards its arrays over mesh axes {', '.join(names)} (jax.set_mesh); "
+                    "the rules lay them out instead: make them without a mesh (nnx.eval_shape) and name "
+                    "their dims with logical names (nnx.with_partitioning)"
+                ) from None
+            shape = (len(devices),) + (1,) * (len(names) - 1)
+            mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(shape), tuple(names))
 
 
 _PLAIN_LEAVES = (int, float, complex, bool, type(None))

@@ -27,6 +27,8 @@ The bandwidth of a mesh axis (`AxisLink`):
   adds their bandwidths. Devices of one chip (v4's two TensorCores) share its HBM, so an axis that stays
   on the chip moves at HBM bandwidth, and each device gets its share of the chip's peak and HBM.
 - GPU: NVLink per GPU one way within a host; the network share per GPU where the axis crosses hosts.
+  A collective over several mesh axes moves at the slowest of them, not their sum: a GPU has one
+  NVLink share whatever the axes, and a ring through GPUs of several hosts is as fast as the network.
 
 Pure Python over plain data (`axis_links`, `estimate_step`); `places_of_mesh` reads a JAX mesh's
 devices by their attributes (coords, core_on_chip, process_index) without importing JAX, and
@@ -347,7 +349,7 @@ def estimate_step(
         chip=chip.label if chip else "figures given",
         math=math_term,
         hbm=hbm_term,
-        comm=_comm_terms(analysis, links),
+        comm=_comm_terms(analysis, links, gpu=chip is not None and chip.platform == "cuda"),
         efficiency=efficiency,
         efficiency_source=efficiency_source,
         compiler_seconds=analysis.compiler_seconds,
@@ -424,8 +426,9 @@ def _term(
     return Term(name, amount, per_device, seconds, rate.source + share)
 
 
-def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink]) -> tuple[Term, ...]:
-    """One term per set of mesh axes the collectives run over: bytes sent, over the axes' bandwidth."""
+def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink], gpu: bool = False) -> tuple[Term, ...]:
+    """One term per set of mesh axes the collectives run over: bytes sent, over the axes' bandwidth
+    (their sum on a torus; on GPUs the slowest of them)."""
     sent: dict[tuple[str, ...] | None, int] = {}
     for c in analysis.collectives:
         sent[c.mesh_axes] = sent.get(c.mesh_axes, 0) + c.sent_bytes * c.runs
@@ -444,8 +447,11 @@ def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink]) -> tuple[
         if any(p is None or p.bytes_per_s is None for p in parts):
             terms.append(Term("+".join(axes), amount, None, None, "no bandwidth for this axis"))
             continue
-        rate = sum(p.bytes_per_s or 0.0 for p in parts if p is not None)
-        source = "; ".join(f"{p.axis}: {p.how} ({p.source})" for p in parts if p is not None)
+        rates = [p.bytes_per_s or 0.0 for p in parts if p is not None]
+        rate = min(rates) if gpu else sum(rates)
+        source = ("the slowest of " if gpu and len(rates) > 1 else "") + "; ".join(
+            f"{p.axis}: {p.how} ({p.source})" for p in parts if p is not None
+        )
         terms.append(Term("+".join(axes), amount, rate, amount / rate, source))
     return tuple(terms)
 

@@ -366,6 +366,20 @@ def _mesh_shape(text: str | None, target: TargetSpec, chips: int) -> tuple[int, 
     return shape
 
 
+# On a real GPU XLA autotunes each dot; on the H200 of shared/gpu_h200 (jax 0.11.2, default flags)
+# it gave every dot of four train steps to cuBLAS (`__cublas$lt$matmul`). Without a GPU it cannot
+# autotune and emits Triton GEMM fusions instead, which the per-op roofline cannot tell from other
+# ops. Compile-only GPU targets ask for the cuBLAS calls the GPU ran (`core.hlo_kernels` reads each).
+GPU_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
+
+
+def compiler_options(target: TargetSpec | None) -> dict[str, Any] | None:
+    """The options a program is compiled with for `target` (GPU_COMPILE_OPTIONS on a GPU)."""
+    if target is not None and target.generation.platform == "cuda":
+        return dict(GPU_COMPILE_OPTIONS)
+    return None
+
+
 def compile_for_target(
     jitted: Any, args: tuple[Any, ...], mesh: Any, target: TargetSpec
 ) -> tuple[Any, FitVerdict | None]:
@@ -383,7 +397,7 @@ def compile_for_target(
 
     try:
         with quiet_native_logs(), jax.set_mesh(mesh), unreadable_entries_compiled_again():
-            return jitted.lower(*args).compile(), None
+            return jitted.lower(*args).compile(compiler_options=compiler_options(target)), None
     except Exception as error:
         verdict = oom_verdict(error, target)
         if verdict is None:

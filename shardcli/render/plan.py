@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import RenderableType
 from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.compilers import compiler_versions
-from shardcli.core.plan import PlanResult, PlanRow, inspect_command
+from shardcli.core.plan import RANK_ORDERS, PlanResult, PlanRow, inspect_command
 from shardcli.core.plan_compile import CompiledFigures
 from shardcli.core.plan_program import ProgramPlanResult
 from shardcli.core.plan_program import inspect_command as program_inspect_command
@@ -22,6 +23,33 @@ from shardcli.targets import TargetSpec
 
 GIB = 1 << 30
 EMIT_HINT = "winner.py"
+# A row that fits with less than this share of the usable memory spare says "at risk": on a GPU the
+# share shardcli.gpu_memory calls at risk (a BFC pool cut up by earlier arrays); on a TPU the same
+# share, as a warning only (the TPU compiler's own verdict is exact, but nothing is left to grow).
+TIGHT_SHARE = 0.90
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """A command to paste: printed on one line whatever the terminal's width (never wrapped)."""
+
+    text: str
+
+
+def fit_word(f: CompiledFigures) -> Text:
+    """`yes`, `at risk` (above TIGHT_SHARE of the usable memory) or `no`."""
+    if not f.fits:
+        return Text("no", style="red")
+    if f.needed_bytes is not None and f.needed_bytes > TIGHT_SHARE * f.capacity_bytes:
+        return Text("at risk", style="yellow")
+    return Text("yes", style="green")
+
+
+def used_share(f: CompiledFigures) -> str:
+    """The memory per chip as a share of what one program may use there (HBM, or JAX's GPU pool)."""
+    if f.needed_bytes is None or not f.capacity_bytes:
+        return "?"
+    return f"{f.needed_bytes / f.capacity_bytes:.0%}"
 
 
 def _seconds(s: float | None) -> str:
@@ -57,17 +85,19 @@ def _bound(row: PlanRow) -> str:
 def ranked_table(result: PlanResult) -> DataTable:
     """The compiled candidates, best first: every figure from the compile."""
     table = DataTable(box=None, header_style="bold")
+    unit = result.request.target.generation.chip  # "chip", "GPU"
     columns = (
         ("#", "right", 0),
         ("layout", "left", 0),
         ("remat", "left", 0),
         ("batch", "right", 0),
         ("fits", "left", 0),
-        ("GiB/chip", "right", 0),
+        (f"GiB/{unit}", "right", 0),
+        ("used", "right", 0),
         ("est step", "right", 0),
         ("MFU", "right", 0),
         ("bound", "left", 0),
-        ("tok/s/chip", "right", 1),
+        (f"tok/s/{unit}", "right", 1),
     )
     for name, justify, priority in columns:
         table.add_column(name, justify=justify, priority=priority)
@@ -82,8 +112,9 @@ def ranked_table(result: PlanResult) -> DataTable:
             row.candidate.label,
             row.candidate.remat,
             f"{row.candidate.global_batch}",
-            Text("yes", style="green") if f.fits else Text("no", style="red"),
+            fit_word(f),
             gib,
+            used_share(f),
             _seconds(row.estimate.estimate_s if row.estimate else None),
             f"{mfu:.0%}" if mfu is not None and f.fits else "-",
             _bound(row),
@@ -92,16 +123,17 @@ def ranked_table(result: PlanResult) -> DataTable:
     return table
 
 
-def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableType]:
+def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableType | CommandLine]:
     """The winner's rules, its estimate's terms, its heaviest collective and how to reproduce it."""
     row = result.winner
     if row is None:
-        return [Text("no compiled layout fits the chips' HBM", style="red bold")]
+        where = "JAX's pool on each GPU" if result.chip.network_bytes_per_s is not None else "the chips' HBM"
+        return [Text(f"no compiled layout fits {where}", style="red bold")]
     c, est, f = row.candidate, row.estimate, row.compiled
     assert est is not None and f is not None
     comm = ", ".join(f"{t.name} {_seconds(t.seconds)}" for t in est.comm[:3]) or "none"
     top = f.traffic[0] if f.traffic else None
-    lines: list[RenderableType] = [
+    lines: list[RenderableType | CommandLine] = [
         Text(f"winner: {c.label}, remat {c.remat}, global batch {c.global_batch}", style="bold"),
         Clauses(
             [
@@ -109,14 +141,7 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
                 *rules_by_axis(c.rules, c.mesh.axes),
             ]
         ),
-        Clauses(
-            [
-                f"T_math {_seconds(est.math.seconds)}",
-                f"T_hbm {_seconds(est.hbm.seconds)}",
-                f"T_comm {comm}",
-                f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.2f}",
-            ]
-        ),
+        Clauses(_terms(est, comm)),
     ]
     if top is not None:
         lines.append(
@@ -126,10 +151,33 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
             )
         )
     program = emit_file or EMIT_HINT
-    command = inspect_command(result.request, row, program)
-    written = f" ({program} written)" if emit_file else f" (after --emit {program})"
-    lines.append(Text(f"reproduce{written}: {command}"))
+    if emit_file:
+        lines.append(Text(f"reproduce ({program} written):"))
+    else:
+        lines.append(
+            Text(f"reproduce: add --emit {program} to this plan (its compiles come from the cache), then")
+        )
+    lines.append(CommandLine(inspect_command(result.request, row, program)))
     return lines
+
+
+def _terms(est: StepEstimate, comm: str) -> list[str]:
+    """The estimate's terms: the roofline's, or on a GPU the per-op roofline's parts."""
+    if est.ops is None:
+        return [
+            f"T_math {_seconds(est.math.seconds)}",
+            f"T_hbm {_seconds(est.hbm.seconds)}",
+            f"T_comm {comm}",
+            f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.2f}",
+        ]
+    ops = est.ops
+    return [
+        f"per-op roofline {_seconds(ops.seconds)}: {ops.kernels} library kernel calls "
+        f"{_seconds(ops.kernels_math_s + ops.kernels_hbm_s)}, other ops {_seconds(ops.other_s)} "
+        f"({ops.other_bound})",
+        f"T_comm {comm}",
+        f"bound {est.dominant}",
+    ]
 
 
 def summary_clauses(result: PlanResult) -> Clauses:
@@ -162,9 +210,31 @@ def _compiler_text(target: TargetSpec) -> str:
     return "compiled by " + ", ".join(f"{package} {version}" for package, version in _compiler(target))
 
 
-def plan_renderable(result: PlanResult, emit_file: str | None, quiet: bool = False) -> RenderableType:
+def _hardware_clauses(result: PlanResult) -> list[str]:
+    """The chips, the memory a layout is judged against, and what the estimate is."""
+    chip = result.chip
+    if result.request.target.generation.platform != "cuda":
+        return [
+            f"{result.chips} chips, {format_bytes(chip.hbm_bytes)} HBM each",
+            f"estimate = roofline / {result.calibration.efficiency:.2f} ({result.calibration.provenance})",
+        ]
+    hosts, gpus = chip.torus
+    net = chip.network_bytes_per_s or 0.0
+    return [
+        f"{result.chips} GPUs ({hosts} host{'s' * (hosts > 1)} x {gpus}), a layout judged against "
+        f"{chip.usable_source} ({format_bytes(chip.usable_bytes)})",
+        f"NVLink {chip.link_bytes_per_s / 1e9:g} GB/s within a host, network {net / 1e9:g} GB/s per GPU "
+        "between hosts",
+        f"estimate = {result.calibration.provenance}, or the communication where it takes longer",
+    ]
+
+
+def plan_parts(
+    result: PlanResult, emit_file: str | None, quiet: bool = False
+) -> list[RenderableType | CommandLine]:
+    """What `plan` prints, in order: the header, the ranked table, the winner, the summary."""
     req = result.request
-    parts: list[RenderableType] = []
+    parts: list[RenderableType | CommandLine] = []
     if not quiet:
         m = req.model
         parts.append(
@@ -173,24 +243,35 @@ def plan_renderable(result: PlanResult, emit_file: str | None, quiet: bool = Fal
                 style="bold",
             )
         )
-        parts.append(
-            Clauses(
-                [
-                    f"{result.chips} chips, {format_bytes(result.chip.hbm_bytes)} HBM each",
-                    _compiler_text(req.target),
-                    f"estimate = roofline / {result.calibration.efficiency:.2f} "
-                    f"({result.calibration.provenance})",
-                ],
-                style="dim",
-            )
-        )
+        parts.append(Clauses([*_hardware_clauses(result), _compiler_text(req.target)], style="dim"))
+        parts.append(Clauses(_order_clauses(result), style="dim"))
         parts.append(Text(""))
     parts.append(ranked_table(result))
     parts.append(Text(""))
     parts.extend(winner_lines(result, emit_file))
     if not quiet:
         parts.append(summary_clauses(result))
-    return Group(*parts)
+    return parts
+
+
+def _order_clauses(result: PlanResult) -> list[str]:
+    """How the table is ordered and what its memory columns mean."""
+    unit = result.request.target.generation.chip
+    usable = "JAX's memory pool" if unit == "GPU" else "the chip's HBM"
+    other = "step" if result.request.rank == "throughput" else "throughput"
+    return [
+        f"ranked by {RANK_ORDERS[result.request.rank]} (--rank {other} for the other order)",
+        f"used: GiB/{unit} over {usable}; at risk: above {TIGHT_SHARE:.0%} of it",
+    ]
+
+
+def print_parts(console: Any, parts: list[RenderableType | CommandLine]) -> None:
+    """Each part; a command on one line, never wrapped (a terminal folds it, a copy pastes it whole)."""
+    for part in parts:
+        if isinstance(part, CommandLine):
+            console.print(Text(part.text), soft_wrap=True)
+        else:
+            console.print(part)
 
 
 def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
@@ -299,6 +380,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             sequence=req.sequence,
             compile=req.compile_n,
             method=req.method,
+            rank=req.rank,
         ),
         chip=schema.PLAN_CHIP(
             peak_flop_per_s=chip.peak_flops,
@@ -307,6 +389,8 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             link_bytes_per_s=chip.link_bytes_per_s,
             torus=list(chip.torus),
             wraparound=list(chip.wraparound),
+            usable_bytes=chip.usable_bytes,
+            network_bytes_per_s=chip.network_bytes_per_s,
         ),
         calibration={
             "efficiency": result.calibration.efficiency,
@@ -344,7 +428,7 @@ def render_plan(result: PlanResult, options: RunOptions, emit_file: str | None) 
 
         emit(json.dumps(plan_json(result, emit_file), indent=2) + "\n", options)
         return
-    make_console(options).print(plan_renderable(result, emit_file, quiet=options.quiet))
+    print_parts(make_console(options), plan_parts(result, emit_file, quiet=options.quiet))
 
 
 # --- the user's own program -----------------------------------------------------------------------
@@ -382,9 +466,9 @@ def program_table(result: ProgramPlanResult) -> DataTable:
     return table
 
 
-def program_renderable(result: ProgramPlanResult, quiet: bool = False) -> RenderableType:
+def program_parts(result: ProgramPlanResult, quiet: bool = False) -> list[RenderableType | CommandLine]:
     req = result.request
-    parts: list[RenderableType] = []
+    parts: list[RenderableType | CommandLine] = []
     if not quiet:
         parts.append(Text(f"plan {req.program} on {req.target.name}", style="bold"))
         parts.append(
@@ -413,7 +497,8 @@ def program_renderable(result: ProgramPlanResult, quiet: bool = False) -> Render
                 ]
             )
         )
-        parts.append(Text(f"reproduce: {program_inspect_command(result, row)}"))
+        parts.append(Text("reproduce:"))
+        parts.append(CommandLine(program_inspect_command(result, row)))
     if not quiet:
         compiled = sum(r.compiled is not None for r in result.rows)
         parts.append(
@@ -426,7 +511,7 @@ def program_renderable(result: ProgramPlanResult, quiet: bool = False) -> Render
                 style="dim",
             )
         )
-    return Group(*parts)
+    return parts
 
 
 def program_json(result: ProgramPlanResult) -> dict[str, Any]:
@@ -484,9 +569,13 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
 
 
 def render_program_plan(result: ProgramPlanResult, options: RunOptions) -> None:
+    import sys
+
+    for warning in result.warnings:
+        sys.stderr.write(f"shardcli: warning: {warning}\n")
     if options.format == "json":
         import json
 
         emit(json.dumps(program_json(result), indent=2) + "\n", options)
         return
-    make_console(options).print(program_renderable(result, quiet=options.quiet))
+    print_parts(make_console(options), program_parts(result, quiet=options.quiet))
