@@ -240,7 +240,7 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
         )
     shown = next((w for w in result.ways if w.values is not None and w.values_before is not None), None)
     if shown is not None and shown.values_before is not None:
-        human.section(console, "global values", human.format_values(shown.values_before.global_values))
+        human.section(console, "global values", human.ValuesText(shown.values_before.global_values))
         human.section(
             console,
             f"each device's block, before and after ({shown.way}){human.this_process_only(result.session)}",
