@@ -305,6 +305,60 @@ def test_low_priority_columns_go_first_and_are_named(cli, inputs, name, columns,
         assert column not in named and column in out, out
 
 
+def _table_lines(out: str, header: str) -> list[str]:
+    """The lines of the table whose header line holds `header`, to the blank line after it."""
+    lines = out.splitlines()
+    start = next(n for n, line in enumerate(lines) if header in line)
+    return lines[start : next((n for n in range(start, len(lines)) if not lines[n].strip()), len(lines))]
+
+
+def test_the_mesh_says_when_its_cells_leave_out_their_coordinates(cli, inputs):
+    """At 80 columns a 2x4 mesh is drawn with its row and column headers alone; the line under it
+    says so, and --wide draws each cell's coordinates."""
+    out = run(cli, "mesh", inputs, 80)
+    assert "data=1 model=3" not in out and "model=3" in out and "data=1" in out
+    assert hidden_columns(out) == ["mesh coords"], out
+    wide = run(cli, "mesh", inputs, 80, "--wide")
+    for coords in ("data=0 model=0", "data=1 model=3"):
+        assert coords in wide, wide
+    roomy = run(cli, "mesh", inputs, 120)  # wide enough: every cell has them, and no line says not
+    assert roomy.count("data=1 model=3") == 1 and "not shown" not in roomy
+
+
+def test_a_refused_row_keeps_the_status_that_explains_its_dashes(cli, inputs):
+    """The matmul cases at 80 columns: `status` is kept (the illegal case's `-` are its refusal),
+    the cost model's figures go first."""
+    out = run(cli, "matmul cases", inputs, 80)
+    table = _table_lines(out, "HLO collectives")
+    assert "status" in table[0] and "p50" in table[0], out
+    illegal = next(line for line in table if line.startswith(" illegal "))
+    assert "refused*" in illegal, out
+    assert "status" not in hidden_columns(out)
+
+
+def test_a_compile_only_einsum_leaves_out_its_empty_timing_columns_first(cli, inputs):
+    """Under --target nothing runs: p50 and #wrong are `-` in every row, so they go before the
+    memory per device, which the compile is for."""
+    out = run(cli, "einsum tpu", inputs, 80)
+    table = _table_lines(out, "result spec")
+    assert "memory/device" in table[0] and "status" in table[0], out
+    assert "p50" not in table[0] and "#wrong" not in table[0]
+    assert {"p50", "#wrong"} <= set(hidden_columns(out)), out
+
+
+def test_data_table_leaves_out_a_column_of_dashes_first():
+    table = DataTable(box=None)
+    table.add_column("key")
+    table.add_column("figure", priority=1, justify="right")
+    table.add_column("timing")  # a key column, but `-` in every row of this run
+    for k in range(3):
+        table.add_row(f"row{k}", f"{k * 1234.5678:.4f}", "-")
+    lines = render(table, 24)
+    assert hidden_columns("\n".join(lines)) == ["timing"], lines
+    assert "figure" in lines[0]
+    assert hidden_columns("\n".join(render(table, 80))) == []  # where it fits, nothing goes
+
+
 def test_wide_keeps_todays_full_tables(cli, inputs):
     """--wide prints every column at its natural width, however narrow the terminal (today's
     tables: one line per row, the terminal wraps them)."""
