@@ -76,6 +76,10 @@ EXAMPLES: dict[str, str | list[str]] = {
     "example-bad-input": ["shardcli mesh --mesh 0", "echo $?"],
     "example-collective": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
     "--no-color",
+    # the header's provenance under -v, its lines the tutorial names (the roofline's, measured or read
+    # from the cache, left out)
+    "example-collective-verbose": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
+    "--no-color -v | sed -n '/^timing  /,/^verify/p;/^allocator/,/^$/p'",
     "readme-collective": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
     "--no-color -q",
     "example-collective-sweep": "shardcli collective all_gather --mesh 8 --sizes 64K:1M:x4 --no-color -q",
