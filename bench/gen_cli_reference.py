@@ -467,8 +467,12 @@ _RULES = re.compile(r"[\u2500-\u257f]+")
 
 
 # Lines that a run prints or not by its timings: matmul's and einsum's note where p50 beat the model's
-# bound (whether it did depends on the machine's load), as masked() reads them.
-_TIMING_NOTES = re.compile(r"p#/bound under #x \(.*?under other load\) ?")
+# bound (whether it did depends on the machine's load), as masked() reads them: its one line, or
+# under -v its reasons.
+_TIMING_NOTES = re.compile(
+    r"p#/bound under #x (?:\(.*?under other load\)|for #runs?: the bound is a model, not a floor "
+    r"\(-v says why\)) ?"
+)
 
 
 def masked(text: str, charts: bool = False) -> str:

@@ -169,6 +169,13 @@ was allocated
             True,
             id="the-below-bound-note-comes-and-goes-with-the-timings",
         ),
+        pytest.param(
+            "x bound 0.51x\np50/bound under 1x for 3 runs: the bound is a model, not a floor (-v says why)"
+            "\nverified: ok",
+            "x bound 1.3x\nverified: ok",
+            True,
+            id="its-one-line-comes-and-goes-too",
+        ),
     ],
 )
 def test_the_docs_check_compares_what_a_reader_would_call_the_same(old, new, equal):
