@@ -283,7 +283,10 @@ def _pages() -> list[Path]:
 
 def _split_page(text: str) -> tuple[str, list[str]]:
     """A page's prose (fenced blocks left out) and its console blocks."""
-    prose, blocks, block, inside = [], [], [], None
+    prose: list[str] = []
+    blocks: list[str] = []
+    block: list[str] = []
+    inside: str | None = None
     for line in text.splitlines():
         if line.startswith("```"):
             if inside is None:

@@ -351,10 +351,11 @@ def test_data_table_leaves_out_a_column_of_dashes_first():
     table.add_column("key")
     table.add_column("figure", priority=1, justify="right")
     table.add_column("timing")  # a key column, but `-` in every row of this run
+    table.add_column("#wrong", justify="right")  # the same
     for k in range(3):
-        table.add_row(f"row{k}", f"{k * 1234.5678:.4f}", "-")
-    lines = render(table, 24)
-    assert hidden_columns("\n".join(lines)) == ["timing"], lines
+        table.add_row(f"row{k}", f"{k * 1234.5678:.4f}", "-", "-")
+    lines = render(table, 30)  # one of them would do; both go, and the figure stays
+    assert hidden_columns("\n".join(lines)) == ["timing", "#wrong"], lines
     assert "figure" in lines[0]
     assert hidden_columns("\n".join(render(table, 80))) == []  # where it fits, nothing goes
 

@@ -35,10 +35,10 @@ class DataTable(Table):
     """A rich Table that fits the console by leaving columns out, and never cuts a cell.
 
     Each column has a priority (`add_column(..., priority=N)`): 0, the default, is a key column,
-    always shown; a higher number is left out sooner. A column that is `-` in every row says
-    nothing in this run and is left out before any other. Where the console is narrower than the
-    table's natural width, the columns of the highest priority are left out, the rightmost first,
-    until the table fits, and one dim line under it names them and says `--wide` shows them.
+    always shown; a higher number is left out sooner. Where the console is narrower than the
+    table's natural width, every column that is `-` in every row (it says nothing in this run) is
+    left out first, then the columns of the highest priority, the rightmost first, until the
+    table fits, and one dim line under it names them and says `--wide` shows them.
     Where even the key columns do not fit, every row is printed as `column  value` lines instead
     (one block per row), so nothing wraps mid-row.
 
@@ -99,12 +99,14 @@ class DataTable(Table):
         """The table cut down to fit `options.max_width` and the headers left out; None when even
         its key columns do not fit."""
         kept = list(range(len(self.columns)))
-        # A column that says nothing in this run (`-` in every row) first, then the highest priority
-        # first, the rightmost first among equals.
-        blank = [i for i in reversed(kept) if self._blank(i)]
-        rest = (i for i in kept if self.priorities[i] > 0 and i not in blank)
-        order = blank + sorted(rest, key=lambda i: (-self.priorities[i], -i))
         left_out: list[int] = []
+        if self._fitting(console, options, kept) is None:
+            # every column that says nothing in this run (`-` in every row) goes first, together
+            left_out = [i for i in kept if self._blank(i)]
+            kept = [i for i in kept if i not in left_out]
+        # then the highest priority first, the rightmost first among equals
+        rest = (i for i in kept if self.priorities[i] > 0)
+        order = sorted(rest, key=lambda i: (-self.priorities[i], -i))
         while (table := self._fitting(console, options, kept)) is None:
             if not order:
                 return None
