@@ -412,3 +412,17 @@ def test_the_plan_rule_sets_are_explained() -> None:
     for name in RULE_SETS:
         assert f"`{name}`" in prose[:first_table], name  # before the first table shows one
         assert f"{name} (" in help_text, name
+
+
+def test_the_plan_tutorial_says_what_its_batch_column_holds() -> None:
+    """`--batch 2` is sequences per chip; the tiny table's `batch` is the global batch, as the prose
+    before it says: every row's batch is --batch times the chips of the header."""
+    page = (ROOT / "docs" / "tutorials" / "plan.md").read_text(encoding="utf-8")
+    prose = " ".join(page.split("<!-- readme-plan:start -->", 1)[0].split())
+    block = page.split("<!-- readme-plan:start -->", 1)[1].split("<!-- readme-plan:end -->", 1)[0]
+    per_chip = int(re.search(r"--batch (\d+)", block).group(1))  # type: ignore[union-attr]
+    chips = int(re.search(r"^(\d+) chips,", block, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    rows = re.findall(r"^ +\d+ +\S+ +\S+ +(\d+) +(?:yes|no) ", block, re.MULTILINE)
+    assert rows and {int(b) for b in rows} == {per_chip * chips}, block
+    assert f"`--batch {per_chip}` is sequences per chip" in prose
+    assert f"those {per_chip} on each of the {chips} chips" in prose
