@@ -76,6 +76,10 @@ EXAMPLES: dict[str, str | list[str]] = {
     "example-bad-input": ["shardcli mesh --mesh 0", "echo $?"],
     "example-collective": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
     "--no-color",
+    # the header's provenance under -v, its lines the tutorial names (the roofline's, measured or read
+    # from the cache, left out)
+    "example-collective-verbose": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
+    "--no-color -v | sed -n '/^timing  /,/^verify/p;/^allocator/,/^$/p'",
     "readme-collective": "shardcli collective psum --mesh 4 --values 3,1,4,1,5,9,2,6 --dtype int32 "
     "--no-color -q",
     "example-collective-sweep": "shardcli collective all_gather --mesh 8 --sizes 64K:1M:x4 --no-color -q",
@@ -472,8 +476,12 @@ _RULES = re.compile(r"[\u2500-\u257f]+")
 
 
 # Lines that a run prints or not by its timings: matmul's and einsum's note where p50 beat the model's
-# bound (whether it did depends on the machine's load), as masked() reads them.
-_TIMING_NOTES = re.compile(r"p#/bound under #x \(.*?under other load\) ?")
+# bound (whether it did depends on the machine's load), as masked() reads them: its one line, or
+# under -v its reasons.
+_TIMING_NOTES = re.compile(
+    r"p#/bound under #x (?:\(.*?under other load\)|for #runs?: the bound is a model, not a floor "
+    r"\(-v says why\)) ?"
+)
 
 
 def masked(text: str, charts: bool = False) -> str:

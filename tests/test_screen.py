@@ -7,6 +7,7 @@ in the dim line under it and shown by --wide; the header is short, its provenanc
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import re
@@ -20,6 +21,7 @@ from shardcli.render.console import Clauses, DataTable
 
 MLP = str(Path(__file__).resolve().parents[1] / "examples" / "mlp.py")
 LESSONS = str(Path(__file__).resolve().parents[1] / "examples" / "lessons.py")
+TRANSFORMER = str(Path(__file__).resolve().parents[1] / "examples" / "transformer.py")
 MESH = ("--mesh", "2x4", "--axes", "data,model")
 FAST = ("--warmup", "1", "--iters", "2")
 WIDTHS = (80, 100, 120)
@@ -81,6 +83,37 @@ COMMANDS = {
         "--inputs",
         f"{LESSONS}:layer_inputs",
     ),
+    "inspect tpu": (
+        "inspect",
+        f"{TRANSFORMER}:block",
+        "--inputs",
+        f"{TRANSFORMER}:inputs",
+        "--target",
+        "tpu-v5e:16x16",
+        "--axes",
+        "data,model",
+        "-q",
+    ),
+    "mesh tpu": ("mesh", "--target", "tpu-v5e:4x4", "--axes", "data,model"),
+    "matmul cases": ("matmul", *MESH, "--dims", "32,64,32", *FAST),
+    "einsum tpu": (
+        "einsum",
+        "bsd,df->bsf",
+        "--shape",
+        "64x2048x8192",
+        "--shape",
+        "8192x32768",
+        "--in",
+        "data,None,model",
+        "--in",
+        "model,None",
+        "--target",
+        "tpu-v5e:4x4",
+        "--axes",
+        "data,model",
+        "--dtype",
+        "bfloat16",
+    ),
     "recipe": ("recipe", "axis-index", "--mesh", "2x2", "--axes", "data,model"),
     "recipe list": ("recipe", "list"),
     "pipeline": (
@@ -133,7 +166,13 @@ def inputs(cli, tmp_path_factory) -> dict[str, str]:
     return paths
 
 
+# Commands that compile for a TPU target: the tpu extra (libtpu), which CI installs.
+NEEDS_TPU = {"inspect tpu", "mesh tpu", "einsum tpu"}
+
+
 def run(cli, name: str, inputs: dict[str, str], columns: int, *flags: str, tmp_path: Path | None = None):
+    if name in NEEDS_TPU and importlib.util.find_spec("libtpu") is None:
+        pytest.skip("the tpu extra: libtpu (CI installs it)")
     args = [a.format(**inputs) for a in COMMANDS[name]]
     if name == "model train":  # a fresh folder each time: train refuses one that holds a checkpoint
         assert tmp_path is not None
@@ -152,19 +191,74 @@ def hidden_columns(out: str) -> list[str]:
     return named
 
 
+# A unit that a figure printed before it (`0 B`, `12.5 ms`, `0.72x`), and the words a phrase never
+# ends with (`within`, `of`, `by`): a line that ends in the first half of either was broken mid-phrase.
+_UNIT = re.compile(r"^(B|KiB|MiB|GiB|TiB|ns|us|ms|s|[KMGTP]?B/s|[KMGTP]?FLOP(/s)?)\b")
+_OPEN_WORD = re.compile(
+    r"\b(a|an|and|as|at|by|for|from|in|into|of|on|or|over|per|than|the|to|with|within|=)$"
+)
+# Lines of a chart or a boxed picture, whose glyphs are not words.
+_DRAWN = re.compile(r"[│┤└┌─·]")
+
+
+def split_phrases(out: str) -> list[str]:
+    """Each place where a line of `out` was broken mid-phrase: a figure parted from its unit, a line
+    ending in a word that leads into the next, or a row of NumPy values wrapped by the terminal
+    (NumPy indents a row's continuation; one wrapped by rich starts in column 0)."""
+    split = []
+    lines = [line.rstrip() for line in out.splitlines()]
+    quoted = False  # in a paragraph quoting an exception's message (JAX's prose, wrapped at its words)
+    for line, following in zip(lines, lines[1:], strict=False):
+        head, tail = line.strip(), following.strip()
+        quoted = bool(head) and (quoted or re.search(r"\w+Error: ", head) is not None)
+        if not head or not tail or _DRAWN.search(line + following):
+            continue
+        if re.match(r" \S", line) and re.match(r" \S", following):
+            continue  # two rows of a table (a header ending in its `from` column)
+        figure_unit = re.search(r"\d$", head) and _UNIT.match(tail)
+        values_row = re.match(r"^ ?\[", line) and not head.endswith("]") and re.match(r"^[-\d]", following)
+        if figure_unit or values_row or (_OPEN_WORD.search(head) and not quoted):
+            split.append(f"{line!r} / {following!r}")
+    return split
+
+
+# A table whose column is sentences (what each recipe shows), wrapped at their words as prose is.
+PROSE = {"recipe list"}
+# What a column left out looks like under --wide where it is not a table column of that name.
+SHOWN_AS = {"mesh coords": "data=1 model=3"}
+
+
 @pytest.mark.parametrize("columns", WIDTHS)
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_default_view_fits_the_terminal(cli, inputs, tmp_path, name, columns):
+    """No line wider than the terminal, no figure cut, no line broken mid-phrase; every column left
+    out named under its table and shown by --wide."""
     out = run(cli, name, inputs, columns, tmp_path=tmp_path)
     too_wide = [line for line in out.splitlines() if len(line) > columns]
     assert too_wide == [], out
     assert [line for line in out.splitlines() if "…" in line] == [], out
+    if name not in PROSE:
+        assert split_phrases(out) == [], "\n".join([*split_phrases(out), out])
     hidden = hidden_columns(out)
     if hidden:
         wide = run(cli, name, inputs, columns, "--wide", tmp_path=tmp_path)
         assert hidden_columns(wide) == []
         for column in hidden:
-            assert column in wide, (column, wide)
+            assert column in wide or SHOWN_AS.get(column, column) in wide, (column, wide)
+
+
+@pytest.mark.parametrize(
+    ("text", "split"),
+    [
+        pytest.param("memory  7.6 MiB (temporaries 0\n        B, code 2.1 MiB)", True, id="figure-and-unit"),
+        pytest.param("verified: (max |err| 0, within\n0.0001 x max|ref|)", True, id="open-word"),
+        pytest.param("[ 0.1257 -0.1321  0.6404\n-0.6233  0.0413]", True, id="values-row-wrapped-by-rich"),
+        pytest.param("[ 0.1257 -0.1321  0.6404\n -0.6233  0.0413]", False, id="values-row-wrapped-by-numpy"),
+        pytest.param("memory  7.6 MiB (arguments 3.5 MiB,\n        temporaries 0 B)", False, id="at-a-comma"),
+    ],
+)
+def test_split_phrases_finds_a_line_broken_mid_phrase(text, split):
+    assert bool(split_phrases(text)) is split
 
 
 def timing_columns_hidden(out: str) -> list[str]:
@@ -209,6 +303,61 @@ def test_low_priority_columns_go_first_and_are_named(cli, inputs, name, columns,
     assert sorted(named) == sorted(order[: len(named)]), out
     for column in kept:
         assert column not in named and column in out, out
+
+
+def _table_lines(out: str, header: str) -> list[str]:
+    """The lines of the table whose header line holds `header`, to the blank line after it."""
+    lines = out.splitlines()
+    start = next(n for n, line in enumerate(lines) if header in line)
+    return lines[start : next((n for n in range(start, len(lines)) if not lines[n].strip()), len(lines))]
+
+
+def test_the_mesh_says_when_its_cells_leave_out_their_coordinates(cli, inputs):
+    """At 80 columns a 2x4 mesh is drawn with its row and column headers alone; the line under it
+    says so, and --wide draws each cell's coordinates."""
+    out = run(cli, "mesh", inputs, 80)
+    assert "data=1 model=3" not in out and "model=3" in out and "data=1" in out
+    assert hidden_columns(out) == ["mesh coords"], out
+    wide = run(cli, "mesh", inputs, 80, "--wide")
+    for coords in ("data=0 model=0", "data=1 model=3"):
+        assert coords in wide, wide
+    roomy = run(cli, "mesh", inputs, 120)  # wide enough: every cell has them, and no line says not
+    assert roomy.count("data=1 model=3") == 1 and "not shown" not in roomy
+
+
+def test_a_refused_row_keeps_the_status_that_explains_its_dashes(cli, inputs):
+    """The matmul cases at 80 columns: `status` is kept (the illegal case's `-` are its refusal),
+    the cost model's figures go first."""
+    out = run(cli, "matmul cases", inputs, 80)
+    table = _table_lines(out, "HLO collectives")
+    assert "status" in table[0] and "p50" in table[0], out
+    illegal = next(line for line in table if line.startswith(" illegal "))
+    assert "refused*" in illegal, out
+    assert "status" not in hidden_columns(out)
+
+
+def test_a_compile_only_einsum_leaves_out_its_empty_timing_columns_first(cli, inputs):
+    """Under --target nothing runs: p50 and #wrong are `-` in every row, so they go before the
+    memory per device, which the compile is for."""
+    out = run(cli, "einsum tpu", inputs, 80)
+    table = _table_lines(out, "result spec")
+    assert "memory/device" in table[0] and "status" in table[0], out
+    assert "p50" not in table[0] and "#wrong" not in table[0]
+    assert {"p50", "#wrong"} <= set(hidden_columns(out)), out
+
+
+def test_data_table_leaves_out_a_column_of_dashes_first():
+    table = DataTable(box=None)
+    table.add_column("key")
+    table.add_column("figure", priority=1, justify="right")
+    table.add_column("timing")  # a key column, but `-` in every row of this run
+    table.add_column("#wrong", justify="right")  # the same
+    for k in range(3):
+        table.add_row(f"row{k}", f"{k * 1234.5678:.4f}", "-", "-")
+    lines = render(table, 30)  # one of them would do; both go, and the figure stays
+    assert hidden_columns("\n".join(lines)) == ["timing", "#wrong"], lines
+    assert "figure" in lines[0]
+    assert hidden_columns("\n".join(render(table, 80))) == []  # where it fits, nothing goes
 
 
 def test_wide_keeps_todays_full_tables(cli, inputs):

@@ -178,6 +178,11 @@ def plan(
     a mesh and a rule set mapping those names to mesh axes, and the winner comes with the
     `shardcli inspect ... --rules` command that compiles it again.
 
+    Rule sets: fsdp-tp (MaxText's default: weights' embed dim over fsdp; heads, mlp, vocab over
+    tensor; batch over data and fsdp) and fsdp-tp-sp (also the activations' embed dim over tensor,
+    `+sp` in a layout). The bound is the estimate's largest term: math, hbm, or the mesh axis whose
+    collectives take longest (`fsdp`: bound by communication over fsdp).
+
     Example: shardcli plan --preset llama2-7b --target tpu-v5p:4x4x4
     """
     if program is not None:

@@ -265,7 +265,7 @@ def _open_target_session(
         mesh = jax.sharding.Mesh(mesh.devices, axes, axis_types=(AxisType.Explicit,) * len(shape))
     who = "libtpu" if platform == "tpu" else "the CUDA plugin"
     note = f"compile-only: {who} describes the {len(devices)} {target.generation.chip}s ({order}); nothing "
-    note += "runs, is verified or timed"
+    note += "runs; nothing is verified or timed"
     runtime = RuntimeInfo(
         platform="tpu" if platform == "tpu" else "gpu",
         device_kind=devices[0].device_kind,

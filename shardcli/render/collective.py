@@ -554,7 +554,7 @@ def _render_one(console: Console, result: CollectiveResult, options: RunOptions)
                 blocks_table(first, result),
             )
             if first.global_output is not None:
-                human.section(console, "global result", human.format_values(first.global_output))
+                human.section(console, "global result", human.ValuesText(first.global_output))
         human.section(console, "compiled HLO collectives", _hlo_text(first))
         facts = [f"{format_bytes(first.bytes_per_device)} per device ({first.count:,} elements)"]
         if coll.bus_factor:

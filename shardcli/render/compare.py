@@ -11,7 +11,7 @@ from rich.text import Text
 
 from shardcli import json_schema as schema
 from shardcli.core.compare import CompareResult, CompareRow, DocFacts, Metric
-from shardcli.render.console import Clauses, DataTable, emit, make_console
+from shardcli.render.console import Clauses, DataTable, emit, make_console, phrases
 from shardcli.specs import RunOptions
 
 FORMATS = ("table", "json")
@@ -135,8 +135,10 @@ def header(result: CompareResult) -> Table:
     table.add_row("new", _facts_text(result.new))
     table.add_row(
         "metric",
-        f"{metric.title} ({_SHOWN_UNIT[metric.name]}), {metric.better} is better; "
-        f"a regression is new worse than base by more than {format_tolerance(result.tolerance)}",
+        phrases(
+            f"{metric.title} ({_SHOWN_UNIT[metric.name]}), {metric.better} is better; "
+            f"a regression is new worse than base by more than {format_tolerance(result.tolerance)}"
+        ),
     )
     return table
 

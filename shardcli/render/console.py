@@ -8,6 +8,7 @@ import dataclasses
 import io
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -35,8 +36,9 @@ class DataTable(Table):
 
     Each column has a priority (`add_column(..., priority=N)`): 0, the default, is a key column,
     always shown; a higher number is left out sooner. Where the console is narrower than the
-    table's natural width, the columns of the highest priority are left out, the rightmost first,
-    until the table fits, and one dim line under it names them and says `--wide` shows them.
+    table's natural width, every column that is `-` in every row (it says nothing in this run) is
+    left out first, then the columns of the highest priority, the rightmost first, until the
+    table fits, and one dim line under it names them and says `--wide` shows them.
     Where even the key columns do not fit, every row is printed as `column  value` lines instead
     (one block per row), so nothing wraps mid-row.
 
@@ -108,9 +110,14 @@ class DataTable(Table):
         """The table cut down to fit `options.max_width` and the headers left out; None when even
         its key columns do not fit."""
         kept = list(range(len(self.columns)))
-        # Highest priority first, the rightmost first among equals.
-        order = sorted((i for i in kept if self.priorities[i] > 0), key=lambda i: (-self.priorities[i], -i))
         left_out: list[int] = []
+        if self._fitting(console, options, kept) is None:
+            # every column that says nothing in this run (`-` in every row) goes first, together
+            left_out = [i for i in kept if self._blank(i)]
+            kept = [i for i in kept if i not in left_out]
+        # then the highest priority first, the rightmost first among equals
+        rest = (i for i in kept if self.priorities[i] > 0)
+        order = sorted(rest, key=lambda i: (-self.priorities[i], -i))
         while (table := self._fitting(console, options, kept)) is None:
             if not order:
                 return None
@@ -136,6 +143,18 @@ class DataTable(Table):
             table.columns[i] = dataclasses.replace(self.columns[i], _cells=short)
         return table.fitted(console, options)
 
+    def _title_lines(self) -> RenderableType:
+        """The title, its lines broken only between its `; ` clauses (rich would centre it over the
+        table and wrap it at any space, "host copy" on one line and "bandwidth" on the next)."""
+        if not isinstance(self.title, str):
+            return self.title or Text()
+        return Clauses(self.title.split("; "), style="italic")
+
+    def _blank(self, index: int) -> bool:
+        """Whether every row of the column at `index` is `-` (nothing to say in this run)."""
+        cells = list(self.columns[index].cells)
+        return bool(cells) and all(_plain(cell) == "-" for cell in cells)
+
     def _records(self) -> RenderableType:
         """Every row as `column  value` lines, a blank line between rows."""
         grid = Table.grid(padding=(0, 2))
@@ -150,7 +169,7 @@ class DataTable(Table):
                 grid.add_row(header, column[row])
         parts: list[RenderableType] = []
         if self.title:
-            parts.append(Text(self.title, style="italic") if isinstance(self.title, str) else self.title)
+            parts.append(self._title_lines())
         parts.append(grid)
         if self.caption:
             parts.append(self.caption)
@@ -171,6 +190,9 @@ class DataTable(Table):
             yield from console.render(self._records(), options)
             return
         table, left_out = fitted
+        if isinstance(self.title, str):  # over the table, broken only between its clauses
+            yield from console.render(self._title_lines(), options)
+            table.title = None
         yield from Table.__rich_console__(table, console, options)
         if left_out:
             them = "them" if len(left_out) > 1 else "it"
@@ -293,6 +315,11 @@ class ColumnBlocks:
         return self
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if getattr(console, "wide", False):  # --wide: every column whole, at its natural width
+            whole = range(self.count)
+            width = max(self._width(console, options, whole, None), options.max_width)
+            yield from console.render(self._table(whole, None, width), options.update_width(width))
+            return
         drawn = self._drawn(console, options)
         if drawn is not self:
             yield from drawn.__rich_console__(console, options)
@@ -349,8 +376,11 @@ class Clauses:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         lines: list[Text] = []
         line = Text()
-        for clause in self.clauses:
-            if line and cell_len(line.plain + self.sep + clause.plain) > options.max_width:
+        tail = self.sep.rstrip()  # what ends a line that more clauses follow (`,` of `, `)
+        for n, clause in enumerate(self.clauses):
+            # a clause that more follow must fit with that mark too (`0 B,` must not part `0` from `B`)
+            mark = tail if n < len(self.clauses) - 1 else ""
+            if line and cell_len(line.plain + self.sep + clause.plain + mark) > options.max_width:
                 line.append(self.sep.rstrip())
                 lines.append(line)
                 line = Text()
@@ -361,6 +391,27 @@ class Clauses:
         text = Text("\n", style=self.style).join(lines)
         text.stylize(self.style)
         yield from console.render(text, options)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        # at most one line of every clause; at least the longest clause (with its mark)
+        whole = cell_len(self.sep.join(c.plain for c in self.clauses))
+        longest = max((cell_len(c.plain) for c in self.clauses), default=0) + len(self.sep.rstrip())
+        return Measurement(min(longest, options.max_width), min(whole, options.max_width))
+
+
+# Where a sentence may break: after `, ` or `; `, and before ` (`.
+_PHRASE_BREAK = re.compile(r"(?<=[,;]) | (?=\()")
+
+
+def phrase_split(text: str) -> list[str]:
+    """`text`'s phrases: it split after each `, ` and `; ` and before each ` (`."""
+    return _PHRASE_BREAK.split(text)
+
+
+def phrases(text: str, style: str = "") -> Clauses:
+    """`text` broken only at its phrase boundaries (after a comma or semicolon, before a
+    parenthesis) where the console is narrow: a figure stays with its unit, a name with its value."""
+    return Clauses(phrase_split(text), sep=" ", style=style)
 
 
 class SideBySide:

@@ -13,7 +13,7 @@ from shardcli import json_schema as schema
 from shardcli.core.einsum import WAY_TEXT, EinsumArray, EinsumResult, EinsumSize, WayRun
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, csv_text, emit, make_console, prints_here, show_warnings
-from shardcli.render.matmul import below_bound_text, flop_fit_json, format_flops, ratio_text
+from shardcli.render.matmul import below_bound_note, flop_fit_json, format_flops, ratio_text
 from shardcli.render.program import (
     collectives_cell,
     collectives_table,
@@ -164,8 +164,9 @@ def ways_table(size: EinsumSize) -> Table:
     """Per way: the result's sharding, what the compiled program needs and moves, timing, #wrong."""
     table = DataTable(box=None, header_style="bold")
     numbers = ("memory/device", "FLOPs/device", "sends/device", "p50", "FLOP/s", "x bound", "#wrong")
-    # Left out first where narrow: FLOPs/device, FLOP/s, memory/device and x bound, status.
-    priorities = {"status": 1, "memory/device": 2, "x bound": 2, "FLOP/s": 3, "FLOPs/device": 4}
+    # Left out first where narrow: a column of `-` alone (p50 and #wrong of a compile-only run), then
+    # FLOPs/device, FLOP/s, memory/device and x bound. Never the status, which says why a row is `-`.
+    priorities = {"memory/device": 2, "x bound": 2, "FLOP/s": 3, "FLOPs/device": 4}
     for name in ("impl", "status", "result spec", *numbers):
         table.add_column(
             name,
@@ -281,7 +282,7 @@ def render_einsum(result: EinsumResult, options: RunOptions) -> None:
         if w.timing and w.model and w.model.t_bound_s and w.timing.stats.p50 < w.model.t_bound_s
     ]
     if below:
-        console.print(Text(below_bound_text(below, result.hardware), style="dim"))
+        console.print(below_bound_note(below, result.hardware, options.verbose))
     for size in result.sizes:
         for w in size.ways:
             if w.status == "refused":

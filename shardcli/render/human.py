@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -20,7 +21,16 @@ from shardcli.arrays import ShownValues
 from shardcli.core.session import Session
 from shardcli.core.timing import Timing
 from shardcli.mesh import MeshLayout
-from shardcli.render.console import ColumnBlocks, DataTable, SideBySide, WholeLines, format_duration
+from shardcli.render.console import (
+    Clauses,
+    ColumnBlocks,
+    DataTable,
+    SideBySide,
+    WholeLines,
+    format_duration,
+    phrase_split,
+    phrases,
+)
 from shardcli.specs import ShardingSpec
 from shardcli.tile_math import GridView, ShardingLayout, format_index, grid_views, spec_layout
 
@@ -69,7 +79,7 @@ def header(
     table.add_column(style="bold", no_wrap=True, min_width=max(len(key) for key, _ in rows))
     table.add_column(overflow="fold")
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(key, phrases(value))  # a value wraps between its phrases, never inside one
     return table
 
 
@@ -114,7 +124,11 @@ def mesh_grids(layout: MeshLayout) -> RenderableType:
             return table
 
         def fold(columns: range, note: str | None) -> Table:
-            return build(columns, note, folded=True)
+            table = build(columns, note, folded=True)
+            # the cells leave out what the mesh command shows: say so, as a DataTable would
+            table.caption = Text("not shown: mesh coords (--wide shows them)", style="dim")
+            table.caption_justify = "left"
+            return table
 
         return ColumnBlocks(build, cols, f"{axes[-1]} =", folded=fold if len(shape) > 1 else None)
 
@@ -220,6 +234,23 @@ def format_values(values: np.ndarray, width: int = 100) -> Text:
     )
 
 
+class ValuesText:
+    """An array's values as `format_values` prints them, its rows wrapped at the console's width by
+    NumPy (continuation lines indented), never by rich mid-row."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def _text(self, width: int) -> Text:
+        return format_values(self.values, max(width, CELL_VALUES_WIDTH // 2))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self._text(options.max_width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self._text(options.max_width))
+
+
 def compile_text(timing: Timing) -> str:
     """Compile time, marked when the program came from the persistent compile cache."""
     return format_duration(timing.compile_s) + (" (cache)" if timing.compile_cached else "")
@@ -242,7 +273,7 @@ def show_values(console: Console, name: str, shown: ShownValues | None, where: s
     """A small result as the tutorials print it: the global array, then every device's block."""
     if shown is None:
         return
-    section(console, f"{name}: global values{where}", format_values(shown.global_values))
+    section(console, f"{name}: global values{where}", ValuesText(shown.global_values))
     section(console, f"{name}: each device's block", values_table(shown))
 
 
@@ -276,7 +307,9 @@ def print_checks(console: Console, checks: Sequence[Any], verified_suffix: str =
     failed = [c for c in checks if not c.ok]
     for check in checks:
         mark = Text("ok  ", style="green") if check.ok else Text("FAIL", style="bold red")
-        console.print(Text.assemble(mark, " ", check.what, Text(f" ({check.detail})", style="dim")))
+        # broken only between phrases where narrow (`0.0001 x` never parted from `max|output|`)
+        detail = [Text(p, style="dim") for p in phrase_split(f"({check.detail})")]
+        console.print(Clauses([Text.assemble(mark, " ", check.what), *detail], sep=" "))
     if failed:
         console.print(Text(f"WRONG: {len(failed)} check(s) failed", style="bold red"))
     else:

@@ -303,13 +303,10 @@ def comparison_table(result: MatmulResult) -> Table:
     columns: tuple[str, ...] = ("dims",) if sweep else ()
     columns += ("case", "impl", "status", "HLO collectives", "p50", "FLOP/s", "bound", "by", "x bound")
     columns += ("rel err", "#wrong")
-    # The compiler's collectives are the lesson of the cases: they are never left out.
-    priorities = {"x bound": 1, "status": 2, "FLOP/s": 2, "rel err": 3, "bound": 4, "by": 5}
+    # The compiler's collectives are the lesson of the cases: they are never left out, nor is the
+    # status, which says why a refused row is `-`.
+    priorities = {"x bound": 1, "FLOP/s": 2, "rel err": 3, "bound": 4, "by": 5}
     table = _table(columns, ("case", "impl", "status", "HLO collectives", "by"), priorities)
-    table.title = (
-        "p50 of per-iteration times; bound = max(T_math, T_comm) of the cost model, by compute or comm; "
-        "x bound = p50 / bound"
-    )
     for run in result.runs:
         lead = (",".join(map(str, run.dims)),) if sweep else ()
         if run.skipped:
@@ -336,6 +333,18 @@ def comparison_table(result: MatmulResult) -> Table:
     return table
 
 
+def comparison_legend() -> RenderableType:
+    """What the comparison table's figures are, broken only between its clauses."""
+    return Clauses(
+        [
+            "p50 of per-iteration times",
+            "bound = max(T_math, T_comm) of the cost model, by compute or comm",
+            "x bound = p50 / bound",
+        ],
+        style="dim",
+    )
+
+
 def _bound_by(model: CostEstimate | None) -> str:
     if model is None or model.dominant is None:
         return "-"
@@ -348,7 +357,7 @@ def cost_text(run: CaseRun, result: MatmulResult) -> RenderableType:
     return cost_model_text(run.model, result.hardware, "matmul")
 
 
-def _notes(console: Console, result: MatmulResult) -> None:
+def _notes(console: Console, result: MatmulResult, verbose: bool) -> None:
     for run in result.runs:
         for i in run.impls:
             if i.status == "refused":
@@ -356,7 +365,7 @@ def _notes(console: Console, result: MatmulResult) -> None:
                 console.print(Text(f"{run.case.name}/{i.impl} {label}: {i.message}", style="yellow"))
             if i.fit is not None:
                 console.print(verdict_text(i.fit, f"{run.case.name}/{i.impl}: "))
-    _below_bound_note(console, result)
+    _below_bound_note(console, result, verbose)
     for run in result.runs:
         if not run.skipped and any(
             i.xla_flops is not None and run.model and i.xla_flops < 0.9 * run.model.flops_per_device
@@ -372,7 +381,7 @@ def _notes(console: Console, result: MatmulResult) -> None:
             )
 
 
-def _below_bound_note(console: Console, result: MatmulResult) -> None:
+def _below_bound_note(console: Console, result: MatmulResult, verbose: bool) -> None:
     """Where a measured p50 beats the model's bound, one line on why that can be (the bound is a model)."""
     below = [
         f"{r.case.name}/{i.impl} {ratio_text(ratio)}"
@@ -381,7 +390,19 @@ def _below_bound_note(console: Console, result: MatmulResult) -> None:
         if (ratio := _bound_ratio(i, r.model)) is not None and ratio < 1
     ]
     if below:
-        console.print(Text(below_bound_text(below, result.hardware), style="dim"))
+        console.print(below_bound_note(below, result.hardware, verbose))
+
+
+def below_bound_note(below: list[str], hardware: Any, verbose: bool) -> RenderableType:
+    """Why p50/bound can be under 1x: one line, the model's figures under -v."""
+    if not verbose:
+        runs = f"{len(below)} run{'s' if len(below) > 1 else ''}"
+        return Clauses(
+            [f"p50/bound under 1x for {runs}:", "the bound is a model, not a floor", "(-v says why)"],
+            sep=" ",
+            style="dim",
+        )
+    return Text(below_bound_text(below, hardware), style="dim")
 
 
 def below_bound_text(below: list[str], hardware: Any) -> str:
@@ -487,7 +508,7 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
             human.section(console, "timing and verification", timing_table(run))
             human.section(console, "cost model (roofline, per device)", cost_text(run, result))
     else:
-        human.section(console, "matmul cases", comparison_table(result))
+        human.section(console, "matmul cases", Group(comparison_legend(), comparison_table(result)))
         if result.fits:
             human.section(console, "achieved FLOP/s against the product's FLOPs", flops_chart(result))
             console.print(flop_fit_text(result))
@@ -496,14 +517,17 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
             console.print(
                 Clauses(
                     [
-                        f"model: peak {format_flops(hw.peak_flops)} ({hw.peak_source})",
-                        f"link {format_flops(hw.link_bytes_per_s, 'B/s')} ({hw.link_source})",
+                        f"model: peak {format_flops(hw.peak_flops)}",
+                        f"({hw.peak_source});",
+                        f"link {format_flops(hw.link_bytes_per_s, 'B/s')}",
+                        f"({hw.link_source})",
                     ],
+                    sep=" ",
                     style="dim",
                 )
             )
     console.print()
-    _notes(console, result)
+    _notes(console, result, options.verbose)
     _verdict(console, result)
 
 

@@ -155,7 +155,7 @@ def render_model(result: ModelResult, options: RunOptions) -> None:
             _steps_table(result),
         )
     if result.checkpoint is not None:
-        verb = "saved" if result.action == "train" else "restored from"
+        verb = "saved" if result.action == "train" else "restored"
         human.section(
             console,
             f"checkpoint {verb}",

@@ -15,7 +15,7 @@ from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnaly
 from shardcli.core.step_time import StepEstimate, Term
 from shardcli.core.target import FitVerdict
 from shardcli.costmodel import CostEstimate, Hardware
-from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds
+from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds, phrases
 from shardcli.specs import format_bytes
 
 
@@ -312,13 +312,13 @@ def memory_text(memory: MemoryUse | None) -> str:
     return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)})"
 
 
-def _figures(hw: Hardware) -> list[Text]:
+def _figures(hw: Hardware) -> list[RenderableType]:
     """The model's peak and link lines, with their sources; a figure not known reads "unknown"."""
     peak = format_flops(hw.peak_flops) if hw.peak_flops is not None else "unknown"
     link = format_flops(hw.link_bytes_per_s, "B/s") if hw.link_bytes_per_s is not None else "unknown"
     return [  # a source that says "unknown for ..." would say it twice
-        Text(f"peak {peak} ({hw.peak_source.removeprefix('unknown ')})", style="dim"),
-        Text(f"link {link} ({hw.link_source.removeprefix('unknown ')})", style="dim"),
+        phrases(f"peak {peak} ({hw.peak_source.removeprefix('unknown ')})", style="dim"),
+        phrases(f"link {link} ({hw.link_source.removeprefix('unknown ')})", style="dim"),
     ]
 
 

@@ -176,8 +176,9 @@ def moves_table(result: ReshardResult) -> Table:
 def ways_table(result: ReshardResult) -> Table:
     table = DataTable(box=None, header_style="bold")
     numbers = ("sends/device", "memory/device", "compile", "p50", "algbw (GB/s)", "#wrong")
-    # Left out first where narrow: compile, memory/device, result spec, status and algbw.
-    priorities = {"status": 1, "algbw (GB/s)": 1, "result spec": 2, "memory/device": 3, "compile": 4}
+    # Left out first where narrow: a column of `-` alone, then compile, memory/device, result spec
+    # and algbw. Never the status, which says why a row is `-`.
+    priorities = {"algbw (GB/s)": 1, "result spec": 2, "memory/device": 3, "compile": 4}
     for name in ("impl", "status", "result spec", *numbers):
         table.add_column(
             name,
@@ -240,7 +241,7 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
         )
     shown = next((w for w in result.ways if w.values is not None and w.values_before is not None), None)
     if shown is not None and shown.values_before is not None:
-        human.section(console, "global values", human.format_values(shown.values_before.global_values))
+        human.section(console, "global values", human.ValuesText(shown.values_before.global_values))
         human.section(
             console,
             f"each device's block, before and after ({shown.way}){human.this_process_only(result.session)}",

@@ -12,7 +12,7 @@ from rich.text import Text
 from shardcli import json_schema as schema
 from shardcli.core.run import ArrayValues, DeviceBlock, ProbeValues, RunResult
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
+from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
 from shardcli.specs import RunOptions
 
 # --- JSON -----------------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def _global_probes(probes: list[ProbeValues]) -> RenderableType:
         for k, block in enumerate(p.blocks):
             label = p.name if len(p.blocks) == 1 else f"{p.name} (call {k + 1})"
             lines.append(Text(f"{label}:", style="bold"))
-            lines.append(Text("(not shown)" if block.values is None else _values_text(block.values)))
+            lines.append(Text("(not shown)") if block.values is None else human.ValuesText(block.values))
     return Group(*lines)
 
 
@@ -177,11 +177,13 @@ def _verdict(console: Console, result: RunResult) -> None:
     names = ", ".join(c.name for c in compared)
     worst = max(c.max_abs_err for c in compared)
     how = (
-        "exactly"
+        ["(exactly)"]
         if all(c.note == "exactly" for c in compared)
-        else f"max |err| {worst:.3g}, within {result.tolerance_text}"
+        else [f"(max |err| {worst:.3g},", f"within {result.tolerance_text})"]
     )
-    console.print(Text(f"verified: {names} matches the same function on one device ({how})", style="green"))
+    # broken only between its phrases where narrow
+    verdict = [f"verified: {names} matches the same function", "on one device", *how]
+    console.print(Clauses(verdict, sep=" ", style="green"))
 
 
 def render_run(result: RunResult, options: RunOptions) -> None:
@@ -227,13 +229,13 @@ def _values_sections(console: Console, result: RunResult, quiet: bool) -> None:
         human.section(console, "probes (global values, under jit)", _global_probes(global_))
     for array in result.inputs if not quiet else ():
         if array.layout is None and array.global_values is not None:
-            human.section(console, f"{array.name} (a host array)", Text(_values_text(array.global_values)))
+            human.section(console, f"{array.name} (a host array)", human.ValuesText(array.global_values))
     for array in result.results:
         if array.global_values is not None:
-            human.section(console, f"global {array.name}", Text(_values_text(array.global_values)))
+            human.section(console, f"global {array.name}", human.ValuesText(array.global_values))
     for check in result.checks:
         differs = not check.compared or check.wrong
         if differs and check.reference is not None and check.reference.size <= 256:
             human.section(
-                console, f"{check.name} on one device", Text(_values_text(np.asarray(check.reference)))
+                console, f"{check.name} on one device", human.ValuesText(np.asarray(check.reference))
             )

@@ -118,7 +118,7 @@ def render_shard(result: ShardResult, options: RunOptions) -> None:
             human.sharding_picture(result.layout, req.view_dims),
         )
         if result.global_values is not None:
-            human.section(console, "global array", human.format_values(result.global_values))
+            human.section(console, "global array", human.ValuesText(result.global_values))
     human.section(console, "per-device shards", shard_table(result))
     if result.ok:
         console.print(
