@@ -33,7 +33,8 @@ from shardcli.targets import TargetSpec
 # Raise it when what is read from a compile changes. 2: a GPU program's library kernels kept, and an
 # async collective written ((operands), results) counted by its results (a reduce-scatter's had been
 # counted with its n-times-larger operand).
-CACHE_FORMAT = "shardcli-plan/2"
+# 3: a GPU program's launches (kernels, loop trips, buffers) kept.
+CACHE_FORMAT = "shardcli-plan/3"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
 # gather split into a loop of permutes hides which weights move (JAX_NOTES: real programs).
@@ -84,6 +85,7 @@ class CompiledFigures:
     refused: str | None = None  # the compiler refused it for another reason than memory
     notes: tuple[str, ...] = field(default_factory=tuple)
     kernels: tuple[KernelCost, ...] = ()  # a GPU's library kernels (in flops and bytes_accessed)
+    launches: tuple[int, int, int] | None = None  # on a GPU: kernels launched, loop trips, buffers
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +96,8 @@ class CompiledFigures:
         data["traffic"] = tuple(AxisTraffic(**t) for t in data["traffic"])
         data["notes"] = tuple(data.get("notes", ()))
         data["kernels"] = tuple(KernelCost(**k) for k in data.get("kernels", ()))
+        if data.get("launches") is not None:
+            data["launches"] = tuple(data["launches"])
         return CompiledFigures(**data)
 
 
@@ -301,7 +305,13 @@ def figures_of(result: Any, target: TargetSpec, method: str, seconds: float) -> 
         fit_text=fit.text if fit is not None else "no memory analysis",
         notes=tuple(analysis.missing) if analysis is not None else (),
         kernels=_kernels(analysis) if analysis is not None else (),
+        launches=_launches(analysis),
     )
+
+
+def _launches(analysis: Any) -> tuple[int, int, int] | None:
+    found = getattr(analysis, "launches", None)
+    return (found.kernels, found.loop_trips, found.buffers) if found is not None else None
 
 
 def compile_candidate(
@@ -323,6 +333,7 @@ def compile_candidate(
             bytes_accessed=bytes_accessed,
             traffic=traffic,
             kernels=_extrapolate_kernels(_kernels(one), _kernels(two), cfg.layers),
+            launches=_extrapolate_launches(_launches(one), _launches(two), cfg.layers),
             notes=("costs from 1- and 2-layer copies, extrapolated per layer",),
         )
     return replace(figures, compile_s=time.perf_counter() - start)
@@ -350,6 +361,17 @@ def _extrapolate(
         traffic.append(AxisTraffic(axes, max(sent, 0.0), max(int(round(count)), 0), top.top_kind, top.top_op))
     traffic.sort(key=lambda t: -t.sent_bytes)
     return line(one.flops, two.flops), line(one.bytes_accessed, two.bytes_accessed), tuple(traffic)
+
+
+def _extrapolate_launches(
+    one: tuple[int, int, int] | None, two: tuple[int, int, int] | None, layers: int
+) -> tuple[int, int, int] | None:
+    """Kernels and loop trips per step, c(L) = c1 + (L - 1)(c2 - c1); the buffers of the whole
+    program (the layers' weights: as many more per layer)."""
+    if one is None or two is None:
+        return None
+    k, t, b = (a + (layers - 1) * (c - a) for a, c in zip(one, two, strict=True))
+    return (max(k, 0), max(t, 0), max(b, 0))
 
 
 def _extrapolate_kernels(

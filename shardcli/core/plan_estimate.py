@@ -23,6 +23,7 @@ from typing import Any
 from shardcli.calibration import CALIBRATION as CALIBRATION
 from shardcli.calibration import ROOFLINE as ROOFLINE
 from shardcli.calibration import Calibration as Calibration
+from shardcli.core.hlo_kernels import Launches
 from shardcli.core.plan_compile import CompiledFigures
 from shardcli.core.program_analysis import CollectiveOp, KernelCall, KernelCalls, ProgramAnalysis
 from shardcli.core.step_time import StepEstimate
@@ -60,6 +61,7 @@ def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
         flops=figures.flops,
         bytes_accessed=figures.bytes_accessed,
         kernels=kernels,
+        launches=Launches(*figures.launches) if figures.launches is not None else None,
     )
 
 
