@@ -161,7 +161,7 @@ EXAMPLES: dict[str, str | list[str]] = {
     "--no-color",
     # an MLP step near JAX's default pool on one H100, then the fraction its verdict advises
     "tutorial-gpu-pool": [
-        f"{env}shardcli inspect examples/mlp.py:train_step --arg 'f32[65536,16384]' --arg 'f32[16384,65536]' "
+        f"{env}shardcli inspect examples/mlp.py:train_step --arg 'f32[49152,16384]' --arg 'f32[16384,65536]' "
         f"--arg 'f32[65536,16384]' --target gpu-h100:1 --no-color -q{cut}"
         for env, cut in (
             ("", " | sed '/^step time/,$d'"),
