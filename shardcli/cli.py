@@ -29,7 +29,7 @@ from shardcli.commands import recipe as recipe_cmd
 from shardcli.commands import reshard as reshard_cmd
 from shardcli.commands import run as run_cmd
 from shardcli.commands import shard as shard_cmd
-from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError
+from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError, Terminated
 from shardcli.stdout import quiet_when_reader_leaves, reopen_closed_streams
 
 
@@ -147,6 +147,10 @@ class ShardcliGroup(TyperGroup):
                 code = _fail(where, e.format_message(), ExitCode.BAD_INPUT)
         except (typer.Abort, KeyboardInterrupt):
             code = _fail(prog, "interrupted", ExitCode.INTERRUPTED)
+        except Terminated as e:
+            import signal
+
+            code = _fail(prog, f"terminated ({signal.Signals(e.signum).name})", e.exit_code)
         except Exception as e:  # noqa: BLE001 - the one place a surprise is reported
             if os.environ.get(TRACEBACK_ENV):
                 traceback.print_exc()
@@ -237,12 +241,28 @@ for _name, _command, _settings in [
 app.add_typer(model_cmd.app, name="model")
 
 
+def _leave_abandoned_compiles(code: object) -> None:
+    """A compile left running by Ctrl-C or SIGTERM (`plan`'s compile thread, inside libtpu): the
+    process leaves at once with its code, its output flushed. Python's exit would wait on, or tear
+    down the compiler's state under, a thread still compiling (a plan once hung there)."""
+    plan_compile = sys.modules.get("shardcli.core.plan_compile")
+    if plan_compile is None or not plan_compile.abandoned_compiles():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else ExitCode.OK if code is None else ExitCode.INTERNAL)
+
+
 def main() -> None:
     """Console-script entry point (and `python -m shardcli`)."""
     reopen_closed_streams()
     sys.stdout = quiet_when_reader_leaves(sys.stdout)
     try:
         app(prog_name="shardcli")
+    except SystemExit as done:
+        _leave_abandoned_compiles(done.code)
+        raise
     finally:
         # The process ends here. Python's last garbage collection would walk every object JAX made
         # (0.25-0.3 s of a 2.4 s run on the development machine) to free memory the OS takes back

@@ -30,11 +30,25 @@ def quiet_native_logs() -> Iterator[list[str]]:
     lines: list[str] = []
     sys.stderr.flush()
     saved = os.dup(2)
+    python_stderr = sys.stderr
     with tempfile.TemporaryFile() as sink:
         os.dup2(sink.fileno(), 2)
+        # Python's own writes to stderr (a print in the user's traced function, which `guarded`
+        # sends there; warnings) still reach the real stderr: only the native lines are kept.
+        if _writes_to_fd_2(python_stderr):
+            sys.stderr = open(  # noqa: SIM115 - closed in the finally below
+                os.dup(saved),
+                "w",
+                buffering=1,
+                encoding=python_stderr.encoding or "utf-8",
+                errors="backslashreplace",
+            )
         try:
             yield lines
         finally:
+            if sys.stderr is not python_stderr:
+                sys.stderr.close()
+                sys.stderr = python_stderr
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
@@ -42,6 +56,13 @@ def quiet_native_logs() -> Iterator[list[str]]:
             lines.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
             if lines and os.environ.get(TRACEBACK_ENV):
                 sys.stderr.write("\n".join(lines) + "\n")
+
+
+def _writes_to_fd_2(stream: object) -> bool:
+    try:
+        return stream.fileno() == 2  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False  # a test runner's buffer: not descriptor 2, nothing to keep apart
 
 
 def native_complaint(lines: list[str]) -> list[str]:

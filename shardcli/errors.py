@@ -17,7 +17,8 @@ class ExitCode(enum.IntEnum):
     BAD_INPUT = 2  # flags or files the user gave cannot be used
     INTERNAL = 3  # a bug in shardcli or an unexpected failure inside JAX
     TIMEOUT = 124
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # Ctrl-C (SIGINT)
+    TERMINATED = 143  # SIGTERM (128 + 15), as a shell reports a process it ended
 
 
 class ShardcliError(Exception):
@@ -33,6 +34,19 @@ class WrongResultError(ShardcliError):
     """Data that is wrong rather than input that is bad (a damaged checkpoint): one line, exit 1."""
 
     exit_code = ExitCode.WRONG_RESULT
+
+
+class Terminated(BaseException):  # noqa: N818 - named for the signal, as KeyboardInterrupt is
+    """SIGTERM or SIGHUP arrived while shardcli had something to clean up (a checkpoint half
+    written): raised in the main thread so the cleanup runs, then exit 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
 
 
 def refusal_text(error: BaseException) -> str:

@@ -1183,3 +1183,110 @@ def test_a_checkpoint_number_that_is_no_whole_number_is_refused(tmp_path, field,
         validate_restore(RestoreRequest(folder=str(tmp_path), mesh=MeshSpec((2, 4), ("data", "model"))))
     assert str(tmp_path) in str(refused.value)
     assert f"{field} {value!r} is not a whole number" in str(refused.value)
+
+
+# --- issue 41: plan and inspect --target under signals, sizes, compiler flags and the plan cache ---
+
+# A program whose trace stops for good once the plan cache holds a compiled layout (or, with
+# BLOCK_AT_ONCE, at its first trace) and says so in a file: the sign a signal test waits for.
+BLOCKING_PROGRAM = """\
+import os, pathlib, time
+
+import jax
+import jax.numpy as jnp
+
+CACHE = pathlib.Path(os.environ["SHARDCLI_CACHE_DIR"]).parent / "plan"
+SIGN = pathlib.Path(os.environ["SIGN"])
+LOGICAL_AXES = {"x": ("batch", "embed"), "w": ("embed", "mlp")}
+
+
+def step(x, w):
+    print("tracing step")
+    if os.environ.get("BLOCK_AT_ONCE") or (CACHE.is_dir() and any(CACHE.glob("*.json"))):
+        SIGN.write_text("tracing, and staying there")
+        while True:
+            time.sleep(0.05)
+    return jnp.sin(x @ w)
+
+
+def inputs():
+    return jax.ShapeDtypeStruct((64, 64), jnp.float32), jax.ShapeDtypeStruct((64, 64), jnp.float32)
+"""
+
+# id -> (command after `shardcli`, signal, exit code, last stderr line, what stdout shows)
+SIGNAL_CASES = {
+    "plan-sigint-mid-compile": ("plan", "SIGINT", 130, "shardcli: error: interrupted", "1 compiled"),
+    "plan-sigterm-mid-compile": (
+        "plan",
+        "SIGTERM",
+        143,
+        "shardcli: error: terminated (SIGTERM)",
+        "1 compiled",
+    ),
+    "plan-json-sigint-mid-compile": (
+        "plan-json",
+        "SIGINT",
+        130,
+        "shardcli: error: interrupted",
+        '"compiled"',
+    ),
+    "inspect-target-sigint-mid-compile": ("inspect", "SIGINT", 130, "shardcli: error: interrupted", ""),
+    "inspect-target-sigterm-mid-compile": (
+        "inspect",
+        "SIGTERM",
+        143,
+        "shardcli: error: terminated (SIGTERM)",
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SIGNAL_CASES))
+def test_a_signal_mid_compile_prints_what_finished(tmp_path, case):
+    """Ctrl-C or SIGTERM while a layout compiles (its trace waits for good): the layouts that
+    finished are printed on stdout, one line says it was stopped, exit 130 or 143. The signal is
+    sent once the program says it is being traced (no guessed sleep)."""
+    import signal
+    import time
+
+    pytest.importorskip("libtpu")
+    from conftest import clean_env, pythonpath_first
+
+    command, name, code, last, shown = SIGNAL_CASES[case]
+    program = tmp_path / "blocking.py"
+    program.write_text(BLOCKING_PROGRAM)
+    sign = tmp_path / "sign"
+    env = {"SHARDCLI_CACHE_DIR": str(tmp_path / "jax"), "SIGN": str(sign)}
+    if command.startswith("plan"):
+        args = ["plan", f"{program}:step", "--inputs", f"{program}:inputs", "--target", "tpu-v5e:2x2"]
+        args += ["--compile", "3", *(["--format", "json"] if command == "plan-json" else [])]
+    else:
+        args = ["inspect", f"{program}:step", "--inputs", f"{program}:inputs", "--target", "tpu-v5e:2x2"]
+        env["BLOCK_AT_ONCE"] = "1"
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardcli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env({**pythonpath_first(root), **env}),
+    )
+    deadline = time.monotonic() + 600
+    while not sign.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sign.exists(), proc.communicate(timeout=60)
+    proc.send_signal(getattr(signal, name))
+    out, err = proc.communicate(timeout=120)
+    shown_all = f"{case}: exit {proc.returncode}\nstdout: {out[-1500:]}\nstderr: {err[-1500:]}"
+    assert proc.returncode == code, shown_all
+    assert err.splitlines()[-1] == last, shown_all
+    assert "Traceback" not in err, shown_all
+    # the user's print while JAX traced it reaches stderr (it vanished under --target)
+    assert "tracing step" in err and "tracing step" not in out, shown_all
+    assert shown in out, shown_all
+    if command == "plan-json":
+        doc = json.loads(out)
+        statuses = [c["status"] for c in doc["candidates"]]
+        assert doc["summary"]["interrupted"] is True and "compiled" in statuses, doc
+    elif command == "inspect":
+        assert out == "", shown_all

@@ -9,6 +9,7 @@ import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode, ShardcliError
+from shardcli.interrupts import terminate_as_interrupt
 
 if TYPE_CHECKING:
     from shardcli.specs import RunOptions
@@ -223,7 +224,10 @@ def plan(
     from shardcli.render.progress import progress_bar
 
     show = options.format != "json" and not options.quiet
-    with progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update:
+    with (
+        terminate_as_interrupt() as stop,
+        progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update,
+    ):
         result = run_plan(request, progress=update)
     if emit is not None and result.winner is not None:
         try:
@@ -233,6 +237,7 @@ def plan(
             raise ShardcliError(f"--emit {emit}: cannot write it ({error.strerror or error})") from None
     render_plan(result, options, emit)
     if result.interrupted:
+        stop.finished()  # SIGTERM: exit 143
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
 
@@ -301,9 +306,13 @@ def _plan_program(
             f"--target {target}: plan lays programs out on TPU tori; give one such as tpu-v5e:2x2"
         )
     show = options.format != "json" and not options.quiet
-    with progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update:
+    with (
+        terminate_as_interrupt() as stop,
+        progress_bar(show, lambda done, total, label: f"compiling {done + 1}/{total}: {label}") as update,
+    ):
         result = run_program_plan(request, progress=update)
     render_program_plan(result, options)
     if result.interrupted:
+        stop.finished()  # SIGTERM: exit 143
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)

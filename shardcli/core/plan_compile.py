@@ -175,10 +175,24 @@ def target_session(
     return sessions[key]
 
 
+_ABANDONED: list[Any] = []  # compile threads a Ctrl-C or SIGTERM left running
+
+
+def abandoned_compiles() -> bool:
+    """Whether a compile that Ctrl-C (or SIGTERM) left is still running in its thread."""
+    return any(thread.is_alive() for thread in _ABANDONED)
+
+
 def interruptible(work: Callable[[], Any]) -> Any:
     """Run `work` in a thread the main thread waits on, so that Ctrl-C ends the wait at once (a
     compile inside libtpu would hold the signal until it returned); the abandoned compile ends with
-    the process."""
+    the process (`shardcli.cli` leaves without waiting for it).
+
+    The compile changes the process's streams while it runs (descriptor 2 to a file for libtpu's
+    noise, `sys.stdout` to stderr while the user's code is traced); an interrupted wait puts them
+    back, so that what finished is printed where it belongs.
+    """
+    import sys
     import threading
 
     box: dict[str, Any] = {}
@@ -189,10 +203,22 @@ def interruptible(work: Callable[[], Any]) -> Any:
         except BaseException as error:  # noqa: BLE001 - handed to the waiting thread as it is
             box["error"] = error
 
-    thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.2)
+    streams = (sys.stdout, sys.stderr)
+    sys.stderr.flush()
+    fd2 = os.dup(2)
+    try:
+        thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.2)
+        except BaseException:
+            _ABANDONED.append(thread)
+            sys.stdout, sys.stderr = streams
+            os.dup2(fd2, 2)
+            raise
+    finally:
+        os.close(fd2)
     if "error" in box:
         raise box["error"]
     return box["value"]
