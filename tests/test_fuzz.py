@@ -624,6 +624,32 @@ PLAN_ROWS = [
         ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "0"], 2, id="plan-zero-batch"
     ),
 ]
+# issue 41: sizes beyond what JAX takes, refused in one line naming the limit (they aborted the
+# process, exit 134, or ended in JAX's "get(): incompatible function arguments")
+_PLAN = ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--compile", "1"]
+_BEYOND_32_BITS = "is beyond what JAX takes: at most 2,147,483,647 (2**31 - 1"
+_BEYOND_1_PIB = "per array a plan compiles (XLA's TPU compiler aborts near 2**60)"
+PLAN_SIZE_CASES = {
+    "plan-batch-10e15": (["--batch", "1000000000000000"], _BEYOND_32_BITS),
+    "plan-global-batch-10e18": (["--global-batch", str(10**18)], _BEYOND_32_BITS),
+    "plan-batch-2e62": (["--batch", str(2**62)], _BEYOND_32_BITS),
+    "plan-d-model-2e70": (["--d-model", str(2**70)], _BEYOND_32_BITS),
+    "plan-layers-2e31": (["--layers", str(2**31)], _BEYOND_32_BITS),
+    "plan-heads-2e40": (["--heads", str(2**40), "--kv-heads", "1"], _BEYOND_32_BITS),
+    "plan-kv-heads-2e40": (["--kv-heads", str(2**40)], _BEYOND_32_BITS),
+    "plan-head-dim-2e40": (["--head-dim", str(2**40)], _BEYOND_32_BITS),
+    "plan-mlp-dim-2e40": (["--mlp-dim", str(2**40)], _BEYOND_32_BITS),
+    "plan-vocab-2e40": (["--vocab", str(2**40)], _BEYOND_32_BITS),
+    "plan-seq-10e18": (["--seq", str(10**18)], _BEYOND_32_BITS),
+    "plan-seq-2e27-scores": (["--seq", str(2**27)], _BEYOND_1_PIB),
+    "plan-global-batch-2e31-logits": (
+        ["--global-batch", str(2**31 - 1), "--vocab", str(2**20)],
+        _BEYOND_1_PIB,
+    ),
+    "plan-wide-mlp-weights": (["--d-model", str(2**24), "--mlp-dim", str(2**24)], _BEYOND_1_PIB),
+    "plan-vocab-times-width": (["--vocab", str(2**30), "--d-model", str(2**30)], _BEYOND_1_PIB),
+}
+PLAN_SIZE_ROWS = [pytest.param([*_PLAN, *args], 2, id=name) for name, (args, _) in PLAN_SIZE_CASES.items()]
 COMPARE_ROWS = [
     pytest.param(["compare", "/dev/urandom", "{good}"], 2, id="compare-dev-urandom"),
     pytest.param(["compare", "{good}", "/dev/zero"], 2, id="compare-dev-zero"),
@@ -811,6 +837,7 @@ HOSTILE = [
     *RUN_ROWS,
     *COMPARE_ROWS,
     *PLAN_ROWS,
+    *PLAN_SIZE_ROWS,
     *MODEL_FILE_ROWS,
     *TARGET_ROWS,
     *VALUES_ROWS,
@@ -1290,3 +1317,12 @@ def test_a_signal_mid_compile_prints_what_finished(tmp_path, case):
         assert doc["summary"]["interrupted"] is True and "compiled" in statuses, doc
     elif command == "inspect":
         assert out == "", shown_all
+
+
+@pytest.mark.parametrize("case", list(PLAN_SIZE_CASES))
+def test_a_size_beyond_jax_is_refused_naming_the_limit(cli, case):
+    """The one line names the flag's value (or the array) and the limit, before anything compiles."""
+    args, limit = PLAN_SIZE_CASES[case]
+    result = cli([*_PLAN, *args])
+    assert_by_the_contract(result, args, 2)
+    assert limit in result.stderr, result.stderr

@@ -12,6 +12,7 @@ from shardcli.errors import ExitCode, ShardcliError
 from shardcli.interrupts import terminate_as_interrupt
 
 if TYPE_CHECKING:
+    from shardcli.decoder_spec import DecoderConfig
     from shardcli.specs import RunOptions
 
 
@@ -207,9 +208,11 @@ def plan(
         seq=seq,
         activation=activation,
     )
+    target_spec = parse_target(target)
+    _check_sizes(cfg, target_spec.chips, global_batch, batch)
     request = PlanRequest(
         model=cfg,
-        target=parse_target(target),
+        target=target_spec,
         global_batch=global_batch,
         per_device_batch=batch,
         remats=remats,
@@ -240,6 +243,19 @@ def plan(
         stop.finished()  # SIGTERM: exit 143
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
+
+
+def _check_sizes(cfg: DecoderConfig, chips: int, global_batch: int | None, batch: int | None) -> None:
+    """Raises: ShardcliError for a batch beyond JAX's integers, or a train step whose largest array,
+    at the largest batch the plan may try, is beyond what a compile takes (one line each)."""
+    from shardcli.core.plan_candidates import BATCH_CHOICES
+    from shardcli.decoder_spec import check_array_sizes, check_size
+
+    for flag, value in (("--global-batch", global_batch), ("--batch", batch)):
+        if value is not None:
+            check_size(flag, value)
+    largest = global_batch or (batch or max(BATCH_CHOICES)) * chips
+    check_array_sizes(cfg, largest)
 
 
 def _refuse_decoder_flags(program: str, flags: Mapping[str, object]) -> None:
