@@ -277,8 +277,8 @@ def check_array_sizes(cfg: DecoderConfig, global_batch: int) -> None:
         dims = "x".join(map(str, shape))
         raise ShardcliError(
             f"{cfg.name} at global batch {global_batch} (the largest the plan tries): its {what} "
-            f"({dims}, 2**{math.log2(nbytes):.0f} bytes in float32) are beyond the 2**50 bytes (1 PiB) per array a plan compiles (XLA's TPU "
-            f"compiler aborts near 2**60); make {flags} smaller"
+            f"({dims}, 2**{math.log2(nbytes):.0f} bytes in float32) are beyond the 2**50 bytes (1 PiB) "
+            f"per array a plan compiles (XLA's TPU compiler aborts near 2**60); make {flags} smaller"
         )
 
 
