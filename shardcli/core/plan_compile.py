@@ -155,6 +155,9 @@ def set_cost_flags() -> None:
         if getattr(xla_bridge, "_backends", None):
             return  # libtpu read its flags already
     have = os.environ.get("LIBTPU_INIT_ARGS", "")
+    from shardcli.core.target import note_users_libtpu_args
+
+    note_users_libtpu_args(" ".join(w for w in have.split() if w not in COST_FLAGS))
     extra = [f for f in COST_FLAGS if f.split("=")[0] not in have]
     if extra:
         os.environ["LIBTPU_INIT_ARGS"] = " ".join([have, *extra]).strip()
