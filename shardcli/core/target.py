@@ -343,7 +343,8 @@ def check_libtpu_args(target: TargetSpec) -> None:
         return  # a failure without libtpu's flag words: this process meets it and reports it
     shown = users.strip() if users else flags  # as the user set it (not with plan's own flags)
     raise ShardcliError(
-        f"{LIBTPU_ARGS_ENV}={shown!r} is refused by libtpu ({'; '.join(said)}); fix or unset {LIBTPU_ARGS_ENV}"
+        f"{LIBTPU_ARGS_ENV}={shown!r} is refused by libtpu ({'; '.join(said)}); "
+        f"fix or unset {LIBTPU_ARGS_ENV}"
     )
 
 
