@@ -1357,3 +1357,176 @@ def test_a_size_beyond_jax_is_refused_naming_the_limit(cli, case):
     result = cli([*_PLAN, *args])
     assert_by_the_contract(result, args, 2)
     assert limit in result.stderr, result.stderr
+
+
+def _in_its_place(make):
+    """A damage that removes the entry and makes something else under its name."""
+
+    def damage(entry: dict, path: Path) -> None:
+        path.unlink()
+        make(path)
+
+    return damage
+
+
+# The plan cache's entries as a hostile disk may hold them: each is ignored and compiled again.
+_ENTRY_DAMAGE = {
+    "a-json-list": lambda entry, path: path.write_text("[]"),
+    "figures-a-list": lambda entry, path: path.write_text(json.dumps({**entry, "figures": []})),
+    "fits-no": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "fits": "no"}})
+    ),
+    "fits-one": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "fits": 1}})
+    ),
+    "bytes-negative": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "capacity_bytes": -1}})
+    ),
+    "flops-nan": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "flops": float("nan")}})
+    ),
+    "traffic-a-string": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "traffic": "fsdp"}})
+    ),
+    "an-unknown-figure": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "extra": 1}})
+    ),
+    "method-unknown": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "method": "guess"}})
+    ),
+    "truncated": lambda entry, path: path.write_text(json.dumps(entry)[:40]),
+    "deep-json": lambda entry, path: path.write_text("[" * 100_000 + "]" * 100_000),
+    "a-fifo": _in_its_place(os.mkfifo),
+    "a-folder": _in_its_place(Path.mkdir),
+    "a-link-to-dev-zero": _in_its_place(lambda path: path.symlink_to("/dev/zero")),
+    "huge": lambda entry, path: path.write_bytes(b" " * (2 << 20) + json.dumps(entry).encode()),
+}
+_TINY_PLAN = ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--compile", "1", "--remat", "none"]
+
+
+@pytest.fixture(scope="module")
+def one_plan_entry(cli, tmp_path_factory) -> tuple[dict, dict, str]:
+    """A tiny plan compiled once: (its JSON document, its one cache entry, the cache folder)."""
+    pytest.importorskip("libtpu")
+    folder = tmp_path_factory.mktemp("plan-entry")
+    env = {"SHARDCLI_CACHE_DIR": str(folder / "jax")}
+    result = cli([*_TINY_PLAN, "--format", "json"], env=env)
+    assert result.exit_code in (0, 1), result.output
+    entries = list((folder / "plan").glob("*.json"))
+    assert len(entries) == 1, entries
+    return json.loads(result.stdout), json.loads(entries[0].read_text()), str(folder)
+
+
+@pytest.mark.parametrize("damage", list(_ENTRY_DAMAGE))
+def test_a_damaged_plan_cache_entry_is_compiled_again(cli, one_plan_entry, tmp_path, damage):
+    """`[]` was exit 3, a FIFO hung, `"fits": "no"` showed as fitting: each entry is now checked
+    and one that fails is ignored, the layout compiled again (and its entry written anew)."""
+    import shutil
+
+    first, entry, folder = one_plan_entry
+    cache = tmp_path / "cache"
+    shutil.copytree(folder, cache, symlinks=True)
+    (path,) = (cache / "plan").glob("*.json")
+    _ENTRY_DAMAGE[damage](entry, path)
+    result = cli([*_TINY_PLAN, "--format", "json"], env={"SHARDCLI_CACHE_DIR": str(cache / "jax")})
+    assert_by_the_contract(result, _TINY_PLAN, first["summary"]["fits"] == 0)
+    doc = json.loads(result.stdout)
+    assert doc["summary"]["cached"] == 0, doc["summary"]
+    assert doc["summary"]["fits"] == first["summary"]["fits"], (doc["summary"], first["summary"])
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    if damage != "a-folder":  # a folder in its place cannot be replaced: the plan goes on without it
+        assert json.loads(path.read_text()) == {**entry, "figures": {**entry["figures"], "compile_s": ANY}}
+
+
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+ANY = _Any()
+
+
+def test_an_unchanged_plan_cache_entry_is_used(cli, one_plan_entry):
+    """The control of the table above: the entry as written is read back (from the cache)."""
+    first, _, folder = one_plan_entry
+    result = cli([*_TINY_PLAN, "--format", "json"], env={"SHARDCLI_CACHE_DIR": str(Path(folder) / "jax")})
+    doc = json.loads(result.stdout)
+    assert doc["summary"]["cached"] == 1 and doc["summary"]["fits"] == first["summary"]["fits"], doc[
+        "summary"
+    ]
+
+
+def test_a_full_disk_leaves_no_tmp_file_in_the_plan_cache(monkeypatch, tmp_path, one_plan_entry):
+    """A write that fails half way (here: the file-size limit, as a full disk fails it) leaves
+    neither the entry nor its temporary file."""
+    import resource
+    import signal
+
+    from shardcli.core import plan_compile
+
+    _, entry, _ = one_plan_entry
+    monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path / "jax"))
+    figures = plan_compile.CompiledFigures.from_json(entry["figures"])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, hard))
+    try:
+        plan_compile.write_cached("k" * 32, figures, "a layout")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert (tmp_path / "plan").is_dir()
+    assert list((tmp_path / "plan").iterdir()) == []
+    plan_compile.write_cached("k" * 32, figures, "a layout")
+    assert [p.name for p in (tmp_path / "plan").iterdir()] == ["k" * 32 + ".json"]
+
+
+def test_the_plan_cache_is_keyed_by_every_file_the_program_imports(tmp_path):
+    """Editing a module the program imports (at import, or while JAX traces it) compiles again; the
+    plan reported the old figures "from the cache" when only the two named files were its key."""
+    pytest.importorskip("libtpu")
+    from conftest import clean_env, pythonpath_first
+
+    (tmp_path / "main.py").write_text(
+        "import jax\nimport jax.numpy as jnp\n\nimport helper\n\n"
+        'LOGICAL_AXES = {"x": ("batch", "embed"), "w": ("embed", "mlp")}\n\n\n'
+        "def step(x, w):\n    import lazy_helper\n\n    return lazy_helper.finish(helper.work(x, w))\n\n\n"
+        "def inputs():\n"
+        "    x = jax.ShapeDtypeStruct((256, 256), jnp.float32)\n"
+        "    return x, x\n"
+    )
+    (tmp_path / "helper.py").write_text("def work(x, w):\n    return x @ w\n")
+    (tmp_path / "lazy_helper.py").write_text("def finish(y):\n    return y\n")
+    main = tmp_path / "main.py"
+    args = ["plan", f"{main}:step", "--inputs", f"{main}:inputs", "--target", "tpu-v5e:2x2", "--compile", "1"]
+    env = clean_env(
+        {
+            **pythonpath_first(Path(__file__).resolve().parent.parent),
+            "SHARDCLI_CACHE_DIR": str(tmp_path / "jax"),
+        }
+    )
+
+    def plan() -> tuple[int, float]:
+        done = subprocess.run(
+            [sys.executable, "-m", "shardcli", *args, "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        doc = json.loads(done.stdout)
+        (compiled,) = [c["compiled"] for c in doc["candidates"] if c["compiled"] is not None]
+        return doc["summary"]["cached"], compiled["flops"]
+
+    cached, flops = plan()
+    assert cached == 0
+    assert plan() == (1, flops)  # nothing changed: from the cache
+    (tmp_path / "helper.py").write_text(
+        "def work(x, w):\n    for _ in range(4):\n        x = x @ w\n    return x\n"
+    )
+    cached, more = plan()
+    assert cached == 0 and more > 2 * flops, (cached, flops, more)
+    (tmp_path / "lazy_helper.py").write_text("def finish(y):\n    return y @ y\n")
+    cached, most = plan()
+    assert cached == 0 and most > more, (cached, more, most)
