@@ -1530,3 +1530,118 @@ def test_the_plan_cache_is_keyed_by_every_file_the_program_imports(tmp_path):
     (tmp_path / "lazy_helper.py").write_text("def finish(y):\n    return y @ y\n")
     cached, most = plan()
     assert cached == 0 and most > more, (cached, more, most)
+
+
+USERS_PROGRAM = """\
+import jax
+import jax.numpy as jnp
+
+LOGICAL_AXES = {"x": ("batch", "embed"), "w": ("embed", "mlp")}
+NOT_A_FUNCTION = 3
+
+
+def step(x, w):
+    print("tracing step")
+    return jnp.sin(x @ w)
+
+
+def claims_resource_exhausted(x, w):
+    raise ValueError("RESOURCE_EXHAUSTED: my own words about memory")
+
+
+def inputs():
+    x = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    return x, x
+"""
+_V5E = ["--target", "tpu-v5e:2x2", "--compile", "1"]
+# id -> (arguments after `shardcli`, exit code, the one line's words); {prog} is USERS_PROGRAM
+USERS_PROGRAM_CASES = {
+    "plan-missing-file-says-plan": (
+        ["plan", "{folder}/nosuch.py:step", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "shardcli: error: plan '{folder}/nosuch.py:step': no file",
+    ),
+    "plan-no-such-function-says-plan": (
+        ["plan", "{prog}:nosuch", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "shardcli: error: plan '{prog}:nosuch': {prog} has no 'nosuch'",
+    ),
+    "plan-no-function-name-says-plan": (
+        ["plan", "{prog}", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "shardcli: error: plan '{prog}' is not FILE.py:FUNCTION",
+    ),
+    "plan-not-a-function": (
+        ["plan", "{prog}:NOT_A_FUNCTION", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "shardcli: error: plan '{prog}:NOT_A_FUNCTION' names a int, not a function",
+    ),
+    "plan-users-resource-exhausted-is-theirs": (
+        ["plan", "{prog}:claims_resource_exhausted", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "raised while JAX traced it: ValueError: RESOURCE_EXHAUSTED: my own words about memory",
+    ),
+    "inspect-target-users-resource-exhausted-is-theirs": (
+        [
+            "inspect",
+            "{prog}:claims_resource_exhausted",
+            "--inputs",
+            "{prog}:inputs",
+            "--target",
+            "tpu-v5e:2x2",
+        ],
+        2,
+        "raised while JAX traced it: ValueError: RESOURCE_EXHAUSTED: my own words about memory",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(USERS_PROGRAM_CASES))
+def test_errors_of_the_users_program_name_the_command_and_stay_theirs(cli, tmp_path, case):
+    """plan's errors said "inspect"; a user's exception whose words say RESOURCE_EXHAUSTED was a
+    "does not fit" verdict (exit 1): only the compiler's own out-of-memory is."""
+    pytest.importorskip("libtpu")
+    prog = tmp_path / "users.py"
+    prog.write_text(USERS_PROGRAM)
+    args, code, words = USERS_PROGRAM_CASES[case]
+    names = {"prog": str(prog), "folder": str(tmp_path)}
+    args = [a.format(**names) for a in args]
+    result = cli(args, env={"SHARDCLI_CACHE_DIR": str(tmp_path / "jax")})
+    assert_by_the_contract(result, args, code)
+    assert words.format(**names) in result.stderr.splitlines()[-1], result.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["plan", "{prog}:step", "--inputs", "{prog}:inputs", *_V5E], id="plan"),
+        pytest.param(
+            ["inspect", "{prog}:step", "--inputs", "{prog}:inputs", "--target", "tpu-v5e:2x2"], id="inspect"
+        ),
+    ],
+)
+def test_a_print_in_the_traced_function_reaches_stderr_under_target(tmp_path, command):
+    """It went to the file that keeps libtpu's noise off the screen: lost. Now it reaches stderr,
+    as it does without --target, and stdout stays one JSON document."""
+    pytest.importorskip("libtpu")
+    from conftest import clean_env, pythonpath_first
+
+    prog = tmp_path / "users.py"
+    prog.write_text(USERS_PROGRAM)
+    env = clean_env(
+        {
+            **pythonpath_first(Path(__file__).resolve().parent.parent),
+            "SHARDCLI_CACHE_DIR": str(tmp_path / "jax"),
+        }
+    )
+    args = [a.format(prog=prog) for a in command]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardcli", *args, "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tracing step" in done.stderr.splitlines(), done.stderr[-2000:]
+    json.loads(done.stdout)

@@ -111,10 +111,12 @@ def load_program(request: ProgramPlanRequest) -> LoadedProgram:
     # JAX on the CPU with the target described (quietly) before the user's file can start a backend
     whole = open_target_session(request.target, None, None, request.options)
     with target_meshes(whole), logical.names_only():
-        function = load(request.program)
+        function = load(request.program, flag="plan")
         maker = load(request.inputs, flag="--inputs", what="NAME")
         given = call_inputs(maker, request.inputs, whole.mesh)
     fn = given.fn or function.value
+    if not callable(fn):
+        raise ShardcliError(f"plan {request.program!r} names a {type(fn).__name__}, not a function")
     roots = tuple(dict.fromkeys(function.roots + maker.roots))
     table = logical.table_of(maker.value)
     leaves = logical.named_leaves(fn, given.args, table, given.kwargs)

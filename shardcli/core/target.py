@@ -142,8 +142,13 @@ def judge_fit(memory: MemoryUse | None, target: TargetSpec) -> FitVerdict | None
 
 
 def oom_verdict(error: BaseException, target: TargetSpec) -> FitVerdict | None:
-    """The verdict a compile-time HBM OOM stands for; None for any other error."""
+    """The verdict a compile-time HBM OOM stands for; None for any other error (the compiler's own
+    error only: a user's exception whose words say RESOURCE_EXHAUSTED is theirs, not a verdict)."""
+    import jax
+
     text = str(error)
+    if not isinstance(error, jax.errors.JaxRuntimeError):
+        return None
     if "RESOURCE_EXHAUSTED" not in text and "HbmOom" not in text:
         return None
     lines = text.splitlines()
