@@ -1645,3 +1645,45 @@ def test_a_print_in_the_traced_function_reaches_stderr_under_target(tmp_path, co
     assert done.returncode == 0, done.stderr[-2000:]
     assert "tracing step" in done.stderr.splitlines(), done.stderr[-2000:]
     json.loads(done.stdout)
+
+
+def test_sigterm_while_inspect_is_held_in_native_code_ends_it_at_once(tmp_path):
+    """Python runs a signal handler only back in Python: a compile inside libtpu held SIGTERM until
+    it returned. Here the traced function waits in C (libc's system(), which retries its wait on
+    EINTR, as a compile does not return to Python): the watchdog ends the run in seconds, one line,
+    exit 143, not after the 60 s the native call takes."""
+    import signal
+    import time
+
+    pytest.importorskip("libtpu")
+    from conftest import clean_env, pythonpath_first
+
+    sign = tmp_path / "sign"
+    (tmp_path / "native.py").write_text(
+        "import ctypes, pathlib\n\n\ndef f(x):\n"
+        f"    pathlib.Path({str(sign)!r}).write_text('in native code')\n"
+        "    ctypes.CDLL(None).system(b'sleep 60')\n    return x\n"
+    )
+    env = clean_env(
+        {
+            **pythonpath_first(Path(__file__).resolve().parent.parent),
+            "SHARDCLI_CACHE_DIR": str(tmp_path / "jax"),
+        }
+    )
+    args = ["inspect", f"{tmp_path / 'native.py'}:f", "--arg", "f32[8]", "--target", "tpu-v5e:2x2"]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardcli", *args], stdout=out, stderr=err, env=env, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 600
+            while not sign.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sign.exists(), (tmp_path / "err").read_text()[-2000:]
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=40)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the native call's `sleep`, left by the exit
+    assert code == 143, (tmp_path / "err").read_text()[-2000:]
+    assert (tmp_path / "err").read_text().splitlines()[-1] == "shardcli: error: terminated (SIGTERM)"
+    assert (tmp_path / "out").read_text() == ""
