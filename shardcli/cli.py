@@ -251,10 +251,6 @@ def _leave_abandoned_compiles(code: object) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    # Everything of shardcli's is written; what a thread torn down by the exit might still report
-    # (libtpu's crash handler, seen about once in ten runs) would only bury the last line.
-    with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     from posix import _exit  # not os._exit: the user's code being traced has it stood in for (guarded)
 
     _exit(code if isinstance(code, int) else ExitCode.OK if code is None else ExitCode.INTERNAL)
