@@ -265,6 +265,21 @@ for _name, _command, _settings in [
 app.add_typer(model_cmd.app, name="model")
 
 
+def _leave_abandoned_compiles(code: object) -> None:
+    """A compile left running by Ctrl-C or SIGTERM (`plan`'s compile thread, inside libtpu): the
+    process leaves at once with its code, its output flushed. Python's exit would wait on, or tear
+    down the compiler's state under, a thread still compiling (a plan once hung there)."""
+    plan_compile = sys.modules.get("shardcli.core.plan_compile")
+    if plan_compile is None or not plan_compile.abandoned_compiles():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    from posix import _exit  # not os._exit: the user's code being traced has it stood in for (guarded)
+
+    _exit(code if isinstance(code, int) else ExitCode.OK if code is None else ExitCode.INTERNAL)
+
+
 def main() -> None:
     """Console-script entry point (and `python -m shardcli`)."""
     reopen_closed_streams()
@@ -272,6 +287,9 @@ def main() -> None:
     sys.stdout = quiet_when_reader_leaves(sys.stdout)
     try:
         app(prog_name="shardcli")
+    except SystemExit as done:
+        _leave_abandoned_compiles(done.code)
+        raise
     finally:
         hand_back_stdout()
         # The process ends here. Python's last garbage collection would walk every object JAX made

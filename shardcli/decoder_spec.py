@@ -189,6 +189,13 @@ PRESETS: dict[str, DecoderConfig] = {
     )
 }
 SHAPE_FLAGS = ("layers", "d_model", "heads", "kv_heads", "head_dim", "mlp_dim", "vocab", "seq")
+# JAX's integers are 32-bit unless 64-bit mode is on: a trip count, a position or a token id beyond
+# this is refused by jit ("An overflow was encountered while parsing an argument").
+MAX_SIZE = 2**31 - 1
+# The largest array a plan compiles. XLA's TPU compiler aborts the whole process (SIGABRT, exit 134,
+# nothing printed) on arrays near 2**60 bytes (its heap simulator, a window's dilated bound past
+# 64 bits); 1 PiB is some 5,000 times the largest chip's HBM, so nothing that could fit is refused.
+MAX_ARRAY_BYTES = 2**50
 
 
 def build_config(preset: str | None, **shape: int | str | bool | None) -> DecoderConfig:
@@ -221,6 +228,7 @@ def build_config(preset: str | None, **shape: int | str | bool | None) -> Decode
         value = getattr(cfg, k)
         if not isinstance(value, int) or value < 1:
             raise ShardcliError(f"--{k.replace('_', '-')} {value} must be a positive whole number")
+        check_size(f"--{k.replace('_', '-')}", value)
     if cfg.heads % cfg.kv_heads:
         raise ShardcliError(
             f"--kv-heads {cfg.kv_heads} must divide --heads {cfg.heads} (grouped-query attention)"
@@ -230,6 +238,48 @@ def build_config(preset: str | None, **shape: int | str | bool | None) -> Decode
             f"--activation {cfg.activation!r} is not known; choose one of {', '.join(ACTIVATIONS)}"
         )
     return cfg
+
+
+def check_size(flag: str, value: int) -> None:
+    """Raises: ShardcliError for a size beyond JAX's 32-bit integers (one line naming the limit)."""
+    if value > MAX_SIZE:
+        raise ShardcliError(
+            f"{flag} {value} is beyond what JAX takes: at most {MAX_SIZE:,} (2**31 - 1; its integers, "
+            "positions, token ids and loop counts among them, are 32-bit)"
+        )
+
+
+def largest_array(cfg: DecoderConfig, global_batch: int) -> tuple[str, tuple[int, ...], str]:
+    """The train step's largest array at this global batch: (what, its shape, the flags it grows with)."""
+    b, s, gated = global_batch, cfg.seq, 2 if cfg.gated else 1
+    arrays = [
+        ("logits", (b, s, cfg.vocab), "--batch, --seq, --vocab"),
+        ("attention scores", (b, cfg.heads, s, s), "--batch, --heads, --seq"),
+        ("MLP activations", (b, s, gated * cfg.mlp_dim), "--batch, --seq, --mlp-dim"),
+        ("query activations", (b, s, cfg.heads * cfg.head_dim), "--batch, --seq, --heads, --head-dim"),
+        ("embedding", (cfg.vocab, cfg.d_model), "--vocab, --d-model"),
+        ("MLP weights", (cfg.layers, cfg.d_model, gated * cfg.mlp_dim), "--layers, --d-model, --mlp-dim"),
+        (
+            "attention weights",
+            (cfg.layers, cfg.d_model, cfg.heads * cfg.head_dim),
+            "--layers, --d-model, --heads, --head-dim",
+        ),
+    ]
+    return max(arrays, key=lambda a: math.prod(a[1]))
+
+
+def check_array_sizes(cfg: DecoderConfig, global_batch: int) -> None:
+    """Raises: ShardcliError when the train step at `global_batch` (the largest the plan may try) has
+    an array over MAX_ARRAY_BYTES in float32, naming it, its shape and the limit."""
+    what, shape, flags = largest_array(cfg, global_batch)
+    nbytes = 4 * math.prod(shape)
+    if nbytes > MAX_ARRAY_BYTES:
+        dims = "x".join(map(str, shape))
+        raise ShardcliError(
+            f"{cfg.name} at global batch {global_batch} (the largest the plan tries): its {what} "
+            f"({dims}, 2**{math.log2(nbytes):.0f} bytes in float32) are beyond the 2**50 bytes (1 PiB) "
+            f"per array a plan compiles (XLA's TPU compiler aborts near 2**60); make {flags} smaller"
+        )
 
 
 # --- layouts: logical axis names -> mesh axes ---------------------------------------------------

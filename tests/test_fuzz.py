@@ -624,6 +624,32 @@ PLAN_ROWS = [
         ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "0"], 2, id="plan-zero-batch"
     ),
 ]
+# issue 41: sizes beyond what JAX takes, refused in one line naming the limit (they aborted the
+# process, exit 134, or ended in JAX's "get(): incompatible function arguments")
+_PLAN = ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--compile", "1"]
+_BEYOND_32_BITS = "is beyond what JAX takes: at most 2,147,483,647 (2**31 - 1"
+_BEYOND_1_PIB = "per array a plan compiles (XLA's TPU compiler aborts near 2**60)"
+PLAN_SIZE_CASES = {
+    "plan-batch-10e15": (["--batch", "1000000000000000"], _BEYOND_32_BITS),
+    "plan-global-batch-10e18": (["--global-batch", str(10**18)], _BEYOND_32_BITS),
+    "plan-batch-2e62": (["--batch", str(2**62)], _BEYOND_32_BITS),
+    "plan-d-model-2e70": (["--d-model", str(2**70)], _BEYOND_32_BITS),
+    "plan-layers-2e31": (["--layers", str(2**31)], _BEYOND_32_BITS),
+    "plan-heads-2e40": (["--heads", str(2**40), "--kv-heads", "1"], _BEYOND_32_BITS),
+    "plan-kv-heads-2e40": (["--kv-heads", str(2**40)], _BEYOND_32_BITS),
+    "plan-head-dim-2e40": (["--head-dim", str(2**40)], _BEYOND_32_BITS),
+    "plan-mlp-dim-2e40": (["--mlp-dim", str(2**40)], _BEYOND_32_BITS),
+    "plan-vocab-2e40": (["--vocab", str(2**40)], _BEYOND_32_BITS),
+    "plan-seq-10e18": (["--seq", str(10**18)], _BEYOND_32_BITS),
+    "plan-seq-2e27-scores": (["--seq", str(2**27)], _BEYOND_1_PIB),
+    "plan-global-batch-2e31-logits": (
+        ["--global-batch", str(2**31 - 1), "--vocab", str(2**20)],
+        _BEYOND_1_PIB,
+    ),
+    "plan-wide-mlp-weights": (["--d-model", str(2**24), "--mlp-dim", str(2**24)], _BEYOND_1_PIB),
+    "plan-vocab-times-width": (["--vocab", str(2**30), "--d-model", str(2**30)], _BEYOND_1_PIB),
+}
+PLAN_SIZE_ROWS = [pytest.param([*_PLAN, *args], 2, id=name) for name, (args, _) in PLAN_SIZE_CASES.items()]
 COMPARE_ROWS = [
     pytest.param(["compare", "/dev/urandom", "{good}"], 2, id="compare-dev-urandom"),
     pytest.param(["compare", "{good}", "/dev/zero"], 2, id="compare-dev-zero"),
@@ -811,6 +837,7 @@ HOSTILE = [
     *RUN_ROWS,
     *COMPARE_ROWS,
     *PLAN_ROWS,
+    *PLAN_SIZE_ROWS,
     *MODEL_FILE_ROWS,
     *TARGET_ROWS,
     *VALUES_ROWS,
@@ -1274,19 +1301,48 @@ ENV_CASES: dict[str, tuple[str, dict[str, str], int, int]] = {
         2,
         1,
     ),
+    # issue 41: libtpu ended the process (exit 1) with its words in the file that keeps its noise
+    "libtpu-init-args-unknown-flag-inspect": (
+        "$PY -m shardcli inspect jax.numpy:sin --arg f32[8] --target tpu-v5e:2x2",
+        {"LIBTPU_INIT_ARGS": "--this_is_not_a_flag=1"},
+        2,
+        1,
+    ),
+    "libtpu-init-args-bad-value-plan": (
+        "$PY -m shardcli plan --preset tiny --target tpu-v5e:2x2 --compile 1",
+        {"LIBTPU_INIT_ARGS": "--xla_tpu_enable_windowed_einsum_for_all_gather=banana"},
+        2,
+        1,
+    ),
+    "libtpu-init-args-unknown-flag-mesh-target": (
+        "$PY -m shardcli mesh --target tpu-v5e:2x2",
+        {"LIBTPU_INIT_ARGS": "--xla_no_such_flag"},
+        2,
+        1,
+    ),
+}
+# what each refusal of a flag names
+ENV_CASES_NAME = {
+    "xla-flags-unknown-flag": "this_is_not_a_flag",
+    "libtpu-init-args-unknown-flag-inspect": "Unknown command line flag 'this_is_not_a_flag'",
+    "libtpu-init-args-bad-value-plan": "Illegal value 'banana' specified for flag 'xla_tpu_enable_windowed_",
+    "libtpu-init-args-unknown-flag-mesh-target": "Unknown command line flag 'xla_no_such_flag'",
 }
 
 
 @pytest.fixture(scope="module")
-def env_runs() -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every ENV_CASES line run once, four at a time."""
+def env_runs() -> dict[str, subprocess.CompletedProcess[str] | None]:
+    """Every ENV_CASES line run once, four at a time (those of libtpu where it is installed)."""
+    import importlib.util
     from concurrent.futures import ThreadPoolExecutor
 
     from conftest import clean_env, pythonpath_first
 
     root = Path(__file__).resolve().parent.parent
 
-    def run(case: str) -> subprocess.CompletedProcess[str]:
+    def run(case: str) -> subprocess.CompletedProcess[str] | None:
+        if case.startswith("libtpu") and importlib.util.find_spec("libtpu") is None:
+            return None
         line, extra, _, _ = ENV_CASES[case]
         env = clean_env({**pythonpath_first(root), "PY": sys.executable, **extra})
         return subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, timeout=300)
@@ -1299,6 +1355,8 @@ def env_runs() -> dict[str, subprocess.CompletedProcess[str]]:
 def test_every_environment_and_stream_ends_by_the_contract(env_runs, case):
     _, _, code, stderr_lines = ENV_CASES[case]
     done = env_runs[case]
+    if done is None:
+        pytest.skip("the tpu extra is not installed")
     shown = f"{case}: exit {done.returncode}\nstdout: {done.stdout[-1500:]}\nstderr: {done.stderr[-1500:]}"
     assert done.returncode == code, shown
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr, shown
@@ -1308,8 +1366,8 @@ def test_every_environment_and_stream_ends_by_the_contract(env_runs, case):
         assert lines[0].startswith("shardcli: error: "), shown
     if case.startswith(("lc-all", "pythonioencoding")):
         assert done.stdout.isascii() and "+---" in done.stdout and "verified" in done.stdout, shown
-    if case == "xla-flags-unknown-flag":
-        assert "this_is_not_a_flag" in done.stderr, shown
+    if case in ENV_CASES_NAME:
+        assert ENV_CASES_NAME[case] in done.stderr, shown
 
 
 NOISY = """\
@@ -1636,3 +1694,452 @@ def test_a_checkpoint_number_that_is_no_whole_number_is_refused(tmp_path, field,
         validate_restore(RestoreRequest(folder=str(tmp_path), mesh=MeshSpec((2, 4), ("data", "model"))))
     assert str(tmp_path) in str(refused.value)
     assert f"{field} {value!r} is not a whole number" in str(refused.value)
+
+
+# --- issue 41: plan and inspect --target under signals, sizes, compiler flags and the plan cache ---
+
+# A program whose trace stops for good once the plan cache holds a compiled layout (or, with
+# BLOCK_AT_ONCE, at its first trace) and says so in a file: the sign a signal test waits for.
+BLOCKING_PROGRAM = """\
+import os, pathlib, time
+
+import jax
+import jax.numpy as jnp
+
+CACHE = pathlib.Path(os.environ["SHARDCLI_CACHE_DIR"]).parent / "plan"
+SIGN = pathlib.Path(os.environ["SIGN"])
+LOGICAL_AXES = {"x": ("batch", "embed"), "w": ("embed", "mlp")}
+
+
+def step(x, w):
+    print("tracing step")
+    if os.environ.get("BLOCK_AT_ONCE") or (CACHE.is_dir() and any(CACHE.glob("*.json"))):
+        SIGN.write_text("tracing, and staying there")
+        while True:
+            time.sleep(0.05)
+    return jnp.sin(x @ w)
+
+
+def inputs():
+    return jax.ShapeDtypeStruct((64, 64), jnp.float32), jax.ShapeDtypeStruct((64, 64), jnp.float32)
+"""
+
+# id -> (command after `shardcli`, signal, exit code, last stderr line, what stdout shows)
+SIGNAL_CASES = {
+    "plan-sigint-mid-compile": ("plan", "SIGINT", 130, "shardcli: error: interrupted", "1 compiled"),
+    "plan-sigterm-mid-compile": (
+        "plan",
+        "SIGTERM",
+        143,
+        "shardcli: error: terminated (SIGTERM)",
+        "1 compiled",
+    ),
+    "plan-json-sigint-mid-compile": (
+        "plan-json",
+        "SIGINT",
+        130,
+        "shardcli: error: interrupted",
+        '"compiled"',
+    ),
+    "inspect-target-sigint-mid-compile": ("inspect", "SIGINT", 130, "shardcli: error: interrupted", ""),
+    "inspect-target-sigterm-mid-compile": (
+        "inspect",
+        "SIGTERM",
+        143,
+        "shardcli: error: terminated (SIGTERM)",
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SIGNAL_CASES))
+def test_a_signal_mid_compile_prints_what_finished(tmp_path, case):
+    """Ctrl-C or SIGTERM while a layout compiles (its trace waits for good): the layouts that
+    finished are printed on stdout, one line says it was stopped, exit 130 or 143. The signal is
+    sent once the program says it is being traced (no guessed sleep)."""
+    import signal
+    import time
+
+    pytest.importorskip("libtpu")
+    from conftest import clean_env, pythonpath_first
+
+    command, name, code, last, shown = SIGNAL_CASES[case]
+    program = tmp_path / "blocking.py"
+    program.write_text(BLOCKING_PROGRAM)
+    sign = tmp_path / "sign"
+    env = {"SHARDCLI_CACHE_DIR": str(tmp_path / "jax"), "SIGN": str(sign)}
+    if command.startswith("plan"):
+        args = ["plan", f"{program}:step", "--inputs", f"{program}:inputs", "--target", "tpu-v5e:2x2"]
+        args += ["--compile", "3", *(["--format", "json"] if command == "plan-json" else [])]
+    else:
+        args = ["inspect", f"{program}:step", "--inputs", f"{program}:inputs", "--target", "tpu-v5e:2x2"]
+        env["BLOCK_AT_ONCE"] = "1"
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardcli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env({**pythonpath_first(root), **env}),
+    )
+    deadline = time.monotonic() + 600
+    while not sign.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sign.exists(), proc.communicate(timeout=60)
+    proc.send_signal(getattr(signal, name))
+    out, err = proc.communicate(timeout=120)
+    shown_all = f"{case}: exit {proc.returncode}\nstdout: {out[-1500:]}\nstderr: {err[-1500:]}"
+    assert proc.returncode == code, shown_all
+    # The line is there, once; about one run in ten libtpu's crash handler adds a report after it
+    # (a SIGSEGV in a JAX thread while the process leaves with the compile abandoned: open, see
+    # the branch's report), so it is not required to be the last line.
+    assert err.splitlines().count(last) == 1, shown_all
+    assert "Traceback" not in err, shown_all
+    # the user's print while JAX traced it reaches stderr (it vanished under --target)
+    assert "tracing step" in err and "tracing step" not in out, shown_all
+    assert shown in out, shown_all
+    if command == "plan-json":
+        doc = json.loads(out)
+        statuses = [c["status"] for c in doc["candidates"]]
+        assert doc["summary"]["interrupted"] is True and "compiled" in statuses, doc
+    elif command == "inspect":
+        assert out == "", shown_all
+
+
+@pytest.mark.parametrize("case", list(PLAN_SIZE_CASES))
+def test_a_size_beyond_jax_is_refused_naming_the_limit(cli, case):
+    """The one line names the flag's value (or the array) and the limit, before anything compiles."""
+    args, limit = PLAN_SIZE_CASES[case]
+    result = cli([*_PLAN, *args])
+    assert_by_the_contract(result, args, 2)
+    assert limit in result.stderr, result.stderr
+
+
+def _in_its_place(make):
+    """A damage that removes the entry and makes something else under its name."""
+
+    def damage(entry: dict, path: Path) -> None:
+        path.unlink()
+        make(path)
+
+    return damage
+
+
+# The plan cache's entries as a hostile disk may hold them: each is ignored and compiled again.
+_ENTRY_DAMAGE = {
+    "a-json-list": lambda entry, path: path.write_text("[]"),
+    "figures-a-list": lambda entry, path: path.write_text(json.dumps({**entry, "figures": []})),
+    "fits-no": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "fits": "no"}})
+    ),
+    "fits-one": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "fits": 1}})
+    ),
+    "bytes-negative": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "capacity_bytes": -1}})
+    ),
+    "flops-nan": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "flops": float("nan")}})
+    ),
+    "traffic-a-string": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "traffic": "fsdp"}})
+    ),
+    "an-unknown-figure": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "extra": 1}})
+    ),
+    "method-unknown": lambda entry, path: path.write_text(
+        json.dumps({**entry, "figures": {**entry["figures"], "method": "guess"}})
+    ),
+    "truncated": lambda entry, path: path.write_text(json.dumps(entry)[:40]),
+    "deep-json": lambda entry, path: path.write_text("[" * 100_000 + "]" * 100_000),
+    "a-fifo": _in_its_place(os.mkfifo),
+    "a-folder": _in_its_place(Path.mkdir),
+    "a-link-to-dev-zero": _in_its_place(lambda path: path.symlink_to("/dev/zero")),
+    "huge": lambda entry, path: path.write_bytes(b" " * (2 << 20) + json.dumps(entry).encode()),
+}
+_TINY_PLAN = ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--compile", "1", "--remat", "none"]
+
+
+@pytest.fixture(scope="module")
+def one_plan_entry(cli, tmp_path_factory) -> tuple[dict, dict, str]:
+    """A tiny plan compiled once: (its JSON document, its one cache entry, the cache folder)."""
+    pytest.importorskip("libtpu")
+    folder = tmp_path_factory.mktemp("plan-entry")
+    env = {"SHARDCLI_CACHE_DIR": str(folder / "jax")}
+    result = cli([*_TINY_PLAN, "--format", "json"], env=env)
+    assert result.exit_code in (0, 1), result.output
+    entries = list((folder / "plan").glob("*.json"))
+    assert len(entries) == 1, entries
+    return json.loads(result.stdout), json.loads(entries[0].read_text()), str(folder)
+
+
+@pytest.mark.parametrize("damage", list(_ENTRY_DAMAGE))
+def test_a_damaged_plan_cache_entry_is_compiled_again(cli, one_plan_entry, tmp_path, damage):
+    """`[]` was exit 3, a FIFO hung, `"fits": "no"` showed as fitting: each entry is now checked
+    and one that fails is ignored, the layout compiled again (and its entry written anew)."""
+    import shutil
+
+    first, entry, folder = one_plan_entry
+    cache = tmp_path / "cache"
+    shutil.copytree(folder, cache, symlinks=True)
+    (path,) = (cache / "plan").glob("*.json")
+    _ENTRY_DAMAGE[damage](entry, path)
+    result = cli([*_TINY_PLAN, "--format", "json"], env={"SHARDCLI_CACHE_DIR": str(cache / "jax")})
+    assert_by_the_contract(result, _TINY_PLAN, first["summary"]["fits"] == 0)
+    doc = json.loads(result.stdout)
+    assert doc["summary"]["cached"] == 0, doc["summary"]
+    assert doc["summary"]["fits"] == first["summary"]["fits"], (doc["summary"], first["summary"])
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    if damage != "a-folder":  # a folder in its place cannot be replaced: the plan goes on without it
+        assert json.loads(path.read_text()) == {**entry, "figures": {**entry["figures"], "compile_s": ANY}}
+
+
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+ANY = _Any()
+
+
+def test_an_unchanged_plan_cache_entry_is_used(cli, one_plan_entry):
+    """The control of the table above: the entry as written is read back (from the cache)."""
+    first, _, folder = one_plan_entry
+    result = cli([*_TINY_PLAN, "--format", "json"], env={"SHARDCLI_CACHE_DIR": str(Path(folder) / "jax")})
+    doc = json.loads(result.stdout)
+    assert doc["summary"]["cached"] == 1 and doc["summary"]["fits"] == first["summary"]["fits"], doc[
+        "summary"
+    ]
+
+
+def test_a_full_disk_leaves_no_tmp_file_in_the_plan_cache(monkeypatch, tmp_path, one_plan_entry):
+    """A write that fails half way (here: the file-size limit, as a full disk fails it) leaves
+    neither the entry nor its temporary file."""
+    import resource
+    import signal
+
+    from shardcli.core import plan_compile
+
+    _, entry, _ = one_plan_entry
+    monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path / "jax"))
+    figures = plan_compile.CompiledFigures.from_json(entry["figures"])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, hard))
+    try:
+        plan_compile.write_cached("k" * 32, figures, "a layout")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert (tmp_path / "plan").is_dir()
+    assert list((tmp_path / "plan").iterdir()) == []
+    plan_compile.write_cached("k" * 32, figures, "a layout")
+    assert [p.name for p in (tmp_path / "plan").iterdir()] == ["k" * 32 + ".json"]
+
+
+def test_the_plan_cache_is_keyed_by_every_file_the_program_imports(tmp_path):
+    """Editing a module the program imports (at import, or while JAX traces it) compiles again; the
+    plan reported the old figures "from the cache" when only the two named files were its key."""
+    pytest.importorskip("libtpu")
+    from conftest import clean_env, pythonpath_first
+
+    (tmp_path / "main.py").write_text(
+        "import jax\nimport jax.numpy as jnp\n\nimport helper\n\n"
+        'LOGICAL_AXES = {"x": ("batch", "embed"), "w": ("embed", "mlp")}\n\n\n'
+        "def step(x, w):\n    import lazy_helper\n\n    return lazy_helper.finish(helper.work(x, w))\n\n\n"
+        "def inputs():\n"
+        "    x = jax.ShapeDtypeStruct((256, 256), jnp.float32)\n"
+        "    return x, x\n"
+    )
+    (tmp_path / "helper.py").write_text("def work(x, w):\n    return x @ w\n")
+    (tmp_path / "lazy_helper.py").write_text("def finish(y):\n    return y\n")
+    main = tmp_path / "main.py"
+    args = ["plan", f"{main}:step", "--inputs", f"{main}:inputs", "--target", "tpu-v5e:2x2", "--compile", "1"]
+    env = clean_env(
+        {
+            **pythonpath_first(Path(__file__).resolve().parent.parent),
+            "SHARDCLI_CACHE_DIR": str(tmp_path / "jax"),
+        }
+    )
+
+    def plan() -> tuple[int, float]:
+        done = subprocess.run(
+            [sys.executable, "-m", "shardcli", *args, "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        doc = json.loads(done.stdout)
+        (compiled,) = [c["compiled"] for c in doc["candidates"] if c["compiled"] is not None]
+        return doc["summary"]["cached"], compiled["flops"]
+
+    cached, flops = plan()
+    assert cached == 0
+    assert plan() == (1, flops)  # nothing changed: from the cache
+    (tmp_path / "helper.py").write_text(
+        "def work(x, w):\n    for _ in range(4):\n        x = x @ w\n    return x\n"
+    )
+    cached, more = plan()
+    assert cached == 0 and more > 2 * flops, (cached, flops, more)
+    (tmp_path / "lazy_helper.py").write_text("def finish(y):\n    return y @ y\n")
+    cached, most = plan()
+    assert cached == 0 and most > more, (cached, more, most)
+
+
+USERS_PROGRAM = """\
+import jax
+import jax.numpy as jnp
+
+LOGICAL_AXES = {"x": ("batch", "embed"), "w": ("embed", "mlp")}
+NOT_A_FUNCTION = 3
+
+
+def step(x, w):
+    print("tracing step")
+    return jnp.sin(x @ w)
+
+
+def claims_resource_exhausted(x, w):
+    raise ValueError("RESOURCE_EXHAUSTED: my own words about memory")
+
+
+def inputs():
+    x = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    return x, x
+"""
+_V5E = ["--target", "tpu-v5e:2x2", "--compile", "1"]
+# id -> (arguments after `shardcli`, exit code, the one line's words); {prog} is USERS_PROGRAM
+USERS_PROGRAM_CASES = {
+    "plan-missing-file-says-plan": (
+        ["plan", "{folder}/nosuch.py:step", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "shardcli: error: plan '{folder}/nosuch.py:step': no file",
+    ),
+    "plan-no-such-function-says-plan": (
+        ["plan", "{prog}:nosuch", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "shardcli: error: plan '{prog}:nosuch': {prog} has no 'nosuch'",
+    ),
+    "plan-no-function-name-says-plan": (
+        ["plan", "{prog}", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "shardcli: error: plan '{prog}' is not FILE.py:FUNCTION",
+    ),
+    "plan-not-a-function": (
+        ["plan", "{prog}:NOT_A_FUNCTION", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "shardcli: error: plan '{prog}:NOT_A_FUNCTION' names a int, not a function",
+    ),
+    "plan-users-resource-exhausted-is-theirs": (
+        ["plan", "{prog}:claims_resource_exhausted", "--inputs", "{prog}:inputs", *_V5E],
+        2,
+        "raised while JAX traced it: ValueError: RESOURCE_EXHAUSTED: my own words about memory",
+    ),
+    "inspect-target-users-resource-exhausted-is-theirs": (
+        [
+            "inspect",
+            "{prog}:claims_resource_exhausted",
+            "--inputs",
+            "{prog}:inputs",
+            "--target",
+            "tpu-v5e:2x2",
+        ],
+        2,
+        "raised while JAX traced it: ValueError: RESOURCE_EXHAUSTED: my own words about memory",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(USERS_PROGRAM_CASES))
+def test_errors_of_the_users_program_name_the_command_and_stay_theirs(cli, tmp_path, case):
+    """plan's errors said "inspect"; a user's exception whose words say RESOURCE_EXHAUSTED was a
+    "does not fit" verdict (exit 1): only the compiler's own out-of-memory is."""
+    pytest.importorskip("libtpu")
+    prog = tmp_path / "users.py"
+    prog.write_text(USERS_PROGRAM)
+    args, code, words = USERS_PROGRAM_CASES[case]
+    names = {"prog": str(prog), "folder": str(tmp_path)}
+    args = [a.format(**names) for a in args]
+    result = cli(args, env={"SHARDCLI_CACHE_DIR": str(tmp_path / "jax")})
+    assert_by_the_contract(result, args, code)
+    assert words.format(**names) in result.stderr.splitlines()[-1], result.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["plan", "{prog}:step", "--inputs", "{prog}:inputs", *_V5E], id="plan"),
+        pytest.param(
+            ["inspect", "{prog}:step", "--inputs", "{prog}:inputs", "--target", "tpu-v5e:2x2"], id="inspect"
+        ),
+    ],
+)
+def test_a_print_in_the_traced_function_reaches_stderr_under_target(tmp_path, command):
+    """It went to the file that keeps libtpu's noise off the screen: lost. Now it reaches stderr,
+    as it does without --target, and stdout stays one JSON document."""
+    pytest.importorskip("libtpu")
+    from conftest import clean_env, pythonpath_first
+
+    prog = tmp_path / "users.py"
+    prog.write_text(USERS_PROGRAM)
+    env = clean_env(
+        {
+            **pythonpath_first(Path(__file__).resolve().parent.parent),
+            "SHARDCLI_CACHE_DIR": str(tmp_path / "jax"),
+        }
+    )
+    args = [a.format(prog=prog) for a in command]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardcli", *args, "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tracing step" in done.stderr.splitlines(), done.stderr[-2000:]
+    json.loads(done.stdout)
+
+
+def test_sigterm_while_inspect_is_held_in_native_code_ends_it_at_once(tmp_path):
+    """Python runs a signal handler only back in Python: a compile inside libtpu held SIGTERM until
+    it returned. Here the traced function waits in C (libc's system(), which retries its wait on
+    EINTR, as a compile does not return to Python): the watchdog ends the run in seconds, one line,
+    exit 143, not after the 60 s the native call takes."""
+    import signal
+    import time
+
+    pytest.importorskip("libtpu")
+    from conftest import clean_env, pythonpath_first
+
+    sign = tmp_path / "sign"
+    (tmp_path / "native.py").write_text(
+        "import ctypes, pathlib\n\n\ndef f(x):\n"
+        f"    pathlib.Path({str(sign)!r}).write_text('in native code')\n"
+        "    ctypes.CDLL(None).system(b'sleep 60')\n    return x\n"
+    )
+    env = clean_env(
+        {
+            **pythonpath_first(Path(__file__).resolve().parent.parent),
+            "SHARDCLI_CACHE_DIR": str(tmp_path / "jax"),
+        }
+    )
+    args = ["inspect", f"{tmp_path / 'native.py'}:f", "--arg", "f32[8]", "--target", "tpu-v5e:2x2"]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardcli", *args], stdout=out, stderr=err, env=env, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 600
+            while not sign.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sign.exists(), (tmp_path / "err").read_text()[-2000:]
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=40)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the native call's `sleep`, left by the exit
+    assert code == 143, (tmp_path / "err").read_text()[-2000:]
+    assert (tmp_path / "err").read_text().splitlines()[-1] == "shardcli: error: terminated (SIGTERM)"
+    assert (tmp_path / "out").read_text() == ""

@@ -156,9 +156,11 @@ def inspect(
     )
     from shardcli.core.inspect import run_inspect
     from shardcli.core.inspect_module import inspect_module
+    from shardcli.interrupts import terminate_as_interrupt
     from shardcli.render.inspect import render_inspect
 
-    result = inspect_module(request) if request.module_path is not None else run_inspect(request)
+    with terminate_as_interrupt():  # SIGTERM mid-compile: one line, exit 143
+        result = inspect_module(request) if request.module_path is not None else run_inspect(request)
     render_inspect(result, options)
     raise typer.Exit(ExitCode.WRONG_RESULT if result.does_not_fit else ExitCode.OK)
 

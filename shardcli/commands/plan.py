@@ -10,8 +10,10 @@ import typer
 
 from shardcli import options as opt
 from shardcli.errors import ExitCode, ShardcliError
+from shardcli.interrupts import terminate_as_interrupt
 
 if TYPE_CHECKING:
+    from shardcli.decoder_spec import DecoderConfig
     from shardcli.specs import RunOptions
 
 
@@ -209,12 +211,14 @@ def plan(
         "layers": layers, "d_model": d_model, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
         "mlp_dim": mlp_dim, "vocab": vocab, "seq": seq, "activation": activation,
     }  # fmt: skip
+    cfg, target_spec = build_config(preset, **shape), parse_target(target)
+    _check_sizes(cfg, target_spec.chips, global_batch, batch)
     request = PlanRequest(
-        model=build_config(preset, **shape), target=parse_target(target), global_batch=global_batch,
+        model=cfg, target=target_spec, global_batch=global_batch,
         per_device_batch=batch, remats=_remat_policies(remat), sequence=sequence, compile_n=compile_n,
         method=method if method is not None else "scan", use_cache=not no_cache, options=options, rank=rank,
     )  # fmt: skip
-    with _progress(options) as update:
+    with terminate_as_interrupt() as stop, _progress(options) as update:
         result = run_plan(request, progress=update)
     if emit is not None and result.winner is not None:
         try:
@@ -224,6 +228,7 @@ def plan(
             raise ShardcliError(f"--emit {emit}: cannot write it ({error.strerror or error})") from None
     render_plan(result, options, emit)
     if result.interrupted:
+        stop.finished()  # SIGTERM: exit 143
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
 
@@ -250,6 +255,19 @@ def _progress(options: RunOptions) -> AbstractContextManager[Any]:
         return f"compiling {done + 1}/{total}: {label}" if label else ""
 
     return progress_bar_or_lines(options.format != "json", options.quiet, describe, "shardcli plan")
+
+
+def _check_sizes(cfg: DecoderConfig, chips: int, global_batch: int | None, batch: int | None) -> None:
+    """Raises: ShardcliError for a batch beyond JAX's integers, or a train step whose largest array,
+    at the largest batch the plan may try, is beyond what a compile takes (one line each)."""
+    from shardcli.core.plan_candidates import BATCH_CHOICES
+    from shardcli.decoder_spec import check_array_sizes, check_size
+
+    for flag, value in (("--global-batch", global_batch), ("--batch", batch)):
+        if value is not None:
+            check_size(flag, value)
+    largest = global_batch or (batch or max(BATCH_CHOICES)) * chips
+    check_array_sizes(cfg, largest)
 
 
 def _refuse_decoder_flags(program: str, flags: Mapping[str, object]) -> None:
@@ -314,9 +332,10 @@ def _plan_program(
         raise ShardcliError(
             f"--target {target}: plan lays programs out on TPU tori; give one such as tpu-v5e:2x2"
         )
-    with _progress(options) as update:
+    with terminate_as_interrupt() as stop, _progress(options) as update:
         result = run_program_plan(request, progress=update)
     render_program_plan(result, options)
     if result.interrupted:
+        stop.finished()  # SIGTERM: exit 143
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)

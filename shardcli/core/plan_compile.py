@@ -16,6 +16,7 @@ keyed by everything that changes the program, so a second plan compiles only wha
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -146,27 +147,140 @@ def _program_digest() -> str:
     return hashlib.sha256((Path(__file__).parent / "decoder.py").read_bytes()).hexdigest()[:16]
 
 
+MAX_ENTRY_BYTES = 1 << 20  # an entry is a few KiB; anything larger is not one of ours
+
+
 def read_cached(key: str) -> CompiledFigures | None:
+    """The figures cached under `key`, or None when there are none or the entry cannot be trusted.
+
+    Every entry is checked before use: a regular file (a FIFO in its place would block the read),
+    JSON of this cache's format, each figure of its type (`"fits": "no"` is no verdict), and the
+    user's files it was compiled from (its `sources`: path -> digest, recorded after the compile, so
+    a module the program imports while it is traced counts too) unchanged. An entry that fails is
+    ignored: the layout is compiled again and its entry written anew.
+    """
     path = plan_cache_dir() / f"{key}.json"
     try:
-        data = json.loads(path.read_text())
-        if data.get("format") != CACHE_FORMAT:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
             return None
-        return CompiledFigures.from_json(data["figures"])
-    except (OSError, ValueError, KeyError, TypeError):
+        with os.fdopen(fd, "rb", closefd=False) as entry:
+            data = json.loads(entry.read(MAX_ENTRY_BYTES + 1))
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+    return _valid_entry(data)
+
+
+def _valid_entry(data: Any) -> CompiledFigures | None:
+    """The figures of a decoded entry, or None where anything in it is not what `write_cached` writes."""
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+        return None
+    recorded = data.get("sources", {})
+    if not isinstance(recorded, dict) or any(
+        not isinstance(p, str) or file_digest(p) != d for p, d in recorded.items()
+    ):
+        return None  # a file the program imported (even while traced) changed since
+    figures = data.get("figures")
+    if not isinstance(figures, dict) or set(figures) != _FIELDS:
+        return None
+    try:
+        checks = [_is(figures[name], kinds) for name, kinds in _FIELD_KINDS.items()]
+        traffic = figures["traffic"]
+        checks.append(isinstance(traffic, list) and all(_valid_traffic(t) for t in traffic))
+        checks.append(figures["method"] in METHODS)
+        checks.append(
+            isinstance(figures["notes"], list) and all(isinstance(n, str) for n in figures["notes"])
+        )
+        if not all(checks):
+            return None
+        return CompiledFigures.from_json(figures)
+    except (TypeError, ValueError, KeyError):
         return None
 
 
-def write_cached(key: str, figures: CompiledFigures, label: str) -> None:
-    """Keep the figures (a cache that cannot be written is skipped: the plan goes on)."""
+_NUMBER = (int, float)
+# each figure's JSON types (besides traffic, method and notes); numbers must be finite and >= 0
+_FIELD_KINDS: dict[str, tuple[type, ...]] = {
+    "fits": (bool,),
+    "needed_bytes": (int, type(None)),
+    "capacity_bytes": (int,),
+    "argument_bytes": (int, type(None)),
+    "temp_bytes": (int, type(None)),
+    "flops": (*_NUMBER, type(None)),
+    "bytes_accessed": (*_NUMBER, type(None)),
+    "compile_s": _NUMBER,
+    "fit_text": (str,),
+    "refused": (str, type(None)),
+}
+_FIELDS = {*_FIELD_KINDS, "traffic", "method", "notes"}
+
+
+def _is(value: Any, kinds: tuple[type, ...]) -> bool:
+    """`value` is one of `kinds` (a bool is no number here), and a number is finite and not negative."""
+    import math
+
+    if isinstance(value, bool) and bool not in kinds:
+        return False
+    if not isinstance(value, kinds):
+        return False
+    return not isinstance(value, _NUMBER) or isinstance(value, bool) or (math.isfinite(value) and value >= 0)
+
+
+def _valid_traffic(t: Any) -> bool:
+    kinds = {
+        "axes": (str,),
+        "sent_bytes": _NUMBER,
+        "collectives": (int,),
+        "top_kind": (str,),
+        "top_op": (str,),
+    }
+    return isinstance(t, dict) and set(t) == set(kinds) and all(_is(t[k], v) for k, v in kinds.items())
+
+
+def file_digest(path: str) -> str | None:
+    """The SHA-256 of a regular file's bytes (first 16 hex digits), or None where it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as source:
+            return hashlib.sha256(source.read()).hexdigest()[:16]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_cached(
+    key: str, figures: CompiledFigures, label: str, sources: dict[str, str] | None = None
+) -> None:
+    """Keep the figures (a cache that cannot be written is skipped: the plan goes on, and a file
+    half written, on a full disk, is removed)."""
     directory = plan_cache_dir()
+    tmp = directory / f".{key}.{os.getpid()}.tmp"
+    entry: dict[str, Any] = {"format": CACHE_FORMAT, "layout": label, "figures": figures.to_json()}
+    if sources is not None:
+        entry["sources"] = sources
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "layout": label, "figures": figures.to_json()}))
+        tmp.write_text(json.dumps(entry))
         tmp.replace(directory / f"{key}.json")
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 # --- compiling ------------------------------------------------------------------------------------
@@ -182,6 +296,9 @@ def set_cost_flags() -> None:
         if getattr(xla_bridge, "_backends", None):
             return  # libtpu read its flags already
     have = os.environ.get("LIBTPU_INIT_ARGS", "")
+    from shardcli.core.target import note_users_libtpu_args
+
+    note_users_libtpu_args(" ".join(w for w in have.split() if w not in COST_FLAGS))
     extra = [f for f in COST_FLAGS if f.split("=")[0] not in have]
     if extra:
         os.environ["LIBTPU_INIT_ARGS"] = " ".join([have, *extra]).strip()
@@ -202,10 +319,24 @@ def target_session(
     return sessions[key]
 
 
+_ABANDONED: list[Any] = []  # compile threads a Ctrl-C or SIGTERM left running
+
+
+def abandoned_compiles() -> bool:
+    """Whether a compile that Ctrl-C (or SIGTERM) left is still running in its thread."""
+    return any(thread.is_alive() for thread in _ABANDONED)
+
+
 def interruptible(work: Callable[[], Any]) -> Any:
     """Run `work` in a thread the main thread waits on, so that Ctrl-C ends the wait at once (a
     compile inside libtpu would hold the signal until it returned); the abandoned compile ends with
-    the process."""
+    the process (`shardcli.cli` leaves without waiting for it).
+
+    The compile changes the process's streams while it runs (descriptor 2 to a file for libtpu's
+    noise, `sys.stdout` to stderr while the user's code is traced); an interrupted wait puts them
+    back, so that what finished is printed where it belongs.
+    """
+    import sys
     import threading
 
     box: dict[str, Any] = {}
@@ -216,19 +347,39 @@ def interruptible(work: Callable[[], Any]) -> Any:
         except BaseException as error:  # noqa: BLE001 - handed to the waiting thread as it is
             box["error"] = error
 
-    thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.2)
+    streams = (sys.stdout, sys.stderr)
+    sys.stderr.flush()
+    fd2 = os.dup(2)
+    try:
+        thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.2)
+        except BaseException:
+            _ABANDONED.append(thread)
+            sys.stdout, sys.stderr = streams
+            os.dup2(fd2, 2)
+            raise
+    finally:
+        os.close(fd2)
     if "error" in box:
         raise box["error"]
     return box["value"]
 
 
 def figures_for(
-    key: str, use_cache: bool, label: str, compile_figures: Callable[[], CompiledFigures]
+    key: str,
+    use_cache: bool,
+    label: str,
+    compile_figures: Callable[[], CompiledFigures],
+    sources: Callable[[], dict[str, str]] | None = None,
 ) -> tuple[CompiledFigures, bool]:
     """A layout's figures from the cache, or compiled (Ctrl-C ends the wait at once) and cached.
+
+    Args:
+        sources: the user's files the program was built from (path -> `file_digest`), asked after
+            the compile and kept in the entry; a cached entry is used only while they are unchanged.
 
     Returns:
         (figures, whether they came from the cache).
@@ -240,7 +391,7 @@ def figures_for(
     if figures is not None:
         return figures, True
     figures = interruptible(compile_figures)
-    write_cached(key, figures, label)
+    write_cached(key, figures, label, sources() if sources is not None else None)
     return figures, False
 
 

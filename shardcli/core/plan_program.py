@@ -112,10 +112,12 @@ def load_program(request: ProgramPlanRequest) -> LoadedProgram:
     # JAX on the CPU with the target described (quietly) before the user's file can start a backend
     whole = open_target_session(request.target, None, None, request.options)
     with target_meshes(whole), logical.names_only():
-        function = load(request.program)
+        function = load(request.program, flag="plan")
         maker = load(request.inputs, flag="--inputs", what="NAME")
         given = call_inputs_on_their_axes(maker, request.inputs, whole.mesh)
     fn = given.fn or function.value
+    if not callable(fn):
+        raise ShardcliError(f"plan {request.program!r} names a {type(fn).__name__}, not a function")
     roots = tuple(dict.fromkeys(function.roots + maker.roots))
     table = logical.table_of(maker.value)
     leaves = logical.named_leaves(fn, given.args, table, given.kwargs)
@@ -173,7 +175,11 @@ def run_program_plan(
                 return figures_of(result, target, "scan", time.perf_counter() - began)
 
             figures, cached = figures_for(
-                program_cache_key(sources, request, row), request.use_cache, row.label, compile_row
+                program_cache_key(sources, request, row),
+                request.use_cache,
+                row.label,
+                compile_row,
+                user_sources,
             )
         except KeyboardInterrupt:
             interrupted = True
@@ -303,35 +309,51 @@ def inspect_command(result: ProgramPlanResult, row: ProgramRow) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def _source_bytes(target: str) -> bytes:
-    """The bytes of the file `FILE.py:NAME` or `package.module:NAME` names (imported already)."""
+def user_source_files() -> list[str]:
+    """The Python files of the user's this process has imported: the named files and every module
+    loaded from outside Python's own library, the installed packages and shardcli itself."""
     import os
+    import site
     import sys
+    import sysconfig
 
-    where = target.rpartition(":")[0]
-    if where.endswith(".py") or os.sep in where or "/" in where:
-        path = os.path.abspath(where)
-    else:
-        path = getattr(sys.modules.get(where), "__file__", None) or ""
-    try:
-        with open(path, "rb") as source:
-            return source.read()
-    except OSError:
-        return b""
+    import shardcli
+
+    library = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
+    library |= {*site.getsitepackages(), site.getusersitepackages(), sys.base_prefix, sys.base_exec_prefix}
+    library |= {sys.prefix, sys.exec_prefix, os.path.dirname(os.path.abspath(shardcli.__file__))}
+    folders = tuple(os.path.abspath(f) + os.sep for f in library if f)
+    files = set()
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str) and name.endswith(".py"):
+            path = os.path.abspath(name)
+            if not path.startswith(folders):
+                files.add(path)
+    return sorted(files)
+
+
+def user_sources() -> dict[str, str]:
+    """Each of the user's imported files (`user_source_files`) with the digest of its bytes."""
+    from shardcli.core.plan_compile import file_digest
+
+    return {path: file_digest(path) or "unreadable" for path in user_source_files()}
 
 
 def _sources_digest(request: ProgramPlanRequest) -> str:
-    """A digest of the program's and the inputs' files and the names in them."""
+    """A digest of the names given and of every file of the user's the program imported (not only
+    the two named: a change to a module they import compiles again)."""
     digest = hashlib.sha256()
     for target in (request.program, request.inputs):
         digest.update(target.rpartition(":")[2].encode() + b"\0")
-        digest.update(hashlib.sha256(_source_bytes(target)).digest())
+    for path, file_hash in user_sources().items():
+        digest.update(f"{path}\0{file_hash}\0".encode())
     return digest.hexdigest()
 
 
 def program_cache_key(sources: str, request: ProgramPlanRequest, row: ProgramRow) -> str:
-    """A digest of everything that changes a layout's compile: the two files' bytes and the names
-    in them (`sources`), the layout (mesh and rules), the target, and what every compile's key holds
+    """A digest of everything that changes a layout's compile: the user's files and the names in
+    them (`sources`), the layout (mesh and rules), the target, and what every compile's key holds
     (`plan_compile.keyed`: JAX's and libtpu's versions, the cost compiles' flags)."""
     from shardcli.core.plan_compile import keyed
 

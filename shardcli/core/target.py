@@ -142,8 +142,13 @@ def judge_fit(memory: MemoryUse | None, target: TargetSpec) -> FitVerdict | None
 
 
 def oom_verdict(error: BaseException, target: TargetSpec) -> FitVerdict | None:
-    """The verdict a compile-time HBM OOM stands for; None for any other error."""
+    """The verdict a compile-time HBM OOM stands for; None for any other error (the compiler's own
+    error only: a user's exception whose words say RESOURCE_EXHAUSTED is theirs, not a verdict)."""
+    import jax
+
     text = str(error)
+    if not isinstance(error, jax.errors.JaxRuntimeError):
+        return None
     if "RESOURCE_EXHAUSTED" not in text and "HbmOom" not in text:
         return None
     lines = text.splitlines()
@@ -221,6 +226,8 @@ def _open_target_session(
         raise ShardcliError(f"--target {target.name} needs {what}: {target.install_hint}")
     if platform == "cuda":
         read_gpu_pool(os.environ)  # JAX's allocator variables, refused before a compile starts
+    else:
+        check_libtpu_args(target)
     # libtpu takes a host-wide lock (/tmp/libtpu_lockfile) for the chips it drives; compiling for a
     # described topology drives none, so a second shardcli (or a notebook) may compile at once.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -287,6 +294,72 @@ def _open_target_session(
         mode=str(options.mode),
         devices=tuple(devices),
     )
+
+
+LIBTPU_ARGS_ENV = "LIBTPU_INIT_ARGS"
+_libtpu_args: dict[str, Any] = {"users": None, "checked": set()}
+
+
+def note_users_libtpu_args(value: str) -> None:
+    """LIBTPU_INIT_ARGS as the user set it, without the flags `plan` adds (only a value of the
+    user's makes `check_libtpu_args` start a probe)."""
+    _libtpu_args["users"] = value
+
+
+def check_libtpu_args(target: TargetSpec) -> None:
+    """Refuse a LIBTPU_INIT_ARGS that libtpu would die on, before this process loads libtpu.
+
+    libtpu ends the process (exit 1, its words on descriptor 2, which shardcli keeps off the screen
+    while libtpu loads) at the first flag it does not know or a value it cannot read. So when the
+    user set LIBTPU_INIT_ARGS, a throw-away process asks libtpu for the target's topology first
+    (about two seconds, once per value), and its words become the one-line error.
+
+    Raises:
+        ShardcliError: libtpu refused LIBTPU_INIT_ARGS (exit 2).
+    """
+    import subprocess
+    import sys
+
+    flags = os.environ.get(LIBTPU_ARGS_ENV, "").strip()
+    users = _libtpu_args["users"]
+    if not flags or not (users if users is not None else flags).strip() or flags in _libtpu_args["checked"]:
+        return
+    if "jax" in sys.modules and "jax._src.xla_bridge" in sys.modules:
+        from jax._src import xla_bridge
+
+        if getattr(xla_bridge, "_backends", None) and _libtpu_loaded():
+            return  # libtpu read its flags already, and took them
+    config = ', chip_config_name="megacore"' if target.generation.compiler_name == "v4" else ""
+    probe = (
+        "import jax; jax.config.update('jax_platforms', 'cpu'); from jax.experimental import topologies; "
+        f"topologies.get_topology_desc(topology_name={target.libtpu_name!r}, platform='tpu'{config})"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no verdict: this process loads libtpu and meets whatever it says itself
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    said = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR: ")]
+    if done.returncode == 0 or not said:
+        _libtpu_args["checked"].add(flags)
+        return  # a failure without libtpu's flag words: this process meets it and reports it
+    shown = users.strip() if users else flags  # as the user set it (not with plan's own flags)
+    raise ShardcliError(
+        f"{LIBTPU_ARGS_ENV}={shown!r} is refused by libtpu ({'; '.join(said)}); "
+        f"fix or unset {LIBTPU_ARGS_ENV}"
+    )
+
+
+def _libtpu_loaded() -> bool:
+    """Whether this process has loaded libtpu's shared library already."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return "libtpu" in maps.read()
+    except OSError:
+        return False
 
 
 # `jax.make_mesh`'s first parameter: `axis_shapes` up to jax 0.10, `axis_sizes` from 0.12.
