@@ -16,17 +16,22 @@ slope per kernel, per trip and per argument.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-import jax
-import jax.numpy as jnp
+if "--quick" in sys.argv:  # CI's check that the script runs: on the CPU, no GPU plugin started
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from shardcli.core.hlo_kernels import kernel_launches
-from shardcli.core.hlo_text import parse_module
-from shardcli.core.loop_costs import runs_per_computation
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from shardcli.core.hlo_kernels import kernel_launches  # noqa: E402
+from shardcli.core.hlo_text import parse_module  # noqa: E402
+from shardcli.core.loop_costs import runs_per_computation  # noqa: E402
 
 
 def chain(n: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -76,7 +81,9 @@ def slope(xs: list[float], ys: list[float]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iters", type=int, default=30)
-    iters = parser.parse_args().iters
+    parser.add_argument("--quick", action="store_true", help="two sizes of each, 3 calls (CI, on the CPU)")
+    given = parser.parse_args()
+    iters = 3 if given.quick else given.iters
     print(f"device: {jax.devices()[0].device_kind}, jax {jax.__version__}, {iters} calls each, p50")
     families = (
         ("chain", chain, (1, 16, 64, 256)),
@@ -84,7 +91,7 @@ def main() -> None:
         ("args", args, (1, 16, 64, 256)),
     )
     for name, make, sizes in families:
-        rows = [(n, *measure(make, n, iters)) for n in sizes]
+        rows = [(n, *measure(make, n, iters)) for n in (sizes[:2] if given.quick else sizes)]
         for n, launches, p50 in rows:
             print(f"{name:5} {n:4}: {launches:5} kernels, p50 {p50 * 1e6:9.1f} us")
         per_n, base = slope([float(r[0]) for r in rows], [r[2] for r in rows])

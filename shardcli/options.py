@@ -388,7 +388,7 @@ def with_run_options(
                 from shardcli.stdout import route_native_stdout_to_stderr
 
                 # A document owns stdout: whatever else writes to descriptor 1 goes to stderr.
-                route_native_stdout_to_stderr()
+                route_native_stdout_to_stderr(document=True)
             return command(**flags, options=options)
 
         # Typer reads the parameters from the signature and their types from __annotations__.

@@ -127,7 +127,7 @@ def write_failure() -> str | None:
 
 # Set by `shardcli.cli.main`: this process's descriptors 1 and 2 are shardcli's own (not those of
 # a test runner or a notebook that called the app in-process), so they may be rearranged.
-_owned = {"process": False, "routed": False}
+_owned = {"process": False, "routed": False, "document": False}
 
 
 def own_process_streams() -> None:
@@ -135,14 +135,17 @@ def own_process_streams() -> None:
     _owned["process"] = True
 
 
-def route_native_stdout_to_stderr(*, force: bool = False) -> None:
+def route_native_stdout_to_stderr(*, force: bool = False, document: bool = False) -> None:
     """From here on descriptor 1 goes to stderr, while `sys.stdout` keeps the real stdout.
 
     Whatever writes to descriptor 1 without shardcli (the user's `os.write(1, ...)`, a subprocess
     it starts, `jax.debug.print`, native libraries such as gloo, an `atexit` print after the run)
     then cannot break the JSON or CSV document on stdout. Only in a process whose descriptors are
-    shardcli's own (`own_process_streams`), or with `force`; once.
+    shardcli's own (`own_process_streams`), or with `force`; once. `document`: a JSON or CSV document
+    owns stdout, so what is printed after the run goes to stderr too (`hand_back_stdout`).
     """
+    if document:
+        _owned["document"] = True
     if _owned["routed"] or not (force or _owned["process"]):
         return
     try:
@@ -160,9 +163,11 @@ def route_native_stdout_to_stderr(*, force: bool = False) -> None:
 
 
 def hand_back_stdout() -> None:
-    """At the end of the run: what is printed after it (an `atexit` handler of the user's) goes to
-    descriptor 1, which `route_native_stdout_to_stderr` pointed at stderr."""
-    if not _owned["routed"]:
+    """At the end of a run whose stdout a document owned: what is printed after it (an `atexit`
+    handler of the user's) goes to descriptor 1, which `route_native_stdout_to_stderr` pointed at
+    stderr. Where no document owns stdout (a table; descriptor 1 routed only for a multi-process
+    run's native libraries), it still reaches stdout."""
+    if not (_owned["routed"] and _owned["document"]):
         return
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()

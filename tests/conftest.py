@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -136,3 +137,13 @@ def shardcli_subprocess() -> Callable[..., subprocess.CompletedProcess[str]]:
 @pytest.fixture(scope="session")
 def python_subprocess() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_python
+
+
+# A long command's progress on a stderr that is no terminal (`shardcli plan: compiling 2/8: ...`):
+# progress, not an error line, whatever follows it.
+_PROGRESS_LINE = re.compile(r"^shardcli \w+: compiling \d+/\d+")
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr's lines less the progress lines a command writes where stderr is no terminal."""
+    return [line for line in stderr.splitlines() if not _PROGRESS_LINE.match(line)]

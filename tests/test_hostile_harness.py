@@ -20,6 +20,7 @@ import random
 from collections.abc import Iterator
 
 import pytest
+from conftest import error_lines
 from test_fuzz import RULES_TABLES, USERS_FRAMES, hostile_files, with_files  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.hostile
@@ -262,7 +263,7 @@ def test_every_generated_case_ends_by_the_contract(cli, hostile_files, tmp_path,
     assert "Traceback (most recent call last):" not in result.output, shown
     assert "internal error" not in result.output, shown
     if result.exit_code == 2:
-        lines = result.stderr.splitlines()
+        lines = error_lines(result.stderr)
         users = bool(lines) and lines[0].startswith(USERS_FRAMES)
         assert lines and (len(lines) == 1 or users) and lines[-1].startswith("shardcli"), shown
     if result.exit_code == 0 and "json" in given:

@@ -199,6 +199,12 @@ def _valid_entry(data: Any) -> CompiledFigures | None:
         checks.append(
             isinstance(figures["notes"], list) and all(isinstance(n, str) for n in figures["notes"])
         )
+        kernels, launches = figures["kernels"], figures["launches"]
+        checks.append(isinstance(kernels, list) and all(_valid_kernel(k) for k in kernels))
+        checks.append(
+            launches is None
+            or (isinstance(launches, list) and len(launches) == 3 and all(_is(n, (int,)) for n in launches))
+        )
         if not all(checks):
             return None
         return CompiledFigures.from_json(figures)
@@ -220,7 +226,7 @@ _FIELD_KINDS: dict[str, tuple[type, ...]] = {
     "fit_text": (str,),
     "refused": (str, type(None)),
 }
-_FIELDS = {*_FIELD_KINDS, "traffic", "method", "notes"}
+_FIELDS = {*_FIELD_KINDS, "traffic", "method", "notes", "kernels", "launches"}
 
 
 def _is(value: Any, kinds: tuple[type, ...]) -> bool:
@@ -243,6 +249,17 @@ def _valid_traffic(t: Any) -> bool:
         "top_op": (str,),
     }
     return isinstance(t, dict) and set(t) == set(kinds) and all(_is(t[k], v) for k, v in kinds.items())
+
+
+def _valid_kernel(k: Any) -> bool:
+    kinds = {
+        "kind": (str,),
+        "flops": _NUMBER,
+        "bytes_accessed": _NUMBER,
+        "dtype": (str, type(None)),
+        "runs": (int,),
+    }
+    return isinstance(k, dict) and set(k) == set(kinds) and all(_is(k[n], v) for n, v in kinds.items())
 
 
 def file_digest(path: str) -> str | None:
