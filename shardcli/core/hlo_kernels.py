@@ -332,11 +332,7 @@ def launches_of(module: HloModuleText, runs: dict[str, tuple[int, bool]], text: 
     """The `Launches` of `module` (a loop of unknown trips counted once)."""
     from shardcli.core.hlo_text import entry_array_counts
 
-    trips = sum(
-        (loop.trips or 1) * runs.get(loop.computation, (0, True))[0]
-        for loop in module.loops()
-        if runs.get(loop.computation, (0, True))[0]
-    )
+    trips = sum((loop.trips or 1) * runs.get(loop.computation, (0, True))[0] for loop in module.loops())
     taken, returned = entry_array_counts(text)
     return Launches(kernel_launches(module, runs), trips, taken + returned)
 
@@ -356,10 +352,11 @@ def kernel_launches(module: HloModuleText, runs: dict[str, tuple[int, bool]]) ->
         sequences.add(name)
         for inst in module.computations[name].instructions.values():
             if inst.opcode in ("while", "conditional", "call"):
-                called = dict((kind, callee) for kind, callee in instruction_callees(inst))
-                if "condition" in called and "body" in called:  # the condition runs every trip too
-                    times[called["condition"]] = times.get(called["body"], 0)
-                todo.extend(callee for _, callee in instruction_callees(inst))
+                calls = list(instruction_callees(inst))
+                by_kind = dict(calls)
+                if "condition" in by_kind and "body" in by_kind:  # the condition runs every trip too
+                    times[by_kind["condition"]] = times.get(by_kind["body"], 0)
+                todo.extend(callee for _, callee in calls)
     return sum(
         times.get(name, 0)
         for name in sequences

@@ -194,13 +194,13 @@ def _valid_entry(data: Any) -> CompiledFigures | None:
     try:
         checks = [_is(figures[name], kinds) for name, kinds in _FIELD_KINDS.items()]
         traffic = figures["traffic"]
-        checks.append(isinstance(traffic, list) and all(_valid_traffic(t) for t in traffic))
+        checks.append(isinstance(traffic, list) and all(_valid_record(t, _TRAFFIC_KINDS) for t in traffic))
         checks.append(figures["method"] in METHODS)
         checks.append(
             isinstance(figures["notes"], list) and all(isinstance(n, str) for n in figures["notes"])
         )
         kernels, launches = figures["kernels"], figures["launches"]
-        checks.append(isinstance(kernels, list) and all(_valid_kernel(k) for k in kernels))
+        checks.append(isinstance(kernels, list) and all(_valid_record(k, _KERNEL_KINDS) for k in kernels))
         checks.append(
             launches is None
             or (isinstance(launches, list) and len(launches) == 3 and all(_is(n, (int,)) for n in launches))
@@ -240,26 +240,30 @@ def _is(value: Any, kinds: tuple[type, ...]) -> bool:
     return not isinstance(value, _NUMBER) or isinstance(value, bool) or (math.isfinite(value) and value >= 0)
 
 
-def _valid_traffic(t: Any) -> bool:
-    kinds = {
-        "axes": (str,),
-        "sent_bytes": _NUMBER,
-        "collectives": (int,),
-        "top_kind": (str,),
-        "top_op": (str,),
-    }
-    return isinstance(t, dict) and set(t) == set(kinds) and all(_is(t[k], v) for k, v in kinds.items())
+# the JSON types of one traffic record and of one kernel record
+_TRAFFIC_KINDS: dict[str, tuple[type, ...]] = {
+    "axes": (str,),
+    "sent_bytes": _NUMBER,
+    "collectives": (int,),
+    "top_kind": (str,),
+    "top_op": (str,),
+}
+_KERNEL_KINDS: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "flops": _NUMBER,
+    "bytes_accessed": _NUMBER,
+    "dtype": (str, type(None)),
+    "runs": (int,),
+}
 
 
-def _valid_kernel(k: Any) -> bool:
-    kinds = {
-        "kind": (str,),
-        "flops": _NUMBER,
-        "bytes_accessed": _NUMBER,
-        "dtype": (str, type(None)),
-        "runs": (int,),
-    }
-    return isinstance(k, dict) and set(k) == set(kinds) and all(_is(k[n], v) for n, v in kinds.items())
+def _valid_record(value: Any, kinds: dict[str, tuple[type, ...]]) -> bool:
+    """`value` is a dict of exactly the keys of `kinds`, each of its types (see `_is`)."""
+    return (
+        isinstance(value, dict)
+        and set(value) == set(kinds)
+        and all(_is(value[k], v) for k, v in kinds.items())
+    )
 
 
 def file_digest(path: str) -> str | None:

@@ -135,10 +135,10 @@ class DataTable(Table):
         table = copy.copy(self)
         table.columns = list(self.columns)
         table.shorteners = {}
+        share = -(-over // len(self.shorteners))  # each shortened column gives up its part
         for i, shorten in self.shorteners.items():
             cells = [str(c) for c in self.columns[i].cells]
             widest = max((cell_len(c) for c in cells), default=0)
-            share = -(-over // len(self.shorteners))
             short: list[RenderableType] = list(shorten(cells, max(widest - share, PROSE_WIDTH)))
             table.columns[i] = dataclasses.replace(self.columns[i], _cells=short)
         return table.fitted(console, options)
