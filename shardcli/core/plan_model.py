@@ -203,28 +203,28 @@ def chip_figures(
 
     chip = CHIPS[generation]
     hbm = int(chip.hbm_bytes.value)
+    rates = {
+        "peak_flops": chip.bf16_flops.value,
+        "hbm_bytes_per_s": chip.hbm_bytes_per_s.value,
+        "link_bytes_per_s": chip.link_bytes_per_s.value,
+    }
     if chip.platform == "cuda":
         from shardcli.gpu_memory import read_gpu_pool
 
-        hosts_gpus = topology if len(topology) == 2 else (1, topology[0])
         pool = read_gpu_pool(environ or {})
         assert chip.network_bytes_per_s is not None
         return ChipFigures(
-            peak_flops=chip.bf16_flops.value,
-            hbm_bytes_per_s=chip.hbm_bytes_per_s.value,
+            **rates,
             hbm_bytes=hbm,
-            link_bytes_per_s=chip.link_bytes_per_s.value,
-            torus=hosts_gpus,
+            torus=topology if len(topology) == 2 else (1, topology[0]),  # (hosts, GPUs per host)
             wraparound=(False, False),
             usable_bytes=pool.limit_bytes(hbm),
             usable_source=pool.words(chip.label, hbm),
             network_bytes_per_s=chip.network_bytes_per_s.value,
         )
     return ChipFigures(
-        peak_flops=chip.bf16_flops.value,
-        hbm_bytes_per_s=chip.hbm_bytes_per_s.value,
+        **rates,
         hbm_bytes=hbm,
-        link_bytes_per_s=chip.link_bytes_per_s.value,
         torus=topology,
         wraparound=tuple(chip.wraps(d, topology) for d in topology),
         usable_bytes=hbm,
