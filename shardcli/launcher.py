@@ -27,9 +27,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from shardcli.errors import ExitCode, ShardcliError
 
@@ -95,18 +95,6 @@ class LaunchResult:
     ports_tried: tuple[int, ...] = field(default_factory=tuple)
     elapsed_s: float = 0.0
     port_taken: bool = False  # process 0 could not bind the coordinator port
-
-
-def launchable_commands(commands: Mapping[str, Callable[..., Any] | None]) -> tuple[str, ...]:
-    """The commands launch can run, in the app's order: those given the multi-process options.
-
-    `options.with_run_options(processes=True)` is the one place that decides. `commands` maps each
-    of the app's command names to its function; the caller (`shardcli launch`, which runs inside the
-    app) passes them, so this module never imports the app that imports it.
-    """
-    from shardcli.options import takes_process_options
-
-    return tuple(name for name, fn in commands.items() if fn is not None and takes_process_options(fn))
 
 
 def validate_launch(spec: LaunchSpec, device_commands: tuple[str, ...]) -> LaunchSpec:

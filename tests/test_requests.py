@@ -439,7 +439,7 @@ def test_build_pipeline_request_refused(kwargs, message):
 
 def test_launch_runs_the_commands_given_the_multi_process_options(monkeypatch):
     from shardcli.cli import app
-    from shardcli.launcher import launchable_commands
+    from shardcli.commands.launch import launchable_commands
 
     def commands() -> dict:
         return {c.name: c.callback for c in app.registered_commands if c.name is not None}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from shardcli.options import takes_process_options
 
 if TYPE_CHECKING:
     from shardcli.launcher import LaunchResult
@@ -49,7 +52,7 @@ def launch(
 
     Example: shardcli launch -n 2 -- collective psum --mesh 2x4 --axes data,model
     """
-    from shardcli.launcher import LaunchSpec, launchable_commands, run_launch, validate_launch
+    from shardcli.launcher import LaunchSpec, run_launch, validate_launch
 
     spec = validate_launch(
         LaunchSpec(
@@ -113,3 +116,13 @@ def launch_summary(result: LaunchResult, timeout: float) -> str:
     lines.append(f"last lines of {failed.log}:")
     lines += [f"  | {line}" for line in failed.tail] or ["  | (no output)"]
     return "\n".join(lines) + "\n"
+
+
+def launchable_commands(commands: Mapping[str, Callable[..., Any] | None]) -> tuple[str, ...]:
+    """The commands launch can run, in the app's order: those given the multi-process options.
+
+    `options.with_run_options(processes=True)` is the one place that decides. `commands` maps each
+    of the app's command names to its function; the caller (`shardcli launch`, which runs inside the
+    app) passes them.
+    """
+    return tuple(name for name, fn in commands.items() if fn is not None and takes_process_options(fn))

@@ -240,7 +240,7 @@ def inspect_program(
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from shardcli.core.session import on_program_mesh
+    from shardcli.core.program_inputs import on_program_mesh
 
     session, (args, kwargs) = on_program_mesh(
         session,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.errors import ShardcliError
 from shardcli.mesh import MeshLayout, build_mesh, describe_mesh
 from shardcli.runtime import RuntimeInfo, start_runtime
 from shardcli.specs import MeshSpec, RunOptions
@@ -83,47 +82,3 @@ def session_on(session: Session, mesh: Any) -> Session:
         layout=describe_mesh(mesh),
         mode="explicit" if explicit else "auto",
     )
-
-
-def on_program_mesh(
-    session: Session, tree: Any, mode: str | None, where: str, *, mesh_given: bool = True
-) -> tuple[Session, Any]:
-    """The program's arguments and the session on the mesh they name.
-
-    Arguments sharded on a concrete mesh (one the user's file built) bring it: the session takes it,
-    its devices being the run's. Arguments on an AbstractMesh (`nnx.eval_shape` under `jax.set_mesh`)
-    are bound to the run's mesh by axis names and sizes; where no mesh was given (`mesh_given`), the
-    run's devices take the abstract mesh's shape and names. The axis types follow the arguments' mesh
-    (explicit inputs give an explicit run); `mode` (--mode typed) overrides them.
-
-    Raises:
-        ShardcliError: a mesh of other devices, or an abstract mesh whose names or sizes differ.
-    """
-    from shardcli.core.program_inputs import bind_to_mesh, check_binds, program_mesh, with_axis_types
-
-    found = program_mesh(tree)
-    mesh = session.mesh
-    if found is not None and found.abstract:
-        if not mesh_given and found.mesh.size <= len(session.devices):
-            import jax
-            import numpy as np
-
-            devices = np.asarray(session.devices[: found.mesh.size], dtype=object)
-            mesh = jax.sharding.Mesh(devices.reshape(found.mesh.axis_sizes), found.mesh.axis_names)
-        check_binds(found, mesh, where)
-    elif found is not None:
-        own = {(d.platform, d.id) for d in session.devices}
-        theirs = list(found.mesh.devices.flat)
-        if not all((d.platform, d.id) in own for d in theirs):
-            kind = theirs[0].device_kind if theirs else "no"
-            raise ShardcliError(
-                f"{where} are sharded on a mesh {found.describe()} of {kind} devices that this run does "
-                f"not have ({session.runtime.describe_devices()}); build the mesh from the one "
-                f"--inputs FILE.py:NAME receives (NAME(mesh)), or from jax.make_mesh"
-            )
-        mesh = found.mesh
-    explicit = (
-        mode == "explicit" if mode is not None else (found.explicit if found else session.mode == "explicit")
-    )
-    mesh = with_axis_types(mesh, explicit)
-    return session_on(session, mesh), bind_to_mesh(tree, mesh)
