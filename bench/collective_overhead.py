@@ -22,7 +22,7 @@ Both sides write their results the same way (`--out-buffer`, shardcli's default 
 the hand loop donates one output buffer to every call, `jit(f, donate_argnums=1,
 keep_unused=True)`, and feeds each result back as the next call's buffer; fresh: `f(x)`) and use
 the same host allocator (`--malloc`, default as shardcli's: reuse, or system with fresh buffers):
-shardcli gets the flags, the hand loop applies `shardcli.allocator.tune_for_reuse` before JAX
+shardcli gets the flags, the hand loop applies `shardcli.runtime.allocator.tune_for_reuse` before JAX
 starts. So the ratio compares the instrument, not two ways of running the op.
 
 Usage: python bench/collective_overhead.py [--rounds 21] [--warmup 5] [--iters 50]
@@ -197,7 +197,7 @@ def main() -> int:
     if args.hand_run:
         op, nbytes, warmup, iters, malloc, out_buffer = args.hand_run
         if malloc == "reuse":  # before the backend starts, as shardcli does
-            from shardcli.allocator import tune_for_reuse
+            from shardcli.runtime.allocator import tune_for_reuse
 
             state = tune_for_reuse("reuse", backend_started=False)
             if not state.applied:

@@ -336,7 +336,7 @@ NEEDS_TPU = {
 }
 # Examples that need the `gpu` extra (JAX's CUDA plugin): skipped the same way where it is missing.
 NEEDS_GPU = {"tutorial-gpu", "tutorial-gpu-pool", "tutorial-gpu-module", "tutorial-plan-gpu"}
-# JAX's GPU allocator variables, which change a GPU target's fit verdict (shardcli/gpu_memory.py)
+# JAX's GPU allocator variables, which change a GPU target's fit verdict (shardcli/hardware/gpu_memory.py)
 GPU_POOL_VARIABLES = (
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
     "XLA_CLIENT_MEM_FRACTION",

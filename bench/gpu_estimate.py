@@ -4,7 +4,7 @@
     python bench/gpu_estimate.py --gpu      # also compile and time the microbenchmarks on this host's GPU
 
 The estimate is `inspect`'s: each library kernel's roofline plus every other op's, divided by the
-efficiencies in `shardcli.calibration.GPU_OPS` (set from the einsum and stream rows; the train steps
+efficiencies in `shardcli.hardware.calibration.GPU_OPS` (set from the einsum and stream rows; the train steps
 were never used to set them). Each row reads a fixture's optimized HLO (compiled and run on one
 H200 with jax 0.11.2) through `program_analysis.analyze_text`, as `shardcli inspect PATH.hlo.txt
 --target gpu-h200:1` does, and prints its FLOPs against the reference count and its estimate against
@@ -36,10 +36,10 @@ BAND = (0.8, 1.25)
 
 def fixture_rows(quick: bool) -> list[tuple[str, float]]:
     """Print each fixture's FLOPs and estimate; return (name, estimate / measured) of the measured."""
-    from shardcli.calibration import GPU_OPS
-    from shardcli.core.program_analysis import analyze_text
-    from shardcli.core.step_time import estimate_step
-    from shardcli.hardware import CHIPS
+    from shardcli.analysis.program import analyze_text
+    from shardcli.analysis.step_time import estimate_step
+    from shardcli.hardware.calibration import GPU_OPS
+    from shardcli.hardware.chips import CHIPS
 
     chip = CHIPS["gpu-h200"]
     print(f"{'fixture':<20} {'FLOPs/ref':>9} {'XLA/ref':>8} {'estimate':>10} {'measured':>9} {'est/meas':>8}")
@@ -67,8 +67,8 @@ def gpu_rows() -> list[tuple[str, float]]:
     import jax
     import jax.numpy as jnp
 
-    from shardcli.core.program_analysis import analyze_compiled
-    from shardcli.core.step_time import step_time_of
+    from shardcli.analysis.program import analyze_compiled
+    from shardcli.analysis.step_time import step_time_of
 
     device = jax.devices()[0]
     mesh = jax.make_mesh((1,), ("d",), devices=[device])
@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="also time the microbenchmarks on this GPU")
     args = parser.parse_args()
     if not args.gpu:
-        from shardcli.runtime import import_jax_quietly
+        from shardcli.runtime.devices import import_jax_quietly
 
         import_jax_quietly()  # no GPU to start: the CUDA plugin's complaints about that kept quiet
         import jax

@@ -50,12 +50,14 @@ import time  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
 
-from shardcli.arrays import make_host_array  # noqa: E402
-from shardcli.core.matmul import CaseRun, ImplRun, MatmulRequest, run_matmul  # noqa: E402
-from shardcli.core.timing import summarize, time_iterations  # noqa: E402
 from shardcli.errors import ShardcliError  # noqa: E402
-from shardcli.matmul_registry import IMPLS  # noqa: E402
-from shardcli.specs import ArraySpec, DType, RunOptions, parse_dtype, parse_mesh  # noqa: E402
+from shardcli.playground.matmul import CaseRun, ImplRun, MatmulRequest, run_matmul  # noqa: E402
+from shardcli.playground.matmul_cases import IMPLS  # noqa: E402
+from shardcli.runtime.arrays import make_host_array  # noqa: E402
+from shardcli.runtime.timing import summarize, time_iterations  # noqa: E402
+from shardcli.specs.meshes import parse_mesh  # noqa: E402
+from shardcli.specs.runs import RunOptions  # noqa: E402
+from shardcli.specs.values import ArraySpec, DType, parse_dtype  # noqa: E402
 
 N_DEVICES = 8
 

@@ -11,7 +11,7 @@ Dec 2023: 6 x parameters + causal attention per token): step = FLOPs per chip / 
 
 Calibration, stated plainly: the ONE efficiency the estimate divides the roofline by is the median
 over these rows (and only these) of roofline / measured. The script prints it; the value stored in
-`shardcli/core/plan_estimate.py` (CALIBRATION) was set from this script's output, and every row's
+`shardcli/plan/estimate.py` (CALIBRATION) was set from this script's output, and every row's
 estimate / measured uses that stored value. Rows not listed here were never used.
 
 Then for each row the planner ranks every layout of the same model, batch and target and compiles
@@ -38,11 +38,11 @@ from dataclasses import dataclass, replace
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from shardcli.core.plan_candidates import Candidate, MeshChoice  # noqa: E402
-from shardcli.core.plan_estimate import CALIBRATION, ROOFLINE, estimate_of  # noqa: E402
-from shardcli.core.plan_model import chip_figures  # noqa: E402
-from shardcli.decoder_spec import PRESETS  # noqa: E402
-from shardcli.targets import parse_target  # noqa: E402
+from shardcli.hardware.targets import parse_target  # noqa: E402
+from shardcli.plan.analytic import chip_figures  # noqa: E402
+from shardcli.plan.candidates import Candidate, MeshChoice  # noqa: E402
+from shardcli.plan.estimate import CALIBRATION, ROOFLINE, estimate_of  # noqa: E402
+from shardcli.specs.decoder import PRESETS  # noqa: E402
 
 README = "MaxText configs/v5p/README.md and configs/v4/README.md (Dec 2023)"
 
@@ -143,14 +143,14 @@ PICK_TRIES = 4  # the planner's top candidates compiled, in its order, until one
 
 def _figures(cfg, candidate, target, sessions):  # type: ignore[no-untyped-def]
     """(figures, the mesh, whether they came from the cache)."""
-    from shardcli.core.plan_compile import (
+    from shardcli.plan.compiles import (
         cache_key,
         compile_candidate,
         read_cached,
         target_session,
         write_cached,
     )
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
     session = target_session(sessions, target, candidate.mesh, RunOptions())
     key = cache_key(cfg, candidate, target, METHOD[0])
@@ -189,9 +189,9 @@ def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[typ
     )
     if not pick:
         return result
-    from shardcli.core.plan import model_candidates
-    from shardcli.core.plan_candidates import enumerate_candidates
-    from shardcli.core.plan_selection import CandidateSelector
+    from shardcli.plan.candidates import enumerate_candidates
+    from shardcli.plan.search import model_candidates
+    from shardcli.plan.selection import CandidateSelector
 
     candidates, _ = enumerate_candidates(
         target.topology, global_batch=None, per_device_batch=row.per_device_batch, seq_len=cfg.seq

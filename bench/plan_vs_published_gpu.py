@@ -3,7 +3,7 @@
 Each row builds shardcli's decoder at a published model and layout, compiles it for the GPU hosts
 with XLA's GPU compiler and no GPU (`plan_compile.compile_candidate`, the path `shardcli plan` and
 `shardcli inspect --target gpu-...` take), and puts the estimate `plan` ranks by (`estimate_of`:
-the per-op roofline of `shardcli.calibration.GPU_OPS`, or the communication over NVLink and the
+the per-op roofline of `shardcli.hardware.calibration.GPU_OPS`, or the communication over NVLink and the
 network where that takes longer) beside the published step time. Nothing here was used to set any
 figure of the estimate: GPU_OPS comes from two microbenchmarks on one H200.
 
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from shardcli.core.plan_candidates import Candidate, MeshChoice  # noqa: E402
-from shardcli.core.plan_estimate import estimate_of  # noqa: E402
-from shardcli.decoder_spec import PRESETS  # noqa: E402
-from shardcli.targets import parse_target  # noqa: E402
+from shardcli.hardware.targets import parse_target  # noqa: E402
+from shardcli.plan.candidates import Candidate, MeshChoice  # noqa: E402
+from shardcli.plan.estimate import estimate_of  # noqa: E402
+from shardcli.specs.decoder import PRESETS  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -79,14 +79,14 @@ BAND = (0.8, 1.25)
 
 
 def run_row(row: GpuRow, sessions: dict) -> None:  # type: ignore[type-arg]
-    from shardcli.core.plan_compile import (
+    from shardcli.plan.compiles import (
         cache_key,
         compile_candidate,
         read_cached,
         target_session,
         write_cached,
     )
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
     cfg = PRESETS[row.preset]
     target = parse_target(row.target)

@@ -9,7 +9,7 @@ against NumPy's result of the whole chain, which stays exact for these small int
 Levers:
 - baseline: out of place, each call blocked until ready, malloc as the system has it
 - donate: input donated and each output fed back as the next input (XLA writes in place)
-- reuse: `shardcli.allocator.tune_for_reuse` (glibc keeps freed buffers; what `--malloc reuse` does)
+- reuse: `shardcli.runtime.allocator.tune_for_reuse` (glibc keeps freed buffers; what `--malloc reuse` does)
 - reuse+donate
 - thp: GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (transparent huge pages for malloc's mmap chunks;
   needs the variable at process start)
@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardcli.roofline import host_copy_bandwidth, min_bytes  # noqa: E402
+from shardcli.playground.roofline import host_copy_bandwidth, min_bytes  # noqa: E402
 
 N = 8
 LEVERS = {
@@ -79,7 +79,7 @@ def child(lever: str, nbytes: int, warmup: int, iters: int) -> dict:
 
     cfg = LEVERS[lever]
     if cfg.get("reuse"):
-        from shardcli.allocator import tune_for_reuse
+        from shardcli.runtime.allocator import tune_for_reuse
 
         state = tune_for_reuse("reuse", backend_started=False)
         assert state.applied, state.note

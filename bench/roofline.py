@@ -2,9 +2,10 @@
 
 1. This machine's copy bandwidth: NumPy copying 64 MiB with 1 thread and with every core (each
    thread its own slice), read + written bytes per second, best of 10, the better of glibc's
-   cached and streaming stores (`shardcli.roofline.measure_best_copy_bandwidth`, what the CLI uses).
+   cached and streaming stores (`shardcli.playground.roofline.measure_best_copy_bandwidth`, what the
+   CLI uses).
 2. For each collective, the fewest bytes that must be read and written when its n devices live in
-   one process (`shardcli.roofline.min_bytes`: psum reads n inputs and writes n outputs, ...), and
+   one process (`shardcli.playground.roofline.min_bytes`: psum reads n inputs and writes n outputs, ...), and
    the time and busbw that gives at the all-cores copy bandwidth.
 3. `shardcli collective OP --mesh 8 --size SIZE --format json` for psum, all_gather, psum_scatter,
    ppermute and all_to_all at 1 MiB and 64 MiB per device, each in a fresh process, in each of
@@ -43,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardcli.roofline import (  # noqa: E402
+from shardcli.playground.roofline import (  # noqa: E402
     measure_best_copy_bandwidth,
     min_bytes,
     min_bytes_rule,

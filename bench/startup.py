@@ -27,15 +27,21 @@ from pathlib import Path
 PY = sys.executable
 JAX_IMPORT = "import jax"
 FLOOR_IMPORT = "import typer, rich.console"
-# Prints the modules `shardcli --help` loads that it must not: JAX, NumPy, a command's core or
-# renderer, the runtime (one per line), after running --help in this interpreter.
+# Prints the modules `shardcli --help` loads that it must not: JAX, NumPy, what runs a command or
+# renders it, JAX's start (one per line), after running --help in this interpreter. The registries
+# (their names are --help's choices), standard output and signals are light and allowed.
 HELP_MODULES = (
     "import sys\n"
     "sys.argv = ['shardcli', '--help']\n"
     "from shardcli.cli import main\n"
     "try:\n    main()\nexcept SystemExit:\n    pass\n"
-    "bad = ('jax', 'jaxlib', 'numpy', 'shardcli.core', 'shardcli.render', 'shardcli.runtime')\n"
-    "sys.stderr.write('\\n'.join(sorted(m for m in sys.modules if m.startswith(bad))))\n"
+    "light = {'shardcli', 'shardcli.cli', 'shardcli.errors', 'shardcli.commands', 'shardcli.runtime',\n"
+    "         'shardcli.runtime.stdout', 'shardcli.runtime.interrupts', 'shardcli.playground',\n"
+    "         'shardcli.playground.collective_cases', 'shardcli.playground.matmul_cases',\n"
+    "         'shardcli.playground.recipe_cases'}\n"
+    "bad = [m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'numpy')\n"
+    "       or m.startswith('shardcli') and m not in light and not m.startswith('shardcli.commands.')]\n"
+    "sys.stderr.write('\\n'.join(sorted(bad)))\n"
 )
 
 

@@ -43,7 +43,7 @@ def inspect(fn: Any, *args: Any, **kwargs: Any) -> InspectReport:
 
 def probe(x: Any, name: str) -> Any:
     """Show `x` device by device under `shardcli run` (inside shard_map: each device's block); returns `x`."""
-    from shardcli.core.run_probe import probe as _probe
+    from shardcli.program.probe import probe as _probe
 
     return _probe(x, name)
 

@@ -14,8 +14,8 @@ from typing import Any
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.jupyter import JupyterMixin
 
-from shardcli.core.inspect import InspectResult
 from shardcli.errors import ShardcliError
+from shardcli.program.inspect import InspectResult
 
 TEXT_WIDTH = 100  # print(report) and str(report): the text report at this width, without colour
 
@@ -75,7 +75,7 @@ class InspectReport(JupyterMixin):
         r = self.result
         parts = [f"{len(r.arguments)} argument(s)", f"{len(self.collectives)} collective(s)"]
         if self.memory is not None and getattr(self.memory, "total_bytes", None) is not None:
-            from shardcli.specs import format_bytes
+            from shardcli.specs.values import format_bytes
 
             parts.append(f"{format_bytes(self.memory.total_bytes)} per device")
         if r.findings:
@@ -107,7 +107,7 @@ class ShardingPicture(JupyterMixin):
 
 def picture(x: Any, title: str | None = None) -> ShardingPicture:
     """The picture `show` draws, as an object (a notebook cell shows it as its value)."""
-    from shardcli.core.inspect import fact_of
+    from shardcli.program.inspect import fact_of
 
     if getattr(x, "sharding", None) is None:
         raise ShardcliError(
@@ -158,10 +158,10 @@ def inspect(
     Returns:
         The report: rendered as the value of a notebook cell; `.to_json()` for scripts.
     """
-    from shardcli.core.inspect import inspect_program
-    from shardcli.core.session import session_of_mesh
-    from shardcli.mesh import entries_of_spec
-    from shardcli.specs import ShardingSpec
+    from shardcli.program.inspect import inspect_program
+    from shardcli.runtime.mesh import entries_of_spec
+    from shardcli.runtime.session import session_of_mesh
+    from shardcli.specs.meshes import ShardingSpec
 
     session = session_of_mesh(mesh if mesh is not None else _mesh_of(args))
     specs = tuple(ShardingSpec(entries_of_spec(spec, len(tuple(spec)))) for spec in outs)

@@ -30,7 +30,7 @@ from shardcli.commands import reshard as reshard_cmd
 from shardcli.commands import run as run_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError, Terminated
-from shardcli.stdout import (
+from shardcli.runtime.stdout import (
     hand_back_stdout,
     own_process_streams,
     quiet_when_reader_leaves,
@@ -106,7 +106,7 @@ def _leave_cluster(prog: str, code: int) -> int:
     that this one failed. A process that succeeded leaves at once too when process 0 failed (JAX
     would abort it at that barrier once process 0 is gone). Ctrl-C cuts the waiting short.
     """
-    from shardcli.runtime import leave_cluster
+    from shardcli.runtime.cluster import leave_cluster
 
     try:
         leave_now = leave_cluster(int(code))
@@ -183,7 +183,7 @@ class ShardcliGroup(TyperGroup):
                 ExitCode.INTERNAL,
             )
         if "jax" in sys.modules:  # 64-bit dtypes a run turned on are off again for what follows
-            from shardcli.runtime import restore_x64
+            from shardcli.runtime.devices import restore_x64
 
             restore_x64()
         code = _save_output(prog, code)
@@ -269,7 +269,7 @@ def _leave_abandoned_compiles(code: object) -> None:
     """A compile left running by Ctrl-C or SIGTERM (`plan`'s compile thread, inside libtpu): the
     process leaves at once with its code, its output flushed. Python's exit would wait on, or tear
     down the compiler's state under, a thread still compiling (a plan once hung there)."""
-    plan_compile = sys.modules.get("shardcli.core.plan_compile")
+    plan_compile = sys.modules.get("shardcli.plan.compiles")
     if plan_compile is None or not plan_compile.abandoned_compiles():
         return
     for stream in (sys.stdout, sys.stderr):

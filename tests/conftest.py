@@ -52,7 +52,7 @@ _ENV_TO_CLEAR = (
     "SHARDCLI_DEVICES",
     "SHARDCLI_JOIN_TIMEOUT",
     "SHARDCLI_LAUNCHER_PID",
-    # JAX's GPU allocator: a GPU target's fit verdict reads them (shardcli/gpu_memory.py)
+    # JAX's GPU allocator: a GPU target's fit verdict reads them (shardcli/hardware/gpu_memory.py)
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
     "XLA_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_PREALLOCATE",
@@ -87,7 +87,7 @@ def cli() -> RunCli:
 
 def json_of(cli: RunCli, *args: str, code: int = 0) -> dict:
     """`cli(ARGS --format json)`: the document, after checking the exit code and the schema's keys."""
-    from shardcli import json_schema as schema
+    from shardcli.results import schema
 
     out = cli([*args, "--format", "json"])
     assert out.exit_code == code, out.output

@@ -19,7 +19,7 @@ from jax import lax
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardcli.core.program_analysis import ProgramAnalysis, analyze_compiled
+from shardcli.analysis.program import ProgramAnalysis, analyze_compiled
 
 LAYERS, D, F, BATCH, SEQ = 4, 128, 512, 4, 64
 TPU_TARGET = "tpu-v5e:2x2"
@@ -105,7 +105,7 @@ CASES = (
 
 
 def platforms() -> list[str]:
-    from shardcli.compilers import compiler_installed
+    from shardcli.hardware.compilers import compiler_installed
 
     return (
         ["cpu"]
@@ -122,16 +122,16 @@ def mesh_for(platform: str) -> Any:
 
         devices = np.array(jax.devices("cpu")[:4]).reshape(2, 2)
         return jax.sharding.Mesh(devices, ("data", "model"), axis_types=(AxisType.Auto,) * 2)
-    from shardcli.core.target import open_target_session
-    from shardcli.specs import RunOptions
-    from shardcli.targets import parse_target
+    from shardcli.analysis.target import open_target_session
+    from shardcli.hardware.targets import parse_target
+    from shardcli.specs.runs import RunOptions
 
     return open_target_session(parse_target(platform), "2x2", "data,model", RunOptions()).mesh
 
 
 def analyze(case: Case, platform: str, unroll: bool) -> ProgramAnalysis:
     """Compile the case (float32 on the CPU, bfloat16 for a target) and read it."""
-    from shardcli.core.target import quiet_native_logs
+    from shardcli.analysis.target import quiet_native_logs
 
     mesh = mesh_for(platform)
     dtype = jnp.float32 if platform == "cpu" else jnp.bfloat16

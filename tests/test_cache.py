@@ -7,7 +7,7 @@ import sys
 
 from conftest import run_shardcli
 
-from shardcli.core.cache import CACHE_ENV, default_cache_dir
+from shardcli.runtime.cache import CACHE_ENV, default_cache_dir
 
 RUN = ("collective", "psum", "--mesh", "2", "--iters", "2", "--warmup", "1", "--format", "json")
 
@@ -64,7 +64,7 @@ def test_the_default_directory_follows_xdg_and_the_override(monkeypatch, tmp_pat
 
 
 def test_an_unusable_cache_is_a_warning_in_the_result_not_a_print(monkeypatch, tmp_path, capsys):
-    from shardcli.core import cache
+    from shardcli.runtime import cache
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

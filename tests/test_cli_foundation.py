@@ -11,7 +11,7 @@ import pytest
 from conftest import IN_PROCESS_DEVICES, pythonpath_first
 
 import shardcli
-from shardcli.json_schema import SCHEMA_VERSION, document_problems
+from shardcli.results.schema import SCHEMA_VERSION, document_problems
 
 ANSI = re.compile(r"\x1b\[([0-9;]*)m")
 
@@ -431,7 +431,7 @@ def json_of(result) -> dict:
 
 def test_mesh_json_contract(cli):
     doc = json_of(cli(["mesh", "--mesh", "2x4", "--axes", "data,model", "--format", "json"]))
-    assert document_problems(doc, "mesh") == []  # exactly the keys shardcli/json_schema.py gives
+    assert document_problems(doc, "mesh") == []  # exactly the keys shardcli/results/schema.py gives
     assert doc["schema"] == SCHEMA_VERSION
     assert doc["command"] == "mesh"
     assert doc["shardcli_version"] == shardcli.__version__
@@ -632,7 +632,7 @@ def test_command_help_wraps_each_paragraph_whole(cli, command, joined):
 
 
 def test_shard_check_fails_when_a_device_holds_the_wrong_block(cli, monkeypatch):
-    import shardcli.core.shard as core_shard
+    import shardcli.playground.shard as core_shard
 
     place = core_shard.place_array
 
@@ -654,7 +654,7 @@ def test_shard_check_fails_when_a_device_holds_the_wrong_block(cli, monkeypatch)
 
 
 def test_shard_check_names_every_replica(cli, monkeypatch):
-    import shardcli.core.shard as core_shard
+    import shardcli.playground.shard as core_shard
 
     place = core_shard.place_array
 
@@ -785,7 +785,7 @@ def test_a_backend_jax_cannot_start_is_one_line_with_what_jax_said(shardcli_subp
 def test_only_jax_start_up_complaints_are_kept(caplog):
     import logging
 
-    from shardcli.runtime import jax_start_complaints
+    from shardcli.runtime.devices import jax_start_complaints
 
     logger = logging.getLogger("jax._src.xla_bridge")
     with caplog.at_level(logging.DEBUG, logger="jax._src.xla_bridge"), jax_start_complaints() as kept:
@@ -847,7 +847,7 @@ GUESS = "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib
     ],
 )
 def test_what_jax_said_leaves_out_its_wrong_guesses(complaints, said):
-    from shardcli.runtime import _said
+    from shardcli.runtime.devices import _said
 
     assert _said(complaints) == said
 
@@ -884,7 +884,7 @@ def test_cli_import_help_and_bad_flags_do_not_import_jax(python_subprocess):
 
 WRONG_PSUM = """
     import dataclasses
-    from shardcli import collective_registry as collectives
+    from shardcli.playground import collective_cases as collectives
     psum = collectives.COLLECTIVES["psum"]
     collectives.COLLECTIVES["psum"] = dataclasses.replace(
         psum, body=lambda x, params, n: psum.body(x, params, n) + 1
@@ -954,7 +954,8 @@ def test_a_run_with_64_bit_values_leaves_x64_as_it_found_it(cli, args: list[str]
 
 def test_the_default_format_choices_are_the_specs_ones():
     # options keeps them as text so that --help does not import specs; they must not drift apart.
-    from shardcli import options, specs
+    from shardcli.commands import options
+    from shardcli.specs import runs
 
-    assert options.FORMATS == specs.FORMATS
+    assert options.FORMATS == runs.FORMATS
     assert [type(f) for f in options.FORMATS] == [str, str]

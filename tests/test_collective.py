@@ -9,14 +9,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from shardcli import collective_registry as registry
+from shardcli.analysis.program import find_collectives
 from shardcli.cli import app
-from shardcli.collective_registry import COLLECTIVES, CollectiveParams, busbw_factor
-from shardcli.core.collective import CollectiveRequest, run_collective, validate_request
-from shardcli.core.program_analysis import find_collectives
 from shardcli.errors import ShardcliError
-from shardcli.json_schema import SCHEMA_VERSION, document_problems
-from shardcli.specs import Platform, RunOptions, parse_bytes, parse_dtype, parse_mesh, parse_perm, parse_sizes
+from shardcli.playground import collective_cases as registry
+from shardcli.playground.collective import CollectiveRequest, run_collective, validate_request
+from shardcli.playground.collective_cases import COLLECTIVES, CollectiveParams, busbw_factor
+from shardcli.results.schema import SCHEMA_VERSION, document_problems
+from shardcli.specs.meshes import parse_mesh
+from shardcli.specs.runs import Platform, RunOptions
+from shardcli.specs.values import parse_bytes, parse_dtype, parse_perm, parse_sizes
 
 FAST = dict(warmup=0, iters=1)
 
@@ -98,7 +100,7 @@ def test_non_default_parameters(name, kw):
 
 def test_groups_stay_independent_with_a_spec_over_every_axis():
     # dim 0 split over data and model: each group (a data row) reduces different numbers
-    from shardcli.specs import parse_sharding
+    from shardcli.specs.meshes import parse_sharding
 
     req = request("psum", "2x4", "data,model", ("model",), show_values=True)
     req = dataclasses.replace(req, sharding=parse_sharding("data+model", req.mesh))
@@ -188,7 +190,7 @@ def test_a_program_that_leaves_the_out_buffer_alone_is_caught(monkeypatch):
     # there leaves the poison, and every element counts as wrong.
     import jax
 
-    from shardcli.core import collective as core
+    from shardcli.playground import collective as core
 
     real = core._shard_map_program
 
@@ -220,7 +222,7 @@ class _Result:
     ],
 )
 def test_time_iterations_feeds_inputs_and_out_buffers(kw, calls):
-    from shardcli.core.timing import time_iterations
+    from shardcli.runtime.timing import time_iterations
 
     seen = []
 
@@ -303,7 +305,7 @@ def test_find_collectives_reads_sync_async_and_tuple_forms():
 def test_gpu_groups_over_several_hosts_follow_their_device_ids():
     """XLA's GPU compiler on 2 hosts of 8 names groups by a mesh of its own whose positions hold the
     devices `device_ids` lists: over axis_0, the 8 GPUs of a host (fsdp); over axis_2, one per host."""
-    from shardcli.core.program_analysis import parse_collectives
+    from shardcli.analysis.program import parse_collectives
 
     groups = "replica_groups=mesh['axis_0'=8,'axis_1'=1,'axis_2'=2], device_ids=([2,8]T(1,0))"
     hlo = f"""
@@ -502,7 +504,7 @@ def test_json_contract():
     result = invoke("all_gather", "--mesh", "4", "--format", "json", "--iters", "2", "--placement", "both")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert document_problems(doc, "collective") == []  # exactly the keys shardcli/json_schema.py gives
+    assert document_problems(doc, "collective") == []  # exactly the keys shardcli/results/schema.py gives
     assert doc["schema"] == SCHEMA_VERSION and doc["command"] == "collective"
     size = doc["sizes"][0]
     out, inplace = size["placements"]

@@ -10,7 +10,7 @@ from importlib import metadata
 import jax
 import pytest
 
-from shardcli.compilers import compiler_installed, compiler_versions, installed_compilers
+from shardcli.hardware.compilers import compiler_installed, compiler_versions, installed_compilers
 
 CUDA12, CUDA13 = "jax_cuda12_plugin", "jax_cuda13_plugin"
 VERSIONS = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "libtpu": "0.0.52", "jax-cuda13-plugin": "0.12.0.2"}

@@ -24,12 +24,12 @@ import pytest
 from conftest import clean_env, pythonpath_first, run_shardcli
 from test_cli_foundation import assert_one_line_error
 
-from shardcli import launcher
-from shardcli.core.processes import combine_check, combine_timing
-from shardcli.core.timing import Timing, summarize
 from shardcli.errors import ShardcliError
-from shardcli.runtime import coordinator_bind, exposure_note, pick_devices
-from shardcli.specs import DistributedSpec, parse_distributed
+from shardcli.runtime import launcher
+from shardcli.runtime.cluster import coordinator_bind, exposure_note, pick_devices
+from shardcli.runtime.processes import combine_check, combine_timing
+from shardcli.runtime.timing import Timing, summarize
+from shardcli.specs.runs import DistributedSpec, parse_distributed
 
 FAST = ("--warmup", "1", "--iters", "2")
 
@@ -428,7 +428,7 @@ def test_only_process_0_prints_unless_all_processes():
 PLANT = """
     import dataclasses, os
     if os.environ.get("SHARDCLI_PROCESS_ID") == "1":
-        from shardcli import collective_registry as collectives
+        from shardcli.playground import collective_cases as collectives
         psum = collectives.COLLECTIVES["psum"]
         collectives.COLLECTIVES["psum"] = dataclasses.replace(
             psum, body=lambda x, params, n: psum.body(x, params, n) + 1
@@ -490,7 +490,7 @@ def alive(pid: int) -> bool:
 
 IN_THE_LOOP = """
     import os, pathlib
-    import shardcli.core.collective as collective
+    import shardcli.playground.collective as collective
     real_loop = collective.time_iterations
     def marked(*args, **kwargs):
         name = "in-the-loop-" + os.environ.get("SHARDCLI_PROCESS_ID", "0")
@@ -668,7 +668,7 @@ def test_children_die_with_a_killed_launcher(tmp_path):
 LATE_FAILURE = """
     import os
     if os.environ.get("SHARDCLI_PROCESS_ID") == "1":
-        import shardcli.core.processes as processes
+        import shardcli.runtime.processes as processes
         from shardcli.errors import ShardcliError
         real, calls = processes.combine_timing, []
 
@@ -737,7 +737,7 @@ LATE_AT_THE_CHECK = """
     import os
     if os.environ.get("SHARDCLI_PROCESS_ID") == os.environ["PLANT_LATE_PROCESS"]:
         import time
-        import shardcli.runtime as runtime
+        import shardcli.runtime.devices as runtime
         pick = runtime.pick_devices
         def late(*args, **kwargs):
             time.sleep(2)
@@ -767,7 +767,7 @@ PROCESS_0_FAILS_LAST = """
     import os, pathlib, time
     leaving = pathlib.Path(os.environ["PLANT_DIR"], "process-1-leaving")
     if os.environ.get("SHARDCLI_PROCESS_ID") == "1":
-        import shardcli.runtime as runtime
+        import shardcli.runtime.cluster as runtime
         real_leave = runtime.leave_cluster
         def say_leaving(code):
             leaving.touch()
@@ -799,13 +799,13 @@ def test_a_process_that_succeeded_is_not_aborted_when_process_0_fails(tmp_path):
 PROCESS_0_FAILS_IN_THE_COMBINE = """
     import os
     if os.environ.get("SHARDCLI_PROCESS_ID") == "0":
-        import shardcli.core.processes as processes
+        import shardcli.runtime.processes as processes
         from shardcli.errors import ShardcliError
         def refuse(*args, **kwargs):
             raise ShardcliError("planted: process 0 refuses to combine the timings")
         processes.combine_timing = refuse
         import pathlib
-        import shardcli.runtime as runtime
+        import shardcli.runtime.cluster as runtime
         real_wait = runtime._wait_for_key
         def say_waiting(*args, **kwargs):
             pathlib.Path(os.environ["PLANT_DIR"], "process-0-waiting").touch()
@@ -817,7 +817,7 @@ PROCESS_0_FAILS_IN_THE_COMBINE = """
 def test_ctrl_c_cuts_process_0_s_wait_for_the_others_short(tmp_path):
     """Process 0 fails while process 1 waits for it in a collective, so process 1 never records
     a code and process 0 would wait the whole EXIT_GRACE_S; Ctrl-C ends the wait at once."""
-    from shardcli.runtime import EXIT_GRACE_S
+    from shardcli.runtime.cluster import EXIT_GRACE_S
 
     args = ("collective", "psum", "--mesh", "2", "--size", "1K", "--iters", "3", "--warmup", "1", "-q")
     env = {"PLANT_DIR": str(tmp_path), **with_site(tmp_path, PROCESS_0_FAILS_IN_THE_COMBINE)}

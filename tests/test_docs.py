@@ -88,7 +88,7 @@ def test_reference_has_every_exit_code(site: Path) -> None:
 
 
 def test_json_schema_page_has_every_kind_and_key(site: Path) -> None:
-    from shardcli import json_schema
+    from shardcli.results import schema as json_schema
 
     text = _text(site / "reference" / "json-schema" / "index.html")
     for name, kind in json_schema.DOCUMENTS.items():
@@ -265,7 +265,7 @@ def test_the_docs_check_under_another_jax(name, old, new, jax_version, equal):
 
 
 def test_the_json_schema_page_states_the_version_the_tool_writes() -> None:
-    from shardcli.json_schema import SCHEMA_VERSION
+    from shardcli.results.schema import SCHEMA_VERSION
 
     page = (ROOT / "docs" / "reference" / "json-schema.md").read_text(encoding="utf-8")
     row = next(line for line in page.splitlines() if line.startswith("| `schema` |"))
@@ -404,7 +404,7 @@ def test_the_plan_rule_sets_are_explained() -> None:
     import typer.main
 
     from shardcli.cli import app
-    from shardcli.core.plan_candidates import RULE_SETS
+    from shardcli.plan.candidates import RULE_SETS
 
     prose, _ = _split_page((ROOT / "docs" / "tutorials" / "plan.md").read_text(encoding="utf-8"))
     help_text = typer.main.get_command(app).commands["plan"].help  # type: ignore[attr-defined]

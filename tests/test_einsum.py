@@ -9,9 +9,9 @@ import json
 import pytest
 from conftest import run_shardcli
 
-from shardcli import json_schema as schema
-from shardcli.einsum_notation import parse_einsum
 from shardcli.errors import ShardcliError
+from shardcli.results import schema
+from shardcli.specs.einsum import parse_einsum
 
 FAST = ("--warmup", "1", "--iters", "2")
 BSF = ("einsum", "bsd,df->bsf", "--shape", "8x16x32", "--shape", "32x64")
@@ -226,7 +226,7 @@ def test_table_output_shows_pictures_collectives_and_the_verdict(cli):
 
 
 def test_a_wrong_block_exits_1(cli, monkeypatch):
-    from shardcli.core import einsum as core
+    from shardcli.playground import einsum as core
 
     real = core._program
 
@@ -350,7 +350,7 @@ def test_reshard_csv_and_bad_specs(cli):
 
 
 def test_reshard_checks_every_element(cli, monkeypatch):
-    from shardcli.core import reshard as core
+    from shardcli.playground import reshard as core
 
     real = core._program
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from shardcli.errors import ShardcliError
-from shardcli.specs import parse_shape
+from shardcli.specs.values import parse_shape
 
 NEAR_MESH = [
     "2x4",
@@ -234,8 +234,8 @@ def test_a_damaged_compare_input_is_bad_input_never_a_crash(cli, compare_inputs,
 
 
 def _checkpoint_metadata() -> str:
-    from shardcli.model_spec import LOGICAL_AXES, SavedModel
-    from shardcli.specs import MeshSpec
+    from shardcli.specs.meshes import MeshSpec
+    from shardcli.specs.model import LOGICAL_AXES, SavedModel
 
     saved = SavedModel(
         depth=32,
@@ -254,8 +254,8 @@ def _checkpoint_metadata() -> str:
 @FILE_SETTINGS
 @given(data=st.data())
 def test_damaged_checkpoint_metadata_is_bad_input_never_a_crash(tmp_path_factory, data):
-    from shardcli.model_spec import METADATA_FILE, STATE_DIR, RestoreRequest, validate_restore
-    from shardcli.specs import MeshSpec
+    from shardcli.specs.meshes import MeshSpec
+    from shardcli.specs.model import METADATA_FILE, STATE_DIR, RestoreRequest, validate_restore
 
     folder = tmp_path_factory.mktemp("checkpoint")
     (folder / STATE_DIR).mkdir()
@@ -270,7 +270,7 @@ def test_damaged_checkpoint_metadata_is_bad_input_never_a_crash(tmp_path_factory
 @FILE_SETTINGS
 @given(data=st.data())
 def test_a_damaged_copy_bandwidth_cache_is_measured_again(tmp_path_factory, data):
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     folder = tmp_path_factory.mktemp("copy-cache")
     measured = roofline.CopyBandwidth(bytes_per_s=2e10, threads=2, nbytes=64 << 20, repeats=10)
@@ -1480,8 +1480,8 @@ def test_a_signal_while_a_checkpoint_folder_is_held_waits_for_the_save(tmp_path)
     the signal surfaces after, as Terminated; the handlers are given back."""
     import signal
 
-    from shardcli.core.checkpoint_files import claimed_folder
     from shardcli.errors import Terminated
+    from shardcli.training.checkpoints import claimed_folder
 
     folder = tmp_path / "ck"
     before = signal.getsignal(signal.SIGTERM)
@@ -1495,7 +1495,7 @@ def test_a_signal_while_a_checkpoint_folder_is_held_waits_for_the_save(tmp_path)
 
 
 def test_a_failed_save_in_a_held_folder_removes_what_it_wrote(tmp_path):
-    from shardcli.core.checkpoint_files import claimed_folder
+    from shardcli.training.checkpoints import claimed_folder
 
     folder = tmp_path / "ck"
     with pytest.raises(OSError), claimed_folder(str(folder), "--checkpoint ck"):
@@ -1531,7 +1531,7 @@ def test_a_lock_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_p
     empty lock file left behind)."""
     import io
 
-    from shardcli.core import checkpoint_files
+    from shardcli.training import checkpoints as checkpoint_files
 
     class Full(io.StringIO):
         def write(self, text: str) -> int:
@@ -1684,8 +1684,8 @@ def test_tpu_v4_targets_run_as_listed_and_count_8_chips(cli, args):
 def test_a_checkpoint_number_that_is_no_whole_number_is_refused(tmp_path, field, value):
     """JSON's true, a fraction or text where the metadata holds a whole number: refused naming the
     folder (int() would have read true as depth 1 and 1.5 as batch 1)."""
-    from shardcli.model_spec import METADATA_FILE, STATE_DIR, RestoreRequest, validate_restore
-    from shardcli.specs import MeshSpec
+    from shardcli.specs.meshes import MeshSpec
+    from shardcli.specs.model import METADATA_FILE, STATE_DIR, RestoreRequest, validate_restore
 
     (tmp_path / STATE_DIR).mkdir()
     meta = json.loads(_checkpoint_metadata())
@@ -1919,7 +1919,7 @@ def test_a_full_disk_leaves_no_tmp_file_in_the_plan_cache(monkeypatch, tmp_path,
     import resource
     import signal
 
-    from shardcli.core import plan_compile
+    from shardcli.plan import compiles as plan_compile
 
     _, entry, _ = one_plan_entry
     monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path / "jax"))

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from shardcli.calibration import GPU_OPS
-from shardcli.core.hlo_kernels import kernel_calls
-from shardcli.core.hlo_text import parse_module
-from shardcli.core.loop_costs import runs_per_computation
-from shardcli.core.program_analysis import ProgramAnalysis, analyze_text
-from shardcli.core.step_time import estimate_step
-from shardcli.hardware import CHIPS
+from shardcli.analysis.hlo import parse_module
+from shardcli.analysis.kernels import kernel_calls
+from shardcli.analysis.loops import runs_per_computation
+from shardcli.analysis.program import ProgramAnalysis, analyze_text
+from shardcli.analysis.step_time import estimate_step
+from shardcli.hardware.calibration import GPU_OPS
+from shardcli.hardware.chips import CHIPS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "examples" / "gpu_h200"
 
@@ -292,7 +292,7 @@ ENTRY %main (a: f32[4], b: f32[4]) -> f32[4] {
 def test_a_loop_launches_its_body_and_condition_every_trip():
     """Per trip: the body's fusion and add, the condition's compare (the fused tanh's own
     instructions run inside its kernel): 3 x 5 trips; 2 arrays in, 1 out."""
-    from shardcli.core.hlo_kernels import launches_of
+    from shardcli.analysis.kernels import launches_of
 
     module = parse_module(_LOOPED)
     launches = launches_of(module, runs_per_computation(module), _LOOPED)
@@ -302,9 +302,9 @@ def test_a_loop_launches_its_body_and_condition_every_trip():
 def test_a_step_of_small_kernels_takes_at_least_its_launches():
     """Measured on one H200 (docs/development.md): the scanned equinox step ran 488 us for a
     roofline of microseconds; the launch floor (164 kernels, 8 trips, 22 buffers) is the estimate."""
-    from shardcli.calibration import GPU_LAUNCH
-    from shardcli.core.hlo_kernels import Launches
-    from shardcli.core.step_time import launch_seconds
+    from shardcli.analysis.kernels import Launches
+    from shardcli.analysis.step_time import launch_seconds
+    from shardcli.hardware.calibration import GPU_LAUNCH
 
     floor = launch_seconds(Launches(164, 8, 22), GPU_LAUNCH)
     assert floor == pytest.approx(59.4e-6 + 164 * 1.36e-6 + 8 * 9.6e-6 + 22 * 1.48e-6)

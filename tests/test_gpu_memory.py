@@ -1,4 +1,4 @@
-"""A GPU target's fit verdict against the pool JAX's GPU client makes (shardcli/gpu_memory.py).
+"""A GPU target's fit verdict against the pool JAX's GPU client makes (shardcli/hardware/gpu_memory.py).
 
 Pure tests of the environment's reading and the pool arithmetic, the llama2-7b step that ran out of
 memory on a real H200 (/work/shared/gpu_h200/README.md: 75.3 GiB of arguments + 27.5 GiB of
@@ -12,11 +12,11 @@ import textwrap
 
 import pytest
 
-from shardcli import json_schema as schema
-from shardcli.core.program_analysis import MemoryUse
-from shardcli.core.target import judge_fit
+from shardcli.analysis.program import MemoryUse
+from shardcli.analysis.target import judge_fit
 from shardcli.errors import ShardcliError
-from shardcli.gpu_memory import (
+from shardcli.hardware.chips import CHIPS, GIB
+from shardcli.hardware.gpu_memory import (
     DEFAULT_FRACTION,
     GpuPool,
     advise,
@@ -24,8 +24,8 @@ from shardcli.gpu_memory import (
     judge_gpu_fit,
     read_gpu_pool,
 )
-from shardcli.hardware import CHIPS, GIB
-from shardcli.targets import parse_target
+from shardcli.hardware.targets import parse_target
+from shardcli.results import schema
 
 MIB = 1 << 20
 H100 = 81_559 * MIB  # nvidia-smi on an H100 SXM

@@ -7,6 +7,7 @@ alike (a function-level import hides a circle from Python's import machinery, no
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,114 @@ def _write(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
 )
 def test_the_cycle_check_finds_circles_and_only_circles(tmp_path, files, expected):
     assert cycles(import_graph(_write(tmp_path, files))) == expected
+
+
+# --- the layers: each package says what it may import, and the code keeps to it -----------------------
+
+# The modules outside the packages: the surface (the app, the notebook API) and the pure modules.
+TOP_MODULES = {
+    "shardcli": {"api", "program"},
+    "__main__": {"cli"},
+    "cli": {"commands", "runtime", "errors"},
+    "api": {"render", "program", "runtime", "specs", "errors"},
+    "errors": set(),
+    "tile_math": set(),
+}
+_IMPORTS_FROM = re.compile(r"^Imports from: (?P<units>[a-z_, \n]+)\.\s*$", re.MULTILINE)
+
+
+def _unit(module: str) -> str:
+    """The layer a module belongs to: its top package under the root package, or the top module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def declared_imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """package (dotted) -> the units its `__init__` docstring says it may import from."""
+    root = min(modules, key=len)
+    declared = {}
+    for module, path in modules.items():
+        if path.name != "__init__.py" or module == root:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        found = _IMPORTS_FROM.search(doc)
+        assert found, f"{path}: the docstring says what the package owns and ends 'Imports from: a, b.'"
+        declared[module] = {u.strip() for u in found["units"].replace("\n", " ").split(",")}
+    return declared
+
+
+def layer_violations(modules: dict[str, Path], top_modules: dict[str, set[str]]) -> list[str]:
+    """Every import from one unit into another that the importing package's docstring does not allow,
+    and every pair of packages that allow each other (the allowed imports must point one way too)."""
+    root = min(modules, key=len)
+    graph = import_graph(modules)
+    declared = declared_imports(modules)
+    units = {_unit(m) for m in modules}
+    wrong = [
+        f"{package} names units that do not exist: {sorted(allowed - units)}"
+        for package, allowed in declared.items()
+        if not allowed <= units
+    ]
+    for module, targets in sorted(graph.items()):
+        # the innermost package holding the module speaks for it; a top module is in top_modules
+        holder = module if module in declared else module.rpartition(".")[0]
+        while holder and holder not in declared:
+            holder = holder.rpartition(".")[0]
+        allowed = declared[holder] if holder else top_modules[module.removeprefix(root + ".")]
+        for target in sorted(targets):
+            if _unit(target) != _unit(module) and _unit(target) not in allowed:
+                wrong.append(f"{module} -> {target} (it may import from: {', '.join(sorted(allowed))})")
+    allowed_graph = {p.removeprefix(root + "."): set(a) for p, a in declared.items() if p.count(".") == 1}
+    allowed_graph.update({m: set(a) for m, a in top_modules.items() if m not in (root, "__main__")})
+    for unit in allowed_graph:
+        allowed_graph[unit] &= set(allowed_graph)
+    wrong += ["packages that may import each other: " + " -> ".join(c) for c in cycles(allowed_graph)]
+    return wrong
+
+
+def test_every_package_says_what_it_may_import_and_every_import_points_down():
+    wrong = layer_violations(module_files(), TOP_MODULES)
+    assert not wrong, "imports that the packages' docstrings do not allow:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        pytest.param(
+            {
+                "__init__.py": "",
+                "low/__init__.py": '"""Low.\n\nImports from: errors.\n"""\n',
+                "low/a.py": "from pkg.errors import E\n",
+                "high/__init__.py": '"""High.\n\nImports from: low, errors.\n"""\n',
+                "high/b.py": "from pkg.low.a import x\n",
+                "errors.py": "",
+            },
+            [],
+            id="downward-imports-pass",
+        ),
+        pytest.param(
+            {
+                "__init__.py": "",
+                "low/__init__.py": '"""Low.\n\nImports from: errors.\n"""\n',
+                "low/a.py": "def f():\n    from pkg.high import b\n",
+                "high/__init__.py": '"""High.\n\nImports from: low, errors.\n"""\n',
+                "high/b.py": "",
+                "errors.py": "",
+            },
+            ["pkg.low.a -> pkg.high.b (it may import from: errors)"],
+            id="an-import-pointing-up-inside-a-function",
+        ),
+        pytest.param(
+            {
+                "__init__.py": "",
+                "low/__init__.py": '"""Low.\n\nImports from: high, errors.\n"""\n',
+                "high/__init__.py": '"""High.\n\nImports from: low, errors.\n"""\n',
+                "errors.py": "",
+            },
+            ["packages that may import each other: high -> low -> high"],
+            id="two-packages-allowing-each-other",
+        ),
+    ],
+)
+def test_the_layer_check_finds_upward_imports(tmp_path, files, expected):
+    assert layer_violations(_write(tmp_path, files), {"pkg": set(), "errors": set()}) == expected

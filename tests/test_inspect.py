@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_env
 
-from shardcli import json_schema as schema
+from shardcli.results import schema
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = str(ROOT / "examples" / "mlp.py")
@@ -542,7 +542,7 @@ StackFrames
     ],
 )  # fmt: skip
 def test_a_collectives_source_is_the_innermost_frame_in_the_users_files(frames, user_files, source):
-    from shardcli.core.program_analysis import parse_collectives
+    from shardcli.analysis.program import parse_collectives
 
     text = SOURCE_TABLES.replace("{frames}", "\n".join(frames)) + (
         "\nENTRY %main (p: f32[8]) -> f32[8] {\n"
@@ -573,7 +573,7 @@ def test_a_collectives_source_is_the_innermost_frame_in_the_users_files(frames, 
 def test_an_inserted_gathers_source_and_operation_are_those_of_the_operation_it_feeds(gather):
     """jax 0.12 gives a gather of an argument the argument's metadata (no line): the operation that
     uses it, through a copy that has no line either, names the line and the operation."""
-    from shardcli.core.program_analysis import parse_collectives
+    from shardcli.analysis.program import parse_collectives
 
     frames = ["1 {file_location_id=1 parent_frame_id=1}", "2 {file_location_id=2 parent_frame_id=2}",
               "3 {file_location_id=3 parent_frame_id=3}"]  # fmt: skip

@@ -75,10 +75,10 @@ def _compiled_here(target: str, mesh: str, tmp_path: Path):
     from jax.sharding import PartitionSpec as P
     from looped_programs import BATCH, CASES, SEQ, D
 
-    from shardcli.core.program_analysis import analyze_compiled
-    from shardcli.core.target import open_target_session, quiet_native_logs
-    from shardcli.specs import RunOptions
-    from shardcli.targets import parse_target
+    from shardcli.analysis.program import analyze_compiled
+    from shardcli.analysis.target import open_target_session, quiet_native_logs
+    from shardcli.hardware.targets import parse_target
+    from shardcli.specs.runs import RunOptions
 
     case = next(c for c in CASES if c.name == "layers-full-remat")
     session = open_target_session(parse_target(target), mesh, "data,model", RunOptions())

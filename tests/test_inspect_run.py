@@ -90,7 +90,7 @@ def test_the_screen_says_how_the_donated_arrays_were_given(cli, step, inputs, cl
 
 
 def test_a_call_missing_a_keyword_only_value_is_refused_before_compiling(cli, monkeypatch):
-    import shardcli.core.inspect as core
+    import shardcli.program.inspect as core
 
     def compiled(*args, **kwargs):
         raise AssertionError("compiled a call that cannot run")

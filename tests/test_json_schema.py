@@ -1,6 +1,6 @@
 """The JSON contract: every kind of document a real run writes has exactly the keys of its schema.
 
-shardcli/json_schema.py owns the keys; this file checks real documents against it, checks that
+shardcli/results/schema.py owns the keys; this file checks real documents against it, checks that
 the check can fail, and pins each kind's keys to the schema version, so a script that parses the
 JSON cannot break without the version saying so.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from shardcli import json_schema as schema
-from shardcli.json_schema import (
+from shardcli.results import schema
+from shardcli.results.schema import (
     DOCUMENTS,
     SCHEMA_VERSION,
     SchemaError,
@@ -311,7 +311,7 @@ def test_recipe_list_has_exactly_the_schemas_keys(cli):
 def test_keys_are_pinned_to_the_schema_version(kind):
     assert digest(kind) == PINNED_KEYS[SCHEMA_VERSION][kind], (
         f"the keys of the {kind} document changed (digest {digest(kind)}): scripts that read it break, "
-        "so raise SCHEMA_VERSION in shardcli/json_schema.py and record the digests under the new version"
+        "so raise SCHEMA_VERSION in shardcli/results/schema.py and record the digests under the new version"
     )
 
 

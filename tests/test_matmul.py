@@ -10,13 +10,15 @@ import json
 
 import pytest
 
-from shardcli.core.matmul import MatmulRequest, run_matmul, tolerance_for, validate_request
-from shardcli.costmodel import CommCost, Hardware, estimate, lookup_peak, table_hardware
 from shardcli.errors import ShardcliError
-from shardcli.json_schema import document_problems
-from shardcli.matmul_registry import IMPLS, MATMUL_CASES, Axes, flops_per_device
+from shardcli.hardware.costmodel import CommCost, Hardware, estimate, lookup_peak, table_hardware
+from shardcli.playground.matmul import MatmulRequest, run_matmul, tolerance_for, validate_request
+from shardcli.playground.matmul_cases import IMPLS, MATMUL_CASES, Axes, flops_per_device
 from shardcli.render.matmul import CSV_COLUMNS
-from shardcli.specs import Platform, RunOptions, parse_dims, parse_dtype, parse_mesh, parse_scales, scale_dims
+from shardcli.results.schema import document_problems
+from shardcli.specs.meshes import parse_mesh
+from shardcli.specs.runs import Platform, RunOptions
+from shardcli.specs.values import parse_dims, parse_dtype, parse_scales, scale_dims
 
 DIMS = (16, 32, 16)
 FAST = dict(warmup=0, iters=1, peak_tflops=1.0, link_gbps=1.0)
@@ -185,7 +187,7 @@ def test_xla_cost_figures_the_backend_does_not_know_are_none(cost, expected):
     """XLA on an H100 gave flops -1 and bytes -1 for a dot it hands to cuBLAS; the table shows '-'."""
     from types import SimpleNamespace
 
-    from shardcli.core.program_analysis import read_cost
+    from shardcli.analysis.program import read_cost
 
     assert read_cost(SimpleNamespace(cost_analysis=lambda: cost)) == expected
 
@@ -417,7 +419,7 @@ def test_json_contract(cli):
     )
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    assert document_problems(doc, "matmul") == []  # exactly the keys shardcli/json_schema.py gives
+    assert document_problems(doc, "matmul") == []  # exactly the keys shardcli/results/schema.py gives
     assert doc["command"] == "matmul"
     run = doc["runs"][0]
     assert run["model"] is not None  # so its keys were checked

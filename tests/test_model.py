@@ -10,11 +10,11 @@ import pytest
 from numerics import tf32
 from test_cli_foundation import assert_one_line_error
 
-from shardcli import model_spec
 from shardcli.errors import ShardcliError
-from shardcli.json_schema import document_problems
-from shardcli.model_spec import Annotations, check_layout, make_annotations, memory_need, parse_rules
-from shardcli.specs import MeshSpec
+from shardcli.results.schema import document_problems
+from shardcli.specs import model as model_spec
+from shardcli.specs.meshes import MeshSpec
+from shardcli.specs.model import Annotations, check_layout, make_annotations, memory_need, parse_rules
 
 MESH_2X4 = MeshSpec((2, 4), ("data", "model"))
 SMALL = ("--depth", "32", "--batch", "8", "--steps", "3")
@@ -420,7 +420,7 @@ def test_moments_sharded_unlike_their_parameters_fail_the_check(cli, monkeypatch
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.core import model as core
+    from shardcli.training import model as core
 
     real = core._abstract
 
@@ -490,7 +490,7 @@ def test_digest_is_the_same_on_any_sharding_and_changes_with_the_values():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.core.model import digest
+    from shardcli.training.model import digest
 
     mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     host = np.random.default_rng(0).standard_normal((8, 16), dtype=np.float32)
@@ -563,7 +563,7 @@ def test_tf32_results_pass_on_a_gpu_and_would_fail_the_cpu_bound(depth, batch, s
     """On a GPU the model's float32 dots round their inputs to TF32 (seen on an H100: the first
     gradients 6.6e-4 x max off, the CPU bound 1e-4); the bound there allows for it, whether the
     tensor cores round to nearest or truncate."""
-    from shardcli.core.model import _gradient_check, _loss_check, _reference
+    from shardcli.training.model import _gradient_check, _loss_check, _reference
 
     params, x, y = _random_model(depth, seed, batch)
     out, grads = _tf32_run(params, x, y, mode)
@@ -580,7 +580,7 @@ def test_tf32_results_pass_on_a_gpu_and_would_fail_the_cpu_bound(depth, batch, s
 
 
 def test_the_gpu_bound_still_catches_a_value_off_by_one_percent():
-    from shardcli.core.model import _gradient_check, _loss_check, _reference
+    from shardcli.training.model import _gradient_check, _loss_check, _reference
 
     params, x, y = _random_model(1024)
     out, grads = _tf32_run(params, x, y)

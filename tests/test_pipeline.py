@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_cli_foundation import assert_one_line_error
 
-from shardcli.schedules import gpipe, max_in_flight, one_f_one_b, textbook_bubble
+from shardcli.training.pipeline.schedules import gpipe, max_in_flight, one_f_one_b, textbook_bubble
 
 SMALL = ("--layers", "4", "--width", "16", "--batch", "8", "--microbatches", "4")
 
@@ -79,8 +79,8 @@ def test_both_impls_match_the_unpipelined_model(cli, schedule, mesh):
 def numpy_loss(mesh: str) -> float:
     """The loss of the SMALL model, in float64 NumPy: h = tanh(h @ W + b) layer by layer, then
     0.5 x mean((y - target)^2). Only the model's random parameters and data come from shardcli."""
-    from shardcli.core.pipeline import PipelineRequest, _host_model
-    from shardcli.specs import parse_mesh
+    from shardcli.specs.meshes import parse_mesh
+    from shardcli.training.pipeline.threads import PipelineRequest, _host_model
 
     request = PipelineRequest(mesh=parse_mesh(mesh, None), batch=8, layers=4, width=16)
     params, x, target = _host_model(request)
@@ -179,7 +179,7 @@ def test_stages_0_is_named_as_given(cli):
 def test_a_wrong_gradient_fails_and_the_detail_names_the_worst_layer():
     import numpy as np
 
-    from shardcli.core.pipeline import _grad_checks
+    from shardcli.training.pipeline.threads import _grad_checks
 
     reference = [(np.ones((2, 2)), np.ones(2)) for _ in range(3)]
     grads = [(w.copy(), b.copy()) for w, b in reference]
@@ -194,7 +194,7 @@ def test_a_wrong_gradient_fails_and_the_detail_names_the_worst_layer():
 # finish first, however idle or busy the machine.
 IN_THE_THREADS = """
     import os, pathlib, time
-    import shardcli.core.pipeline as pipeline
+    import shardcli.training.pipeline.threads as pipeline
     real_take = pipeline._take
     def slow_take(q, stop):
         pathlib.Path(os.environ["PLANT_MARKER"]).touch()
@@ -246,7 +246,7 @@ def test_ctrl_c_during_the_threaded_run_exits_130_with_one_line(tmp_path):
 @pytest.mark.parametrize("make", [gpipe, one_f_one_b], ids=["gpipe", "1f1b"])
 @pytest.mark.parametrize(("stages", "microbatches"), [(2, 4), (4, 8), (4, 2), (3, 5)])
 def test_global_order_follows_each_schedule_and_sends_before_use(make, stages, microbatches, forward_only):
-    from shardcli.core.pipeline_processes import global_order
+    from shardcli.training.pipeline.processes import global_order
 
     schedule = make(stages, microbatches, forward_only)
     order = global_order(schedule, forward_only)

@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from shardcli import json_schema as schema
-from shardcli.core.plan_candidates import MeshChoice, _aligned, enumerate_candidates, mesh_choices
-from shardcli.decoder_spec import PRESETS, build_config, maxtext_scale, parameter_table, resolve_axes
 from shardcli.errors import ShardcliError
+from shardcli.plan.candidates import MeshChoice, _aligned, enumerate_candidates, mesh_choices
+from shardcli.results import schema
+from shardcli.specs.decoder import PRESETS, build_config, maxtext_scale, parameter_table, resolve_axes
 
 TINY = ["--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "2"]
 
@@ -154,10 +154,10 @@ def _cpu_mesh():
 @pytest.mark.parametrize("remat", ["minimal", "full"])
 def test_one_and_two_layer_copies_extrapolate_to_the_full_program(remat):
     """c1 + (L - 1)(c2 - c1) of 1- and 2-layer copies against a 4-layer copy compiled whole."""
-    from shardcli.core.decoder import build_train_step
-    from shardcli.core.plan_candidates import RULE_SETS
-    from shardcli.core.plan_compile import _extrapolate
-    from shardcli.core.program_analysis import analyze_compiled
+    from shardcli.analysis.program import analyze_compiled
+    from shardcli.plan.candidates import RULE_SETS
+    from shardcli.plan.compiles import _extrapolate
+    from shardcli.plan.decoder import build_train_step
 
     cfg = PRESETS["tiny"]
     mesh = _cpu_mesh()
@@ -178,8 +178,8 @@ def test_one_and_two_layer_copies_extrapolate_to_the_full_program(remat):
 
 def test_the_train_step_learns_on_cpu():
     """The step runs: with AdamW the loss on one fixed batch goes down."""
-    from shardcli.core.decoder import build_train_step
-    from shardcli.core.plan_candidates import RULE_SETS
+    from shardcli.plan.candidates import RULE_SETS
+    from shardcli.plan.decoder import build_train_step
 
     cfg = PRESETS["tiny"]
     mesh = _cpu_mesh()
@@ -263,10 +263,10 @@ def test_each_compile_goes_to_a_layout_not_yet_settled(cli, plan_cache):
 def test_the_analytic_model_against_a_compile(remat):
     """Parameters and AdamW's moments per chip counted by hand equal the compiled arguments; the
     analytic model's weights and FLOPs come close to the compiled program's (loops counted per trip)."""
-    from shardcli.core.decoder import build_train_step
-    from shardcli.core.plan_candidates import Candidate
-    from shardcli.core.plan_model import chip_figures, model_candidate
-    from shardcli.core.program_analysis import analyze_compiled
+    from shardcli.analysis.program import analyze_compiled
+    from shardcli.plan.analytic import chip_figures, model_candidate
+    from shardcli.plan.candidates import Candidate
+    from shardcli.plan.decoder import build_train_step
 
     cfg = PRESETS["tiny"]
     mesh = _cpu_mesh()
@@ -432,7 +432,7 @@ def test_a_second_program_plan_compiles_nothing(cli, plan_cache, monkeypatch, tm
     compiles them again; a changed program file is a new key."""
     pytest.importorskip("libtpu")
     pytest.importorskip("flax")
-    import shardcli.core.inspect as core_inspect
+    import shardcli.program.inspect as core_inspect
 
     real = core_inspect.inspect_program
     calls = []
@@ -472,7 +472,7 @@ def test_an_nnx_program_matches_a_hand_written_compile(cli, plan_cache):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.core.target import quiet_native_logs
+    from shardcli.analysis.target import quiet_native_logs
 
     doc = _program_json(cli, NNX, [*V5E, "-n", "2"])
     assert (doc["config"]["named_leaves"], doc["config"]["leaves"]) == (3, 5)  # the biases carry no names
@@ -637,10 +637,10 @@ def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):
     """The second compile is interrupted: the first stays in the result (and the cache), the one being
     compiled is marked interrupted, and the summary says the rest were not compiled."""
     pytest.importorskip("libtpu")
-    from shardcli.core import plan_compile
-    from shardcli.core.plan import PlanRequest, run_plan
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan import compiles as plan_compile
+    from shardcli.plan.search import PlanRequest, run_plan
     from shardcli.render.plan import summary_clauses
-    from shardcli.targets import parse_target
 
     real = plan_compile.compile_candidate
     calls = []
@@ -678,11 +678,11 @@ def test_fewer_compiles_than_asked_when_nothing_else_is_expected_to_fit(monkeypa
     pytest.importorskip("libtpu")
     from dataclasses import replace
 
-    from shardcli.core import plan_compile
-    from shardcli.core.plan import PlanRequest, run_plan
-    from shardcli.core.plan_compile import CompiledFigures
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan import compiles as plan_compile
+    from shardcli.plan.compiles import CompiledFigures
+    from shardcli.plan.search import PlanRequest, run_plan
     from shardcli.render.plan import summary_clauses
-    from shardcli.targets import parse_target
 
     compiled = []
 
@@ -729,9 +729,9 @@ def test_no_short_of_compile_n_clause_when_the_budget_is_spent(monkeypatch, plan
     """--compile 2 on a model where many layouts fit: two compiles, no "fewer than" clause, and the
     best layouts left over say the budget was spent."""
     pytest.importorskip("libtpu")
-    from shardcli.core.plan import PlanRequest, run_plan
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan.search import PlanRequest, run_plan
     from shardcli.render.plan import summary_clauses
-    from shardcli.targets import parse_target
 
     request = PlanRequest(
         model=PRESETS["tiny"], target=parse_target("tpu-v5e:2x2"), per_device_batch=2, compile_n=2
@@ -747,14 +747,14 @@ def test_no_short_of_compile_n_clause_when_the_budget_is_spent(monkeypatch, plan
 
 @pytest.fixture
 def cuda_plugin():
-    from shardcli.compilers import compiler_installed
+    from shardcli.hardware.compilers import compiler_installed
 
     if not compiler_installed("cuda"):
         pytest.skip("the gpu extra: pip install -e '.[gpu]' or '.[gpu-cuda13]' (CI installs gpu)")
 
 
 def test_gpu_meshes_keep_the_tensor_axis_within_a_host():
-    from shardcli.core.plan_candidates import gpu_mesh_choices
+    from shardcli.plan.candidates import gpu_mesh_choices
 
     meshes = gpu_mesh_choices(2, 8)
     assert all(math.prod(m.shape) == 16 and 8 % m.size("tensor") == 0 for m in meshes)
@@ -773,8 +773,8 @@ def test_gpu_meshes_keep_the_tensor_axis_within_a_host():
     ],
 )
 def test_the_model_judges_a_gpu_layout_against_jax_s_pool(environ, fraction):
-    from shardcli.core.plan_model import HEADROOM, chip_figures, model_candidate
-    from shardcli.hardware import CHIPS
+    from shardcli.hardware.chips import CHIPS
+    from shardcli.plan.analytic import HEADROOM, chip_figures, model_candidate
 
     chip = chip_figures("gpu-h100", (2, 8), environ)
     hbm = int(CHIPS["gpu-h100"].hbm_bytes.value)
@@ -789,8 +789,8 @@ def test_the_model_judges_a_gpu_layout_against_jax_s_pool(environ, fraction):
 
 
 def test_a_gpu_axis_moves_over_nvlink_within_a_host_and_the_network_across():
-    from shardcli.core.plan_model import chip_figures
-    from shardcli.hardware import CHIPS
+    from shardcli.hardware.chips import CHIPS
+    from shardcli.plan.analytic import chip_figures
 
     chip, h100 = chip_figures("gpu-h100", (2, 8)), CHIPS["gpu-h100"]
     assert chip.axis_bytes_per_s(8, 1) == h100.link_bytes_per_s.value  # one host's 8
@@ -803,7 +803,7 @@ def test_a_gpu_axis_moves_over_nvlink_within_a_host_and_the_network_across():
 def test_plan_lays_the_decoder_out_on_gpu_hosts(cli, plan_cache, cuda_plugin):
     """Compiled by XLA's GPU compiler without a GPU: each row judged against JAX's pool, estimated by
     the GPU's per-op roofline, an axis across hosts at the network's rate."""
-    from shardcli.hardware import CHIPS
+    from shardcli.hardware.chips import CHIPS
 
     doc = _json(cli, ["--preset", "tiny", "--target", "gpu-h100:2x2", "--batch", "2", "--remat", "full",
                       "-n", "3"])  # fmt: skip
@@ -823,12 +823,12 @@ def test_plan_lays_the_decoder_out_on_gpu_hosts(cli, plan_cache, cuda_plugin):
 
 def test_a_gpu_candidate_is_estimated_as_inspect_estimates_it(cuda_plugin, plan_cache):
     """plan keeps a compile's figures; estimated from them it is inspect's own estimate."""
-    from shardcli.core import plan_compile
-    from shardcli.core.plan_candidates import Candidate
-    from shardcli.core.plan_estimate import estimate_of
-    from shardcli.hardware import CHIPS
-    from shardcli.specs import RunOptions
-    from shardcli.targets import parse_target
+    from shardcli.hardware.chips import CHIPS
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan import compiles as plan_compile
+    from shardcli.plan.candidates import Candidate
+    from shardcli.plan.estimate import estimate_of
+    from shardcli.specs.runs import RunOptions
 
     target = parse_target("gpu-h100:2x4")
     cfg = build_config("tiny")
@@ -865,7 +865,7 @@ def test_a_gpu_pool_jax_refuses_is_one_line(cli):
 
 
 def _figures(needed: int | None, capacity: int, fits: bool = True):
-    from shardcli.core.plan_compile import CompiledFigures
+    from shardcli.plan.compiles import CompiledFigures
 
     return CompiledFigures(fits, needed, capacity, None, None, 1.0, 1.0, (), "scan", 0.0, "")
 

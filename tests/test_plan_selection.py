@@ -1,4 +1,4 @@
-"""Which candidate `plan` compiles next (`core.plan_selection`): pure Python, no compiler.
+"""Which candidate `plan` compiles next (`plan.selection`): pure Python, no compiler.
 
 The compiles are played by hand: each case says what the compiler answered (fits, memory needed)
 and checks what the selector does with it.
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from shardcli.core.plan import model_candidates
-from shardcli.core.plan_candidates import enumerate_candidates
-from shardcli.core.plan_model import HEADROOM, chip_figures
-from shardcli.core.plan_selection import CandidateSelector, layout_key
-from shardcli.decoder_spec import PRESETS
+from shardcli.plan.analytic import HEADROOM, chip_figures
+from shardcli.plan.candidates import enumerate_candidates
+from shardcli.plan.search import model_candidates
+from shardcli.plan.selection import CandidateSelector, layout_key
+from shardcli.specs.decoder import PRESETS
 
 GIB = 2**30
 
@@ -169,7 +169,7 @@ def _row(name: str, step_s: float | None, sum_s: float | None, batch: int = 128,
     ],
 )
 def test_compiled_rows_rank_by_estimate_per_token_and_ties_by_exposed_communication(rows, order):
-    from shardcli.core.plan import ranked
+    from shardcli.plan.search import ranked
 
     assert [r.name for r in ranked(rows)] == order
 
@@ -183,7 +183,7 @@ def test_compiled_rows_rank_by_estimate_per_token_and_ties_by_exposed_communicat
 )
 def test_the_rank_flag_chooses_the_order(by, order):
     """A batch twice as large whose step is 1.5x as long: more tokens per second, a slower step."""
-    from shardcli.core.plan import ranked
+    from shardcli.plan.search import ranked
 
     rows = [_row("big", 1.5, 1.5, batch=256), _row("small", 1.0, 1.0, batch=128)]
     assert [r.name for r in ranked(rows, by)] == order

@@ -10,8 +10,8 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardcli.core.hlo_text import dot_dtype, parse_module
-from shardcli.core.program_analysis import CollectiveOp, analyze_compiled, count_trips, parse_collectives
+from shardcli.analysis.hlo import dot_dtype, parse_module
+from shardcli.analysis.program import CollectiveOp, analyze_compiled, count_trips, parse_collectives
 
 MESH_2x4 = ((2, 4), ("data", "model"))
 
@@ -418,7 +418,7 @@ def test_inspect_reads_the_dumped_text_when_xla_cannot_print_the_program(cli, mo
 def test_inspect_answers_without_the_text_and_says_what_is_missing(cli, monkeypatch):
     import json
 
-    import shardcli.core.program_analysis as pa
+    import shardcli.analysis.program as pa
 
     _text_fails(monkeypatch)
     monkeypatch.setattr(pa, "dump_hlo_text", lambda lowered: (None, "--xla_dump_to wrote no optimized HLO"))
@@ -510,7 +510,7 @@ def test_a_64_bit_counter_split_in_two_u32_halves_is_counted_by_its_low_half(hig
 
 
 def test_the_users_stack_is_every_frame_of_theirs_once_innermost_first():
-    from shardcli.core.hlo_text import user_stack
+    from shardcli.analysis.hlo import user_stack
 
     chain = [f"{_SITE}/jax/core.py:1", "/u/m.py:5", "/u/m.py:9", "/u/m.py:5", "/u/m.py:9", "/u/w.py:3"]
     assert user_stack(chain) == ("/u/m.py:5", "/u/m.py:9", "/u/w.py:3")
@@ -558,6 +558,6 @@ _SITE = "/usr/lib/python3/site-packages"
     ],
 )
 def test_a_collectives_source_is_the_users_line(chain, user_files, picked):
-    from shardcli.core.hlo_text import pick_source
+    from shardcli.analysis.hlo import pick_source
 
     assert pick_source(chain, user_files) == picked

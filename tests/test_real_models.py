@@ -29,8 +29,8 @@ import pytest
 from conftest import run_shardcli
 from jax.sharding import AxisType
 
-from shardcli import json_schema as schema
-from shardcli.core.program_analysis import analyze_compiled
+from shardcli.analysis.program import analyze_compiled
+from shardcli.results import schema
 
 pytest.importorskip("flax")
 pytest.importorskip("equinox")
@@ -182,7 +182,7 @@ def tpu_mesh() -> Any:
     pytest.importorskip("libtpu", reason="the tpu extra")
     from jax.experimental import topologies
 
-    from shardcli.core.target import quiet_native_logs
+    from shardcli.analysis.target import quiet_native_logs
 
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # as shardcli's target session sets it
     with quiet_native_logs():
@@ -261,7 +261,7 @@ def assert_one_screen(lines: list[str]) -> None:
 
 @pytest.mark.parametrize("program", PROGRAMS_TABLE)
 def test_each_style_inspects_for_a_tpu_target_as_the_hand_aot_compiles_it(cli, program, tpu_mesh):
-    from shardcli.core.cache import unreadable_entries_compiled_again
+    from shardcli.runtime.cache import unreadable_entries_compiled_again
 
     doc = inspect_doc(cli, [*program.args(), "--target", TPU])
     # A compile-only client cannot load an executable from the persistent cache, which JAX reads

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from test_cli_foundation import assert_one_line_error
 
-from shardcli.core import recipe_programs
-from shardcli.core.recipe_programs import RecipeOutput
-from shardcli.core.report import close_check
-from shardcli.json_schema import document_problems
-from shardcli.recipe_registry import RECIPES
+from shardcli.analysis.report import close_check
+from shardcli.playground import recipe_programs
+from shardcli.playground.recipe_cases import RECIPES
+from shardcli.playground.recipe_programs import RecipeOutput
+from shardcli.results.schema import document_problems
 
 
 def run_json(cli, *args: str) -> dict:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_cli_foundation import assert_one_line_error, has_color
 
-from shardcli.core.fit import fit_latency_bandwidth
+from shardcli.playground.fit import fit_latency_bandwidth
 from shardcli.render.plot import CURVE, Series, text_chart
 
 SWEEP = ("--mesh", "4", "--sizes", "1K:64K:x4", "--iters", "3", "--warmup", "1")

@@ -12,9 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from shardcli import options as opt
-from shardcli.errors import ShardcliError
-from shardcli.requests import (
+from shardcli.commands import options as opt
+from shardcli.commands.requests import (
     InputFlags,
     build_collective_requests,
     build_matmul_request,
@@ -23,7 +22,9 @@ from shardcli.requests import (
     parse_collective_axes,
     parse_collective_names,
 )
-from shardcli.specs import Format, MeshSpec, Mode, Platform, ProcessTiming, RunOptions
+from shardcli.errors import ShardcliError
+from shardcli.specs.meshes import MeshSpec
+from shardcli.specs.runs import Format, Mode, Platform, ProcessTiming, RunOptions
 
 MULTI_PROCESS = [
     "coordinator",
@@ -385,7 +386,7 @@ def test_build_matmul_request_refused(kwargs, message):
 
 
 def test_collective_requests_carry_the_closed_choices_as_enums():
-    from shardcli.specs import OutBuffer, Placement
+    from shardcli.specs.runs import OutBuffer, Placement
 
     [request] = build_collective_requests("psum", placement="both", out_buffer="fresh")
     assert (request.placement, request.out_buffer) == (Placement.BOTH, OutBuffer.FRESH)

@@ -7,11 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from shardcli.allocator import tune_for_reuse
-from shardcli.collective_registry import get_collective
-from shardcli.core.collective import Roofline, _roofline_fraction, resolve_roofline
 from shardcli.errors import ShardcliError
-from shardcli.roofline import (
+from shardcli.playground.collective import Roofline, _roofline_fraction, resolve_roofline
+from shardcli.playground.collective_cases import get_collective
+from shardcli.playground.roofline import (
     COPY_CACHE_FILE,
     MinBytes,
     measure_copy_bandwidth,
@@ -19,6 +18,7 @@ from shardcli.roofline import (
     min_bytes_rule,
     streams_with_tunable,
 )
+from shardcli.runtime.allocator import tune_for_reuse
 
 B = 1024  # bytes per device in the formula cases
 
@@ -67,7 +67,7 @@ def test_copy_bandwidth_is_measured_with_the_threads_asked():
 
 
 def test_many_threads_copy_less_each(monkeypatch):
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     monkeypatch.setattr(roofline, "COPY_TOTAL_MAX", 4 << 20)
     copy = roofline.measure_copy_bandwidth(nbytes=8 << 20, threads=4, repeats=1)
@@ -84,7 +84,7 @@ needs_tunable = pytest.mark.skipif(
 def test_the_streaming_figure_is_measured_in_a_child_with_the_tunable_added(monkeypatch):
     import subprocess
 
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
     seen = []
@@ -105,7 +105,7 @@ def test_the_streaming_figure_is_measured_in_a_child_with_the_tunable_added(monk
 def test_a_failing_child_leaves_the_in_process_figure_and_says_why(monkeypatch):
     import shutil
 
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     monkeypatch.setattr(roofline.sys, "executable", shutil.which("false"))
     with pytest.raises(roofline.StreamingMeasureError, match="the child exited 1"):
@@ -118,7 +118,7 @@ def test_a_failing_child_leaves_the_in_process_figure_and_says_why(monkeypatch):
 @needs_tunable
 def test_the_child_imports_this_shardcli_from_any_folder(monkeypatch, tmp_path):
     """A `shardcli/` folder in the working directory (an old checkout) must not shadow the module."""
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     fake = tmp_path / "shardcli"
     fake.mkdir()
@@ -138,7 +138,7 @@ def test_the_child_imports_this_shardcli_from_any_folder(monkeypatch, tmp_path):
     ],
 )
 def test_the_roofline_is_the_better_of_the_two_figures(monkeypatch, here, streaming, expected):
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     def fake(bytes_per_s, **flags):
         return roofline.CopyBandwidth(bytes_per_s, threads=16, nbytes=32 << 20, repeats=10, **flags)
@@ -156,7 +156,7 @@ def test_the_roofline_is_the_better_of_the_two_figures(monkeypatch, here, stream
 @pytest.fixture
 def counted_measure(monkeypatch):
     """`measure_copy_bandwidth` replaced by a fast fake that counts its calls; a fresh process cache."""
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     calls = []
 
@@ -172,7 +172,7 @@ def counted_measure(monkeypatch):
 
 
 def _fresh_process():
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     roofline._host_copy_bandwidth.cache_clear()
     return roofline.host_copy_bandwidth
@@ -222,7 +222,7 @@ def _edit_entry(path, **fields):
     ],
 )
 def test_a_damaged_copy_bandwidth_file_is_measured_again_and_rewritten(counted_measure, tmp_path, damage):
-    from shardcli.roofline import COPY_CACHE_FILE
+    from shardcli.playground.roofline import COPY_CACHE_FILE
 
     _fresh_process()(str(tmp_path))
     damage(tmp_path / COPY_CACHE_FILE)
@@ -232,7 +232,7 @@ def test_a_damaged_copy_bandwidth_file_is_measured_again_and_rewritten(counted_m
 
 
 def test_a_figure_from_another_machine_is_not_used(counted_measure, tmp_path, monkeypatch):
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     _fresh_process()(str(tmp_path))
     monkeypatch.setattr(roofline, "host_fingerprint", lambda threads: f"another host|{threads}")
@@ -256,7 +256,7 @@ def test_a_copy_bandwidth_file_that_cannot_be_written_warns_and_the_run_goes_on(
 
 
 def test_the_copy_bandwidth_warning_reaches_stderr_once_per_command(cli, monkeypatch):
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     warning = (
         "shardcli: warning: could not store the copy bandwidth in /x/shardcli-copy-bandwidth.json "
@@ -277,7 +277,7 @@ def test_runs_started_together_measure_the_copy_bandwidth_once(monkeypatch, tmp_
     import threading
     import time
 
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     calls = []
 
@@ -305,7 +305,7 @@ def test_the_copy_bandwidth_file_is_readable_by_others_and_keeps_the_newest_host
     import os
     import stat
 
-    from shardcli import roofline
+    from shardcli.playground import roofline
 
     old = {
         f"host {k}": {
@@ -334,7 +334,7 @@ def test_the_copy_bandwidth_file_is_readable_by_others_and_keeps_the_newest_host
 
 
 def test_the_fingerprint_names_the_threads_and_the_measurement():
-    from shardcli.roofline import COPY_BYTES, host_fingerprint
+    from shardcli.playground.roofline import COPY_BYTES, host_fingerprint
 
     assert host_fingerprint(2) != host_fingerprint(4)
     assert str(COPY_BYTES) in host_fingerprint(2)

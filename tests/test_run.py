@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from test_cli_foundation import assert_one_line_error
 
-from shardcli.core.run import compare_to_reference, tolerance_for
-from shardcli.core.run_request import RunArg, parse_run_arg
 from shardcli.errors import ShardcliError
-from shardcli.json_schema import check_document
-from shardcli.specs import DTYPES, ShardingSpec, parse_mesh
+from shardcli.program.run import compare_to_reference, tolerance_for
+from shardcli.program.run_request import RunArg, parse_run_arg
+from shardcli.results.schema import check_document
+from shardcli.specs.meshes import ShardingSpec, parse_mesh
+from shardcli.specs.values import DTYPES
 
 LESSONS = str(Path(__file__).resolve().parents[1] / "examples" / "lessons.py")
 MESH8 = ("--mesh", "8", "--axes", "x")
@@ -251,7 +252,7 @@ def _user_ops(body) -> set[str | None]:
     from jax.sharding import AxisType
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.core.program_analysis import analyze_compiled
+    from shardcli.analysis.program import analyze_compiled
 
     mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
     program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P()))

@@ -553,8 +553,8 @@ def large(cli, tmp_path_factory):
     path.write_text(_large_program())
     out = cli(["inspect", f"{path}:step", "--inputs", f"{path}:inputs", *MESH, "--format", "json"])
     assert out.exit_code == 0, out.output
-    from shardcli.core.inspect import InspectRequest, run_inspect
-    from shardcli.specs import parse_mesh
+    from shardcli.program.inspect import InspectRequest, run_inspect
+    from shardcli.specs.meshes import parse_mesh
 
     request = InspectRequest(
         target=f"{path}:step", args=(), inputs=f"{path}:inputs", outs=(), mesh=parse_mesh("2x4", "data,model")

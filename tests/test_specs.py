@@ -7,23 +7,25 @@ import re
 import pytest
 
 from shardcli.errors import ExitCode, ShardcliError
-from shardcli.specs import (
-    DTYPES,
-    INITS,
+from shardcli.specs.meshes import (
     MeshSpec,
     ShardingSpec,
     check_sharding_fits,
-    format_bytes,
     parse_axes,
-    parse_bytes,
-    parse_choice,
-    parse_dtype,
-    parse_init,
     parse_mesh,
     parse_mesh_shape,
-    parse_shape,
     parse_sharding,
     parse_view_dims,
+)
+from shardcli.specs.runs import parse_choice
+from shardcli.specs.values import (
+    DTYPES,
+    INITS,
+    format_bytes,
+    parse_bytes,
+    parse_dtype,
+    parse_init,
+    parse_shape,
 )
 
 MESH_2X4 = MeshSpec(shape=(2, 4), axes=("data", "model"))
@@ -457,9 +459,11 @@ def test_parse_view_dims_errors(text, rank, message):
 
 
 def _build(factory):
-    from shardcli import specs
+    from types import SimpleNamespace
 
-    return factory(specs)
+    from shardcli.specs import arguments, meshes, runs, values
+
+    return factory(SimpleNamespace(**{**vars(values), **vars(meshes), **vars(runs), **vars(arguments)}))
 
 
 @pytest.mark.parametrize(
@@ -574,7 +578,7 @@ def test_nonsense_specs_are_refused(factory, message):
 def test_closed_choices_are_enums_that_read_as_their_words():
     import json
 
-    from shardcli.specs import Format, Malloc, Mode, Platform, ProcessTiming, RunOptions
+    from shardcli.specs.runs import Format, Malloc, Mode, Platform, ProcessTiming, RunOptions
 
     options = RunOptions(platform="cpu", mode="explicit", format="json", process_timing="avg", malloc="reuse")
     assert (options.platform, options.mode, options.format) == (Platform.CPU, Mode.EXPLICIT, Format.JSON)

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from shardcli.core.program_analysis import CollectiveOp, LoopCount, ProgramAnalysis
-from shardcli.core.step_time import AxisLink, axis_links, devices_per_chip, estimate_step
+from shardcli.analysis.program import CollectiveOp, LoopCount, ProgramAnalysis
+from shardcli.analysis.step_time import AxisLink, axis_links, devices_per_chip, estimate_step
 from shardcli.errors import ShardcliError
-from shardcli.hardware import CHIPS, chip_for_kind
-from shardcli.targets import parse_target
+from shardcli.hardware.chips import CHIPS, chip_for_kind
+from shardcli.hardware.targets import parse_target
 
 # --- the table ------------------------------------------------------------------------------------
 
@@ -327,7 +327,7 @@ class _Mesh:
 
 
 def test_real_gpus_of_one_process_meet_over_nvlink():
-    from shardcli.core.step_time import step_time_of
+    from shardcli.analysis.step_time import step_time_of
 
     mesh = _Mesh([_Device(i, 0) for i in range(8)], (2, 4), ("data", "model"))
     program = _program([_op("all-reduce", ("model",), 30_000_000, 10)])
@@ -343,7 +343,7 @@ def test_real_gpus_of_one_process_meet_over_nvlink():
 def test_a_gpu_collective_over_several_axes_moves_at_the_slowest():
     """Two hosts of 4: data crosses hosts (the network), model stays within one (NVLink); a
     collective over both is as fast as the network, and over model alone NVLink's, never a sum."""
-    from shardcli.core.step_time import step_time_of
+    from shardcli.analysis.step_time import step_time_of
 
     mesh = _Mesh([_Device(i, i // 4) for i in range(8)], (2, 4), ("data", "model"))
     program = _program([_op("all-reduce", ("data", "model"), 30_000_000, 10)])
@@ -354,8 +354,8 @@ def test_a_gpu_collective_over_several_axes_moves_at_the_slowest():
 
 
 def test_given_figures_stand_in_for_an_unknown_device():
-    from shardcli.core.step_time import step_time_of
-    from shardcli.hardware import Figure
+    from shardcli.analysis.step_time import step_time_of
+    from shardcli.hardware.chips import Figure
 
     mesh = _Mesh([_Device(i, 0) for i in range(8)], (2, 4), ("data", "model"))
     program = _program([_op("all-reduce", ("model",), 30_000_000, 10)])
@@ -374,7 +374,7 @@ def test_given_figures_stand_in_for_an_unknown_device():
 
 
 def test_a_real_tpu_slice_reads_the_torus_from_the_devices_coordinates():
-    from shardcli.core.step_time import step_time_of
+    from shardcli.analysis.step_time import step_time_of
 
     devices = [_Device(4 * y + x, 0, (x, y, 0)) for y in range(4) for x in range(4)]
     mesh = _Mesh(devices, (4, 4), ("data", "model"))

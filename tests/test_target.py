@@ -12,7 +12,7 @@ import pytest
 from conftest import json_of, run_shardcli
 
 from shardcli.errors import ShardcliError
-from shardcli.targets import GIB, parse_target
+from shardcli.hardware.targets import GIB, parse_target
 
 pytest.importorskip("libtpu", reason="the tpu extra: pip install -e '.[tpu]' (CI installs it)")
 
@@ -203,7 +203,7 @@ def test_target_errors_are_one_line(cli, args, message):
 
 
 def test_without_the_extra_target_says_how_to_install_it(cli, monkeypatch):
-    from shardcli.core import target
+    from shardcli.analysis import target
 
     monkeypatch.setattr(target, "compiler_installed", lambda platform: False)
     out = cli(["mesh", "--target", "tpu-v5e:4x4"])
@@ -227,8 +227,8 @@ def test_a_users_make_mesh_builds_over_the_targets_chips_with_either_jax(args, k
     """A file's `jax.make_mesh` names its sizes positionally, or by either JAX's keyword."""
     import jax
 
-    from shardcli.core.target import open_target_session, target_meshes
-    from shardcli.specs import RunOptions
+    from shardcli.analysis.target import open_target_session, target_meshes
+    from shardcli.specs.runs import RunOptions
 
     session = open_target_session(parse_target("tpu-v5e:2x2"), "2x2", "data,model", RunOptions())
     real = jax.make_mesh
@@ -350,7 +350,7 @@ def test_libtpu_never_reaches_the_screen_and_plain_runs_stay_quiet():
 
 @pytest.fixture
 def cuda_plugin():
-    from shardcli.compilers import compiler_installed
+    from shardcli.hardware.compilers import compiler_installed
 
     if not compiler_installed("cuda"):
         pytest.skip("the gpu extra: pip install -e '.[gpu]' or '.[gpu-cuda13]' (CI installs gpu)")
@@ -380,7 +380,7 @@ def test_a_gpu_target_compiles_without_a_gpu(cli, cuda_plugin):
 
 
 def test_a_gpu_target_without_the_extra_says_how_to_install_it(cli, monkeypatch):
-    from shardcli.core import target
+    from shardcli.analysis import target
 
     monkeypatch.setattr(target, "compiler_installed", lambda platform: False)
     out = cli(["mesh", "--target", "gpu-h200:8"])

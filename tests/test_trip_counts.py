@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 from looped_programs import CASES, GPU_TARGET, TPU_TARGET, Case, analyze, compare
 
-from shardcli.compilers import compiler_installed
+from shardcli.hardware.compilers import compiler_installed
 
 PLATFORMS = [
     "cpu",
@@ -83,8 +83,8 @@ def test_collectives_in_a_loop_run_once_per_trip_on_every_compiler(platform: str
     from jax.sharding import PartitionSpec as P
     from looped_programs import mesh_for
 
-    from shardcli.core.program_analysis import analyze_compiled
-    from shardcli.core.target import quiet_native_logs
+    from shardcli.analysis.program import analyze_compiled
+    from shardcli.analysis.target import quiet_native_logs
 
     mesh = mesh_for(platform)
     dtype = jnp.float32 if platform == "cpu" else jnp.bfloat16
@@ -136,7 +136,7 @@ ENTRY %main (p: f32[1024]) -> f32[1024] {
 def test_xlas_analysis_reads_the_attributes_xla_prints_and_its_parser_refuses() -> None:
     """jaxlib 0.12 prints `output_to_operand_aliasing` on a GPU target's all-reduce-start and its own
     parser refuses it ("unexpected attribute"): left out, the module is counted (1,024 multiplies)."""
-    from shardcli.core.loop_costs import xla_cost_of_text
+    from shardcli.analysis.loops import xla_cost_of_text
 
     flops, bytes_accessed = xla_cost_of_text(ASYNC_ALL_REDUCE)
     assert flops >= 1024 and bytes_accessed >= 3 * 4096

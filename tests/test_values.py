@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardcli.arrays import load_values_file, make_host_array
 from shardcli.errors import ShardcliError
 from shardcli.render.human import format_duration
-from shardcli.specs import ArraySpec, parse_dtype
+from shardcli.runtime.arrays import load_values_file, make_host_array
+from shardcli.specs.values import ArraySpec, parse_dtype
 
 FAST = ("--iters", "1", "--warmup", "0")
 

@@ -3,7 +3,7 @@
 - `reference/commands.md`: `shardcli --help` and `shardcli COMMAND [SUBCOMMAND] --help` for every
   command registered in the Typer app (found in the app, not listed here), and the exit codes of
   `shardcli.errors.ExitCode`.
-- `reference/json-schema.md`: the keys of every document kind in `shardcli.json_schema.DOCUMENTS`,
+- `reference/json-schema.md`: the keys of every document kind in `shardcli.results.schema.DOCUMENTS`,
   the module that the writers, `compare` and the contract tests use too.
 
 Each page is hand-written prose with a marker (`<!-- shardcli:commands -->`,
@@ -59,7 +59,7 @@ def commands_reference() -> str:
 
 def _describe(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...], str], depth: int) -> list[str]:
     """Markdown list lines for the keys of `shape` (a Record), nested shapes indented under them."""
-    from shardcli import json_schema as js
+    from shardcli.results import schema as js
 
     lines: list[str] = []
     pad = "    " * depth
@@ -78,7 +78,7 @@ def _describe(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...], st
 
 def _shape_words(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...], str]) -> tuple[str, Any]:
     """How a key's value reads in words, and the record to list under it (or None)."""
-    from shardcli import json_schema as js
+    from shardcli.results import schema as js
 
     if shape is None:
         return "", None
@@ -103,7 +103,7 @@ def _shape_words(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...],
 
 def _records(shape: Any, kinds: dict[tuple[str, ...], str]) -> list[Any]:
     """Every Record reachable from `shape`, once per place it is used (a whole document: not entered)."""
-    from shardcli import json_schema as js
+    from shardcli.results import schema as js
 
     if shape is None:
         return []
@@ -122,7 +122,7 @@ def _records(shape: Any, kinds: dict[tuple[str, ...], str]) -> list[Any]:
 
 def json_schema_reference() -> str:
     """The envelope, every document kind's keys, and the records several kinds share."""
-    from shardcli import json_schema as js
+    from shardcli.results import schema as js
 
     kinds = {kind.record.keys: name for name, kind in js.DOCUMENTS.items()}
     globals_by_id = {id(v): k for k, v in vars(js).items() if isinstance(v, js.Record) and k.isupper()}
@@ -133,7 +133,8 @@ def json_schema_reference() -> str:
     # A record used in more than one place is described once, in its own section.
     shared = {i: globals_by_id[i] for i, n in uses.items() if n > 1 and i in globals_by_id}
     parts = [
-        f"## The envelope\n\nSchema version **{js.SCHEMA_VERSION}** (`shardcli.json_schema.SCHEMA_VERSION`). "
+        f"## The envelope\n\nSchema version **{js.SCHEMA_VERSION}** "
+        "(`shardcli.results.schema.SCHEMA_VERSION`). "
         "Every document starts with these keys; every run on devices (all kinds but `compare`) "
         "goes on with `runtime` and `mesh`:",
         "\n".join(_describe(js.RUN, shared, {}, 0)),

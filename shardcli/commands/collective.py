@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
-from shardcli.collective_registry import COLLECTIVES
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
+from shardcli.playground.collective_cases import COLLECTIVES
 
 if TYPE_CHECKING:
-    from shardcli.core.collective import CollectiveRequest, CollectiveResult
-    from shardcli.requests import default_malloc as default_malloc
-    from shardcli.specs import RunOptions
+    from shardcli.commands.requests import default_malloc as default_malloc
+    from shardcli.playground.collective import CollectiveRequest, CollectiveResult
+    from shardcli.specs.runs import RunOptions
 
 Name = Annotated[
     str,
@@ -145,7 +145,10 @@ def collective(
     *,
     options: RunOptions,
 ) -> None:
-    from shardcli.requests import InputFlags, build_collective_requests  # not at import: --help is light
+    from shardcli.commands.requests import (  # not at import: --help is light
+        InputFlags,
+        build_collective_requests,
+    )
 
     array = InputFlags(
         shape=shape,
@@ -187,23 +190,23 @@ def collective(
 
 
 def __getattr__(name: str) -> object:
-    """`default_malloc`, imported from here by bench/ and tests, lives in shardcli.requests."""
+    """`default_malloc`, imported from here by bench/ and tests, lives in shardcli.commands.requests."""
     if name == "default_malloc":
-        from shardcli.requests import default_malloc
+        from shardcli.commands.requests import default_malloc
 
         return default_malloc
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _describe_size(done: int, total: int, size: int) -> str:
-    from shardcli.specs import format_bytes
+    from shardcli.specs.values import format_bytes
 
     return f"{format_bytes(size, short=True)} per device" if done < total else "done"
 
 
 def _run_each(requests: list[CollectiveRequest]) -> list[CollectiveResult]:
     """Run the validated requests in order on one session, under one progress bar."""
-    from shardcli.core.collective import run_collective
+    from shardcli.playground.collective import run_collective
     from shardcli.render.progress import progress_bar
 
     results = []

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 
 @opt.with_run_options(mode=False, devices=False, compile_cache=False, processes=False)
@@ -64,9 +64,10 @@ def compare(
     Example: shardcli compare base.json new.json --tolerance 5%
     """
     # Here, not at the top: `shardcli --help` loads no command's core.
-    from shardcli.core.compare import METRICS, CompareRequest, run_compare
     from shardcli.render.compare import render_compare
-    from shardcli.specs import parse_choice, parse_tolerance
+    from shardcli.results.compare import METRICS, CompareRequest, run_compare
+    from shardcli.specs.runs import parse_choice
+    from shardcli.specs.values import parse_tolerance
 
     request = CompareRequest(
         base=base,

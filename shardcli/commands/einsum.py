@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.commands.matmul import Iters, LinkGbps, PeakTflops, Sizes, Warmup
 from shardcli.errors import ExitCode
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 Subscripts = Annotated[
     str,
@@ -99,7 +99,7 @@ def einsum(
     Example: shardcli einsum 'bsd,df->bsf' --shape 8x128x512 --shape 512x2048 --in data,None,None
     --in None,model --out data,None,model --mesh 2x4 --axes data,model
     """
-    from shardcli.requests import build_einsum_request_from_flags
+    from shardcli.commands.requests import build_einsum_request_from_flags
 
     request = build_einsum_request_from_flags(
         subscripts=subscripts,
@@ -120,7 +120,7 @@ def einsum(
         options=options,
         compile_target=compile_target,
     )
-    from shardcli.core.einsum import run_einsum
+    from shardcli.playground.einsum import run_einsum
     from shardcli.render.einsum import render_einsum
     from shardcli.render.progress import progress_bar
 

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.commands.matmul import Iters, LinkGbps, PeakTflops, Warmup
 from shardcli.errors import ExitCode
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 Program = Annotated[
     str,
@@ -135,7 +135,7 @@ def inspect(
     Example: shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model
     --arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None'
     """
-    from shardcli.requests import build_inspect_request
+    from shardcli.commands.requests import build_inspect_request
 
     request = build_inspect_request(
         target=target,
@@ -154,10 +154,10 @@ def inspect(
         compile_target=compile_target,
         mode_given=ctx is not None and _typed(ctx, "mode"),
     )
-    from shardcli.core.inspect import run_inspect
-    from shardcli.core.inspect_module import inspect_module
-    from shardcli.interrupts import terminate_as_interrupt
+    from shardcli.program.inspect import run_inspect
+    from shardcli.program.module import inspect_module
     from shardcli.render.inspect import render_inspect
+    from shardcli.runtime.interrupts import terminate_as_interrupt
 
     with terminate_as_interrupt():  # SIGTERM mid-compile: one line, exit 143
         result = inspect_module(request) if request.module_path is not None else run_inspect(request)

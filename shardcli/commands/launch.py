@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from shardcli.options import takes_process_options
+from shardcli.commands.options import takes_process_options
 
 if TYPE_CHECKING:
-    from shardcli.launcher import LaunchResult
+    from shardcli.runtime.launcher import LaunchResult
 
 
 def launch(
@@ -52,7 +52,7 @@ def launch(
 
     Example: shardcli launch -n 2 -- collective psum --mesh 2x4 --axes data,model
     """
-    from shardcli.launcher import LaunchSpec, run_launch, validate_launch
+    from shardcli.runtime.launcher import LaunchSpec, run_launch, validate_launch
 
     spec = validate_launch(
         LaunchSpec(

@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode, ShardcliError
-from shardcli.matmul_registry import MATMUL_CASES
+from shardcli.playground.matmul_cases import MATMUL_CASES
 
 if TYPE_CHECKING:
-    from shardcli.core.matmul import MatmulResult
-    from shardcli.specs import RunOptions
+    from shardcli.playground.matmul import MatmulResult
+    from shardcli.specs.runs import RunOptions
 
 
 Case = Annotated[
@@ -109,7 +109,7 @@ def matmul(
     *,
     options: RunOptions,
 ) -> None:
-    from shardcli.requests import build_matmul_request  # not at import: --help is light
+    from shardcli.commands.requests import build_matmul_request  # not at import: --help is light
 
     request = build_matmul_request(
         case=case,
@@ -129,7 +129,7 @@ def matmul(
         options=options,
         compile_target=compile_target,
     )
-    from shardcli.core.matmul import run_matmul
+    from shardcli.playground.matmul import run_matmul
     from shardcli.render.matmul import render_matmul
     from shardcli.render.progress import progress_bar
 

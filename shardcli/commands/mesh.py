@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 Target = Annotated[
     str | None,
@@ -34,11 +34,11 @@ def mesh(mesh: Mesh = None, axes: opt.Axes = None, target: Target = None, *, opt
     Example: shardcli mesh --mesh 2x4 --axes data,model
     """
     from shardcli.render.mesh import render_mesh
-    from shardcli.specs import parse_mesh
+    from shardcli.specs.meshes import parse_mesh
 
     if target is not None:
-        from shardcli.core.target import open_target_session
-        from shardcli.targets import parse_target
+        from shardcli.analysis.target import open_target_session
+        from shardcli.hardware.targets import parse_target
 
         hardware = parse_target(target)
         if mesh is not None:
@@ -47,7 +47,7 @@ def mesh(mesh: Mesh = None, axes: opt.Axes = None, target: Target = None, *, opt
         raise typer.Exit(0)
     spec = parse_mesh(mesh if mesh is not None else "8", axes)
 
-    from shardcli.core.session import open_session
+    from shardcli.runtime.session import open_session
 
     render_mesh(open_session(spec, options), options)
     raise typer.Exit(0)

@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
 
 if TYPE_CHECKING:
-    from shardcli.core.model import ModelResult
-    from shardcli.specs import MeshSpec, RunOptions
+    from shardcli.specs.meshes import MeshSpec
+    from shardcli.specs.runs import RunOptions
+    from shardcli.training.model import ModelResult
 
 app = typer.Typer(
     name="model",
@@ -37,8 +38,8 @@ Rules = Annotated[
 
 def _mesh(mesh: str, axes: str | None) -> MeshSpec:
     """--mesh with --axes, or the model's default axis names for that many dims."""
-    from shardcli.model_spec import default_axes  # not at import: --help is light
-    from shardcli.specs import parse_mesh
+    from shardcli.specs.meshes import parse_mesh
+    from shardcli.specs.model import default_axes  # not at import: --help is light
 
     return parse_mesh(mesh, axes if axes is not None else default_axes(mesh))
 
@@ -76,7 +77,7 @@ def train(
 
     Example: shardcli model train --mesh 2x4 --axes data,model --depth 1024 --batch 8 --steps 5
     """
-    from shardcli.model_spec import TrainRequest, require_model_extra, validate_train
+    from shardcli.specs.model import TrainRequest, require_model_extra, validate_train
 
     require_model_extra()
     request = TrainRequest(
@@ -91,10 +92,10 @@ def train(
         options=options,
     )
     validate_train(request)  # bad input answers before JAX and Flax load
-    from shardcli.runtime import import_jax_quietly  # not at import: --help starts nothing
+    from shardcli.runtime.devices import import_jax_quietly  # not at import: --help starts nothing
 
     import_jax_quietly()
-    from shardcli.core.model import run_train
+    from shardcli.training.model import run_train
 
     _report(run_train(request), options)
 
@@ -118,7 +119,7 @@ def restore(
 
     Example: shardcli model restore ckpt --mesh 4x2 --axes data,model
     """
-    from shardcli.model_spec import RestoreRequest, require_model_extra, validate_restore
+    from shardcli.specs.model import RestoreRequest, require_model_extra, validate_restore
 
     require_model_extra()
     request = RestoreRequest(
@@ -129,9 +130,9 @@ def restore(
         options=options,
     )
     validate_restore(request)  # bad input answers before JAX and Flax load
-    from shardcli.runtime import import_jax_quietly  # not at import: --help starts nothing
+    from shardcli.runtime.devices import import_jax_quietly  # not at import: --help starts nothing
 
     import_jax_quietly()
-    from shardcli.core.model import run_restore
+    from shardcli.training.model import run_restore
 
     _report(run_restore(request), options)

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 Microbatches = Annotated[int, typer.Option("--microbatches", "-M", help="Microbatches per step.")]
 Schedule = Annotated[
@@ -67,7 +67,7 @@ def pipeline(
 
     Example: shardcli pipeline --mesh 4x2 --axes stage,model --microbatches 8 --schedule 1f1b
     """
-    from shardcli.requests import build_pipeline_request  # not at import: --help is light
+    from shardcli.commands.requests import build_pipeline_request  # not at import: --help is light
 
     request = build_pipeline_request(
         microbatches=microbatches,
@@ -82,8 +82,8 @@ def pipeline(
         axes=axes,
         options=options,
     )
-    from shardcli.core.pipeline import run_pipeline
     from shardcli.render.pipeline import render_pipeline
+    from shardcli.training.pipeline.threads import run_pipeline
 
     result = run_pipeline(request)
     render_pipeline(result, options)

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode, ShardcliError
-from shardcli.interrupts import terminate_as_interrupt
+from shardcli.runtime.interrupts import terminate_as_interrupt
 
 if TYPE_CHECKING:
-    from shardcli.decoder_spec import DecoderConfig
-    from shardcli.specs import RunOptions
+    from shardcli.specs.decoder import DecoderConfig
+    from shardcli.specs.runs import RunOptions
 
 
 def _int_option(flag: str, text: str) -> typer.models.OptionInfo:
@@ -201,10 +201,10 @@ def plan(
     if inputs is not None or rules is not None:
         flag = "--inputs" if inputs is not None else "--rules"
         raise ShardcliError(f"{flag} goes with your own program (shardcli plan FILE.py:FUNCTION {flag} ...)")
-    from shardcli.core.plan import PlanRequest, program_text, run_plan
-    from shardcli.decoder_spec import build_config
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan.search import PlanRequest, program_text, run_plan
     from shardcli.render.plan import render_plan
-    from shardcli.targets import parse_target
+    from shardcli.specs.decoder import build_config
 
     _check_decoder_flags(compile_n, global_batch, batch, emit)
     shape = {
@@ -260,8 +260,8 @@ def _progress(options: RunOptions) -> AbstractContextManager[Any]:
 def _check_sizes(cfg: DecoderConfig, chips: int, global_batch: int | None, batch: int | None) -> None:
     """Raises: ShardcliError for a batch beyond JAX's integers, or a train step whose largest array,
     at the largest batch the plan may try, is beyond what a compile takes (one line each)."""
-    from shardcli.core.plan_candidates import BATCH_CHOICES
-    from shardcli.decoder_spec import check_array_sizes, check_size
+    from shardcli.plan.candidates import BATCH_CHOICES
+    from shardcli.specs.decoder import check_array_sizes, check_size
 
     for flag, value in (("--global-batch", global_batch), ("--batch", batch)):
         if value is not None:
@@ -286,7 +286,7 @@ def _remat_policies(text: str | None) -> tuple[str, ...]:
     Raises:
         ShardcliError: a name that is no policy, or none at all.
     """
-    from shardcli.decoder_spec import REMAT_POLICIES
+    from shardcli.specs.decoder import REMAT_POLICIES
 
     if text is None:
         return REMAT_POLICIES
@@ -309,10 +309,10 @@ def _plan_program(
     options: RunOptions,
 ) -> None:
     """`plan FILE.py:FUNCTION --inputs FILE.py:NAME`."""
-    from shardcli.core.plan_program import ProgramPlanRequest, run_program_plan
-    from shardcli.decoder_spec import parse_rules
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan.user_program import ProgramPlanRequest, run_program_plan
     from shardcli.render.plan import render_program_plan
-    from shardcli.targets import parse_target
+    from shardcli.specs.decoder import parse_rules
 
     _positive("--compile", compile_n)
     if inputs is None:

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
-from shardcli.recipe_registry import RECIPES, get_recipe
+from shardcli.playground.recipe_cases import RECIPES, get_recipe
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 LIST = "list"
 
@@ -59,7 +59,8 @@ def recipe(
 
         render_recipe_list(options)
         raise typer.Exit(ExitCode.OK)
-    from shardcli.specs import parse_init, parse_mesh, parse_shape
+    from shardcli.specs.meshes import parse_mesh
+    from shardcli.specs.values import parse_init, parse_shape
 
     chosen = get_recipe(name)
     if mesh is None and axes is None:
@@ -67,7 +68,7 @@ def recipe(
     else:
         mesh_spec = parse_mesh(mesh or chosen.default_mesh, axes)
 
-    from shardcli.core.recipe import RecipeRequest, run_recipe
+    from shardcli.playground.recipe import RecipeRequest, run_recipe
     from shardcli.render.recipe import render_recipe
 
     request = RecipeRequest(

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.commands.matmul import Iters, Warmup
 from shardcli.errors import ExitCode
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 Source = Annotated[
     str | None,
@@ -80,7 +80,7 @@ def reshard(
 
     Example: shardcli reshard --shape 8x1024 --from data,model --to model,data --mesh 2x4 --axes data,model
     """
-    from shardcli.requests import build_reshard_request_from_flags
+    from shardcli.commands.requests import build_reshard_request_from_flags
 
     request = build_reshard_request_from_flags(
         shape=shape,
@@ -99,7 +99,7 @@ def reshard(
         options=options,
         compile_target=compile_target,
     )
-    from shardcli.core.reshard import run_reshard
+    from shardcli.playground.reshard import run_reshard
     from shardcli.render.progress import progress_bar
     from shardcli.render.reshard import render_reshard
 

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 Program = Annotated[
     str,
@@ -74,8 +74,8 @@ def run(
 
     Example: shardcli run examples/lessons.py:sum_then_psum --mesh 8 --axes x --arg 'i32[32]@x=arange'
     """
-    from shardcli.core.run_request import RunRequest, check_init, parse_run_arg
-    from shardcli.specs import parse_mesh
+    from shardcli.program.run_request import RunRequest, check_init, parse_run_arg
+    from shardcli.specs.meshes import parse_mesh
 
     mesh_spec = parse_mesh(mesh, axes)
     request = RunRequest(
@@ -87,10 +87,10 @@ def run(
         show_values=show_values,
         options=options,
     )
-    from shardcli.runtime import import_jax_quietly
+    from shardcli.runtime.devices import import_jax_quietly
 
     import_jax_quietly()  # the core's imports may bring JAX: before them, as before the user's file
-    from shardcli.core.run import run_function
+    from shardcli.program.run import run_function
     from shardcli.render.run import render_run
 
     result = run_function(request)

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardcli import options as opt
+from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
 
 if TYPE_CHECKING:
-    from shardcli.specs import RunOptions
+    from shardcli.specs.runs import RunOptions
 
 
 @opt.with_run_options(compile_cache=False, process_timing=False)
@@ -53,17 +53,10 @@ def shard(
 
     Example: shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model
     """
-    from shardcli.requests import parse_input_values
-    from shardcli.specs import (
-        ArraySpec,
-        ShardRequest,
-        parse_dtype,
-        parse_init,
-        parse_mesh,
-        parse_shape,
-        parse_sharding,
-        parse_view_dims,
-    )
+    from shardcli.commands.requests import parse_input_values
+    from shardcli.specs.meshes import parse_mesh, parse_sharding, parse_view_dims
+    from shardcli.specs.runs import ShardRequest
+    from shardcli.specs.values import ArraySpec, parse_dtype, parse_init, parse_shape
 
     mesh_spec = parse_mesh(mesh, axes)
     parsed_shape, numbers = parse_input_values(values, values_file, shape, init)
@@ -79,7 +72,7 @@ def shard(
         options=options,
     )
 
-    from shardcli.core.shard import run_shard
+    from shardcli.playground.shard import run_shard
     from shardcli.render.shard import render_shard
 
     result = run_shard(request)

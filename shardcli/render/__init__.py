@@ -1,1 +1,5 @@
-"""The one render layer: rich renderables for people, JSON documents for scripts."""
+"""The one render layer: rich renderables for people, JSON documents for scripts.
+
+Imports from: plan, playground, training, program, analysis, runtime, hardware, results, specs, errors,
+tile_math.
+"""

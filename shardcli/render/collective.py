@@ -11,14 +11,21 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.collective import CollectiveRequest, CollectiveResult, PlacementRun, Roofline, SizeRun
-from shardcli.core.fit import LatencyBandwidthFit
 from shardcli.errors import ShardcliError
+from shardcli.playground.collective import (
+    CollectiveRequest,
+    CollectiveResult,
+    PlacementRun,
+    Roofline,
+    SizeRun,
+)
+from shardcli.playground.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
-from shardcli.specs import RunOptions, format_bytes
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
+from shardcli.specs.values import format_bytes
 
 FORMATS = ("table", "json", "csv")
 

@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.compare import CompareResult, CompareRow, DocFacts, Metric
 from shardcli.render.console import Clauses, DataTable, emit, make_console, phrases
-from shardcli.specs import RunOptions
+from shardcli.results import schema
+from shardcli.results.compare import CompareResult, CompareRow, DocFacts, Metric
+from shardcli.specs.runs import RunOptions
 
 FORMATS = ("table", "json")
 

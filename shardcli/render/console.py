@@ -21,8 +21,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from shardcli.runtime import RuntimeInfo
-from shardcli.specs import RunOptions
+from shardcli.runtime.devices import RuntimeInfo
+from shardcli.specs.runs import RunOptions
 
 # The width natural widths are measured at: wide enough never to bound one (rich caps a measurement
 # at the width it is given, and a terminal may be wider than any small figure chosen here).

@@ -9,8 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.einsum import WAY_TEXT, EinsumArray, EinsumResult, EinsumSize, WayRun
+from shardcli.playground.einsum import WAY_TEXT, EinsumArray, EinsumResult, EinsumSize, WayRun
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, csv_text, emit, make_console, prints_here, show_warnings
 from shardcli.render.matmul import below_bound_note, flop_fit_json, format_flops, ratio_text
@@ -26,7 +25,9 @@ from shardcli.render.program import (
     verdict_json,
     verdict_text,
 )
-from shardcli.specs import RunOptions, format_bytes
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
+from shardcli.specs.values import format_bytes
 
 FORMATS = ("table", "json", "csv")
 

@@ -17,10 +17,6 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli import __version__
-from shardcli.arrays import ShownValues
-from shardcli.core.session import Session
-from shardcli.core.timing import Timing
-from shardcli.mesh import MeshLayout
 from shardcli.render.console import (
     Clauses,
     ColumnBlocks,
@@ -31,7 +27,11 @@ from shardcli.render.console import (
     phrase_split,
     phrases,
 )
-from shardcli.specs import ShardingSpec
+from shardcli.runtime.arrays import ShownValues
+from shardcli.runtime.mesh import MeshLayout
+from shardcli.runtime.session import Session
+from shardcli.runtime.timing import Timing
+from shardcli.specs.meshes import ShardingSpec
 from shardcli.tile_math import GridView, ShardingLayout, format_index, grid_views, spec_layout
 
 

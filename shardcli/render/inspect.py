@@ -9,12 +9,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.inspect import ArrayFact, InspectResult
-from shardcli.core.inspect_findings import Finding
-from shardcli.core.inspect_module import PLATFORM_WORDS
-from shardcli.core.inspect_summary import CollectiveGroup, group_collectives, rank_arguments
-from shardcli.core.step_run import Donation
+from shardcli.analysis.findings import Finding
+from shardcli.analysis.summary import CollectiveGroup, group_collectives, rank_arguments
+from shardcli.program.inspect import ArrayFact, InspectResult
+from shardcli.program.module import PLATFORM_WORDS
+from shardcli.program.step_run import Donation
 from shardcli.render import human, jsonout
 from shardcli.render.console import (
     Clauses,
@@ -39,8 +38,9 @@ from shardcli.render.program import (
     verdict_json,
     verdict_text,
 )
-from shardcli.runtime import format_bytes
-from shardcli.specs import RunOptions
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
+from shardcli.specs.values import format_bytes
 
 FORMATS = ("table", "json")
 # The full view (--wide, -v): pictures for at most this many arguments and results; the table lists

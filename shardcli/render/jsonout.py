@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardcli import json_schema as schema
-from shardcli.core.session import Session
-from shardcli.core.timing import Timing
-from shardcli.mesh import MeshLayout
-from shardcli.runtime import coordinator_bind
-from shardcli.specs import RunOptions
+from shardcli.results import schema
+from shardcli.runtime.cluster import coordinator_bind
+from shardcli.runtime.mesh import MeshLayout
+from shardcli.runtime.session import Session
+from shardcli.runtime.timing import Timing
+from shardcli.specs.runs import RunOptions
 from shardcli.tile_math import Index, Tile
 
 if TYPE_CHECKING:
-    from shardcli.arrays import ShownValues
-    from shardcli.core.program_analysis import HloCollective
-    from shardcli.core.report import Check
+    from shardcli.analysis.program import HloCollective
+    from shardcli.analysis.report import Check
+    from shardcli.runtime.arrays import ShownValues
 
 
 def values_json(values: np.ndarray | None) -> Any:
@@ -148,7 +148,7 @@ def document(command: str, session: Session, body: dict[str, Any]) -> dict[str, 
     """A run's document: the envelope, the runtime and mesh every run on devices shares, then `body`.
 
     Raises:
-        SchemaError: `body` does not hold the keys shardcli/json_schema.py gives the command's kind.
+        SchemaError: `body` does not hold the keys shardcli/results/schema.py gives the command's kind.
     """
     return schema.document(
         command, runtime=runtime_json(session), mesh=mesh_json(session.layout, session.mode), **body

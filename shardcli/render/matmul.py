@@ -9,10 +9,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.fit import LatencyBandwidthFit
-from shardcli.core.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
-from shardcli.costmodel import CostEstimate
+from shardcli.hardware.costmodel import CostEstimate
+from shardcli.playground.fit import LatencyBandwidthFit
+from shardcli.playground.matmul import ArrayLayout, CaseRun, ImplRun, MatmulResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import (
     Clauses,
@@ -34,7 +33,9 @@ from shardcli.render.program import (
     verdict_json,
     verdict_text,
 )
-from shardcli.specs import RunOptions, format_bytes
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
+from shardcli.specs.values import format_bytes
 
 FORMATS = ("table", "json", "csv")
 

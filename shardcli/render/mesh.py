@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shardcli.core.session import Session
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
-from shardcli.specs import RunOptions
+from shardcli.runtime.session import Session
+from shardcli.specs.runs import RunOptions
 
 
 def render_mesh(session: Session, options: RunOptions) -> None:

@@ -7,13 +7,13 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.model import ModelResult
-from shardcli.core.report import collectives_text
-from shardcli.model_spec import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
+from shardcli.analysis.report import collectives_text
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, format_seconds, make_console, prints_here, show_warnings
-from shardcli.specs import RunOptions
+from shardcli.results import schema
+from shardcli.specs.model import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
+from shardcli.specs.runs import RunOptions
+from shardcli.training.model import ModelResult
 
 
 def _annotations_text(result: ModelResult) -> str:

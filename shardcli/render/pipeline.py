@@ -7,11 +7,11 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.pipeline import Event, PipelineResult, bubble_text
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
-from shardcli.specs import RunOptions
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
+from shardcli.training.pipeline.threads import Event, PipelineResult, bubble_text
 
 TIMELINE_WIDTH = 96
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"

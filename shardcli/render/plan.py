@@ -8,23 +8,23 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.compilers import compiler_versions
-from shardcli.core.plan import RANK_ORDERS, PlanResult, PlanRow, inspect_command
-from shardcli.core.plan_compile import CompiledFigures
-from shardcli.core.plan_program import ProgramPlanResult
-from shardcli.core.plan_program import inspect_command as program_inspect_command
-from shardcli.core.step_time import StepEstimate
-from shardcli.decoder_spec import rules_text
+from shardcli.analysis.step_time import StepEstimate
+from shardcli.hardware.compilers import compiler_versions
+from shardcli.hardware.targets import TargetSpec
+from shardcli.plan.compiles import CompiledFigures
+from shardcli.plan.search import RANK_ORDERS, PlanResult, PlanRow, inspect_command
+from shardcli.plan.user_program import ProgramPlanResult
+from shardcli.plan.user_program import inspect_command as program_inspect_command
 from shardcli.render.console import Clauses, DataTable, emit, make_console
-from shardcli.runtime import format_bytes
-from shardcli.specs import RunOptions
-from shardcli.targets import TargetSpec
+from shardcli.results import schema
+from shardcli.specs.decoder import rules_text
+from shardcli.specs.runs import RunOptions
+from shardcli.specs.values import format_bytes
 
 GIB = 1 << 30
 EMIT_HINT = "winner.py"
 # A row that fits with less than this share of the usable memory spare says "at risk": on a GPU the
-# share shardcli.gpu_memory calls at risk (a BFC pool cut up by earlier arrays); on a TPU the same
+# share shardcli.hardware.gpu_memory calls at risk (a BFC pool cut up by earlier arrays); on a TPU the same
 # share, as a warning only (the TPU compiler's own verdict is exact, but nothing is left to grow).
 TIGHT_SHARE = 0.90
 

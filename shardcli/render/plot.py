@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from shardcli.specs import format_bytes
+from shardcli.specs.values import format_bytes
 
 MARKERS = "ox+*#@%&"
 STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")

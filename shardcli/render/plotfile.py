@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.core.collective import CollectiveResult
-from shardcli.core.matmul import MatmulResult
-from shardcli.specs import format_bytes
+from shardcli.playground.collective import CollectiveResult
+from shardcli.playground.matmul import MatmulResult
+from shardcli.specs.values import format_bytes
 
 PLACEMENT_NAMES = {"out": "out-of-place", "in": "in-place"}
 

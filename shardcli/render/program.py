@@ -10,13 +10,13 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.program_analysis import CollectiveOp, MemoryUse, ProgramAnalysis
-from shardcli.core.step_time import StepEstimate, Term
-from shardcli.core.target import FitVerdict
-from shardcli.costmodel import CostEstimate, Hardware
+from shardcli.analysis.program import CollectiveOp, MemoryUse, ProgramAnalysis
+from shardcli.analysis.step_time import StepEstimate, Term
+from shardcli.analysis.target import FitVerdict
+from shardcli.hardware.costmodel import CostEstimate, Hardware
 from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds, phrases
-from shardcli.specs import format_bytes
+from shardcli.results import schema
+from shardcli.specs.values import format_bytes
 
 
 def program_json(analysis: ProgramAnalysis | None) -> dict[str, Any] | None:

@@ -7,13 +7,13 @@ from typing import Any
 import numpy as np
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.recipe import RecipeResult
-from shardcli.core.report import Picture, Section, TableSection, TextSection
-from shardcli.recipe_registry import RECIPES
+from shardcli.analysis.report import Picture, Section, TableSection, TextSection
+from shardcli.playground.recipe import RecipeResult
+from shardcli.playground.recipe_cases import RECIPES
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
-from shardcli.specs import RunOptions
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
 
 
 def _cell_text(value: Any) -> str | Text:

@@ -7,8 +7,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.reshard import WAY_TEXT, ReshardResult, ReshardWay
+from shardcli.playground.reshard import WAY_TEXT, ReshardResult, ReshardWay
 from shardcli.render import human, jsonout
 from shardcli.render.console import (
     Clauses,
@@ -28,7 +27,9 @@ from shardcli.render.program import (
     verdict_json,
     verdict_text,
 )
-from shardcli.specs import RunOptions, format_bytes
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
+from shardcli.specs.values import format_bytes
 from shardcli.tile_math import format_index
 
 FORMATS = ("table", "json", "csv")

@@ -9,11 +9,11 @@ import numpy as np
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.run import ArrayValues, DeviceBlock, ProbeValues, RunResult
+from shardcli.program.run import ArrayValues, DeviceBlock, ProbeValues, RunResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
-from shardcli.specs import RunOptions
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
 
 # --- JSON -----------------------------------------------------------------------------------------
 

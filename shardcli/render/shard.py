@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from shardcli import json_schema as schema
-from shardcli.core.shard import ShardResult
+from shardcli.playground.shard import ShardResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
-from shardcli.specs import RunOptions
+from shardcli.results import schema
+from shardcli.specs.runs import RunOptions
 from shardcli.tile_math import format_index
 
 

@@ -1,0 +1,231 @@
+"""Loops counted per trip: how many times each computation runs, and the FLOPs and bytes XLA's
+cost analysis leaves out by counting a loop body once.
+
+XLA's `cost_analysis()` counts a while body once however many times it runs. `count_trips` adds,
+for every loop, (trips - 1) times XLA's own count of its body (the body made the entry of a module
+of its own, `xla_cost_of_text`); nested loops multiply. Part of the one reading of compiled
+programs (`program_analysis` re-exports these names).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shardcli.analysis.hlo import HloModuleText, Loop, source_table
+
+
+@dataclass(frozen=True)
+class LoopCount:
+    """One while loop of the program: how many times it runs and what one trip costs."""
+
+    name: str  # the HLO while instruction
+    trips: int | None  # per run of the computation holding it; None where the text does not say
+    runs: int  # trips times the trips of the loops around it (1 where unknown)
+    body_flops: float | None  # one trip, as XLA counts it; None where XLA could not analyse it
+    body_bytes: float | None
+    op_name: str | None
+    source: str | None
+
+
+def runs_per_computation(module: HloModuleText) -> dict[str, tuple[int, bool]]:
+    """How many times one execution runs each computation, and whether every trip count was known."""
+    trips = {loop.body: loop.trips for loop in module.loops()}
+    callees = {name: list(module.callees(name)) for name in module.computations}
+    runs: dict[str, tuple[int, bool]] = {}
+
+    def visit(name: str, times: int, known: bool, depth: int) -> None:
+        if depth > 64:
+            return
+        before = runs.get(name, (0, True))
+        runs[name] = (before[0] + times, before[1] and known)
+        for kind, callee in callees.get(name, []):
+            factor = trips.get(callee) if kind == "body" else 1
+            visit(callee, times * (factor or 1), known and factor is not None, depth + 1)
+
+    if module.entry:
+        visit(module.entry, 1, True, 0)
+    return runs
+
+
+BodyCost = Callable[[str], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class TripCounts:
+    """FLOPs and bytes with every loop counted per trip, and the loops."""
+
+    flops: float | None
+    bytes_accessed: float | None
+    loops: tuple[LoopCount, ...]
+    missing: tuple[str, ...]
+
+
+def count_trips(
+    module: HloModuleText,
+    xla_flops: float | None,
+    xla_bytes: float | None,
+    body_cost: BodyCost | None = None,
+) -> TripCounts:
+    """XLA's figures plus, for each loop, (trips - 1) times its body's cost and the extra trips of
+    the loops inside it.
+
+    With X(B) XLA's count of body B (its own loops once) and E(B) what that count leaves out, a
+    computation's loops add E = sum over loops L of (n_L - 1) X(B_L) + n_L E(B_L). A loop of
+    unknown trips is counted once (n_L = 1). The condition is counted once, as XLA counts it.
+
+    Args:
+        body_cost: (FLOPs, bytes accessed) of a module's text; default XLA's own cost analysis.
+    """
+    loops = module.loops()
+    if not loops:
+        return TripCounts(xla_flops, xla_bytes, (), ())
+    cost_of = body_cost or xla_cost_of_text
+    runs = runs_per_computation(module)
+    sources = source_table("\n".join(module.prologue))
+    costs: dict[str, tuple[float, float] | None] = {}
+    failures: list[str] = []
+
+    def cost(body: str) -> tuple[float, float] | None:
+        if body not in costs:
+            try:
+                costs[body] = cost_of(module.module_of(body))
+            except Exception as error:  # noqa: BLE001 - the loop is then counted once, and said so
+                costs[body] = None
+                failures.append(
+                    f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:120]}"
+                )
+        return costs[body]
+
+    held: dict[str, list[Loop]] = {}
+    for loop in loops:
+        held.setdefault(loop.computation, []).append(loop)
+
+    def extra(name: str, depth: int) -> tuple[float, float]:
+        flops = accessed = 0.0
+        if depth > 32:
+            return flops, accessed
+        for local in _without_loops(module, name):
+            for loop in held.get(local, []):
+                one = cost(loop.body)
+                inner = extra(loop.body, depth + 1)
+                n = loop.trips if loop.trips is not None else 1
+                if one is not None:
+                    flops += (n - 1) * one[0]
+                    accessed += (n - 1) * one[1]
+                flops += n * inner[0]
+                accessed += n * inner[1]
+        return flops, accessed
+
+    added = extra(module.entry, 0) if module.entry else (0.0, 0.0)
+    counted = tuple(
+        LoopCount(
+            name=loop.name,
+            trips=loop.trips,
+            runs=runs.get(loop.computation, (1, True))[0] * (loop.trips or 1),
+            body_flops=(costs.get(loop.body) or (None, None))[0],
+            body_bytes=(costs.get(loop.body) or (None, None))[1],
+            op_name=loop.op_name,
+            source=sources.get(loop.source_frame) if loop.source_frame is not None else None,
+        )
+        for loop in loops
+    )
+    missing = []
+    if failures:
+        missing.append(
+            f"loop bodies counted once in FLOPs and bytes: XLA could not analyse {len(failures)} of them "
+            f"({failures[0]})"
+        )
+    return TripCounts(
+        flops=xla_flops + added[0] if xla_flops is not None else None,
+        bytes_accessed=xla_bytes + added[1] if xla_bytes is not None else None,
+        loops=counted,
+        missing=tuple(missing),
+    )
+
+
+def _without_loops(module: HloModuleText, start: str) -> list[str]:
+    """`start` and what it calls other than as a loop's body or condition (calls, branches)."""
+    seen = {start}
+    todo = [start]
+    while todo:
+        for kind, callee in module.callees(todo.pop()):
+            if kind not in ("body", "condition") and callee in module.computations and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return list(seen)
+
+
+def xla_cost_of_text(module_text: str) -> tuple[float, float]:
+    """(FLOPs, bytes accessed) of an HLO module's text, by XLA's own cost analysis.
+
+    XLA's parser and `HloCostAnalysis` as jaxlib exposes them (private names: where they move, the
+    caller counts the loop once and says so). The CPU client's analysis counts what the compiled
+    program's backend counts for FLOPs (dots, convolutions, elementwise ops); its byte count uses the
+    host's shape sizes (no TPU tiling).
+    """
+    import jax
+    from jax._src.lib import xla_client
+
+    module = _parse_hlo_module(module_text)
+    try:
+        client = jax.devices("cpu")[0].client
+    except RuntimeError:
+        client = jax.devices()[0].client
+    cost = xla_client._xla.hlo_module_cost_analysis(client, module)
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+
+
+_REFUSED_ATTRIBUTE_RE = re.compile(
+    r'was parsing (?P<line>\d+):\d+: error: unexpected attribute "(?P<name>[\w\-]+)"'
+)
+
+
+def _parse_hlo_module(module_text: str) -> Any:
+    """XLA's parse of a module's text. An attribute XLA prints but its parser refuses is left out of
+    every instruction of that opcode and the text parsed again: jaxlib 0.12 prints
+    `output_to_operand_aliasing` on a GPU target's `all-reduce-start` and then refuses to read it."""
+    from jaxlib import _hlo  # type: ignore[attr-defined]
+
+    from shardcli.analysis.hlo import parse_instruction
+
+    lines = module_text.splitlines()
+    refused: set[tuple[str, str]] = set()
+    while True:
+        try:
+            return _hlo.hlo_module_from_text("\n".join(lines))
+        except Exception as error:
+            match = _REFUSED_ATTRIBUTE_RE.search(str(error))
+            at = int(match.group("line")) - 1 if match else -1
+            inst = parse_instruction(lines[at]) if match and 0 <= at < len(lines) else None
+            if match is None or inst is None or (inst.opcode, match.group("name")) in refused:
+                raise
+            name = match.group("name")
+            refused.add((inst.opcode, name))
+            call = re.compile(rf"\s{re.escape(inst.opcode)}\(")
+            lines = [_without_attribute(line, name) if call.search(line) else line for line in lines]
+
+
+def _without_attribute(line: str, name: str) -> str:
+    """`line` without its `, name=value` (a value of balanced brackets and quotes)."""
+    start = line.find(f", {name}=")
+    if start < 0:
+        return line
+    i = start + len(name) + 3
+    depth, quoted = 0, False
+    while i < len(line):
+        ch = line[i]
+        if quoted:
+            quoted = ch != '"' or line[i - 1] == "\\"
+        elif ch == '"':
+            quoted = True
+        elif ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            break
+        i += 1
+    return line[:start] + line[i:]

@@ -1,0 +1,521 @@
+"""The one step-time estimate of a compiled program: a roofline per device, every figure sourced.
+
+From a `ProgramAnalysis` (FLOPs and bytes accessed with loops counted per trip, collectives with
+their mesh axes, bytes sent and runs), the chip's entry in the hardware table and how each mesh
+axis lies on the hardware:
+
+- T_math = FLOPs / peak FLOP/s (the peak for the dtype the program's dots run in, per device);
+- T_hbm  = bytes accessed / HBM bandwidth;
+- T_comm = for each mesh axis (or set of axes) collectives run over, the bytes each device sends
+  over it / that axis's bandwidth; summed over the axes (one collective after another);
+- bound  = max(T_math, T_hbm, T_comm): perfect overlap; no-overlap sum = max(T_math, T_hbm) +
+  T_comm (the memory roofline overlaps the maths within each op, communication overlaps nothing);
+- the estimate = bound / efficiency, where `efficiency` (default 1.0) is the one calibration
+  figure, named with its source where it is not 1 (a TPU: `shardcli.hardware.calibration.CALIBRATION`).
+
+On a GPU one global max(T_math, T_hbm) cannot fit both a pure GEMM (60-70% of the peak) and a
+training step (27%): the estimate there is the sum over the program's ops of each op's own roofline
+(`OpRoofline`): each library kernel (cuBLAS GEMM, cuDNN attention or convolution) max(FLOPs / (peak
+for its dtype x dot efficiency), bytes / (HBM x HBM efficiency)), plus the same for every other op
+together from XLA's FLOPs and bytes; communication adds nothing hidden (max with T_comm). The
+efficiencies are `shardcli.hardware.calibration.GPU_OPS`, measured.
+
+The bandwidth of a mesh axis (`AxisLink`):
+- TPU: ICI per link, one way (hardware table), times the torus dimensions the axis runs along,
+  times 2 for each such dimension the axis covers whole where that dimension wraps around (a ring
+  sends both ways; a line, or part of a dimension, one way); a collective over several mesh axes
+  adds their bandwidths. Devices of one chip (v4's two TensorCores) share its HBM, so an axis that stays
+  on the chip moves at HBM bandwidth, and each device gets its share of the chip's peak and HBM.
+- GPU: NVLink per GPU one way within a host; the network share per GPU where the axis crosses hosts.
+  A collective over several mesh axes moves at the slowest of them, not their sum: a GPU has one
+  NVLink share whatever the axes, and a ring through GPUs of several hosts is as fast as the network.
+
+Pure Python over plain data (`axis_links`, `estimate_step`); `places_of_mesh` reads a JAX mesh's
+devices by their attributes (coords, core_on_chip, process_index) without importing JAX, and
+`step_time_of` puts the two together for a compiled program and its mesh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardcli.analysis.kernels import Launches
+from shardcli.analysis.program import ProgramAnalysis
+from shardcli.hardware.calibration import CALIBRATION, GPU_LAUNCH, GPU_OPS, LaunchCosts, OpEfficiency
+from shardcli.hardware.chips import Chip, Figure, chip_for_kind
+
+UNCALIBRATED = "none: the roofline as it is (1.0)"
+
+
+@dataclass(frozen=True)
+class AxisLink:
+    """How fast one mesh axis moves bytes, per device, one way round, and why."""
+
+    axis: str
+    size: int
+    bytes_per_s: float | None
+    how: str  # "ICI along torus dim of 16 chips, 2 ways x 45 GB/s (wraps around)"
+    source: str
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of the roofline: an amount per device, a rate, and their quotient."""
+
+    name: str  # "math", "hbm", or the mesh axes of a communication term ("data", "data+model")
+    amount: float | None  # FLOPs or bytes, per device
+    rate: float | None  # FLOP/s or B/s
+    seconds: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class OpRoofline:
+    """The sum over the program's ops of each op's own roofline, each divided by its efficiency.
+
+    `kernels_math_s`/`kernels_hbm_s`: the library kernels bound by their maths or by HBM; `other_s`:
+    every other op together, max(FLOPs / peak, bytes / HBM), `other_bound` saying which.
+    """
+
+    kernels: int  # library kernel calls per step (each call times its runs)
+    kernels_math_s: float
+    kernels_hbm_s: float
+    other_flops: float
+    other_bytes: float
+    other_s: float
+    other_bound: str  # "math" or "hbm"
+    efficiency: OpEfficiency
+    # The least the step takes however little its kernels do: its launches (`GPU_LAUNCH`); 0 unknown
+    launch_s: float = 0.0
+    launches: Launches | None = None
+    launch_source: str = ""
+
+    @property
+    def roofline_s(self) -> float:
+        return self.kernels_math_s + self.kernels_hbm_s + self.other_s
+
+    @property
+    def launch_bound(self) -> bool:
+        """Whether its launches take longer than its ops' rooflines (a step of many small kernels)."""
+        return self.launch_s > self.roofline_s
+
+    @property
+    def seconds(self) -> float:
+        """The ops' rooflines, or the launches where those take longer: the host launches kernels
+        ahead of the GPU, so a kernel that runs longer than a launch hides the next one's."""
+        return max(self.roofline_s, self.launch_s)
+
+    @property
+    def math_s(self) -> float:
+        """The part of the step whose ops are bound by their maths."""
+        return self.kernels_math_s + (self.other_s if self.other_bound == "math" else 0.0)
+
+    @property
+    def hbm_s(self) -> float:
+        """The part of the step whose ops are bound by HBM."""
+        return self.kernels_hbm_s + (self.other_s if self.other_bound == "hbm" else 0.0)
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """The estimated time of one run of the program, per device."""
+
+    chip: str  # the hardware table's label, or what the figures came from
+    math: Term
+    hbm: Term
+    comm: tuple[Term, ...]  # one per mesh axis (or set of axes) collectives run over
+    efficiency: float = 1.0
+    efficiency_source: str = UNCALIBRATED
+    compiler_seconds: float | None = None  # the TPU compiler's optimal_seconds, where positive
+    compiler_note: str = "not given"
+    notes: tuple[str, ...] = ()  # what the figures leave out (loops of unknown trips, ...)
+    ops: OpRoofline | None = None  # a GPU: the estimate is the per-op roofline (max with T_comm)
+
+    @property
+    def method(self) -> str:
+        """How the estimate is made: "per-op roofline" or "roofline / efficiency"."""
+        return "per-op roofline" if self.ops is not None else "roofline / efficiency"
+
+    @property
+    def t_comm_s(self) -> float | None:
+        if any(t.seconds is None for t in self.comm):
+            return None
+        return sum(t.seconds or 0.0 for t in self.comm)
+
+    def _known(self) -> list[tuple[str, float]]:
+        terms = [(self.math.name, self.math.seconds), (self.hbm.name, self.hbm.seconds)]
+        terms.append(("communication", self.t_comm_s))
+        return [(name, s) for name, s in terms if s is not None]
+
+    @property
+    def bound_s(self) -> float | None:
+        """max(T_math, T_hbm, T_comm) over the terms known; None without T_math."""
+        if self.math.seconds is None:
+            return None
+        return max(s for _, s in self._known())
+
+    @property
+    def sum_s(self) -> float | None:
+        """max(T_math, T_hbm) + T_comm: no communication hidden behind compute."""
+        if self.math.seconds is None or self.t_comm_s is None:
+            return None
+        return max(self.math.seconds, self.hbm.seconds or 0.0) + self.t_comm_s
+
+    @property
+    def dominant(self) -> str | None:
+        """The largest term: "math", "hbm", or the mesh axes of the largest communication term."""
+        if self.bound_s is None:
+            return None
+        terms = (
+            [
+                ("math", self.ops.math_s),
+                ("hbm", self.ops.hbm_s),
+                ("communication", self.t_comm_s or 0.0),
+                ("launch", self.ops.launch_s),
+            ]
+            if self.ops is not None
+            else self._known()
+        )
+        name, _ = max(terms, key=lambda t: t[1])
+        if name == "communication" and self.comm:
+            return max(self.comm, key=lambda t: t.seconds or 0.0).name
+        return name
+
+    @property
+    def estimate_s(self) -> float | None:
+        """The bound divided by the calibrated efficiency; on a GPU the per-op roofline, or the
+        communication where that takes longer."""
+        if self.bound_s is None:
+            return None
+        if self.ops is not None:
+            return max(self.ops.seconds, self.t_comm_s or 0.0)
+        return self.bound_s / self.efficiency
+
+
+# --- how each mesh axis lies on the hardware ------------------------------------------------------
+
+
+def axis_links(
+    chip: Chip,
+    mesh_shape: tuple[int, ...],
+    axis_names: tuple[str, ...],
+    places: Sequence[tuple[int, ...]],
+) -> dict[str, AxisLink]:
+    """The bandwidth of each mesh axis, from where each device sits.
+
+    Args:
+        chip: the hardware table's entry.
+        mesh_shape, axis_names: the mesh.
+        places: per device in the mesh's (row-major) order, its place: on a TPU the chip's torus
+            coordinates then the core on the chip, (x, y, z, core); on a GPU (host, gpu).
+    """
+    n = math.prod(mesh_shape)
+    if len(places) != n:
+        raise ValueError(f"{len(places)} device places for a mesh of {n} devices")
+    grid = [tuple(p) for p in places]
+    links = {}
+    for a, name in enumerate(axis_names):
+        line = [grid[_flat(mesh_shape, a, i)] for i in range(mesh_shape[a])]
+        if chip.platform == "tpu":
+            links[name] = _tpu_link(chip, name, line, grid)
+        else:
+            links[name] = _gpu_link(chip, name, line)
+    return links
+
+
+def _flat(shape: tuple[int, ...], axis: int, i: int) -> int:
+    """The flat index of the device at position i along `axis`, 0 on every other axis."""
+    stride = math.prod(shape[axis + 1 :])
+    return i * stride
+
+
+def _tpu_link(chip: Chip, name: str, line: list[tuple[int, ...]], grid: list[tuple[int, ...]]) -> AxisLink:
+    ici = chip.link_bytes_per_s
+    rank = len(grid[0]) - 1
+    torus = tuple(max(p[d] for p in grid) + 1 for d in range(rank))
+    varying = [d for d in range(rank) if len({p[d] for p in line}) > 1]
+    if len(line) == 1:
+        return AxisLink(name, 1, None, "one device: sends nothing", ici.source)
+    if not varying:  # the devices of one chip
+        hbm = chip.hbm_bytes_per_s
+        return AxisLink(name, len(line), hbm.value, "the cores of one chip share its HBM", hbm.source)
+    ways = []
+    for d in varying:
+        whole = len({p[d] for p in line}) == torus[d]
+        ways.append(2 if whole and chip.wraps(torus[d], torus) else 1)
+    dims = "x".join(str(torus[d]) for d in varying)
+    how = (
+        f"ICI along torus dim{'s' * (len(varying) > 1)} of {dims} chips, "
+        + " + ".join(f"{w} way{'s' * (w > 1)}" for w in ways)
+        + f" x {ici.value / 1e9:g} GB/s"
+        + (" (wraps around)" if 2 in ways else " (no wraparound)")
+    )
+    return AxisLink(name, len(line), sum(ways) * ici.value, how, f"{ici.source}; {chip.wrap}")
+
+
+def _gpu_link(chip: Chip, name: str, line: list[tuple[int, ...]]) -> AxisLink:
+    if len(line) == 1:
+        return AxisLink(name, 1, None, "one device: sends nothing", chip.link_bytes_per_s.source)
+    hosts = {p[0] for p in line}
+    if len(hosts) == 1 or chip.network_bytes_per_s is None:
+        link = chip.link_bytes_per_s
+        return AxisLink(
+            name, len(line), link.value, f"NVLink within a host, {link.value / 1e9:g} GB/s", link.source
+        )
+    net = chip.network_bytes_per_s
+    return AxisLink(
+        name,
+        len(line),
+        net.value,
+        f"across {len(hosts)} hosts: the network, {net.value / 1e9:g} GB/s",
+        net.source,
+    )
+
+
+def places_of_mesh(mesh: Any, chip: Chip) -> list[tuple[int, ...]]:
+    """Each device's place (see `axis_links`), read from the JAX devices' attributes."""
+    places = []
+    for device in mesh.devices.flat:
+        if chip.platform == "tpu":
+            coords = tuple(int(c) for c in getattr(device, "coords", (0, 0, 0)))
+            places.append((*coords, int(getattr(device, "core_on_chip", 0))))
+        else:
+            places.append((int(getattr(device, "process_index", 0)), int(getattr(device, "id", 0))))
+    return places
+
+
+def devices_per_chip(places: Sequence[tuple[int, ...]], chip: Chip) -> int:
+    """How many devices share one chip (v4's two TensorCores under libtpu's topology: 2)."""
+    if chip.platform != "tpu" or not places:
+        return 1
+    chips = {p[:-1] for p in places}
+    return max(1, len(places) // len(chips))
+
+
+# --- the estimate ---------------------------------------------------------------------------------
+
+
+def estimate_step(
+    analysis: ProgramAnalysis,
+    chip: Chip | None,
+    links: dict[str, AxisLink],
+    dtype_name: str,
+    *,
+    per_chip: int = 1,
+    peak: Figure | None = None,
+    hbm: Figure | None = None,
+    efficiency: float = 1.0,
+    efficiency_source: str = UNCALIBRATED,
+    op_efficiency: OpEfficiency | None = None,
+) -> StepEstimate:
+    """The roofline of one run of the program, per device.
+
+    Args:
+        analysis: the compiled program (FLOPs, bytes and collectives, loops counted per trip).
+        chip: the hardware table's entry; None where only `peak` (and `links`) are known.
+        links: each mesh axis's bandwidth (`axis_links`, or one figure per axis the user gave).
+        dtype_name: the dtype whose peak T_math divides by.
+        per_chip: devices sharing one chip (each gets 1/per_chip of its peak and HBM bandwidth).
+        peak, hbm: figures that replace the table's (--peak-tflops).
+        efficiency: the calibrated share of the roofline a real step reaches (0 < e <= 1).
+        op_efficiency: the per-op roofline's efficiencies (a GPU): then the estimate is the sum of
+            each op's roofline and `efficiency` is not used.
+    """
+    if not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency {efficiency} is not in (0, 1]")
+    peak_given = peak is not None
+    peak = peak or (chip.peak_flops(dtype_name) if chip else None)
+    hbm = hbm or (chip.hbm_bytes_per_s if chip else None)
+    share = f", shared by the {per_chip} devices of a chip" if per_chip > 1 else ""
+    math_term = _term("math", analysis.flops, peak, per_chip, share, f"no {dtype_name} peak for this device")
+    hbm_term = _term("hbm", analysis.bytes_accessed, hbm, per_chip, share, "no HBM bandwidth for this device")
+    notes = list(analysis.missing)
+    if analysis.unknown_trips:
+        notes.append(
+            f"{len(analysis.unknown_trips)} loop(s) of unknown trip count counted once: FLOPs, bytes and "
+            "times are at least these"
+        )
+    ops = None
+    if op_efficiency is not None and peak is not None and hbm is not None:
+        ops = op_roofline(analysis, None if peak_given else chip, peak, hbm, op_efficiency, per_chip)
+        efficiency, efficiency_source = (
+            1.0,
+            "per op: " + "; ".join((op_efficiency.dot_source, op_efficiency.hbm_source)),
+        )
+    return StepEstimate(
+        chip=chip.label if chip else "figures given",
+        math=math_term,
+        hbm=hbm_term,
+        comm=_comm_terms(analysis, links, gpu=chip is not None and chip.platform == "cuda"),
+        efficiency=efficiency,
+        efficiency_source=efficiency_source,
+        compiler_seconds=analysis.compiler_seconds,
+        compiler_note=_compiler_note(analysis, chip),
+        notes=tuple(notes),
+        ops=ops,
+    )
+
+
+def op_roofline(
+    analysis: ProgramAnalysis,
+    chip: Chip | None,
+    peak: Figure,
+    hbm: Figure,
+    eff: OpEfficiency,
+    per_chip: int = 1,
+    launch: LaunchCosts = GPU_LAUNCH,
+) -> OpRoofline | None:
+    """Each library kernel's roofline at the peak of its own dtype (`chip`'s; None: `peak` for all),
+    plus every other op's together at `peak`; and the least its launches take (`launch`).
+
+    Returns None without FLOPs or bytes (nothing to add up)."""
+    if analysis.flops is None or analysis.bytes_accessed is None:
+        return None
+    hbm_rate = hbm.value / per_chip * eff.hbm
+    math_s = hbm_s = 0.0
+    count = 0
+    for call in analysis.kernels.calls:
+        kernel_peak = chip.peak_flops(call.dtype or "float32") if chip is not None else None
+        rate = (kernel_peak or peak).value / per_chip * eff.dot
+        t_math, t_hbm = call.flops / rate, call.bytes_accessed / hbm_rate
+        if t_math >= t_hbm:
+            math_s += t_math * call.runs
+        else:
+            hbm_s += t_hbm * call.runs
+        count += call.runs
+    other_flops = max(0.0, analysis.flops - analysis.kernels.flops)
+    other_bytes = max(0.0, analysis.bytes_accessed - analysis.kernels.bytes_accessed)
+    other_math = other_flops / (peak.value / per_chip * eff.dot)
+    other_hbm = other_bytes / hbm_rate
+    found = analysis.launches
+    return OpRoofline(
+        kernels=count,
+        kernels_math_s=math_s,
+        kernels_hbm_s=hbm_s,
+        other_flops=other_flops,
+        other_bytes=other_bytes,
+        other_s=max(other_math, other_hbm),
+        other_bound="math" if other_math > other_hbm else "hbm",
+        efficiency=eff,
+        launch_s=launch_seconds(found, launch) if found is not None else 0.0,
+        launches=found,
+        launch_source=launch.source if found is not None else "",
+    )
+
+
+def launch_seconds(launches: Launches, costs: LaunchCosts) -> float:
+    """The least time one call takes for what it launches, however little each kernel does."""
+    return (
+        costs.call_s
+        + launches.kernels * costs.kernel_s
+        + launches.loop_trips * costs.trip_s
+        + launches.buffers * costs.buffer_s
+    )
+
+
+def _term(
+    name: str, amount: float | None, rate: Figure | None, per_chip: int, share: str, unknown: str
+) -> Term:
+    if rate is None:
+        return Term(name, amount, None, None, unknown)
+    per_device = rate.value / per_chip
+    seconds = amount / per_device if amount is not None else None
+    return Term(name, amount, per_device, seconds, rate.source + share)
+
+
+def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink], gpu: bool = False) -> tuple[Term, ...]:
+    """One term per set of mesh axes the collectives run over: bytes sent, over the axes' bandwidth
+    (their sum on a torus; on GPUs the slowest of them)."""
+    sent: dict[tuple[str, ...] | None, int] = {}
+    for c in analysis.collectives:
+        sent[c.mesh_axes] = sent.get(c.mesh_axes, 0) + c.sent_bytes * c.runs
+    terms = []
+    for axes, amount in sorted(sent.items(), key=lambda kv: -kv[1]):
+        if axes == ():
+            continue  # a group of one device: nothing moves
+        if axes is None:  # groups that follow no mesh axes: the slowest axis's bandwidth
+            known = [link for link in links.values() if link.bytes_per_s]
+            slowest = min(known, key=lambda link: link.bytes_per_s or 0.0) if known else None
+            rate = slowest.bytes_per_s if slowest else None
+            source = f"groups along no mesh axis: the slowest axis's, {slowest.how}" if slowest else "unknown"
+            terms.append(Term("?", amount, rate, amount / rate if rate else None, source))
+            continue
+        parts = [links.get(a.split("[")[0]) for a in axes]  # a slice of an axis, data[::2], uses its links
+        if any(p is None or p.bytes_per_s is None for p in parts):
+            terms.append(Term("+".join(axes), amount, None, None, "no bandwidth for this axis"))
+            continue
+        rates = [p.bytes_per_s or 0.0 for p in parts if p is not None]
+        rate = min(rates) if gpu else sum(rates)
+        source = ("the slowest of " if gpu and len(rates) > 1 else "") + "; ".join(
+            f"{p.axis}: {p.how} ({p.source})" for p in parts if p is not None
+        )
+        terms.append(Term("+".join(axes), amount, rate, amount / rate, source))
+    return tuple(terms)
+
+
+def _compiler_note(analysis: ProgramAnalysis, chip: Chip | None) -> str:
+    if analysis.compiler_seconds is not None:
+        return "the TPU compiler's cost_analysis()['optimal_seconds']: collectives counted as HBM traffic"
+    if chip is not None and chip.platform == "tpu":
+        return "not given: the TPU compiler's optimal_seconds is negative or absent for this program"
+    return "not given by this compiler"
+
+
+def step_time_of(
+    analysis: ProgramAnalysis,
+    mesh: Any,
+    device_kind: str,
+    dtype_name: str,
+    *,
+    peak: Figure | None = None,
+    link: Figure | None = None,
+    efficiency: float | None = None,
+    efficiency_source: str = UNCALIBRATED,
+) -> StepEstimate | None:
+    """`estimate_step` for a program compiled on `mesh` for devices of `device_kind`.
+
+    `peak` and `link` replace the table's figures (--peak-tflops, --link-gbps: the link figure is
+    then every mesh axis's bandwidth). None where the table does not know the kind and no peak is given.
+    The calibration is the platform's (`shardcli.hardware.calibration`): a TPU's one efficiency, a GPU's
+    per-op roofline, none elsewhere; `efficiency` given replaces it (1.0: the roofline as it is).
+    """
+    chip = chip_for_kind(device_kind)
+    names = tuple(str(a) for a in mesh.axis_names)
+    shape = tuple(mesh.devices.shape)
+    if chip is None and peak is None:
+        return None
+    per_chip = 1
+    if chip is not None:
+        places = places_of_mesh(mesh, chip)
+        links = axis_links(chip, shape, names, places)
+        per_chip = devices_per_chip(places, chip)
+    else:
+        links = {}
+    if link is not None:
+        links = {
+            a: AxisLink(
+                a, size, link.value if size > 1 else None, f"{link.value / 1e9:g} GB/s given", link.source
+            )
+            for a, size in zip(names, shape, strict=True)
+        }
+    op_efficiency = None
+    if efficiency is None:
+        efficiency = 1.0
+        if chip is not None and chip.platform == "tpu":
+            efficiency, efficiency_source = CALIBRATION.efficiency, CALIBRATION.provenance
+        elif chip is not None and chip.platform == "cuda":
+            op_efficiency = GPU_OPS
+    return estimate_step(
+        analysis,
+        chip,
+        links,
+        dtype_name,
+        per_chip=per_chip,
+        peak=peak,
+        efficiency=efficiency,
+        efficiency_source=efficiency_source,
+        op_efficiency=op_efficiency,
+    )

@@ -1,1 +1,0 @@
-"""The core: computes and returns frozen results; never prints."""

@@ -1,0 +1,14 @@
+"""The hardware shardcli knows without owning it: one table of chips, each figure with its source.
+
+- `chips`: per-chip figures (peak FLOP/s, HBM, links) of every accelerator, with sources;
+- `targets`: compile-only targets (`tpu-v5e:16x16`, `gpu-h200:4x8`) as data;
+- `compilers`: which compiler plugins (libtpu, the CUDA plugin) are installed, and their versions;
+- `calibration`: how far real steps fall short of the roofline, per platform, measured;
+- `gpu_memory`: what JAX lets one program use of a GPU's memory;
+- `costmodel`: the roofline cost model (FLOPs / peak, bytes / link bandwidth);
+- `gpu_specs/`: the GPU descriptions XLA's GPU compiler is given for a compile-only target.
+
+Pure Python, no JAX.
+
+Imports from: specs, errors.
+"""

@@ -1,0 +1,85 @@
+"""How far real steps fall short of the roofline, per platform: the estimate's efficiencies, each with
+its source. Pure data, stored once; `analysis.step_time` (inspect) and `plan.estimate` (plan) read it.
+
+- TPU: ONE efficiency for training steps, the median roofline / measured step time of MaxText's
+  published 32B and 64B (v5p-128), 128B (v5p-256) and 22B (v4-128) rows (`bench/plan_vs_published.py`
+  compiles each at its published layout and prints it). The estimate is the roofline over it.
+- GPU: the sum over the program's ops of each op's own roofline (XProf's roofline model, the scaling
+  book's per-op reasoning): a library GEMM, attention or convolution kernel takes max(its FLOPs /
+  (peak x the dot efficiency), its bytes / (HBM x the HBM efficiency)); every other op together the
+  same with XLA's FLOPs and bytes. The two efficiencies come from two microbenchmarks measured on one
+  H200 (jax 0.11.2, CUDA 13 plugin, 2026-11-27; examples/gpu_h200/README.md): an 8192^3 bf16
+  einsum, 1.84 ms = 598 of 989 TFLOP/s, and `tanh(x) * 2 + 1` over 1 GiB in and out, 0.730 ms = 2.94
+  of 4.8 TB/s. The train steps measured the same day were never used to set them; `bench/gpu_estimate.py`
+  prints estimate / measured for those. No H100 was measured: its estimate uses the H200's efficiencies.
+  A step of many small kernels takes at least its launches (`GPU_LAUNCH`, from `bench/gpu_launch.py`
+  on the same H200): a fixed cost per call, per kernel, per loop trip and per array it takes or returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The one efficiency a TPU roofline is divided by, and where it came from."""
+
+    efficiency: float
+    provenance: str
+
+
+@dataclass(frozen=True)
+class OpEfficiency:
+    """The share of the peak a GPU's GEMM kernels reach, and of its HBM bandwidth a streaming op
+    reaches, with where each came from."""
+
+    dot: float
+    hbm: float
+    dot_source: str
+    hbm_source: str
+
+
+# Set 2026-11-25 from bench/plan_vs_published.py (scan method, jax 0.10.2, libtpu 0.0.52): roofline /
+# measured = 0.728 (32B, v5p-128), 0.714 (64B, v5p-128), 0.696 (128B, v5p-256), 0.766 (22B, v4-128);
+# median 0.7211. No other row was used; rows the project is judged on beyond these were never seen.
+CALIBRATION = Calibration(
+    efficiency=0.7211,
+    provenance="median roofline/measured of MaxText's published 32B, 64B, 128B (v5p) and 22B (v4) rows",
+)
+ROOFLINE = Calibration(1.0, "none: the roofline as it is (1.0)")
+
+_H200 = "measured on one H200 SXM, jax 0.11.2, 2026-11-27"
+GPU_OPS = OpEfficiency(
+    dot=598 / 989,
+    hbm=2.94 / 4.8,
+    dot_source=f"{_H200}: an 8192^3 bf16 einsum ran 598 of the datasheet's 989 TFLOP/s (0.605)",
+    hbm_source=f"{_H200}: tanh(x) * 2 + 1 over 1 GiB in and out ran 2.94 of the datasheet's 4.8 TB/s (0.613)",
+)
+
+
+@dataclass(frozen=True)
+class LaunchCosts:
+    """What a GPU step costs however little its kernels do: per call, per kernel launched, per loop
+    trip (the predicate read back to the host) and per array buffer taken or returned."""
+
+    call_s: float
+    kernel_s: float
+    trip_s: float
+    buffer_s: float
+    source: str
+
+
+# bench/gpu_launch.py on one H200, jax 0.11.2 with the CUDA 13 plugin, 2026-11-27, p50 of 30 calls:
+# `tanh(x @ w)` chained 1-256 times on f32[16,16]: 1.36 us per kernel, 59.4 us at none; the same body
+# in a fori_loop of 16-256 trips: 13.68 us per trip (3 kernels each: 9.6 us beyond them); K f32[16]
+# arguments each plus one (K kernels, K buffers in and K out): 4.32 us per argument, 1.48 us per
+# buffer beyond its kernel.
+GPU_LAUNCH = LaunchCosts(
+    call_s=59.4e-6,
+    kernel_s=1.36e-6,
+    trip_s=9.6e-6,
+    buffer_s=1.48e-6,
+    source=f"{_H200}: bench/gpu_launch.py, 1.36 us a kernel, 9.6 us a loop trip, 1.48 us a buffer, "
+    "59 us a call",
+)

@@ -1,0 +1,105 @@
+"""The compilers JAX loads as plugins (libtpu, the CUDA plugin): whether each is installed, and the
+native start-up noise they write straight to file descriptor 2, kept off the user's screen.
+
+Below both `shardcli.runtime` (which starts JAX quietly) and `shardcli.analysis.target` (which compiles
+for a described topology): each imports it, neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+
+from shardcli.errors import TRACEBACK_ENV
+from shardcli.hardware.targets import COMPILER_MODULES
+
+
+@contextlib.contextmanager
+def quiet_native_logs() -> Iterator[list[str]]:
+    """Keep what libtpu or the CUDA plugin write straight to file descriptor 2 (C++ logging) off the
+    user's screen.
+
+    On a host without a TPU libtpu warns that TPU_ACCELERATOR_TYPE and TPU_WORKER_HOSTNAMES are not
+    set; without a GPU the CUDA plugin says it found no driver: true, and irrelevant to compiling.
+    The lines are kept for the note (and printed as they came with SHARDCLI_TRACEBACK set).
+    """
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    python_stderr = sys.stderr
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        # Python's own writes to stderr (a print in the user's traced function, which `guarded`
+        # sends there; warnings) still reach the real stderr: only the native lines are kept.
+        if _writes_to_fd_2(python_stderr):
+            sys.stderr = open(  # noqa: SIM115 - closed in the finally below
+                os.dup(saved),
+                "w",
+                buffering=1,
+                encoding=python_stderr.encoding or "utf-8",
+                errors="backslashreplace",
+            )
+        try:
+            yield lines
+        finally:
+            if sys.stderr is not python_stderr:
+                sys.stderr.close()
+                sys.stderr = python_stderr
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
+            if lines and os.environ.get(TRACEBACK_ENV):
+                sys.stderr.write("\n".join(lines) + "\n")
+
+
+def _writes_to_fd_2(stream: object) -> bool:
+    try:
+        return stream.fileno() == 2  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False  # a test runner's buffer: not descriptor 2, nothing to keep apart
+
+
+def native_complaint(lines: list[str]) -> list[str]:
+    """libtpu's or the CUDA plugin's start-up lines as at most one complaint for the note or error."""
+    if not lines:
+        return []
+    if any("could not determine TPU" in line for line in lines):
+        return ["libtpu found no TPU on this host (it could not determine the TPU accelerator type)"]
+    if any("Could not find cuda drivers" in line for line in lines):
+        return ["the CUDA plugin found no CUDA driver on this host"]
+    return [f"at start-up: {lines[0].strip()}"]
+
+
+def installed_compilers(platform: str) -> tuple[str, ...]:
+    """The modules of the compilers for `platform` that are installed (tpu: libtpu; cuda: JAX's CUDA
+    12 or CUDA 13 plugin), found without importing them."""
+    return tuple(m for m in COMPILER_MODULES[platform] if importlib.util.find_spec(m) is not None)
+
+
+def compiler_installed(platform: str) -> bool:
+    """Whether a compiler for `platform` (tpu: libtpu, cuda: JAX's CUDA 12 or 13 plugin) is installed."""
+    return bool(installed_compilers(platform))
+
+
+def compiler_versions(platform: str | None) -> tuple[tuple[str, str], ...]:
+    """(package, version) of what compiles a run's programs: jax and jaxlib, then for a TPU or GPU
+    (a --target's, or real ones) the installed libtpu or JAX CUDA plugin(s)."""
+    from importlib import metadata
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:  # a source checkout on sys.path: its own __version__
+            module = sys.modules.get(package.replace("-", "_"))
+            return str(getattr(module, "__version__", "unknown"))
+
+    kind = {"tpu": "tpu", "gpu": "cuda", "cuda": "cuda"}.get(platform or "")
+    plugins = installed_compilers(kind) if kind else ()
+    packages = ("jax", "jaxlib", *(m.replace("_", "-") for m in plugins))
+    return tuple((p, version(p)) for p in packages)

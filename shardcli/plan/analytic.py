@@ -1,0 +1,232 @@
+"""The analytic model that ranks every candidate layout before anything is compiled. Pure Python.
+
+For one decoder, one candidate and one target: bytes per chip (parameters, AdamW's two moments,
+gradients, saved activations by remat policy, logits), FLOPs per chip (remat's recomputation
+included), and bytes each chip sends over each mesh axis (FSDP's weight all-gathers and gradient
+reduce-scatters, tensor parallelism's activation all-reduces, data parallelism's gradient
+all-reduce, sequence parallelism's key/value all-gathers). Each axis's bandwidth is the ICI links
+it runs along (both directions of every torus ring it spans, one where there is no wraparound); on
+GPU hosts NVLink where the axis stays within a host, the network where it crosses hosts. A layout
+fits where its memory is under HEADROOM of what one program may use: the HBM of a TPU chip, the
+pool JAX's GPU client makes on a GPU (`shardcli.hardware.gpu_memory`, 75% by default). The ranking figure
+is max(T_math, the axes' T_comm summed), over the calibrated efficiency of the step-time estimate
+(`analysis.step_time` bounds a compiled step the same way); the table `plan` prints comes from
+compiles, never from here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shardcli.plan.candidates import Candidate
+from shardcli.specs.decoder import DecoderConfig
+
+HEADROOM = 0.95  # a modelled layout needing more than this share of usable memory is called a no-fit
+
+
+@dataclass(frozen=True)
+class ChipFigures:
+    """What the model divides by: one chip's figures and its torus."""
+
+    peak_flops: float  # bf16 FLOP/s
+    hbm_bytes_per_s: float
+    hbm_bytes: int
+    link_bytes_per_s: float  # one ICI link, one direction; a GPU's NVLink, one way
+    torus: tuple[int, ...]  # a TPU slice's torus; GPUs: (hosts, GPUs per host)
+    wraparound: tuple[bool, ...]  # per torus dimension (GPUs: none)
+    usable_bytes: int  # what one program may use: the chip's HBM, a GPU's JAX pool
+    usable_source: str
+    network_bytes_per_s: float | None = None  # GPU hosts: one GPU's share of the network, one way
+
+    @property
+    def gpus_per_host(self) -> int | None:
+        return self.torus[1] if self.network_bytes_per_s is not None else None
+
+    def axis_bytes_per_s(self, size: int, inner: int) -> float:
+        """A mesh axis's bandwidth for a ring collective, one way, per chip: `size` chips after
+        `inner` chips of faster-varying axes."""
+        gpus = self.gpus_per_host
+        if gpus is None:
+            return self.link_bytes_per_s * axis_links(size, self.torus, self.wraparound, inner)
+        within = gpus % (size * inner) == 0
+        assert self.network_bytes_per_s is not None
+        return self.link_bytes_per_s if within else self.network_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Modelled:
+    """The analytic model's figures for one candidate, per chip."""
+
+    candidate: Candidate
+    memory_bytes: int
+    weights_bytes: int  # parameters + optimizer + gradients
+    activation_bytes: int
+    flops: float
+    comm_bytes: tuple[tuple[str, float], ...]  # (mesh axis, bytes sent per step)
+    t_math_s: float
+    t_comm_s: tuple[tuple[str, float], ...]  # (mesh axis, seconds)
+    fits: bool
+
+    @property
+    def t_rank_s(self) -> float:
+        """What candidates are ranked by: the bound plus a quarter of what it assumes hidden (the
+        roofline alone ties every compute-bound layout; real steps overlap communication only in part)."""
+        t_comm = sum(t for _, t in self.t_comm_s)
+        return max(self.t_math_s, t_comm) + 0.25 * min(self.t_math_s, t_comm)
+
+    def rank_tokens_per_s_per_chip(self, seq: int) -> float:
+        c = self.candidate
+        return c.global_batch * seq / c.chips / self.t_rank_s
+
+    @property
+    def t_bound_s(self) -> float:
+        """max(T_math, the axes' T_comm summed), as the step-time estimate bounds a step."""
+        return max(self.t_math_s, sum(t for _, t in self.t_comm_s))
+
+    @property
+    def bound(self) -> str:
+        axis, _ = max(self.t_comm_s, key=lambda x: x[1], default=("", 0.0))
+        return "math" if self.t_math_s >= sum(t for _, t in self.t_comm_s) else axis
+
+    def tokens_per_s_per_chip(self, seq: int) -> float:
+        c = self.candidate
+        return c.global_batch * seq / c.chips / self.t_bound_s
+
+
+def axis_links(axis_size: int, torus: tuple[int, ...], wraparound: tuple[bool, ...], inner: int) -> float:
+    """How many one-way links' worth of bandwidth a mesh axis has for a ring collective.
+
+    The axis takes `axis_size` chips after `inner` chips of faster-varying axes (mesh axes are laid
+    along the torus dimensions in order, the innermost first). Each torus dimension it spans fully
+    gives a bidirectional ring (2 links; 1 without wraparound); one it spans in part gives 1.
+    """
+    links = 0.0
+    remaining_inner, remaining = inner, axis_size
+    for dim, wrap in zip(torus, wraparound, strict=True):
+        if remaining <= 1:
+            break
+        if remaining_inner >= dim:
+            remaining_inner //= dim
+            continue
+        free = dim // max(remaining_inner, 1)
+        take = math.gcd(free, remaining)
+        remaining_inner = 1
+        if take > 1:
+            links += (2.0 if wrap else 1.0) if take == dim else 1.0
+            remaining //= take
+    return max(links, 1.0)
+
+
+def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficiency: float) -> Modelled:
+    """The analytic figures of one candidate (see the module's docstring)."""
+    dp, fs, sp, tp = (c.mesh.size(a) for a in ("data", "fsdp", "sequence", "tensor"))
+    d, f, hd = cfg.d_model, cfg.mlp_dim, cfg.head_dim
+    heads_split = tp if cfg.heads % tp == 0 else 1
+    kv_split = tp if cfg.kv_heads % tp == 0 else 1
+    params = cfg.parameters()
+    layer = cfg.layer_parameters()
+    weight_split = fs * tp
+    weights = 16 * params / weight_split  # f32 params, two f32 moments, f32 gradients
+    tokens = c.global_batch * cfg.seq / (dp * fs * sp)  # tokens each chip's activations hold
+    act_embed = d / tp if c.rule_set == "fsdp-tp-sp" else d
+    qkv = (cfg.heads / heads_split + 2 * cfg.kv_heads / kv_split) * hd
+    mlp = f * (2 if cfg.gated else 1) / tp
+    # Saved per token and layer (elements, bf16). Each layer's input is kept under any policy; the
+    # counts were fitted to compiles of 7B (none) and 32B (minimal) on v5p-128 and 22B (full) on v4-128.
+    if c.remat == "full":
+        saved = act_embed
+    elif c.remat == "minimal":  # the matmul outputs: q, k, v, the MLP's, wo's and w_down's
+        saved = qkv + mlp + 3 * act_embed
+    else:  # everything, the norms' gathered outputs whole where the residual is split
+        split_residual = c.rule_set == "fsdp-tp-sp"
+        residual = d + 8 * d / tp if split_residual else 10 * d
+        # the MLP's gate, up, activation and its derivative's inputs: about 6 of width f / tensor
+        saved = qkv + 6 * f / tp + cfg.heads / heads_split * hd + residual
+    activations = 2 * tokens * saved * cfg.layers
+    working = tokens * (qkv + 2 * mlp + 4 * d) * 2  # one layer's intermediates, bf16
+    logits = 4 * tokens * cfg.vocab / tp  # the f32 logits (their gradient fused where it is made)
+    gathered = 2 * 2 * layer / tp  # one layer's weights gathered in bf16, and the next one's
+    memory = int(weights + activations + working + logits + gathered)
+
+    blocks = 1
+    while blocks < 8 and cfg.seq % (blocks * 2) == 0 and cfg.seq // (blocks * 2) >= 256:
+        blocks *= 2
+    causal = (blocks + 1) / (2 * blocks)
+    attention = 4 * cfg.layers * cfg.heads * hd * cfg.seq * causal  # forward, per token
+    forward = 2 * params + attention
+    recompute = {"full": forward, "minimal": attention + 0.05 * forward, "none": attention}[c.remat]
+    flops = (3 * forward + recompute) * c.global_batch * cfg.seq / c.chips
+
+    comm: dict[str, float] = {}
+    if fs > 1:  # weights gathered forward (and again for remat's backward), gradients reduce-scattered
+        gathers = 1 if c.remat == "none" else 2
+        comm["fsdp"] = (2 * gathers + 4) * params / tp * (fs - 1) / fs
+    if dp > 1:
+        comm["data"] = 2 * 4 * params / weight_split * (dp - 1) / dp
+    if tp > 1:
+        passes = 4 if c.remat == "none" else (6 if c.remat == "full" else 5)
+        comm["tensor"] = passes * 2 * (tp - 1) / tp * tokens * d * 2 * cfg.layers
+    if sp > 1:
+        comm["sequence"] = 3 * 2 * tokens * 2 * cfg.kv_heads / kv_split * hd * (sp - 1) * cfg.layers
+    inner = 1
+    t_comm = []
+    for axis in reversed(c.mesh.axes):
+        size = c.mesh.size(axis)
+        if axis in comm:
+            t_comm.append((axis, comm[axis] / chip.axis_bytes_per_s(size, inner) / efficiency))
+        inner *= size
+    return Modelled(
+        candidate=c,
+        memory_bytes=memory,
+        weights_bytes=int(weights),
+        activation_bytes=int(activations),
+        flops=flops,
+        comm_bytes=tuple(comm.items()),
+        t_math_s=flops / chip.peak_flops / efficiency,
+        t_comm_s=tuple(t_comm),
+        fits=memory <= HEADROOM * chip.usable_bytes,
+    )
+
+
+def chip_figures(
+    generation: str, topology: tuple[int, ...], environ: Mapping[str, str] | None = None
+) -> ChipFigures:
+    """One chip of a target from the hardware table (`shardcli.hardware.chips`), and its torus (on GPUs
+    (hosts, GPUs per host), the memory one program may use the pool JAX makes under `environ`).
+
+    Raises:
+        ShardcliError: a GPU target and a JAX allocator variable JAX would refuse (one line).
+    """
+    from shardcli.hardware.chips import CHIPS
+
+    chip = CHIPS[generation]
+    hbm = int(chip.hbm_bytes.value)
+    rates = {
+        "peak_flops": chip.bf16_flops.value,
+        "hbm_bytes_per_s": chip.hbm_bytes_per_s.value,
+        "link_bytes_per_s": chip.link_bytes_per_s.value,
+    }
+    if chip.platform == "cuda":
+        from shardcli.hardware.gpu_memory import read_gpu_pool
+
+        pool = read_gpu_pool(environ or {})
+        assert chip.network_bytes_per_s is not None
+        return ChipFigures(
+            **rates,
+            hbm_bytes=hbm,
+            torus=topology if len(topology) == 2 else (1, topology[0]),  # (hosts, GPUs per host)
+            wraparound=(False, False),
+            usable_bytes=pool.limit_bytes(hbm),
+            usable_source=pool.words(chip.label, hbm),
+            network_bytes_per_s=chip.network_bytes_per_s.value,
+        )
+    return ChipFigures(
+        **rates,
+        hbm_bytes=hbm,
+        torus=topology,
+        wraparound=tuple(chip.wraps(d, topology) for d in topology),
+        usable_bytes=hbm,
+        usable_source=chip.hbm_bytes.source,
+    )

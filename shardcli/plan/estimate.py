@@ -1,0 +1,89 @@
+"""A compiled candidate's step time: the project's one estimate (`analysis.step_time`), calibrated once.
+
+`plan` keeps each compile's figures on disk (`plan_compile.CompiledFigures`: FLOPs and bytes per
+step, the bytes each set of mesh axes carries); `estimate_of` hands them to `step_time.estimate_step`
+with the mesh's axis bandwidths (`step_time.axis_links`, from where each chip sits on the torus),
+the hardware table's chip, and the platform's calibration (`shardcli.hardware.calibration`), exactly as
+`inspect` does (`step_time.step_time_of`): T_math, T_hbm, T_comm per axis, the bound max(T_math,
+T_hbm, sum of T_comm), and on a TPU the estimate = bound / efficiency; on a GPU the per-op roofline
+of the library kernels the figures keep and every other op, with T_comm per axis over NVLink or the
+network.
+
+CALIBRATION (kept in `shardcli.hardware.calibration`, beside the GPU's efficiencies) is ONE efficiency for TPU
+training steps, set from MaxText's published rows named in the plan issue (32B and 64B on v5p-128,
+128B on v5p-256, 22B on v4-128; sequence 2048) and nothing else: `bench/plan_vs_published.py`
+compiles each at its published layout and prints the median of roofline / measured step time over
+those rows; that median is the efficiency.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardcli.analysis.kernels import Launches
+from shardcli.analysis.program import CollectiveOp, KernelCall, KernelCalls, ProgramAnalysis
+from shardcli.analysis.step_time import StepEstimate
+from shardcli.hardware.calibration import CALIBRATION as CALIBRATION
+from shardcli.hardware.calibration import ROOFLINE as ROOFLINE
+from shardcli.hardware.calibration import Calibration as Calibration
+from shardcli.plan.compiles import CompiledFigures
+
+
+def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
+    """The figures `step_time` reads, as a ProgramAnalysis: each set of mesh axes' bytes per step as
+    one point-to-point transfer (whose bytes sent are its bytes), and a GPU's library kernels."""
+    collectives = tuple(
+        CollectiveOp(
+            kind="collective-permute",
+            shape="",
+            result_bytes=int(t.sent_bytes),
+            mesh_axes=None if t.axes == "?" else tuple(t.axes.split("+")),
+            group_size=None,
+            runs=1,
+            runs_known=True,
+            op_name=t.top_op,
+            source=None,
+            is_async=False,
+        )
+        for t in figures.traffic
+        if t.sent_bytes > 0
+    )
+    kernels = KernelCalls(
+        tuple(
+            KernelCall(k.kind, "", k.kind, k.kind, k.flops, k.bytes_accessed, k.dtype, "DEFAULT", k.runs)
+            for k in figures.kernels
+        ),
+        (),
+    )
+    return ProgramAnalysis(
+        collectives=collectives,
+        memory=None,
+        flops=figures.flops,
+        bytes_accessed=figures.bytes_accessed,
+        kernels=kernels,
+        launches=Launches(*figures.launches) if figures.launches is not None else None,
+    )
+
+
+def estimate_of(
+    figures: CompiledFigures, mesh: Any, calibration: Calibration | None = None
+) -> StepEstimate | None:
+    """The step time of a compiled candidate on `mesh` (a JAX mesh over the target's devices), made
+    as `inspect` makes it (`step_time.step_time_of`): on a TPU the roofline over `calibration`
+    (default the platform's, `shardcli.hardware.calibration`), on a GPU the per-op roofline. None where the
+    compiler gave no FLOPs (it refused the program) or the hardware table does not know the device."""
+    from shardcli.analysis.step_time import step_time_of
+
+    if figures.flops is None:
+        return None
+    device = next(iter(mesh.devices.flat))
+    if calibration is None:
+        return step_time_of(analysis_of(figures), mesh, device.device_kind, "bfloat16")
+    return step_time_of(
+        analysis_of(figures),
+        mesh,
+        device.device_kind,
+        "bfloat16",
+        efficiency=calibration.efficiency,
+        efficiency_source=calibration.provenance,
+    )

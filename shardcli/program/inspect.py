@@ -1,0 +1,560 @@
+"""`shardcli inspect` and `shardcli.inspect`: what the compiler did with the user's own program.
+
+The function is lowered and compiled from abstract shapes (`jax.ShapeDtypeStruct` with shardings):
+nothing of the arguments' size is allocated, so a program with hundreds of GiB per device is
+inspected on a laptop. The compiled program is read through `program_analysis` (collectives with
+mesh axes and source, memory, FLOPs), every argument and result is described with its sharding,
+and the classic mistakes are named. `--run` also runs it on generated inputs and times it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect as pyinspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardcli.analysis.findings import ArrayFact, Entries, Finding, find_mistakes
+from shardcli.analysis.program import (
+    ProgramAnalysis,
+    analyze_compiled,
+    program_cost,
+    reanalyze_from_dump,
+)
+from shardcli.analysis.step_time import StepEstimate, step_time_of
+from shardcli.analysis.target import FitVerdict, judge_fit
+from shardcli.errors import ShardcliError
+from shardcli.hardware.costmodel import CostEstimate, Hardware, table_hardware
+from shardcli.hardware.targets import TargetSpec
+from shardcli.program.inputs import abstract_args, as_abstract, is_array_leaf, path_text
+from shardcli.program.jit import Compiled, DoesNotFit, compile_program, input_shardings_of
+from shardcli.program.step_run import Donation, time_step
+from shardcli.runtime.session import Session
+from shardcli.runtime.timing import Timing
+from shardcli.specs.arguments import AbstractArg
+from shardcli.specs.decoder import Rules
+from shardcli.specs.meshes import MeshSpec, ShardingSpec, parse_mesh
+from shardcli.specs.runs import RunOptions, check_timing
+from shardcli.tile_math import ShardingLayout, group_tiles, normalize_index
+
+
+@dataclass(frozen=True)
+class InspectRequest:
+    """`shardcli inspect`'s flags, parsed before JAX starts."""
+
+    target: str  # FILE.py:FUNCTION or package.module:FUNCTION
+    args: tuple[AbstractArg, ...]
+    inputs: str | None  # FILE.py:NAME, a function of the mesh returning the arguments
+    outs: tuple[ShardingSpec, ...]  # the result shardings asked for: checked, not imposed
+    mesh: MeshSpec | None  # None: the --target topology's shape (or 2x4 without a target)
+    run: bool = False
+    warmup: int = 2
+    iters: int = 5
+    peak_tflops: float | None = None
+    link_gbps: float | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+    compile_target: TargetSpec | None = None  # --target: compile for a TPU topology, run nothing
+    mesh_text: str | None = None  # --mesh as typed, for a target's mesh (a reshape of its chips)
+    axes_text: str | None = None
+    mode_given: bool = False  # --mode typed: it overrides the axis types of the inputs' own mesh
+    rules: Rules | None = None  # --rules: the --inputs laid out by their logical axis names
+
+    @property
+    def module_path(self) -> str | None:
+        """The compiled module's text to read (`inspect PATH.hlo.txt`), or None for a program."""
+        return self.target if is_module_path(self.target) else None
+
+
+# A compiled module's text, as `compiled.as_text()` or XLA_FLAGS=--xla_dump_to write it (gzipped or not).
+MODULE_SUFFIXES = (".hlo", ".txt", ".hlo.gz", ".txt.gz")
+
+
+def is_module_path(target: str) -> bool:
+    """Whether inspect's argument names a compiled module's text rather than FILE.py:FUNCTION."""
+    return target.lower().endswith(MODULE_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """What a compiled module's text (`inspect PATH.hlo.txt`) says of itself, beside its analysis."""
+
+    path: str
+    platform: str | None  # the compiler that wrote it ("cuda", "tpu", "cpu"), None where it has no mark
+    partitions: int  # num_partitions: the devices it was compiled for
+    argument_count: int  # the entry computation's parameters
+    argument_bytes: int  # their bytes per device
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    """The report `shardcli inspect` renders and `shardcli.inspect` returns."""
+
+    session: Session
+    target: str
+    arguments: tuple[ArrayFact, ...]
+    results: tuple[ArrayFact, ...]
+    analysis: ProgramAnalysis | None  # None: the TPU compiler refused it as too big for the chip
+    model: CostEstimate | None
+    hardware: Hardware
+    findings: tuple[Finding, ...]
+    lower_s: float
+    compile_s: float
+    timing: Timing | None = None
+    donation: Donation | None = None  # --run: how the donated arguments were given to each call
+    fit: FitVerdict | None = None  # --target: the program's memory per chip against its HBM
+    step: StepEstimate | None = None  # the step-time estimate, on a device kind the hardware table knows
+    module: ModuleFacts | None = None  # inspect PATH.hlo.txt: read from a compiled module's text
+
+    @property
+    def does_not_fit(self) -> bool:
+        return self.fit is not None and not self.fit.fits
+
+
+# --- arguments ------------------------------------------------------------------------------------
+
+
+def layout_of(sharding: Any, shape: tuple[int, ...]) -> ShardingLayout:
+    """The tiles a sharding cuts an array of `shape` into, from JAX's own index map."""
+    index = sharding.devices_indices_map(tuple(shape))
+    return group_tiles(shape, {d.id: normalize_index(idx, shape) for d, idx in index.items()})
+
+
+def _spec_text(entries: Entries | None, sharding: Any) -> str:
+    if entries is None:
+        return type(sharding).__name__
+    if not any(entries):
+        return "P() (replicated)"
+    return ShardingSpec(entries).describe()
+
+
+def fact_of(name: str, struct: Any, default_sharding: Any = None, *, sharding: Any = None) -> ArrayFact:
+    """An ArrayFact for one leaf (a ShapeDtypeStruct or array with a sharding).
+
+    A typed PRNG key (`key<rbg>`) counts the bytes of its key data (`jax.random.key_data`: 4 uint32
+    words per rbg key, 2 per threefry key) per element of its shape.
+
+    Args:
+        sharding: the sharding to describe it with (the compiled program's), before its own.
+        default_sharding: the sharding where the leaf has none.
+    """
+    import numpy as np
+
+    from shardcli.program.inputs import is_key
+    from shardcli.runtime.mesh import entries_of
+
+    shape = tuple(int(d) for d in struct.shape)
+    sharding = sharding or getattr(struct, "sharding", None) or default_sharding
+    if sharding is None:
+        raise ShardcliError(f"argument {name} ({struct.dtype}{list(shape)}) has no sharding; give it one")
+    key = is_key(struct.dtype)
+    itemsize = int(struct.dtype.itemsize) if key else np.dtype(struct.dtype).itemsize
+    entries = entries_of(sharding, len(shape))
+    layout = layout_of(sharding, shape)
+    return ArrayFact(
+        name=name,
+        dtype=str(struct.dtype) if key else str(np.dtype(struct.dtype)),
+        shape=shape,
+        entries=entries,
+        spec=_spec_text(entries, sharding),
+        layout=layout,
+        bytes_global=math.prod(shape) * itemsize,
+        bytes_per_device=math.prod(layout.local_shape) * itemsize if shape else itemsize,
+    )
+
+
+def _leaf_names(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> list[tuple[str, Any]]:
+    """(`params['w1']`, leaf) for every array leaf; positional arguments named by the function's
+    parameters, keyword ones by their keywords. Other leaves (Python numbers, an equinox module's
+    functions) take no device memory and are left out."""
+    import jax
+
+    try:
+        params = pyinspect.signature(fn).parameters.values()
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    out = []
+    named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(args)]
+    for base, arg in [*named, *(kwargs or {}).items()]:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
+            if is_array_leaf(leaf):
+                out.append((base + path_text(path), leaf))
+    return out
+
+
+# --- the cost model -------------------------------------------------------------------------------
+
+
+def hardware_for(
+    session: Session, dtype_name: str, peak_tflops: float | None, link_gbps: float | None
+) -> Hardware:
+    """--peak-tflops/--link-gbps, else the device table; nothing is measured (nothing may run)."""
+    table = table_hardware(session.runtime.device_kind, dtype_name)
+    unknown = f"unknown for device kind {session.runtime.device_kind!r}; give --peak-tflops / --link-gbps"
+    peak = peak_tflops * 1e12 if peak_tflops is not None else (table.peak_flops if table else None)
+    link = link_gbps * 1e9 if link_gbps is not None else (table.link_bytes_per_s if table else None)
+    return Hardware(
+        peak_flops=peak,
+        link_bytes_per_s=link,
+        peak_source="--peak-tflops" if peak_tflops is not None else (table.peak_source if table else unknown),
+        link_source="--link-gbps" if link_gbps is not None else (table.link_source if table else unknown),
+    )
+
+
+# --- compiling (core/jit_compile.py), and reading what was compiled ----------------------------------
+
+
+def inspect_program(
+    session: Session,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    kwargs: dict[str, Any] | None = None,
+    roots: tuple[str, ...] = (),
+    outs: tuple[ShardingSpec, ...] = (),
+    peak_tflops: float | None = None,
+    link_gbps: float | None = None,
+    run: bool = False,
+    warmup: int = 2,
+    iters: int = 5,
+    process_timing: str = "max",
+    target: TargetSpec | None = None,
+    mode: str | None = None,
+    mesh_given: bool = True,
+) -> InspectResult:
+    """Lower and compile `fn` on abstract `args` and read what the compiler made of it.
+
+    Args:
+        mode: "auto" or "explicit" axes for the mesh (--mode typed); None: as the arguments' mesh
+            has them.
+        mesh_given: the session's mesh was asked for (--mesh, --axes); else arguments on an abstract
+            mesh bring its shape and names.
+
+    Raises:
+        ShardcliError: JAX could not compile it (one line).
+        UserCodeError: the user's code raised while JAX traced it.
+    """
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from shardcli.program.inputs import on_program_mesh
+
+    session, (args, kwargs) = on_program_mesh(
+        session,
+        (tuple(as_abstract(a) for a in args), as_abstract(dict(kwargs or {}))),
+        mode,
+        f"the arguments of {name}",
+        mesh_given=mesh_given,
+    )
+    if run:
+        _check_call(fn, args, kwargs, name)
+    named = _leaf_names(getattr(fn, "__wrapped__", fn), args, kwargs)
+    unplaced = NamedSharding(session.mesh, PartitionSpec())  # until the compiler says otherwise
+    try:
+        arguments = tuple(fact_of(n, leaf, unplaced) for n, leaf in named)
+    except ShardcliError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a sharding that does not divide its array, say
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ShardcliError(f"the arguments of {name} cannot be laid out on this mesh: {reason}") from None
+    biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
+    hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
+    try:
+        built = compile_program(fn, args, roots, name, session.mesh, target, kwargs)
+    except DoesNotFit as refused:
+        return InspectResult(
+            session=session,
+            target=name,
+            arguments=arguments,
+            results=(),
+            analysis=None,
+            model=None,
+            hardware=hardware,
+            findings=find_mistakes(arguments, (), None, outs, session.mesh.size),
+            lower_s=refused.lower_s,
+            compile_s=0.0,
+            fit=refused.verdict,
+        )
+    compiled = built.compiled
+    if built.context_mesh:
+        session = _noted(session, "traced under jax.set_mesh(mesh), as JAX asked for this program")
+    placed = input_shardings_of(compiled, len(named))
+    if placed is not None:
+        arguments = tuple(
+            fact_of(n, leaf, unplaced, sharding=sh) for (n, leaf), sh in zip(named, placed, strict=True)
+        )
+    out_structs = jax.tree_util.tree_leaves(compiled.out_info) if hasattr(compiled, "out_info") else []
+    out_shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+    results = tuple(
+        fact_of(f"result[{i}]" if len(out_structs) > 1 else "result", s, sh)
+        for i, (s, sh) in enumerate(zip(out_structs, out_shardings, strict=False))
+    )
+    analysis = analyze_compiled(compiled, session.mesh, user_files=roots)
+    if analysis.text_source is None:  # XLA could not print it: once more, dumped (--xla_dump_to)
+        analysis = reanalyze_from_dump(
+            analysis,
+            compiled,
+            session.mesh,
+            lambda: _dump_again(built, session.mesh, target),
+            user_files=roots,
+        )
+    timing, donation = None, None
+    if run:
+        timing, donation = time_step(
+            built, name, warmup=warmup, iters=iters, process_timing=process_timing, compile_s=built.compile_s
+        )
+    return InspectResult(
+        session=session,
+        target=name,
+        arguments=arguments,
+        results=results,
+        analysis=analysis,
+        model=program_cost(analysis, hardware),
+        hardware=hardware,
+        findings=find_mistakes(arguments, results, analysis, outs, session.mesh.size),
+        lower_s=built.lower_s,
+        compile_s=built.compile_s,
+        timing=timing,
+        donation=donation,
+        fit=judge_fit(analysis.memory, target) if target is not None else None,
+        step=step_time_for(
+            analysis,
+            session,
+            analysis.dot_dtype or (biggest.dtype if biggest else "float32"),
+            peak_tflops,
+            link_gbps,
+        ),
+    )
+
+
+def _check_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> None:
+    """--run: a call the function cannot take is refused before anything is compiled.
+
+    Raises:
+        ShardcliError: the arguments do not bind to its parameters (a keyword-only one without a
+            default that nothing gives, say).
+    """
+    try:
+        signature = pyinspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (a builtin): JAX will say
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        missing = [
+            p.name
+            for p in signature.parameters.values()
+            if p.kind == p.KEYWORD_ONLY and p.default is p.empty and p.name not in kwargs
+        ]
+        if not missing:
+            raise ShardcliError(f"--run cannot call {name} with the arguments given: {error}") from None
+        words = ("argument", "has") if len(missing) == 1 else ("arguments", "have")
+        given = ", ".join(f"{m!r}: ..." for m in missing)
+        raise ShardcliError(
+            f"--run cannot call {name}: its keyword-only {words[0]} {', '.join(map(repr, missing))} "
+            f'{words[1]} no default and no value; return {{"args": (...), "kwargs": {{{given}}}}} from '
+            "--inputs FILE.py:NAME"
+        ) from None
+
+
+def _dump_again(built: Compiled, mesh: Any, target: TargetSpec | None) -> tuple[str | None, str]:
+    """The program lowered as `compile_program` lowered it, compiled once more with its optimized
+    HLO dumped (`program_analysis.dump_hlo_text`)."""
+    import jax
+
+    from shardcli.analysis.program import dump_hlo_text
+    from shardcli.analysis.target import quiet_native_logs
+
+    quiet: contextlib.AbstractContextManager[list[str]] = (
+        quiet_native_logs() if target is not None else contextlib.nullcontext([])
+    )
+    context: contextlib.AbstractContextManager[Any] = (
+        jax.set_mesh(mesh) if built.context_mesh else contextlib.nullcontext()
+    )
+    with quiet, context:
+        return dump_hlo_text(built.jitted.lower(*built.args, **built.kwargs))
+
+
+def step_time_for(
+    analysis: ProgramAnalysis,
+    session: Session,
+    dtype_name: str,
+    peak_tflops: float | None,
+    link_gbps: float | None,
+) -> StepEstimate | None:
+    """The step-time estimate, with --peak-tflops/--link-gbps in place of the table's figures."""
+    from shardcli.hardware.chips import Figure
+
+    return step_time_of(
+        analysis,
+        session.mesh,
+        session.runtime.device_kind,
+        dtype_name,
+        peak=Figure(peak_tflops * 1e12, "FLOP/s", "--peak-tflops") if peak_tflops is not None else None,
+        link=Figure(link_gbps * 1e9, "B/s", "--link-gbps") if link_gbps is not None else None,
+    )
+
+
+def _noted(session: Session, note: str) -> Session:
+    from dataclasses import replace
+
+    runtime = session.runtime
+    return replace(
+        session, runtime=replace(runtime, note=f"{runtime.note}; {note}" if runtime.note else note)
+    )
+
+
+def run_inspect(request: InspectRequest) -> InspectResult:
+    """`shardcli inspect`: open the mesh (the devices exist before the user's file is imported), load
+    the user's function (and inputs), inspect.
+
+    Raises:
+        ShardcliError: bad input (one line).
+        UserCodeError: the user's code raised.
+    """
+    from shardcli.program.inputs import call_inputs, call_inputs_on_their_axes
+    from shardcli.program.logical_axes import names_only
+    from shardcli.program.user_code import load
+    from shardcli.runtime.devices import import_jax_quietly
+    from shardcli.runtime.session import open_session
+
+    check_timing(request.iters, request.warmup)
+    if request.args and request.inputs:
+        raise ShardcliError("give the arguments with --arg or with --inputs, not both")
+    import_jax_quietly()  # before the user's file imports it
+    x64 = any(a.dtype.needs_x64 for a in request.args)
+    if request.compile_target is not None:
+        from shardcli.analysis.target import open_target_session, target_meshes
+
+        if request.run:
+            raise ShardcliError(
+                f"--run needs devices to run on; --target {request.compile_target.name} only compiles"
+            )
+        session = open_target_session(
+            request.compile_target, request.mesh_text, request.axes_text, request.options, x64=x64
+        )
+        import_meshes: contextlib.AbstractContextManager[None] = target_meshes(session)
+    else:
+        session = open_session(request.mesh or parse_mesh("2x4", None), request.options, x64=x64)
+        import_meshes = contextlib.nullcontext()
+    # --rules: NNX variables keep their logical names as they are made (placed by the rules after)
+    naming = names_only() if request.rules is not None else contextlib.nullcontext()
+    with import_meshes, naming:  # a mesh the user's file builds at import is one of the target's chips
+        # Under a target a file is imported anew: what it built at import (a mesh) is the target's.
+        fresh = request.compile_target is not None
+        function = load(request.target, fresh=fresh)
+        if not callable(function.value):
+            raise ShardcliError(
+                f"inspect {request.target!r} names a {type(function.value).__name__}, not a function"
+            )
+        roots = function.roots
+        fn, kwargs = function.value, {}
+        if request.inputs is not None:
+            other_file = request.inputs.rpartition(":")[0] != request.target.rpartition(":")[0]
+            maker = load(request.inputs, flag="--inputs", what="NAME", fresh=fresh and other_file)
+            roots = tuple(dict.fromkeys(roots + maker.roots))
+            given = (
+                call_inputs_on_their_axes(maker, request.inputs, session.mesh)
+                if request.rules is not None
+                else call_inputs(maker, request.inputs, session.mesh)
+            )
+            fn, args, kwargs = given.fn or fn, given.args, given.kwargs
+            _check_input_leaves(args, request.inputs)
+            if request.rules is not None:
+                args, kwargs = _laid_out_by_rules(request, maker.value, fn, args, kwargs, session)
+        else:
+            args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
+    return inspect_program(
+        session,
+        request.target,
+        fn,
+        args,
+        kwargs=kwargs,
+        roots=roots,
+        outs=request.outs,
+        peak_tflops=request.peak_tflops,
+        link_gbps=request.link_gbps,
+        run=request.run,
+        warmup=request.warmup,
+        iters=request.iters,
+        process_timing=request.options.process_timing,
+        target=request.compile_target,
+        mode=str(request.options.mode) if request.mode_given or request.inputs is None else None,
+        mesh_given=request.mesh_text is not None or request.axes_text is not None,
+    )
+
+
+def _laid_out_by_rules(
+    request: InspectRequest,
+    maker: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    session: Session,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """--rules: the arguments laid out on the session's mesh by their logical axis names, as `plan`
+    lays out each of its candidates.
+
+    Raises:
+        ShardcliError: no argument carries logical names; a rule names a mesh axis not in the mesh.
+    """
+    from shardcli.program import logical_axes as logical
+    from shardcli.specs.decoder import rules_text
+
+    assert request.rules is not None
+    table = logical.table_of(maker)
+    leaves = logical.named_leaves(fn, args, table, kwargs)
+    logical.check_named(leaves, f"{request.target} (--rules)")
+    logical.check_rule_names(request.rules, leaves)
+    axes = tuple(map(str, session.mesh.axis_names))
+    unknown = logical.unknown_mesh_axes(request.rules, axes)
+    if unknown:
+        raise ShardcliError(
+            f"--rules {rules_text(request.rules)} names mesh axis {', '.join(map(repr, unknown))}, which "
+            f"is not in the mesh ({', '.join(axes)}); add it to --axes or leave it out of --rules"
+        )
+    return logical.lay_out(args, fn, table, request.rules, session.mesh, kwargs)
+
+
+# Far above a real model's parameter arrays (hundreds to a few thousand), far below what would
+# take minutes to lower: a program over a million arguments is a mistake, not a model.
+MAX_INPUT_LEAVES = 10_000
+
+
+def _check_input_leaves(args: tuple[Any, ...], inputs: str) -> None:
+    """Raises: ShardcliError when --inputs returned more arrays than a program takes, or a pytree
+    nested too deeply to walk."""
+    import jax
+
+    try:
+        count = len(jax.tree_util.tree_leaves(args))
+    except (RecursionError, SystemError, MemoryError) as error:
+        raise ShardcliError(
+            f"--inputs {inputs} returned a pytree nested too deeply to walk ({type(error).__name__}); "
+            "return the function's arguments"
+        ) from None
+    if count > MAX_INPUT_LEAVES:
+        raise ShardcliError(
+            f"--inputs {inputs} returned {count} arrays; inspect takes at most {MAX_INPUT_LEAVES} (a "
+            "model's parameters are hundreds to thousands): return the function's arguments"
+        )
+
+
+def _checked_on(args: tuple[AbstractArg, ...], mesh: MeshSpec) -> tuple[AbstractArg, ...]:
+    """The --arg specs, checked against the mesh they meet (a target's mesh is known only now)."""
+    from shardcli.specs.meshes import check_sharding_fits
+
+    for i, a in enumerate(args):
+        for axis in a.sharding.axes_used():
+            if axis not in mesh.axes:
+                raise ShardcliError(
+                    f"--arg {a.describe()!r} names mesh axis {axis!r}, which is not in the mesh; the mesh "
+                    f"axes are {', '.join(mesh.axes)}"
+                )
+        check_sharding_fits(a.sharding, mesh, a.shape, flag="its spec", what=f"--arg {i} ({a.describe()})")
+    return args

@@ -1,0 +1,263 @@
+"""Arguments named by logical axes, laid out on a mesh by rules (`plan FILE.py:FN`, `inspect --rules`).
+
+The user's arguments carry logical axis names, the Flax/MaxText convention:
+
+- linen parameters boxed by `nn.with_partitioning(init, ("embed", "mlp"))` (a `Partitioned`, whose
+  `names` are kept through `jax.eval_shape(model.init, ...)`);
+- NNX variables made with `nnx.with_partitioning(init, ("embed", "mlp"))`, under `nnx.eval_shape`,
+  `nnx.split` or `nnx.state` (the names are the variable's `out_sharding` metadata in flax 0.12,
+  `sharding_names` before it);
+- plain leaves named by a table `LOGICAL_AXES = {"params['w1']": ("embed", "mlp"), "batch": ("batch",
+  None)}` in the inputs' file (paths as `named_leaves` gives them: the function's parameter name,
+  then the pytree path).
+
+A rule set (`embed=fsdp,mlp=tensor,batch=data+fsdp`) maps those names to mesh axes;
+`decoder_spec.resolve_axes` turns each leaf's names into its partition spec on a mesh. Both `plan`
+(every candidate) and `inspect --rules` (one) lay the arguments out here, so a plan's candidate and
+the `inspect` command that reproduces it compile the same program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from shardcli.errors import ShardcliError
+from shardcli.specs.decoder import Rules, partition_spec_args, resolve_axes
+
+TABLE_NAME = "LOGICAL_AXES"
+# flax 0.12 keeps an NNX variable's names as `out_sharding`; 0.11 called them `sharding_names`, 0.10
+# `sharding`. The first present that is a tuple of names (not a PartitionSpec's mesh axes) is read.
+_NNX_KEYS = ("out_sharding", "sharding_names", "sharding")
+
+Named = tuple[str, Any, tuple[str | None, ...] | None]  # (path, leaf or box, logical names or None)
+
+
+def _is_nnx_variable(leaf: Any) -> bool:
+    return type(leaf).__module__.startswith("flax.nnx") and hasattr(leaf, "get_metadata")
+
+
+def names_of(leaf: Any) -> tuple[str | None, ...] | None:
+    """A leaf's logical axis names where it carries them (linen's Partitioned, an NNX variable)."""
+    if _is_nnx_variable(leaf):
+        metadata = leaf.get_metadata()
+        for key in _NNX_KEYS:
+            names = metadata.get(key)
+            if isinstance(names, tuple) and all(n is None or isinstance(n, str) for n in names):
+                return names if names else None
+        return None
+    names = getattr(leaf, "names", None)
+    if names is not None and hasattr(leaf, "unbox"):
+        return tuple(names)
+    return None
+
+
+def is_box(x: Any) -> bool:
+    """A leaf that holds an array with its logical names (linen's box, an NNX variable)."""
+    return _is_nnx_variable(x) or names_of(x) is not None
+
+
+def value_of(leaf: Any) -> Any:
+    """The array (or ShapeDtypeStruct) a box holds; a plain leaf itself."""
+    if _is_nnx_variable(leaf):
+        return leaf.get_value()
+    return leaf.unbox() if is_box(leaf) else leaf
+
+
+def _boxed(leaf: Any, value: Any) -> Any:
+    """`value` in `leaf`'s box (its names and metadata kept)."""
+    if _is_nnx_variable(leaf):
+        return leaf.replace(value)
+    return leaf.replace_boxed(value) if is_box(leaf) else value
+
+
+def table_of(maker: Any) -> dict[str, tuple[str | None, ...]]:
+    """The LOGICAL_AXES table in the file that defines the inputs' function (empty where none)."""
+    import sys
+
+    module = sys.modules.get(getattr(maker, "__module__", "") or "")
+    table = getattr(module, TABLE_NAME, None)
+    if table is None:
+        return {}
+    where = f"{TABLE_NAME} in {getattr(module, '__file__', None) or getattr(module, '__name__', 'the file')}"
+    example = 'e.g. {"params[\'w1\']": ("embed", "mlp")}'
+    if not isinstance(table, dict):
+        raise ShardcliError(
+            f"{where} is a {type(table).__name__}; make it a dict of path -> names, {example}"
+        )
+    out: dict[str, tuple[str | None, ...]] = {}
+    for path, names in table.items():
+        if not isinstance(path, str):
+            raise ShardcliError(f"{where} has the key {path!r}, not a path (a str); {example}")
+        if not isinstance(names, (tuple, list)) or not all(n is None or isinstance(n, str) for n in names):
+            raise ShardcliError(
+                f"{where} gives {path!r} {names!r}; give a tuple of logical axis names (str or None), "
+                f"one per dimension, {example}"
+            )
+        out[path] = tuple(names)
+    return out
+
+
+def named_leaves(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    table: dict[str, tuple[str | None, ...]],
+    kwargs: dict[str, Any] | None = None,
+) -> list[Named]:
+    """(path, leaf or box, logical names) for every array leaf of the arguments.
+
+    The path is the function's parameter name (a keyword argument's keyword), then the pytree path
+    to the leaf or its box.
+    """
+    import inspect as pyinspect
+
+    import jax
+
+    from shardcli.program.inputs import is_array_leaf
+
+    try:
+        params = list(pyinspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    out = []
+    named = [(params[i] if i < len(params) else f"arg{i}", arg) for i, arg in enumerate(args)]
+    for base, arg in [*named, *(kwargs or {}).items()]:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(arg, is_leaf=is_box)[0]:
+            if not (is_box(leaf) or is_array_leaf(leaf)):
+                continue  # a Python number, a function: no memory, no layout
+            name = base + jax.tree_util.keystr(path)
+            names = names_of(leaf)
+            names = names if names is not None else table.get(name)
+            shape = tuple(value_of(leaf).shape)
+            if names is not None and len(names) != len(shape):
+                raise ShardcliError(
+                    f"{name} has {len(shape)} dimension(s) {shape} but {len(names)} logical axis "
+                    f"name(s) {tuple(names)}; give one name (or None) per dimension"
+                )
+            out.append((name, leaf, names))
+    unused = sorted(set(table) - {name for name, _, _ in out})
+    if unused:
+        paths = ", ".join(name for name, _, _ in out[:4])
+        raise ShardcliError(
+            f"{TABLE_NAME} names {', '.join(map(repr, unused))}, which is no array argument's path; "
+            f"the paths are like {paths}"
+        )
+    return out
+
+
+def check_named(leaves: list[Named], program: str) -> int:
+    """The number of leaves with logical names.
+
+    Raises:
+        ShardcliError: none has any.
+    """
+    named = sum(n is not None for _, _, n in leaves)
+    if not named:
+        raise ShardcliError(
+            f"no argument of {program} carries logical axis names: box them with "
+            "nn.with_partitioning or nnx.with_partitioning(init, ('embed', 'mlp')), or name them in "
+            f"{TABLE_NAME} in the inputs' file"
+        )
+    return named
+
+
+def check_rule_names(rules: Rules, leaves: list[Named], flag: str = "--rules") -> None:
+    """Raises: ShardcliError when `rules` map a logical name that no argument carries (a rule that
+    would lay nothing out, a misspelt name most likely)."""
+    from shardcli.specs.decoder import rules_text
+
+    carried = names_used(leaves)
+    unknown = [name for name in dict(rules) if name not in carried]
+    if unknown:
+        raise ShardcliError(
+            f"{flag} {rules_text(rules)} maps logical axis {', '.join(map(repr, unknown))}, which no "
+            f"argument carries; the arguments carry {', '.join(carried)}"
+        )
+
+
+def names_used(leaves: list[Named]) -> tuple[str, ...]:
+    """The logical axis names the arguments carry, sorted."""
+    return tuple(sorted({x for _, _, n in leaves for x in (n or ()) if x is not None}))
+
+
+def spec_entries(
+    leaf: Any, logical: tuple[str | None, ...] | None, rules: Rules, sizes: dict[str, int]
+) -> Any:
+    """The partition spec entries (mesh axes per dim) of one leaf under `rules`."""
+    shape = tuple(value_of(leaf).shape)
+    return resolve_axes(tuple(logical or (None,) * len(shape)), rules, sizes, shape)
+
+
+def lay_out(
+    args: tuple[Any, ...],
+    fn: Callable[..., Any],
+    table: dict[str, Any],
+    rules: Rules,
+    mesh: Any,
+    kwargs: dict[str, Any] | None = None,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments (and keyword arguments) as ShapeDtypeStructs sharded by their logical names
+    under `rules` on `mesh` (boxes keep their names); a leaf without names is replicated."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardcli.program.inputs import is_array_leaf
+
+    sizes = dict(zip(map(str, mesh.axis_names), mesh.devices.shape, strict=True))
+    names = {id(leaf): n for _, leaf, n in named_leaves(fn, args, table, kwargs)}
+
+    def place(leaf: Any) -> Any:
+        if not (is_box(leaf) or is_array_leaf(leaf)):
+            return leaf
+        value = value_of(leaf)
+        entries = spec_entries(leaf, names.get(id(leaf)), rules, sizes)
+        spec = P(*partition_spec_args(entries))
+        struct = jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=NamedSharding(mesh, spec))
+        return _boxed(leaf, struct)
+
+    laid = tuple(jax.tree_util.tree_map(place, a, is_leaf=is_box) for a in args)
+    return laid, {k: jax.tree_util.tree_map(place, v, is_leaf=is_box) for k, v in (kwargs or {}).items()}
+
+
+def argument_bytes(leaves: list[Named], rules: Rules, sizes: dict[str, int]) -> int:
+    """Bytes per chip of the arguments laid out by `rules` on a mesh of `sizes` (pure arithmetic)."""
+    total = 0
+    for _, leaf, logical in leaves:
+        value = value_of(leaf)
+        entries = spec_entries(leaf, logical, rules, sizes)
+        split = math.prod(sizes[a] for e in entries for a in e)
+        total += math.prod(value.shape) * int(value.dtype.itemsize) // split
+    return total
+
+
+def unknown_mesh_axes(rules: Rules, axes: tuple[str, ...]) -> list[str]:
+    """The mesh axes `rules` name that are not among `axes`, in order."""
+    return list(dict.fromkeys(a for _, mesh_axes in rules for a in mesh_axes if a not in axes))
+
+
+@contextlib.contextmanager
+def names_only() -> Iterator[None]:
+    """While the user's file is imported and its inputs made: NNX variables keep their logical names
+    and are not sharded as they are made (flax 0.12's eager sharding would need a mesh whose axes
+    are those names); the layout's rules place them afterwards. Without flax, nothing changes."""
+    import importlib.util
+
+    if importlib.util.find_spec("flax") is None:
+        yield
+        return
+    from flax import nnx
+
+    eager = getattr(nnx, "use_eager_sharding", None)  # flax before 0.12 made no variable sharded
+    with eager(False) if eager is not None else contextlib.nullcontext():
+        yield
+
+
+def effective_rules(rules: Rules, names: tuple[str, ...], axes: tuple[str, ...]) -> Rules:
+    """The rules that take effect for arguments carrying `names` on a mesh of `axes` (the others
+    lay nothing out): the same layout, said in fewer words."""
+    table = dict(rules)  # parse_rules refuses a name given twice
+    kept = ((name, tuple(a for a in table[name] if a in axes)) for name in table if name in names)
+    return tuple((name, mesh_axes) for name, mesh_axes in kept if mesh_axes)
