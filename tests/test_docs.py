@@ -185,6 +185,42 @@ def test_the_docs_check_compares_what_a_reader_would_call_the_same(old, new, equ
     assert gen.same("fixed", old, old) and not gen.same("fixed", old, old + " ")  # not VOLATILE: exact
 
 
+PIPELINE_CHECKS = (
+    "makespan 180 ms (compile 1.21 s, separate)\n"
+    "ok   mpmd: the loss matches (max |err| 4.47e-08 <= 2.00e-05 (1e-4 x max|ref|))\n"
+    "ok   mpmd: every layer's gradients match the unpipelined run (4 layers; worst layer 0 W: max |err|\n"
+    "3.73e-09 vs bound 2.12e-06 (1e-4 x max|ref|))\n"
+    "verified: every check passed (each of the 2 processes checked its own devices)"
+)
+
+
+@pytest.mark.parametrize(
+    ("new", "equal"),
+    [
+        pytest.param(PIPELINE_CHECKS, True, id="itself"),
+        pytest.param(
+            PIPELINE_CHECKS.replace("worst layer 0 W: max |err|\n", "worst layer 3 b:\nmax |err| "),
+            True,
+            id="another-layer-and-parameter-worst-wrapped-elsewhere",
+        ),
+        pytest.param(PIPELINE_CHECKS.replace("makespan 180 ms", "makespan 1.4 s"), True, id="slower"),
+        pytest.param(
+            PIPELINE_CHECKS.replace("ok   mpmd: the loss", "FAIL mpmd: the loss"), False, id="a-failed-check"
+        ),
+        pytest.param(
+            PIPELINE_CHECKS.replace("the loss matches", "the loss differs"), False, id="another-statement"
+        ),
+        pytest.param(PIPELINE_CHECKS.replace("verified: every check passed ", ""), False, id="no-verdict"),
+    ],
+)
+def test_a_multi_process_block_is_compared_by_what_it_states(new, equal):
+    """The processes' timing decides which layer's parameter is worst (and how the line wraps); the
+    check compares each check's verdict and subject, not the details in its parentheses."""
+    gen = _generator_module()
+    assert "tutorial-pipeline-launch" in gen.STATED
+    assert gen.same("tutorial-pipeline-launch", PIPELINE_CHECKS, new) is equal
+
+
 def test_a_column_left_out_by_wider_timings_reads_the_same_a_few_columns_wider(monkeypatch):
     """The generated text kept a column that this run's wider timings push out at 100 columns."""
     gen = _generator_module()
