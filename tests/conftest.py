@@ -87,12 +87,12 @@ def cli() -> RunCli:
 
 def json_of(cli: RunCli, *args: str, code: int = 0) -> dict:
     """`cli(ARGS --format json)`: the document, after checking the exit code and the schema's keys."""
-    from shardcli.results import schema
+    from shardcli.results.documents import document_problems
 
     out = cli([*args, "--format", "json"])
     assert out.exit_code == code, out.output
     doc = json.loads(out.stdout)
-    assert schema.document_problems(doc) == []
+    assert document_problems(doc) == []
     return doc
 
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import IN_PROCESS_DEVICES, pythonpath_first
 
 import shardcli
-from shardcli.results.schema import SCHEMA_VERSION, document_problems
+from shardcli.results.documents import SCHEMA_VERSION, document_problems
 
 ANSI = re.compile(r"\x1b\[([0-9;]*)m")
 
@@ -431,7 +431,7 @@ def json_of(result) -> dict:
 
 def test_mesh_json_contract(cli):
     doc = json_of(cli(["mesh", "--mesh", "2x4", "--axes", "data,model", "--format", "json"]))
-    assert document_problems(doc, "mesh") == []  # exactly the keys shardcli/results/schema.py gives
+    assert document_problems(doc, "mesh") == []  # exactly the keys shardcli/results/documents.py gives
     assert doc["schema"] == SCHEMA_VERSION
     assert doc["command"] == "mesh"
     assert doc["shardcli_version"] == shardcli.__version__

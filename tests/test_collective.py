@@ -15,7 +15,7 @@ from shardcli.errors import ShardcliError
 from shardcli.playground import collective_cases as registry
 from shardcli.playground.collective import CollectiveRequest, run_collective, validate_request
 from shardcli.playground.collective_cases import COLLECTIVES, CollectiveParams, busbw_factor
-from shardcli.results.schema import SCHEMA_VERSION, document_problems
+from shardcli.results.documents import SCHEMA_VERSION, document_problems
 from shardcli.specs.meshes import parse_mesh
 from shardcli.specs.runs import Platform, RunOptions
 from shardcli.specs.values import parse_bytes, parse_dtype, parse_perm, parse_sizes
@@ -254,7 +254,7 @@ def test_time_iterations_feeds_inputs_and_out_buffers(kw, calls):
     ],
 )
 def test_default_malloc_follows_the_out_buffer_and_platform(malloc, out_buffer, platform, chosen):
-    from shardcli.commands.collective import default_malloc
+    from shardcli.commands.collective_requests import default_malloc
 
     assert default_malloc(malloc, out_buffer, platform) == chosen
 
@@ -504,7 +504,7 @@ def test_json_contract():
     result = invoke("all_gather", "--mesh", "4", "--format", "json", "--iters", "2", "--placement", "both")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert document_problems(doc, "collective") == []  # exactly the keys shardcli/results/schema.py gives
+    assert document_problems(doc, "collective") == []  # exactly the keys shardcli/results/documents.py gives
     assert doc["schema"] == SCHEMA_VERSION and doc["command"] == "collective"
     size = doc["sizes"][0]
     out, inplace = size["placements"]

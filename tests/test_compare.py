@@ -17,8 +17,9 @@ import pytest
 from test_cli_foundation import assert_one_line_error, has_color
 
 from shardcli.errors import ShardcliError
-from shardcli.results.compare import METRICS, CompareRequest, compare_documents, judge
-from shardcli.results.schema import SCHEMA_VERSION, document_problems
+from shardcli.results.compare import CompareRequest, compare_documents, judge
+from shardcli.results.compare_metrics import METRICS
+from shardcli.results.documents import SCHEMA_VERSION, document_problems
 from shardcli.specs.values import parse_tolerance
 
 FAST = ["--iters", "2", "--warmup", "1", "--format", "json"]
@@ -652,7 +653,7 @@ def test_json_contract(cli, docs, tmp_path, source, args, metric, unit, better, 
     assert result.exit_code == 1, result.output
     assert result.stderr == ""
     out = json.loads(result.stdout)  # nothing else on stdout
-    assert document_problems(out, "compare") == []  # exactly the keys shardcli/results/schema.py gives
+    assert document_problems(out, "compare") == []  # exactly the keys shardcli/results/documents.py gives
     assert (out["base"]["file"], out["new"]["file"]) == (b, n)
     assert (out["schema"], out["command"], out["compared_command"]) == (
         SCHEMA_VERSION,

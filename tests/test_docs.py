@@ -88,14 +88,15 @@ def test_reference_has_every_exit_code(site: Path) -> None:
 
 
 def test_json_schema_page_has_every_kind_and_key(site: Path) -> None:
-    from shardcli.results import schema as json_schema
+    from shardcli.results.documents import DOCUMENTS
+    from shardcli.results.records import MESH, RUNTIME
 
     text = _text(site / "reference" / "json-schema" / "index.html")
-    for name, kind in json_schema.DOCUMENTS.items():
+    for name, kind in DOCUMENTS.items():
         assert name in text
         for key in kind.record.keys:
             assert key in text, (name, key)
-    for key in json_schema.RUNTIME.keys + json_schema.MESH.keys:
+    for key in RUNTIME.keys + MESH.keys:
         assert key in text
 
 
@@ -301,7 +302,7 @@ def test_the_docs_check_under_another_jax(name, old, new, jax_version, equal):
 
 
 def test_the_json_schema_page_states_the_version_the_tool_writes() -> None:
-    from shardcli.results.schema import SCHEMA_VERSION
+    from shardcli.results.documents import SCHEMA_VERSION
 
     page = (ROOT / "docs" / "reference" / "json-schema.md").read_text(encoding="utf-8")
     row = next(line for line in page.splitlines() if line.startswith("| `schema` |"))

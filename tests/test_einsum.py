@@ -10,7 +10,7 @@ import pytest
 from conftest import run_shardcli
 
 from shardcli.errors import ShardcliError
-from shardcli.results import schema
+from shardcli.results import documents
 from shardcli.specs.einsum import parse_einsum
 
 FAST = ("--warmup", "1", "--iters", "2")
@@ -22,7 +22,7 @@ def run_json(cli, *args: str) -> dict:
     out = cli([*args, *FAST, "--format", "json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    assert schema.document_problems(doc) == []
+    assert documents.document_problems(doc) == []
     return doc
 
 

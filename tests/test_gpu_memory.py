@@ -25,7 +25,7 @@ from shardcli.hardware.gpu_memory import (
     read_gpu_pool,
 )
 from shardcli.hardware.targets import parse_target
-from shardcli.results import schema
+from shardcli.results import documents
 
 MIB = 1 << 20
 H100 = 81_559 * MIB  # nvidia-smi on an H100 SXM
@@ -334,7 +334,7 @@ def _json(cli, tmp_path, gib: int, code: int, env: dict[str, str] | None = None)
     out = _inspect(cli, tmp_path, gib, "--format", "json", env=env)
     assert out.exit_code == code, out.output
     doc = json.loads(out.stdout)
-    assert schema.document_problems(doc) == []
+    assert documents.document_problems(doc) == []
     return doc
 
 

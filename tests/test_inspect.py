@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_env
 
-from shardcli.results import schema
+from shardcli.results import documents
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = str(ROOT / "examples" / "mlp.py")
@@ -31,7 +31,7 @@ def inspect_json(cli, *args: str, env: dict[str, str] | None = None) -> dict:
     out = cli(["inspect", *args, "--format", "json"], env=env)
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    assert schema.document_problems(doc) == []
+    assert documents.document_problems(doc) == []
     return doc
 
 
@@ -785,7 +785,7 @@ def test_api_show_and_inspect():
     assert [c.kind for c in report.collectives] == ["all-gather"] or report.collectives
     assert any("--out asked for data,None" in f for f in report.findings)
     doc = json.loads(report.to_json())
-    assert schema.document_problems(doc) == [] and doc["target"] == "<lambda>"
+    assert documents.document_problems(doc) == [] and doc["target"] == "<lambda>"
     Console(file=buffer, width=120).print(report)
     assert "collectives the compiler inserted" in buffer.getvalue()
     assert report.memory.argument_bytes == (4 * 2 + 8 * 256) * 4

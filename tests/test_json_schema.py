@@ -1,8 +1,8 @@
 """The JSON contract: every kind of document a real run writes has exactly the keys of its schema.
 
-shardcli/results/schema.py owns the keys; this file checks real documents against it, checks that
-the check can fail, and pins each kind's keys to the schema version, so a script that parses the
-JSON cannot break without the version saying so.
+shardcli/results/documents.py owns the keys (its kinds join the records of records.py and bodies.py);
+this file checks real documents against it, checks that the check can fail, and pins each kind's keys
+to the schema version, so a script that parses the JSON cannot break without the version saying so.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from shardcli.results import schema
-from shardcli.results.schema import (
+from shardcli.results import bodies, records, shapes
+from shardcli.results.documents import (
     DOCUMENTS,
     SCHEMA_VERSION,
-    SchemaError,
     check_document,
     document,
     document_problems,
 )
+from shardcli.results.shapes import SchemaError
 
 FAST = ["--iters", "2", "--warmup", "1", "--format", "json"]
 COLLECTIVE = ["collective", "all_gather", "--mesh", "4", "--sizes", "1K,2K,4K", "--placement", "both", *FAST]
@@ -263,17 +263,17 @@ PINNED_KEYS = {
 }
 
 
-def key_tree(shape: schema.Shape) -> Any:
+def key_tree(shape: shapes.Shape) -> Any:
     """A shape's keys and nesting as plain JSON, in order."""
-    if isinstance(shape, schema.Record):
+    if isinstance(shape, shapes.Record):
         return [[key, key_tree(sub)] for key, sub in shape.fields.items()]
-    if isinstance(shape, schema.ListOf):
+    if isinstance(shape, shapes.ListOf):
         return ["list of", key_tree(shape.item)]
-    if isinstance(shape, schema.MapOf):
+    if isinstance(shape, shapes.MapOf):
         return ["map of", key_tree(shape.value)]
-    if isinstance(shape, schema.Maybe):
+    if isinstance(shape, shapes.Maybe):
         return ["or null", key_tree(shape.shape)]
-    if isinstance(shape, schema.Tagged):
+    if isinstance(shape, shapes.Tagged):
         return ["tagged by", shape.tag, [[name, key_tree(r)] for name, r in shape.variants.items()]]
     return "value"
 
@@ -304,14 +304,14 @@ def test_real_documents_have_exactly_the_schemas_keys(cli, tmp_path, kind):
 def test_recipe_list_has_exactly_the_schemas_keys(cli):
     doc = run_json(cli, ["recipe", "list", "--format", "json"])
     assert doc["recipes"]
-    assert schema.problems(doc, schema.RECIPE_LIST) == []
+    assert shapes.problems(doc, bodies.RECIPE_LIST) == []
 
 
 @pytest.mark.parametrize("kind", list(DOCUMENTS))
 def test_keys_are_pinned_to_the_schema_version(kind):
     assert digest(kind) == PINNED_KEYS[SCHEMA_VERSION][kind], (
-        f"the keys of the {kind} document changed (digest {digest(kind)}): scripts that read it break, "
-        "so raise SCHEMA_VERSION in shardcli/results/schema.py and record the digests under the new version"
+        f"the keys of the {kind} document changed (digest {digest(kind)}): scripts that read it break, so "
+        "raise SCHEMA_VERSION in shardcli/results/documents.py and record the digests under the new version"
     )
 
 
@@ -379,33 +379,33 @@ def test_the_check_refuses_a_document_that_differs(collective_doc, edit, expecte
 
 
 def test_a_null_is_refused_where_the_schema_has_no_maybe():
-    assert schema.problems({"op": "x", "count": 1, "result_bytes": 2}, schema.ListOf(schema.HLO_OP)) == [
+    assert shapes.problems({"op": "x", "count": 1, "result_bytes": 2}, shapes.ListOf(records.HLO_OP)) == [
         "the document: an object where a list should be"
     ]
-    placement = {k: None for k in schema.COLLECTIVE_PLACEMENT.keys}
-    assert schema.problems(placement, schema.COLLECTIVE_PLACEMENT) == [
+    placement = {k: None for k in bodies.COLLECTIVE_PLACEMENT.keys}
+    assert shapes.problems(placement, bodies.COLLECTIVE_PLACEMENT) == [
         "hlo_collectives: null where a list should be"
     ]
 
 
 def test_a_section_of_an_unknown_kind_is_refused():
     section = {"kind": "chart", "title": "t"}
-    assert schema.problems([section], schema.ListOf(schema.SECTION), "sections") == [
+    assert shapes.problems([section], shapes.ListOf(bodies.SECTION), "sections") == [
         "sections[0]: 'kind' is 'chart', not one of sharding, table, text"
     ]
     text = {"kind": "text", "title": "t", "lines": [], "rows": []}
-    assert schema.problems(text, schema.SECTION) == ["the document: unexpected 'rows'"]
+    assert shapes.problems(text, bodies.SECTION) == ["the document: unexpected 'rows'"]
 
 
 # Writers build through the schema -----------------------------------------------------------------
 
 
 def test_a_record_is_built_with_exactly_its_keys_in_its_order():
-    assert list(schema.HLO_OP(result_bytes=8, count=1, op="all-gather")) == ["op", "count", "result_bytes"]
+    assert list(records.HLO_OP(result_bytes=8, count=1, op="all-gather")) == ["op", "count", "result_bytes"]
     with pytest.raises(SchemaError, match=r"^a record: missing 'result_bytes'$"):
-        schema.HLO_OP(op="all-gather", count=1)
+        records.HLO_OP(op="all-gather", count=1)
     with pytest.raises(SchemaError, match=r"^a record: unexpected 'bytes'$"):
-        schema.HLO_OP(op="all-gather", count=1, result_bytes=8, bytes=8)
+        records.HLO_OP(op="all-gather", count=1, result_bytes=8, bytes=8)
 
 
 def test_document_stamps_the_envelope_and_checks_the_parts():

@@ -15,7 +15,7 @@ from shardcli.hardware.costmodel import CommCost, Hardware, estimate, lookup_pea
 from shardcli.playground.matmul import MatmulRequest, run_matmul, tolerance_for, validate_request
 from shardcli.playground.matmul_cases import IMPLS, MATMUL_CASES, Axes, flops_per_device
 from shardcli.render.matmul import CSV_COLUMNS
-from shardcli.results.schema import document_problems
+from shardcli.results.documents import document_problems
 from shardcli.specs.meshes import parse_mesh
 from shardcli.specs.runs import Platform, RunOptions
 from shardcli.specs.values import parse_dims, parse_dtype, parse_scales, scale_dims
@@ -419,7 +419,7 @@ def test_json_contract(cli):
     )
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    assert document_problems(doc, "matmul") == []  # exactly the keys shardcli/results/schema.py gives
+    assert document_problems(doc, "matmul") == []  # exactly the keys shardcli/results/documents.py gives
     assert doc["command"] == "matmul"
     run = doc["runs"][0]
     assert run["model"] is not None  # so its keys were checked

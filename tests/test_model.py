@@ -11,7 +11,7 @@ from numerics import tf32
 from test_cli_foundation import assert_one_line_error
 
 from shardcli.errors import ShardcliError
-from shardcli.results.schema import document_problems
+from shardcli.results.documents import document_problems
 from shardcli.specs import model as model_spec
 from shardcli.specs.meshes import MeshSpec
 from shardcli.specs.model import Annotations, check_layout, make_annotations, memory_need, parse_rules

@@ -14,7 +14,7 @@ import pytest
 
 from shardcli.errors import ShardcliError
 from shardcli.plan.candidates import MeshChoice, _aligned, enumerate_candidates, mesh_choices
-from shardcli.results import schema
+from shardcli.results import documents
 from shardcli.specs.decoder import PRESETS, build_config, maxtext_scale, parameter_table, resolve_axes
 
 TINY = ["--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "2"]
@@ -219,7 +219,7 @@ def _json(cli, args, code=0):
     )
     assert out.exit_code == code, out.output
     doc = json.loads(out.stdout)
-    assert schema.document_problems(doc) == []
+    assert documents.document_problems(doc) == []
     return doc
 
 
@@ -369,7 +369,7 @@ def test_a_linen_program_with_logical_axis_names_is_laid_out(cli, plan_cache):
     out = cli([*args, "--format", "json"], env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]})
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    assert schema.document_problems(doc, "plan-program") == []
+    assert documents.document_problems(doc, "plan-program") == []
     assert (doc["config"]["named_leaves"], doc["config"]["leaves"]) == (3, 3)
     compiled = [c for c in doc["candidates"] if c["compiled"] is not None]
     assert len(compiled) == 2 and doc["winner"] is not None
@@ -393,7 +393,7 @@ def _program_json(cli, program, args, code=0):
     )
     assert out.exit_code == code, out.output
     doc = json.loads(out.stdout)
-    assert schema.document_problems(doc, "plan-program") == []
+    assert documents.document_problems(doc, "plan-program") == []
     return doc
 
 

@@ -30,7 +30,7 @@ from conftest import run_shardcli
 from jax.sharding import AxisType
 
 from shardcli.analysis.program import analyze_compiled
-from shardcli.results import schema
+from shardcli.results import documents
 
 pytest.importorskip("flax")
 pytest.importorskip("equinox")
@@ -211,7 +211,7 @@ def inspect_doc(cli: Any, args: list[str]) -> dict[str, Any]:
     out = cli(["inspect", *args, "--format", "json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    assert schema.document_problems(doc) == []
+    assert documents.document_problems(doc) == []
     return doc
 
 

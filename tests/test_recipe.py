@@ -12,7 +12,7 @@ from shardcli.analysis.report import close_check
 from shardcli.playground import recipe_programs
 from shardcli.playground.recipe_cases import RECIPES
 from shardcli.playground.recipe_programs import RecipeOutput
-from shardcli.results.schema import document_problems
+from shardcli.results.documents import document_problems
 
 
 def run_json(cli, *args: str) -> dict:

@@ -17,7 +17,7 @@ from test_cli_foundation import assert_one_line_error
 from shardcli.errors import ShardcliError
 from shardcli.program.run import compare_to_reference, tolerance_for
 from shardcli.program.run_request import RunArg, parse_run_arg
-from shardcli.results.schema import check_document
+from shardcli.results.documents import check_document
 from shardcli.specs.meshes import ShardingSpec, parse_mesh
 from shardcli.specs.values import DTYPES
 

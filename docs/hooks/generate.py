@@ -3,7 +3,7 @@
 - `reference/commands.md`: `shardcli --help` and `shardcli COMMAND [SUBCOMMAND] --help` for every
   command registered in the Typer app (found in the app, not listed here), and the exit codes of
   `shardcli.errors.ExitCode`.
-- `reference/json-schema.md`: the keys of every document kind in `shardcli.results.schema.DOCUMENTS`,
+- `reference/json-schema.md`: the keys of every document kind in `shardcli.results.documents.DOCUMENTS`,
   the module that the writers, `compare` and the contract tests use too.
 
 Each page is hand-written prose with a marker (`<!-- shardcli:commands -->`,
@@ -59,7 +59,7 @@ def commands_reference() -> str:
 
 def _describe(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...], str], depth: int) -> list[str]:
     """Markdown list lines for the keys of `shape` (a Record), nested shapes indented under them."""
-    from shardcli.results import schema as js
+    from shardcli.results import shapes
 
     lines: list[str] = []
     pad = "    " * depth
@@ -67,7 +67,7 @@ def _describe(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...], st
         what, inner = _shape_words(sub, named, kinds)
         lines.append(f"{pad}- `{key}`{': ' + what if what else ''}")
         if inner is not None:
-            if isinstance(inner, js.Tagged):
+            if isinstance(inner, shapes.Tagged):
                 for tag, record in inner.variants.items():
                     lines.append(f"{pad}    - `{inner.tag}` = `{tag}`:")
                     lines.extend(_describe(record, named, kinds, depth + 2))
@@ -78,20 +78,20 @@ def _describe(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...], st
 
 def _shape_words(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...], str]) -> tuple[str, Any]:
     """How a key's value reads in words, and the record to list under it (or None)."""
-    from shardcli.results import schema as js
+    from shardcli.results import shapes
 
     if shape is None:
         return "", None
-    if isinstance(shape, js.Maybe):
+    if isinstance(shape, shapes.Maybe):
         what, inner = _shape_words(shape.shape, named, kinds)
         return f"{what or 'a value'}, or `null`", inner
-    if isinstance(shape, js.ListOf):
+    if isinstance(shape, shapes.ListOf):
         what, inner = _shape_words(shape.item, named, kinds)
         return f"a list, each item {what or 'a value'}", inner
-    if isinstance(shape, js.MapOf):
+    if isinstance(shape, shapes.MapOf):
         what, inner = _shape_words(shape.value, named, kinds)
         return f"an object with free keys, each value {what or 'a value'}", inner
-    if isinstance(shape, js.Tagged):
+    if isinstance(shape, shapes.Tagged):
         return f"an object whose `{shape.tag}` says which of these it is", shape
     if shape.keys in kinds:
         return f"a whole [`{kinds[shape.keys]}` document](#{kinds[shape.keys]})", None
@@ -103,17 +103,17 @@ def _shape_words(shape: Any, named: dict[int, str], kinds: dict[tuple[str, ...],
 
 def _records(shape: Any, kinds: dict[tuple[str, ...], str]) -> list[Any]:
     """Every Record reachable from `shape`, once per place it is used (a whole document: not entered)."""
-    from shardcli.results import schema as js
+    from shardcli.results import shapes
 
     if shape is None:
         return []
-    if isinstance(shape, js.Maybe):
+    if isinstance(shape, shapes.Maybe):
         return _records(shape.shape, kinds)
-    if isinstance(shape, js.ListOf):
+    if isinstance(shape, shapes.ListOf):
         return _records(shape.item, kinds)
-    if isinstance(shape, js.MapOf):
+    if isinstance(shape, shapes.MapOf):
         return _records(shape.value, kinds)
-    if isinstance(shape, js.Tagged):
+    if isinstance(shape, shapes.Tagged):
         return [r for record in shape.variants.values() for r in _records(record, kinds)]
     if shape.keys in kinds:
         return []
@@ -122,24 +122,25 @@ def _records(shape: Any, kinds: dict[tuple[str, ...], str]) -> list[Any]:
 
 def json_schema_reference() -> str:
     """The envelope, every document kind's keys, and the records several kinds share."""
-    from shardcli.results import schema as js
+    from shardcli.results import bodies, documents, records, shapes
 
-    kinds = {kind.record.keys: name for name, kind in js.DOCUMENTS.items()}
-    globals_by_id = {id(v): k for k, v in vars(js).items() if isinstance(v, js.Record) and k.isupper()}
+    kinds = {kind.record.keys: name for name, kind in documents.DOCUMENTS.items()}
+    named = {**vars(records), **vars(bodies)}  # every record by its name
+    globals_by_id = {id(v): k for k, v in named.items() if isinstance(v, shapes.Record) and k.isupper()}
     uses: dict[int, int] = {}
-    for kind in js.DOCUMENTS.values():
+    for kind in documents.DOCUMENTS.values():
         for record in [r for sub in kind.body.fields.values() for r in _records(sub, kinds)]:
             uses[id(record)] = uses.get(id(record), 0) + 1
     # A record used in more than one place is described once, in its own section.
     shared = {i: globals_by_id[i] for i, n in uses.items() if n > 1 and i in globals_by_id}
     parts = [
-        f"## The envelope\n\nSchema version **{js.SCHEMA_VERSION}** "
-        "(`shardcli.results.schema.SCHEMA_VERSION`). "
+        f"## The envelope\n\nSchema version **{documents.SCHEMA_VERSION}** "
+        "(`shardcli.results.documents.SCHEMA_VERSION`). "
         "Every document starts with these keys; every run on devices (all kinds but `compare`) "
         "goes on with `runtime` and `mesh`:",
-        "\n".join(_describe(js.RUN, shared, {}, 0)),
+        "\n".join(_describe(records.RUN, shared, {}, 0)),
     ]
-    for name, kind in js.DOCUMENTS.items():
+    for name, kind in documents.DOCUMENTS.items():
         writers = ", ".join(f"`shardcli {c} --format json`" for c in kind.commands)
         after = "after the envelope, `runtime` and `mesh`" if kind.on_devices else "after the envelope"
         body = (
@@ -148,7 +149,7 @@ def json_schema_reference() -> str:
         parts.append(f"## `{name}` {{#{name}}}\n\nWritten by {writers}. Its keys {after}:\n\n{body}")
     parts.append("## Shared records\n\nRecords that several documents (or several places) hold.")
     for name in sorted(shared.values()):
-        record = getattr(js, name)
+        record = named[name]
         lines = "\n".join(_describe(record, shared, kinds, 0))
         parts.append(f"### {name.lower()} {{#record-{name.lower()}}}\n\n{lines}")
     return "\n\n".join(parts)

@@ -11,7 +11,6 @@ from shardcli.errors import ExitCode
 from shardcli.playground.collective_cases import COLLECTIVES
 
 if TYPE_CHECKING:
-    from shardcli.commands.requests import default_malloc as default_malloc
     from shardcli.playground.collective import CollectiveRequest, CollectiveResult
     from shardcli.specs.runs import RunOptions
 
@@ -145,7 +144,7 @@ def collective(
     *,
     options: RunOptions,
 ) -> None:
-    from shardcli.commands.requests import (  # not at import: --help is light
+    from shardcli.commands.collective_requests import (  # not at import: --help is light
         InputFlags,
         build_collective_requests,
     )
@@ -187,15 +186,6 @@ def collective(
     results = _run_each(requests)
     _render(results, plot_file)
     raise typer.Exit(ExitCode.WRONG_RESULT if any(r.failed for r in results) else ExitCode.OK)
-
-
-def __getattr__(name: str) -> object:
-    """`default_malloc`, imported from here by bench/ and tests, lives in shardcli.commands.requests."""
-    if name == "default_malloc":
-        from shardcli.commands.requests import default_malloc
-
-        return default_malloc
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _describe_size(done: int, total: int, size: int) -> str:

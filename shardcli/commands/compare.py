@@ -65,7 +65,8 @@ def compare(
     """
     # Here, not at the top: `shardcli --help` loads no command's core.
     from shardcli.render.compare import render_compare
-    from shardcli.results.compare import METRICS, CompareRequest, run_compare
+    from shardcli.results.compare import CompareRequest, run_compare
+    from shardcli.results.compare_metrics import METRICS
     from shardcli.specs.runs import parse_choice
     from shardcli.specs.values import parse_tolerance
 

@@ -109,7 +109,7 @@ def matmul(
     *,
     options: RunOptions,
 ) -> None:
-    from shardcli.commands.requests import build_matmul_request  # not at import: --help is light
+    from shardcli.commands.playground_requests import build_matmul_request  # not at import: --help is light
 
     request = build_matmul_request(
         case=case,

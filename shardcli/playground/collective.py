@@ -734,9 +734,10 @@ def run_collective(
 ) -> CollectiveResult:
     """Run the request: one SizeRun per size.
 
-    The request is checked once, where it is built: `shardcli.commands.requests.build_collective_requests`
-    validates every request before any runs, and a request built by hand must pass
-    `validate_request` first; it is not checked again here.
+    The request is checked once, where it is built:
+    `shardcli.commands.collective_requests.build_collective_requests` validates every request before
+    any runs, and a request built by hand must pass `validate_request` first; it is not checked again
+    here.
 
     Args:
         request: a request `validate_request` accepted.

@@ -23,7 +23,7 @@ from shardcli.playground.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
 from shardcli.render.plot import Series, text_chart
-from shardcli.results import schema
+from shardcli.results import bodies, documents
 from shardcli.specs.runs import RunOptions
 from shardcli.specs.values import format_bytes
 
@@ -61,7 +61,7 @@ def roofline_label(roofline: Roofline | None) -> str:
 
 
 def _placement_json(run: PlacementRun) -> dict[str, Any]:
-    return schema.COLLECTIVE_PLACEMENT(
+    return bodies.COLLECTIVE_PLACEMENT(
         placement=run.placement,
         not_run=run.not_run,
         timing=jsonout.timing_json(run.timing),
@@ -81,7 +81,7 @@ def roofline_json(roofline: Roofline | None) -> dict[str, Any] | None:
     """The bandwidth a run is held against: host memory (CPU), link (device table) or none."""
     if roofline is None:
         return None
-    return schema.ROOFLINE(
+    return bodies.ROOFLINE(
         basis=roofline.basis,
         bandwidth_gbps=None
         if roofline.bandwidth_bytes_per_s is None
@@ -95,7 +95,7 @@ def roofline_json(roofline: Roofline | None) -> dict[str, Any] | None:
 
 def _size_json(run: SizeRun, result: CollectiveResult) -> dict[str, Any]:
     axes = result.session.layout.axes
-    return schema.COLLECTIVE_SIZE(
+    return bodies.COLLECTIVE_SIZE(
         bytes_per_device=run.bytes_per_device,
         count=run.count,
         global_shape=list(run.global_shape),
@@ -111,16 +111,16 @@ def _size_json(run: SizeRun, result: CollectiveResult) -> dict[str, Any]:
         missing_hlo_op=run.missing_op,
         min_bytes=None
         if run.min_bytes is None
-        else schema.MIN_BYTES(read=run.min_bytes.read, written=run.min_bytes.written),
+        else bodies.MIN_BYTES(read=run.min_bytes.read, written=run.min_bytes.written),
         roofline_time_s=run.roofline_s,
         placements=[_placement_json(p) for p in run.placements],
         values=None
         if run.global_input is None
-        else schema.COLLECTIVE_VALUES(
+        else bodies.COLLECTIVE_VALUES(
             global_input=jsonout.values_json(run.global_input),
             global_output=jsonout.values_json(run.global_output),
             devices=[
-                schema.COLLECTIVE_DEVICE_VALUES(
+                bodies.COLLECTIVE_DEVICE_VALUES(
                     device_id=d.device_id,
                     coords=dict(zip(axes, d.coords, strict=True)),
                     group=d.group,
@@ -140,7 +140,7 @@ def collective_json(result: CollectiveResult) -> dict[str, Any]:
         "collective",
         result.session,
         {
-            "config": schema.COLLECTIVE_CONFIG(
+            "config": bodies.COLLECTIVE_CONFIG(
                 collective=result.collective.name,
                 params=req.params.describe(result.collective, result.group_size),
                 dtype=req.dtype.name,
@@ -159,7 +159,7 @@ def collective_json(result: CollectiveResult) -> dict[str, Any]:
                 allocator=_allocator_json(result),
             ),
             "sizes": [_size_json(r, result) for r in result.runs],
-            "summary": schema.COLLECTIVE_SUMMARY(
+            "summary": bodies.COLLECTIVE_SUMMARY(
                 avg_busbw_gbps=result.avg_busbw,
                 avg_over=result.avg_over,
                 min_busbw_gbps=req.min_busbw,
@@ -175,14 +175,14 @@ def _allocator_json(result: CollectiveResult) -> dict[str, Any] | None:
     state = result.session.runtime.allocator
     if state is None:
         return None
-    return schema.ALLOCATOR(mode=state.mode, applied=state.applied, note=state.note)
+    return bodies.ALLOCATOR(mode=state.mode, applied=state.applied, note=state.note)
 
 
 def fit_json(fit: LatencyBandwidthFit | None) -> dict[str, Any] | None:
     """t(S) = alpha + S / beta, in microseconds and GB/s (1e9 B/s)."""
     if fit is None:
         return None
-    return schema.FIT(
+    return bodies.FIT(
         model="t(S) = alpha + S / beta, least squares on relative error",
         alpha_us=fit.alpha_s * 1e6,
         beta_gbps=fit.beta_bytes_per_s / 1e9 if fit.beta_bytes_per_s is not None else None,
@@ -197,12 +197,12 @@ def collectives_json(results: list[CollectiveResult]) -> dict[str, Any]:
     if len(results) == 1:
         return collective_json(results[0])
     docs = [collective_json(r) for r in results]
-    return schema.document(
+    return documents.document(
         "collective",
         runtime=docs[0]["runtime"],
         mesh=docs[0]["mesh"],
         collectives=docs,
-        summary=schema.COLLECTIVES_SUMMARY(wrong=sum(r.wrong for r in results)),
+        summary=bodies.COLLECTIVES_SUMMARY(wrong=sum(r.wrong for r in results)),
     )
 
 

@@ -10,8 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.render.console import Clauses, DataTable, emit, make_console, phrases
-from shardcli.results import schema
-from shardcli.results.compare import CompareResult, CompareRow, DocFacts, Metric
+from shardcli.results import bodies, documents
+from shardcli.results.compare import CompareResult, CompareRow, DocFacts
+from shardcli.results.compare_metrics import Metric
 from shardcli.specs.runs import RunOptions
 
 FORMATS = ("table", "json")
@@ -68,7 +69,7 @@ def summary_clauses(result: CompareResult) -> list[str]:
 
 
 def _row_json(row: CompareRow, result: CompareResult) -> dict[str, Any]:
-    return schema.COMPARE_ROW(
+    return bodies.COMPARE_ROW(
         keys={f.name: f.to_json(v) for f, v in zip(result.key_fields, row.key, strict=True)},
         base=row.base,
         new=row.new,
@@ -78,7 +79,7 @@ def _row_json(row: CompareRow, result: CompareResult) -> dict[str, Any]:
 
 
 def _facts_json(facts: DocFacts) -> dict[str, Any]:
-    return schema.COMPARE_FILE(
+    return bodies.COMPARE_FILE(
         file=facts.file,
         shardcli_version=facts.shardcli_version,
         platform=facts.platform,
@@ -89,7 +90,7 @@ def _facts_json(facts: DocFacts) -> dict[str, Any]:
 
 def compare_json(result: CompareResult) -> dict[str, Any]:
     worst = result.worst
-    return schema.document(
+    return documents.document(
         "compare",
         compared_command=result.command,
         what=result.what,

@@ -25,7 +25,7 @@ from shardcli.render.program import (
     verdict_json,
     verdict_text,
 )
-from shardcli.results import schema
+from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 from shardcli.specs.values import format_bytes
 
@@ -33,7 +33,7 @@ FORMATS = ("table", "json", "csv")
 
 
 def _array_json(array: EinsumArray) -> dict[str, Any]:
-    return schema.EINSUM_ARRAY(
+    return bodies.EINSUM_ARRAY(
         name=array.name,
         subscripts=array.letters,
         shape=list(array.shape),
@@ -42,7 +42,7 @@ def _array_json(array: EinsumArray) -> dict[str, Any]:
 
 
 def _way_json(run: WayRun) -> dict[str, Any]:
-    return schema.EINSUM_IMPL(
+    return bodies.EINSUM_IMPL(
         impl=run.way,
         status=run.status,
         message=run.message,
@@ -67,7 +67,7 @@ def einsum_json(result: EinsumResult) -> dict[str, Any]:
         "einsum",
         result.session,
         {
-            "config": schema.EINSUM_CONFIG(
+            "config": bodies.EINSUM_CONFIG(
                 subscripts=notation.text,
                 canonical=notation.canonical,
                 shapes=[list(notation.operand_shape(i)) for i in range(len(notation.inputs))],
@@ -83,7 +83,7 @@ def einsum_json(result: EinsumResult) -> dict[str, Any]:
                 hardware=hardware_json(hw),
             ),
             "sizes": [
-                schema.EINSUM_SIZE(
+                bodies.EINSUM_SIZE(
                     scale=size.scale,
                     subscripts=size.notation.canonical,
                     operands=[_array_json(a) for a in size.operands],
@@ -95,10 +95,10 @@ def einsum_json(result: EinsumResult) -> dict[str, Any]:
                 )
                 for size in result.sizes
             ],
-            "summary": schema.EINSUM_SUMMARY(
+            "summary": bodies.EINSUM_SUMMARY(
                 wrong=result.wrong,
                 refused=[
-                    schema.EINSUM_REFUSED(scale=size.scale, impl=w.way, message=w.message)
+                    bodies.EINSUM_REFUSED(scale=size.scale, impl=w.way, message=w.message)
                     for size in result.sizes
                     for w in size.ways
                     if w.status == "refused"

@@ -38,7 +38,7 @@ from shardcli.render.program import (
     verdict_json,
     verdict_text,
 )
-from shardcli.results import schema
+from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 from shardcli.specs.values import format_bytes
 
@@ -54,7 +54,7 @@ TOP_FINDINGS = 5
 
 
 def _array_json(fact: ArrayFact) -> dict[str, Any]:
-    return schema.INSPECT_ARRAY(
+    return bodies.INSPECT_ARRAY(
         name=fact.name,
         dtype=fact.dtype,
         shape=list(fact.shape),
@@ -66,7 +66,7 @@ def _array_json(fact: ArrayFact) -> dict[str, Any]:
 
 
 def _group_json(g: CollectiveGroup) -> dict[str, Any]:
-    return schema.INSPECT_COLLECTIVE_GROUP(
+    return bodies.INSPECT_COLLECTIVE_GROUP(
         kind=g.kind,
         mesh_axes=list(g.mesh_axes) if g.mesh_axes is not None else None,
         source=g.source,
@@ -80,7 +80,7 @@ def _group_json(g: CollectiveGroup) -> dict[str, Any]:
 
 
 def _finding_json(f: Finding) -> dict[str, Any]:
-    return schema.FINDING(kind=f.kind, message=f.message, count=f.count, paths=list(f.paths), source=f.source)
+    return bodies.FINDING(kind=f.kind, message=f.message, count=f.count, paths=list(f.paths), source=f.source)
 
 
 def inspect_json(result: InspectResult) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def _module_json(result: InspectResult) -> dict[str, Any] | None:
     m = result.module
     if m is None:
         return None
-    return schema.INSPECT_MODULE(
+    return bodies.INSPECT_MODULE(
         path=m.path,
         platform=m.platform,
         partitions=m.partitions,
@@ -484,7 +484,7 @@ def donation_clauses(d: Donation) -> list[str]:
 def _donation_json(d: Donation | None) -> dict[str, Any] | None:
     if d is None:
         return None
-    return schema.DONATION(
+    return bodies.DONATION(
         method=d.method,
         donated_arrays=d.donated,
         fed_back_arrays=d.fed_back,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardcli.results import schema
+from shardcli.results import documents, records
 from shardcli.runtime.cluster import coordinator_bind
 from shardcli.runtime.mesh import MeshLayout
 from shardcli.runtime.session import Session
@@ -36,10 +36,12 @@ def shown_values_json(shown: ShownValues | None) -> dict[str, Any] | None:
     """A small result's global values and every device's block; None where values are not shown."""
     if shown is None:
         return None
-    return schema.RESULT_VALUES(
+    return records.RESULT_VALUES(
         global_values=values_json(shown.global_values),
         blocks=[
-            schema.VALUE_BLOCK(device_id=b.device_id, index=index_json(b.index), values=values_json(b.values))
+            records.VALUE_BLOCK(
+                device_id=b.device_id, index=index_json(b.index), values=values_json(b.values)
+            )
             for b in shown.blocks
         ],
     )
@@ -53,13 +55,13 @@ def timing_json(timing: Timing | None) -> dict[str, Any] | None:
     """
     if timing is None:
         return None
-    return schema.TIMING(
+    return records.TIMING(
         **_samples_json(timing),
         compile_cached=timing.compile_cached,
         blocking="each iteration waits for its result (block_until_ready)",
         across_processes=timing.across_processes,
         processes=[
-            schema.PROCESS_SAMPLES(process_index=k, **_samples_json(t))
+            records.PROCESS_SAMPLES(process_index=k, **_samples_json(t))
             for k, t in enumerate(timing.per_process)
         ]
         or None,
@@ -68,11 +70,11 @@ def timing_json(timing: Timing | None) -> dict[str, Any] | None:
 
 def _samples_json(timing: Timing) -> dict[str, Any]:
     s = timing.stats
-    return schema.SAMPLES(
+    return records.SAMPLES(
         compile_s=timing.compile_s,
         warmup=timing.warmup,
         samples_s=list(timing.samples),
-        stats_s=schema.STATS(min=s.min, p50=s.p50, p90=s.p90, max=s.max, mean=s.mean, stdev=s.stdev),
+        stats_s=records.STATS(min=s.min, p50=s.p50, p90=s.p90, max=s.max, mean=s.mean, stdev=s.stdev),
     )
 
 
@@ -87,22 +89,22 @@ def index_json(index: Index) -> list[list[int]]:
 
 def tiles_json(tiles: Iterable[Tile]) -> list[dict[str, Any]]:
     """Each tile's global index ranges and the devices that hold it."""
-    return [schema.TILE(index=index_json(t.index), device_ids=list(t.device_ids)) for t in tiles]
+    return [records.TILE(index=index_json(t.index), device_ids=list(t.device_ids)) for t in tiles]
 
 
 def hlo_json(ops: Iterable[HloCollective]) -> list[dict[str, Any]]:
     """The collectives the compiled program holds: op, how many, and their result bytes."""
-    return [schema.HLO_OP(op=h.op, count=h.count, result_bytes=h.result_bytes) for h in ops]
+    return [records.HLO_OP(op=h.op, count=h.count, result_bytes=h.result_bytes) for h in ops]
 
 
 def checks_json(checks: Iterable[Check]) -> list[dict[str, Any]]:
     """What a run asserted: each property, whether it held, and what was measured."""
-    return [schema.CHECK(what=c.what, ok=c.ok, detail=c.detail) for c in checks]
+    return [records.CHECK(what=c.what, ok=c.ok, detail=c.detail) for c in checks]
 
 
 def runtime_json(session: Session) -> dict[str, Any]:
     rt = session.runtime
-    return schema.RUNTIME(
+    return records.RUNTIME(
         platform=rt.platform,
         device_kind=rt.device_kind,
         device_count=rt.device_count,
@@ -113,7 +115,7 @@ def runtime_json(session: Session) -> dict[str, Any]:
         process_index=rt.process_index,
         distributed=None
         if rt.distributed is None
-        else schema.DISTRIBUTED(
+        else records.DISTRIBUTED(
             coordinator=rt.distributed.coordinator,
             auto=rt.distributed.auto,
             coordinator_bind=coordinator_bind(rt.distributed).listens_on,
@@ -126,13 +128,13 @@ def runtime_json(session: Session) -> dict[str, Any]:
 
 
 def mesh_json(layout: MeshLayout, mode: str) -> dict[str, Any]:
-    return schema.MESH(
+    return records.MESH(
         shape=list(layout.shape),
         axes=list(layout.axes),
         axis_types=list(layout.axis_types),
         mode=mode,
         devices=[
-            schema.MESH_DEVICE(
+            records.MESH_DEVICE(
                 id=cell.device_id,
                 coords=dict(zip(layout.axes, cell.coords, strict=True)),
                 process_index=cell.process_index,
@@ -148,9 +150,9 @@ def document(command: str, session: Session, body: dict[str, Any]) -> dict[str, 
     """A run's document: the envelope, the runtime and mesh every run on devices shares, then `body`.
 
     Raises:
-        SchemaError: `body` does not hold the keys shardcli/results/schema.py gives the command's kind.
+        SchemaError: `body` does not hold the keys shardcli/results/documents.py gives the command's kind.
     """
-    return schema.document(
+    return documents.document(
         command, runtime=runtime_json(session), mesh=mesh_json(session.layout, session.mode), **body
     )
 

@@ -33,7 +33,7 @@ from shardcli.render.program import (
     verdict_json,
     verdict_text,
 )
-from shardcli.results import schema
+from shardcli.results import bodies, records
 from shardcli.specs.runs import RunOptions
 from shardcli.specs.values import format_bytes
 
@@ -76,7 +76,7 @@ def _bound_ratio(run: ImplRun, model: CostEstimate | None) -> float | None:
 
 
 def _array_json(layout: ArrayLayout) -> dict[str, Any]:
-    return schema.MATMUL_ARRAY(
+    return bodies.MATMUL_ARRAY(
         name=layout.name,
         shape=list(layout.shape),
         spec=jsonout.spec_json(layout.entries),
@@ -85,14 +85,14 @@ def _array_json(layout: ArrayLayout) -> dict[str, Any]:
 
 
 def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
-    return schema.MATMUL_IMPL(
+    return bodies.MATMUL_IMPL(
         impl=run.impl,
         status=run.status,
         message=run.message,
         expected_refusal=run.expected_refusal,
         out_spec=jsonout.spec_json(run.out_entries),
         hlo_collectives=jsonout.hlo_json(run.hlo),
-        xla_cost=schema.XLA_COST(flops_per_device=run.xla_flops, bytes_accessed_per_device=run.xla_bytes),
+        xla_cost=bodies.XLA_COST(flops_per_device=run.xla_flops, bytes_accessed_per_device=run.xla_bytes),
         timing=jsonout.timing_json(run.timing),
         achieved_flop_per_s=run.achieved_flops,
         achieved_flop_per_s_per_device=None if run.achieved_flops is None else run.achieved_flops / devices,
@@ -106,7 +106,7 @@ def _impl_json(run: ImplRun, case_run: CaseRun, devices: int) -> dict[str, Any]:
 
 
 def _case_json(run: CaseRun, devices: int) -> dict[str, Any]:
-    return schema.MATMUL_RUN(
+    return bodies.MATMUL_RUN(
         case=run.case.name,
         notation=run.case.notation(),
         scale=run.scale,
@@ -124,7 +124,7 @@ def _case_json(run: CaseRun, devices: int) -> dict[str, Any]:
 
 
 def _dims_json(dims: tuple[int, int, int]) -> dict[str, int]:
-    return schema.DIMS(**dict(zip(schema.DIMS.keys, dims, strict=True)))
+    return bodies.DIMS(**dict(zip(bodies.DIMS.keys, dims, strict=True)))
 
 
 def matmul_json(result: MatmulResult) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def matmul_json(result: MatmulResult) -> dict[str, Any]:
         "matmul",
         result.session,
         {
-            "config": schema.MATMUL_CONFIG(
+            "config": bodies.MATMUL_CONFIG(
                 cases=list(result.impls),
                 impls={case: list(impls) for case, impls in result.impls.items()},
                 dims=_dims_json(req.dims),
@@ -151,17 +151,17 @@ def matmul_json(result: MatmulResult) -> dict[str, Any]:
                 hardware=hardware_json(hw),
             ),
             "runs": [_case_json(r, devices) for r in result.runs],
-            "summary": schema.MATMUL_SUMMARY(
+            "summary": bodies.MATMUL_SUMMARY(
                 wrong=result.wrong,
                 refused=[
-                    schema.REFUSED(
+                    bodies.REFUSED(
                         case=r.case.name, impl=i.impl, expected=i.expected_refusal, message=i.message
                     )
                     for r in result.runs
                     for i in r.impls
                     if i.status == "refused"
                 ],
-                skipped=[schema.SKIPPED(case=r.case.name, why=r.skipped) for r in result.runs if r.skipped],
+                skipped=[bodies.SKIPPED(case=r.case.name, why=r.skipped) for r in result.runs if r.skipped],
                 fit={key: flop_fit_json(fit) for key, fit in result.fits.items()},
             ),
         },
@@ -539,7 +539,7 @@ def flop_fit_json(fit: LatencyBandwidthFit | None) -> dict[str, Any] | None:
     """t(F) = alpha + F / rate, F the model FLOPs of the whole product; us and TFLOP/s."""
     if fit is None:
         return None
-    return schema.FLOP_FIT(
+    return records.FLOP_FIT(
         model="t(F) = alpha + F / rate, F = the product's model FLOPs; least squares on relative error",
         alpha_us=fit.alpha_s * 1e6,
         rate_tflops=fit.beta_bytes_per_s / 1e12 if fit.beta_bytes_per_s is not None else None,

@@ -10,7 +10,7 @@ from rich.text import Text
 from shardcli.analysis.report import collectives_text
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, format_seconds, make_console, prints_here, show_warnings
-from shardcli.results import schema
+from shardcli.results import bodies
 from shardcli.specs.model import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
 from shardcli.specs.runs import RunOptions
 from shardcli.training.model import ModelResult
@@ -29,13 +29,13 @@ def model_json(result: ModelResult) -> dict[str, Any]:
         f"model {result.action}",
         result.session,
         {
-            "model": schema.MODEL(
+            "model": bodies.MODEL(
                 kind="mlp", formula="relu(x @ W1 + b1) @ W2", depth=result.depth, batch=result.batch
             ),
             "rules": None if ann.rules is None else dict(ann.rules),
             "activation_sharding": spec_text(ann.resolved(ACTIVATION)),
             "params": [
-                schema.MODEL_PARAM(
+                bodies.MODEL_PARAM(
                     name=p.name,
                     shape=list(p.shape),
                     annotation=p.annotation,
@@ -49,7 +49,7 @@ def model_json(result: ModelResult) -> dict[str, Any]:
             "state_arrays": result.state_arrays,
             "compile_s": result.compile_s,
             "compile_cached": result.compile_cached,
-            "steps": [schema.MODEL_STEP(step=s.step, loss=s.loss, seconds=s.seconds) for s in result.steps],
+            "steps": [bodies.MODEL_STEP(step=s.step, loss=s.loss, seconds=s.seconds) for s in result.steps],
             "final_loss": result.final_loss,
             "output_sharding": result.output_spec,
             "collectives": {name: jsonout.hlo_json(ops) for name, ops in result.collectives.items()},

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
-from shardcli.results import schema
+from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 from shardcli.training.pipeline.threads import Event, PipelineResult, bubble_text
 
@@ -111,7 +111,7 @@ def stage_table(result: PipelineResult) -> Table:
 def pipeline_json(result: PipelineResult) -> dict[str, Any]:
     req, plan = result.request, result.plan
     body: dict[str, Any] = {
-        "config": schema.PIPELINE_CONFIG(
+        "config": bodies.PIPELINE_CONFIG(
             stages=plan.stages,
             layers=req.layers,
             layers_per_stage=plan.layers_per_stage,
@@ -134,13 +134,13 @@ def pipeline_json(result: PipelineResult) -> dict[str, Any]:
     if result.mpmd is not None:
         run = result.mpmd
         measured, textbook = bubble_text(result)
-        body["mpmd"] = schema.MPMD(
+        body["mpmd"] = bodies.MPMD(
             makespan_s=run.makespan_s,
             compile_s=run.compile_s,
             loss=run.loss,
-            bubble=schema.BUBBLE(measured=measured, textbook=textbook),
+            bubble=bodies.BUBBLE(measured=measured, textbook=textbook),
             stages=[
-                schema.PIPELINE_STAGE(
+                bodies.PIPELINE_STAGE(
                     stage=st.stage,
                     device_ids=list(st.device_ids),
                     sub_mesh=list(st.sub_mesh),
@@ -151,14 +151,14 @@ def pipeline_json(result: PipelineResult) -> dict[str, Any]:
                 for st in run.stages
             ],
             events=[
-                schema.PIPELINE_EVENT(
+                bodies.PIPELINE_EVENT(
                     stage=e.stage, kind=e.kind, microbatch=e.microbatch, start_s=e.start, end_s=e.end
                 )
                 for e in run.events
             ],
         )
     if result.spmd is not None:
-        body["spmd"] = schema.SPMD(
+        body["spmd"] = bodies.SPMD(
             step_s=result.spmd.step_s, compile_s=result.spmd.compile_s, loss=result.spmd.loss
         )
     return jsonout.document("pipeline", result.session, body)

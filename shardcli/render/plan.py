@@ -16,7 +16,7 @@ from shardcli.plan.search import RANK_ORDERS, PlanResult, PlanRow, inspect_comma
 from shardcli.plan.user_program import ProgramPlanResult
 from shardcli.plan.user_program import inspect_command as program_inspect_command
 from shardcli.render.console import Clauses, DataTable, emit, make_console
-from shardcli.results import schema
+from shardcli.results import bodies, documents
 from shardcli.specs.decoder import rules_text
 from shardcli.specs.runs import RunOptions
 from shardcli.specs.values import format_bytes
@@ -277,7 +277,7 @@ def print_parts(console: Any, parts: list[RenderableType | CommandLine]) -> None
 def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
     if f is None:
         return None
-    return schema.PLAN_COMPILED(
+    return bodies.PLAN_COMPILED(
         fits=f.fits,
         needed_bytes=f.needed_bytes,
         capacity_bytes=f.capacity_bytes,
@@ -286,7 +286,7 @@ def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
         flops=f.flops,
         bytes_accessed=f.bytes_accessed,
         traffic=[
-            schema.PLAN_TRAFFIC(
+            bodies.PLAN_TRAFFIC(
                 axes=t.axes,
                 sent_bytes=t.sent_bytes,
                 collectives=t.collectives,
@@ -305,7 +305,7 @@ def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
 def _estimate_json(e: StepEstimate | None) -> dict[str, Any] | None:
     if e is None:
         return None
-    return schema.PLAN_ESTIMATE(
+    return bodies.PLAN_ESTIMATE(
         step_s=e.estimate_s,
         t_math_s=e.math.seconds,
         t_hbm_s=e.hbm.seconds,
@@ -320,7 +320,7 @@ def _estimate_json(e: StepEstimate | None) -> dict[str, Any] | None:
 
 def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[str, Any]:
     c, m, f, e = row.candidate, row.modelled, row.compiled, row.estimate
-    return schema.PLAN_CANDIDATE(
+    return bodies.PLAN_CANDIDATE(
         rank=rank,
         layout=c.label,
         mesh={a: s for a, s in c.mesh.sizes},
@@ -331,7 +331,7 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
         per_device_batch=c.per_device_batch,
         status=row.status,
         why=row.why,
-        model=schema.PLAN_MODELLED(
+        model=bodies.PLAN_MODELLED(
             memory_bytes=m.memory_bytes,
             fits=m.fits,
             flops=m.flops,
@@ -352,9 +352,9 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
     ranks = {id(r): i for i, r in enumerate(result.compiled, 1)}
     winner = result.winner
     rows = result.rows
-    return schema.document(
+    return documents.document(
         "plan",
-        config=schema.PLAN_CONFIG(
+        config=bodies.PLAN_CONFIG(
             model={
                 "name": cfg.name,
                 "layers": cfg.layers,
@@ -382,7 +382,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             method=req.method,
             rank=req.rank,
         ),
-        chip=schema.PLAN_CHIP(
+        chip=bodies.PLAN_CHIP(
             peak_flop_per_s=chip.peak_flops,
             hbm_bytes_per_s=chip.hbm_bytes_per_s,
             hbm_bytes=chip.hbm_bytes,
@@ -400,7 +400,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
         unbuildable=[{"layout": p.label, "why": p.why} for p in result.pruned],
         winner=None
         if winner is None
-        else schema.PLAN_WINNER(
+        else bodies.PLAN_WINNER(
             layout=winner.candidate.label,
             mesh_shape=list(winner.candidate.mesh.shape),
             mesh_axes=list(winner.candidate.mesh.axes),
@@ -409,7 +409,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             global_batch=winner.candidate.global_batch,
             inspect_command=inspect_command(req, winner, emit_file or EMIT_HINT),
         ),
-        summary=schema.PLAN_SUMMARY(
+        summary=bodies.PLAN_SUMMARY(
             candidates=len(rows) + len(result.pruned),
             compiled=sum(r.compiled is not None for r in rows),
             cached=result.cache_hits,
@@ -519,7 +519,7 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
     ranked = [r for r in result.rows if r.compiled is not None]
     ranks = {id(r): i for i, r in enumerate(ranked, 1)}
     winner = result.winner
-    return schema.document(
+    return documents.document(
         "plan",
         config={
             "program": req.program,
@@ -534,7 +534,7 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
             "leaves": result.leaves,
         },
         candidates=[
-            schema.PLAN_PROGRAM_CANDIDATE(
+            bodies.PLAN_PROGRAM_CANDIDATE(
                 rank=ranks.get(id(r)),
                 layout=r.label,
                 mesh={a: s for a, s in r.mesh.sizes},

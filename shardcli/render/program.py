@@ -15,14 +15,14 @@ from shardcli.analysis.step_time import StepEstimate, Term
 from shardcli.analysis.target import FitVerdict
 from shardcli.hardware.costmodel import CostEstimate, Hardware
 from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds, phrases
-from shardcli.results import schema
+from shardcli.results import records
 from shardcli.specs.values import format_bytes
 
 
 def program_json(analysis: ProgramAnalysis | None) -> dict[str, Any] | None:
     if analysis is None:
         return None
-    return schema.PROGRAM(
+    return records.PROGRAM(
         collectives=[collective_json(c) for c in analysis.collectives],
         memory=memory_json(analysis.memory),
         flops_per_device=analysis.flops,
@@ -31,7 +31,7 @@ def program_json(analysis: ProgramAnalysis | None) -> dict[str, Any] | None:
         xla_flops_per_device=analysis.xla_flops,
         xla_bytes_accessed_per_device=analysis.xla_bytes_accessed,
         loops=[
-            schema.PROGRAM_LOOP(
+            records.PROGRAM_LOOP(
                 name=loop.name,
                 trips=loop.trips,
                 runs=loop.runs,
@@ -57,7 +57,7 @@ def kernels_json(analysis: ProgramAnalysis) -> list[dict[str, Any]]:
         group[1] += call.flops * call.runs
         group[2] += call.bytes_accessed * call.runs
     return [
-        schema.PROGRAM_KERNELS(
+        records.PROGRAM_KERNELS(
             target=target, kind=kind, dtype=dtype, calls=int(calls), flops=flops, bytes_accessed=accessed
         )
         for (target, kind, dtype), (calls, flops, accessed) in groups.items()
@@ -70,13 +70,15 @@ def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
         return None
 
     def term(t: Term) -> dict[str, Any]:
-        return schema.STEP_TERM(name=t.name, amount=t.amount, rate=t.rate, seconds=t.seconds, source=t.source)
+        return records.STEP_TERM(
+            name=t.name, amount=t.amount, rate=t.rate, seconds=t.seconds, source=t.source
+        )
 
     ops = step.ops
-    return schema.STEP_TIME(
+    return records.STEP_TIME(
         chip=step.chip,
         method=step.method,
-        ops=schema.STEP_OPS(
+        ops=records.STEP_OPS(
             kernel_calls=ops.kernels,
             kernels_math_s=ops.kernels_math_s,
             kernels_hbm_s=ops.kernels_hbm_s,
@@ -159,7 +161,7 @@ def step_clauses(step: StepEstimate) -> list[str]:
 
 
 def collective_json(c: CollectiveOp) -> dict[str, Any]:
-    return schema.PROGRAM_COLLECTIVE(
+    return records.PROGRAM_COLLECTIVE(
         kind=c.kind,
         mesh_axes=list(c.mesh_axes) if c.mesh_axes is not None else None,
         axis_slices=list(c.axis_slices),
@@ -179,7 +181,7 @@ def collective_json(c: CollectiveOp) -> dict[str, Any]:
 def memory_json(memory: MemoryUse | None) -> dict[str, Any] | None:
     if memory is None:
         return None
-    return schema.MEMORY(
+    return records.MEMORY(
         argument_bytes=memory.argument_bytes,
         output_bytes=memory.output_bytes,
         temp_bytes=memory.temp_bytes,
@@ -191,7 +193,7 @@ def memory_json(memory: MemoryUse | None) -> dict[str, Any] | None:
 
 def hardware_json(hw: Hardware) -> dict[str, Any]:
     """The cost model's figures and where each came from."""
-    return schema.HARDWARE(
+    return records.HARDWARE(
         peak_flop_per_s=hw.peak_flops,
         peak_source=hw.peak_source,
         link_bytes_per_s=hw.link_bytes_per_s,
@@ -202,10 +204,10 @@ def hardware_json(hw: Hardware) -> dict[str, Any]:
 def model_json(model: CostEstimate | None) -> dict[str, Any] | None:
     if model is None:
         return None
-    return schema.COST_MODEL(
+    return records.COST_MODEL(
         flops_per_device=model.flops_per_device,
         comm=[
-            schema.COMM(op=c.op, axis=c.axis, group_size=c.group_size, bytes_per_device=c.bytes_per_device)
+            records.COMM(op=c.op, axis=c.axis, group_size=c.group_size, bytes_per_device=c.bytes_per_device)
             for c in model.comm
         ],
         comm_bytes_per_device=model.comm_bytes_per_device,
@@ -379,7 +381,7 @@ def verdict_json(fit: FitVerdict | None) -> dict[str, Any] | None:
     if fit is None:
         return None
     gpu = fit.gpu
-    return schema.FIT_VERDICT(
+    return records.FIT_VERDICT(
         fits=fit.fits,
         status=fit.status,
         capacity_bytes=fit.capacity_bytes,
@@ -392,7 +394,7 @@ def verdict_json(fit: FitVerdict | None) -> dict[str, Any] | None:
         advice=gpu.advice if gpu is not None else None,
         gpu_pool=None
         if gpu is None
-        else schema.GPU_POOL(
+        else records.GPU_POOL(
             allocator=gpu.pool.allocator,
             fraction=gpu.pool.fraction if gpu.pool.pooled else None,
             preallocate=gpu.pool.preallocate,

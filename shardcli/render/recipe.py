@@ -12,7 +12,7 @@ from shardcli.playground.recipe import RecipeResult
 from shardcli.playground.recipe_cases import RECIPES
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
-from shardcli.results import schema
+from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 
 
@@ -32,7 +32,7 @@ def _cell_json(value: Any) -> Any:
 
 def section_json(section: Section) -> dict[str, Any]:
     if isinstance(section, Picture):
-        return schema.SHARDING_SECTION(
+        return bodies.SHARDING_SECTION(
             kind="sharding",
             title=section.title,
             shape=list(section.layout.shape),
@@ -40,13 +40,13 @@ def section_json(section: Section) -> dict[str, Any]:
             tiles=jsonout.tiles_json(section.layout.tiles),
         )
     if isinstance(section, TableSection):
-        return schema.TABLE_SECTION(
+        return bodies.TABLE_SECTION(
             kind="table",
             title=section.title,
             columns=list(section.columns),
             rows=[[_cell_json(v) for v in row] for row in section.rows],
         )
-    return schema.TEXT_SECTION(kind="text", title=section.title, lines=list(section.lines))
+    return bodies.TEXT_SECTION(kind="text", title=section.title, lines=list(section.lines))
 
 
 def recipe_json(result: RecipeResult) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def recipe_json(result: RecipeResult) -> dict[str, Any]:
         "recipe",
         result.session,
         {
-            "recipe": schema.RECIPE(name=r.name, summary=r.summary, default=r.default),
+            "recipe": bodies.RECIPE(name=r.name, summary=r.summary, default=r.default),
             "sections": [section_json(s) for s in result.sections],
             "checks": jsonout.checks_json(result.checks),
             "ok": not result.failed,
@@ -103,9 +103,9 @@ def render_recipe(result: RecipeResult, options: RunOptions) -> None:
 
 
 def recipe_list_json() -> dict[str, Any]:
-    return schema.RECIPE_LIST(
+    return bodies.RECIPE_LIST(
         recipes=[
-            schema.RECIPE_ENTRY(name=r.name, summary=r.summary, default=r.default, needs=r.needs)
+            bodies.RECIPE_ENTRY(name=r.name, summary=r.summary, default=r.default, needs=r.needs)
             for r in RECIPES.values()
         ]
     )

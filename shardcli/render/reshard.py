@@ -27,7 +27,7 @@ from shardcli.render.program import (
     verdict_json,
     verdict_text,
 )
-from shardcli.results import schema
+from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 from shardcli.specs.values import format_bytes
 from shardcli.tile_math import format_index
@@ -36,7 +36,7 @@ FORMATS = ("table", "json", "csv")
 
 
 def _way_json(way: ReshardWay) -> dict[str, Any]:
-    return schema.RESHARD_IMPL(
+    return bodies.RESHARD_IMPL(
         impl=way.way,
         status=way.status,
         message=way.message,
@@ -83,7 +83,7 @@ def reshard_json(result: ReshardResult) -> dict[str, Any]:
         "reshard",
         result.session,
         {
-            "config": schema.RESHARD_CONFIG(
+            "config": bodies.RESHARD_CONFIG(
                 shape=list(req.array.shape),
                 dtype=req.array.dtype.name,
                 init=req.array.init if req.array.values is None else "values",
@@ -96,7 +96,7 @@ def reshard_json(result: ReshardResult) -> dict[str, Any]:
                 compile_target=req.compile_target.name if req.compile_target is not None else None,
             ),
             "devices": [
-                schema.RESHARD_DEVICE(
+                bodies.RESHARD_DEVICE(
                     device_id=m.device_id,
                     before=jsonout.index_json(m.before),
                     after=jsonout.index_json(m.after),
@@ -105,7 +105,7 @@ def reshard_json(result: ReshardResult) -> dict[str, Any]:
                 for m in result.moves
             ],
             "impls": [_way_json(w) for w in result.ways],
-            "summary": schema.RESHARD_SUMMARY(
+            "summary": bodies.RESHARD_SUMMARY(
                 wrong=result.wrong,
                 needs_communication=result.needs_communication,
                 min_receive_bytes_per_device=result.min_receive_bytes,

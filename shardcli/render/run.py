@@ -12,14 +12,14 @@ from rich.text import Text
 from shardcli.program.run import ArrayValues, DeviceBlock, ProbeValues, RunResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
-from shardcli.results import schema
+from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 
 # --- JSON -----------------------------------------------------------------------------------------
 
 
 def _block_json(block: DeviceBlock, axes: tuple[str, ...]) -> dict[str, Any]:
-    return schema.RUN_BLOCK(
+    return bodies.RUN_BLOCK(
         device_ids=list(block.device_ids),
         coords=dict(zip(axes, block.coords, strict=False)),
         index=jsonout.index_json(block.index) if block.index else None,
@@ -28,7 +28,7 @@ def _block_json(block: DeviceBlock, axes: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _array_json(array: ArrayValues, axes: tuple[str, ...]) -> dict[str, Any]:
-    return schema.RUN_ARRAY(
+    return bodies.RUN_ARRAY(
         name=array.name,
         dtype=array.dtype,
         shape=list(array.shape),
@@ -46,7 +46,7 @@ def run_json(result: RunResult) -> dict[str, Any]:
         "run",
         result.session,
         {
-            "config": schema.RUN_CONFIG(
+            "config": bodies.RUN_CONFIG(
                 function=req.target,
                 args=[a.describe() for a in req.args],
                 inputs=req.inputs,
@@ -56,14 +56,14 @@ def run_json(result: RunResult) -> dict[str, Any]:
             ),
             "inputs": [_array_json(a, axes) for a in result.inputs],
             "probes": [
-                schema.RUN_PROBE(
+                bodies.RUN_PROBE(
                     name=p.name, manual_axes=list(p.axes), blocks=[_block_json(b, axes) for b in p.blocks]
                 )
                 for p in result.probes
             ],
             "results": [_array_json(a, axes) for a in result.results],
             "checks": [
-                schema.RUN_CHECK(
+                bodies.RUN_CHECK(
                     name=c.name,
                     compared=c.compared,
                     wrong=c.wrong,

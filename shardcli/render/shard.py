@@ -8,7 +8,7 @@ from rich.text import Text
 from shardcli.playground.shard import ShardResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
-from shardcli.results import schema
+from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 from shardcli.tile_math import format_index
 
@@ -20,7 +20,7 @@ def shard_json(result: ShardResult) -> dict:
         "shard",
         result.session,
         {
-            "array": schema.SHARD_ARRAY(
+            "array": bodies.SHARD_ARRAY(
                 shape=list(req.array.shape),
                 dtype=req.array.dtype.name,
                 init=req.array.init if req.array.values is None else "values",
@@ -32,7 +32,7 @@ def shard_json(result: ShardResult) -> dict:
             "tiles": jsonout.tiles_json(layout.tiles),
             "replication": layout.replication,
             "shards": [
-                schema.SHARD(
+                bodies.SHARD(
                     device_id=s.device_id,
                     coords=dict(zip(result.session.layout.axes, s.coords, strict=True)),
                     process_index=s.process_index,
@@ -43,7 +43,7 @@ def shard_json(result: ShardResult) -> dict:
                 )
                 for s in result.shards
             ],
-            "verified": schema.VERIFIED(ok=result.ok, wrong_devices=list(result.wrong_devices)),
+            "verified": bodies.VERIFIED(ok=result.ok, wrong_devices=list(result.wrong_devices)),
         },
     )
 
