@@ -12,7 +12,8 @@ from shardcli.playground.collective_cases import COLLECTIVES
 
 if TYPE_CHECKING:
     from shardcli.commands.requests import default_malloc as default_malloc
-    from shardcli.playground.collective import CollectiveRequest, CollectiveResult
+    from shardcli.playground.collective import CollectiveResult
+    from shardcli.playground.collective_request import CollectiveRequest
     from shardcli.specs.runs import RunOptions
 
 Name = Annotated[

@@ -28,9 +28,9 @@ from shardcli.specs.values import (
 
 if TYPE_CHECKING:
     from shardcli.hardware.targets import TargetSpec
-    from shardcli.playground.collective import CollectiveRequest
+    from shardcli.playground.collective_request import CollectiveRequest
     from shardcli.playground.einsum import EinsumRequest
-    from shardcli.playground.matmul import MatmulRequest
+    from shardcli.playground.matmul_request import MatmulRequest
     from shardcli.playground.reshard import ReshardRequest
     from shardcli.program.inspect import InspectRequest
     from shardcli.specs.runs import OutBuffer, Placement
@@ -153,13 +153,13 @@ def build_collective_requests(
     Raises:
         ShardcliError: any flag, or combination, that the run cannot do, before anything runs.
     """
-    from shardcli.playground.collective import CollectiveRequest, validate_request
     from shardcli.playground.collective_cases import (
         COLLECTIVES,
         PARAM_FLAGS,
         CollectiveParams,
         get_collective,
     )
+    from shardcli.playground.collective_request import CollectiveRequest, validate_request
 
     options = options or RunOptions()
     if out_buffer is not None and placement == "in":
@@ -342,7 +342,7 @@ def build_matmul_request(
     Raises:
         ShardcliError: a flag, or --plot-file without --sizes.
     """
-    from shardcli.playground.matmul import MatmulRequest
+    from shardcli.playground.matmul_request import MatmulRequest
 
     hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
     if hardware is not None and plot_file is not None:
