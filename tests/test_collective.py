@@ -13,8 +13,9 @@ from shardcli.analysis.program import find_collectives
 from shardcli.cli import app
 from shardcli.errors import ShardcliError
 from shardcli.playground import collective_cases as registry
-from shardcli.playground.collective import CollectiveRequest, run_collective, validate_request
+from shardcli.playground.collective import run_collective
 from shardcli.playground.collective_cases import COLLECTIVES, CollectiveParams, busbw_factor
+from shardcli.playground.collective_request import CollectiveRequest, validate_request
 from shardcli.results.documents import SCHEMA_VERSION, document_problems
 from shardcli.specs.meshes import parse_mesh
 from shardcli.specs.runs import Platform, RunOptions
@@ -190,7 +191,7 @@ def test_a_program_that_leaves_the_out_buffer_alone_is_caught(monkeypatch):
     # there leaves the poison, and every element counts as wrong.
     import jax
 
-    from shardcli.playground import collective as core
+    from shardcli.playground import collective_placement as core
 
     real = core._shard_map_program
 

@@ -490,13 +490,13 @@ def alive(pid: int) -> bool:
 
 IN_THE_LOOP = """
     import os, pathlib
-    import shardcli.playground.collective as collective
-    real_loop = collective.time_iterations
+    import shardcli.playground.collective_placement as collective_placement
+    real_loop = collective_placement.time_iterations
     def marked(*args, **kwargs):
         name = "in-the-loop-" + os.environ.get("SHARDCLI_PROCESS_ID", "0")
         pathlib.Path(os.environ["PLANT_DIR"], name).touch()
         return real_loop(*args, **kwargs)
-    collective.time_iterations = marked
+    collective_placement.time_iterations = marked
 """
 
 

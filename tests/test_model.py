@@ -420,16 +420,16 @@ def test_moments_sharded_unlike_their_parameters_fail_the_check(cli, monkeypatch
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.training import model as core
+    from shardcli.training import model_train as core
 
-    real = core._abstract
+    real = core.abstract_state
 
     def replicated(*args):
         graphdef, abstract, shardings = real(*args)
         mesh = args[-1]
         return graphdef, abstract, jax.tree.map(lambda _: NamedSharding(mesh, P()), shardings)
 
-    monkeypatch.setattr(core, "_abstract", replicated)
+    monkeypatch.setattr(core, "abstract_state", replicated)
     doc = run_json(cli, "train", *SMALL, code=1)
     checks = checks_by_what(doc)
     assert not checks["every parameter has the sharding its annotation gives"]["ok"]
@@ -490,7 +490,7 @@ def test_digest_is_the_same_on_any_sharding_and_changes_with_the_values():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.training.model import digest
+    from shardcli.training.model_checkpoint import digest
 
     mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     host = np.random.default_rng(0).standard_normal((8, 16), dtype=np.float32)
@@ -563,36 +563,36 @@ def test_tf32_results_pass_on_a_gpu_and_would_fail_the_cpu_bound(depth, batch, s
     """On a GPU the model's float32 dots round their inputs to TF32 (seen on an H100: the first
     gradients 6.6e-4 x max off, the CPU bound 1e-4); the bound there allows for it, whether the
     tensor cores round to nearest or truncate."""
-    from shardcli.training.model import _gradient_check, _loss_check, _reference
+    from shardcli.training.model_reference import gradient_check, loss_check, reference
 
     params, x, y = _random_model(depth, seed, batch)
     out, grads = _tf32_run(params, x, y, mode)
     for platform, ok in (("gpu", True), ("cpu", False)):
-        ref = _reference(params, x, platform)
+        ref = reference(params, x, platform)
         assert bool(np.all(np.abs(out - ref.out) <= ref.bound)) is ok, platform
-        check = _gradient_check(ref, params, x, y, grads)
+        check = gradient_check(ref, params, x, y, grads)
         assert check.ok is ok, (platform, check.detail)
-    ref = _reference(params, x, "gpu")
-    assert _loss_check("the loss", float(np.mean((out.astype(np.float64) - y) ** 2)), ref, y).ok
+    ref = reference(params, x, "gpu")
+    assert loss_check("the loss", float(np.mean((out.astype(np.float64) - y) ** 2)), ref, y).ok
     assert (
-        "10 sigma and the truncation bias of TF32 inputs" in _gradient_check(ref, params, x, y, grads).detail
+        "10 sigma and the truncation bias of TF32 inputs" in gradient_check(ref, params, x, y, grads).detail
     )
 
 
 def test_the_gpu_bound_still_catches_a_value_off_by_one_percent():
-    from shardcli.training.model import _gradient_check, _loss_check, _reference
+    from shardcli.training.model_reference import gradient_check, loss_check, reference
 
     params, x, y = _random_model(1024)
     out, grads = _tf32_run(params, x, y)
-    ref = _reference(params, x, "gpu")
+    ref = reference(params, x, "gpu")
     assert np.median(ref.bound) < 0.005 * np.max(np.abs(ref.out))
     bad_out = out.copy()
     bad_out[3, 100] += 0.01 * np.max(np.abs(ref.out))
     assert int(np.count_nonzero(np.abs(bad_out - ref.out) > ref.bound)) == 1
     bad = dict(grads, w2=grads["w2"].copy())
     bad["w2"][100, 7] += 0.01 * np.max(np.abs(grads["w2"]))
-    check = _gradient_check(ref, params, x, y, bad)
+    check = gradient_check(ref, params, x, y, bad)
     assert not check.ok and check.detail.endswith("off: w2")
     loss = float(np.mean((out.astype(np.float64) - y) ** 2))
-    assert _loss_check("the loss", loss, ref, y).ok
-    assert not _loss_check("the loss", loss * 1.01, ref, y).ok
+    assert loss_check("the loss", loss, ref, y).ok
+    assert not loss_check("the loss", loss * 1.01, ref, y).ok

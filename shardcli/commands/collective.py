@@ -11,7 +11,8 @@ from shardcli.errors import ExitCode
 from shardcli.playground.collective_cases import COLLECTIVES
 
 if TYPE_CHECKING:
-    from shardcli.playground.collective import CollectiveRequest, CollectiveResult
+    from shardcli.playground.collective import CollectiveResult
+    from shardcli.playground.collective_request import CollectiveRequest
     from shardcli.specs.runs import RunOptions
 
 Name = Annotated[

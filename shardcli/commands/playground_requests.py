@@ -24,7 +24,7 @@ from shardcli.specs.values import parse_dims, parse_dtype, parse_init, parse_sca
 
 if TYPE_CHECKING:
     from shardcli.playground.einsum import EinsumRequest
-    from shardcli.playground.matmul import MatmulRequest
+    from shardcli.playground.matmul_request import MatmulRequest
     from shardcli.playground.reshard import ReshardRequest
 
 
@@ -75,7 +75,7 @@ def build_matmul_request(
     Raises:
         ShardcliError: a flag, or --plot-file without --sizes.
     """
-    from shardcli.playground.matmul import MatmulRequest
+    from shardcli.playground.matmul_request import MatmulRequest
 
     hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes)
     if hardware is not None and plot_file is not None:

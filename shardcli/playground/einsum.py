@@ -169,7 +169,7 @@ def validate_einsum_request(request: EinsumRequest) -> None:
     Raises:
         ShardcliError: anything the run cannot do as asked.
     """
-    from shardcli.playground.matmul import check_run_settings
+    from shardcli.playground.run_settings import check_run_settings
 
     check_run_settings(request, "einsum")
     bad = [w for w in request.ways if w not in WAYS]
@@ -503,7 +503,7 @@ def run_einsum(
             from shardcli.runtime.mesh import build_mesh
 
             explicit_mesh = build_mesh(request.mesh, list(session.devices), mode="explicit")
-        from shardcli.playground.matmul import resolve_hardware
+        from shardcli.playground.run_settings import resolve_hardware
 
         hardware = resolve_hardware(session, request)
     scales = request.scales if request.scales is not None else (1.0,)

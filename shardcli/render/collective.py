@@ -12,13 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.errors import ShardcliError
-from shardcli.playground.collective import (
-    CollectiveRequest,
-    CollectiveResult,
-    PlacementRun,
-    Roofline,
-    SizeRun,
-)
+from shardcli.playground.collective import CollectiveResult
+from shardcli.playground.collective_placement import PlacementRun, Roofline
+from shardcli.playground.collective_request import CollectiveRequest
+from shardcli.playground.collective_size import SizeRun
 from shardcli.playground.fit import LatencyBandwidthFit
 from shardcli.render import human, jsonout
 from shardcli.render.console import Clauses, DataTable, emit, make_console, prints_here, show_warnings
