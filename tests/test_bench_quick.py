@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import clean_env, pythonpath_first
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))
 QUICK_TIMEOUT_S = 300  # each; a quick run takes seconds on an idle machine, and CI is not idle

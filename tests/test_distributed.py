@@ -31,6 +31,9 @@ from shardcli.runtime.processes import combine_check, combine_timing
 from shardcli.runtime.timing import Timing, summarize
 from shardcli.specs.runs import DistributedSpec, parse_distributed
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 FAST = ("--warmup", "1", "--iters", "2")
 
 # --- flags (no processes) -------------------------------------------------------------------------

@@ -108,6 +108,7 @@ def test_readme_is_short_and_starts_with_the_set_up() -> None:
     assert text.index("## Set up") < text.index("```")
 
 
+@pytest.mark.slow
 def test_every_console_example_is_generated_and_up_to_date() -> None:
     """bench/gen_cli_reference.py --check: every example in README.md and docs/ reruns (timings
     compared with their digits masked), and no console example lies outside its markers."""

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from test_inspect import inspect_json
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = str(ROOT / "tests" / "programs" / "training_steps.py")
 LLAMA = str(ROOT / "examples" / "llama.py")

@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = str(ROOT / "examples" / "lessons.py")
 X = ("--mesh", "8", "--axes", "x")

@@ -16,6 +16,9 @@ from shardcli.specs import model as model_spec
 from shardcli.specs.meshes import MeshSpec
 from shardcli.specs.model import Annotations, check_layout, make_annotations, memory_need, parse_rules
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 MESH_2X4 = MeshSpec((2, 4), ("data", "model"))
 SMALL = ("--depth", "32", "--batch", "8", "--steps", "3")
 

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 nbformat = pytest.importorskip("nbformat", reason="the notebook extra: pip install -e '.[notebook]'")
 nbclient = pytest.importorskip("nbclient", reason="the notebook extra: pip install -e '.[notebook]'")
 

@@ -10,6 +10,9 @@ from test_cli_foundation import assert_one_line_error
 
 from shardcli.training.pipeline.schedules import gpipe, max_in_flight, one_f_one_b, textbook_bubble
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 SMALL = ("--layers", "4", "--width", "16", "--batch", "8", "--microbatches", "4")
 
 

@@ -17,6 +17,9 @@ from shardcli.plan.candidates import MeshChoice, _aligned, enumerate_candidates,
 from shardcli.results import documents
 from shardcli.specs.decoder import PRESETS, build_config, maxtext_scale, parameter_table, resolve_axes
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 TINY = ["--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "2"]
 
 

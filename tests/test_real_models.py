@@ -32,6 +32,9 @@ from jax.sharding import AxisType
 from shardcli.analysis.program import analyze_compiled
 from shardcli.results import documents
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("flax")
 pytest.importorskip("equinox")
 

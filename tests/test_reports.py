@@ -13,6 +13,9 @@ from test_cli_foundation import assert_one_line_error, has_color
 from shardcli.playground.fit import fit_latency_bandwidth
 from shardcli.render.plot import CURVE, Series, text_chart
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 SWEEP = ("--mesh", "4", "--sizes", "1K:64K:x4", "--iters", "3", "--warmup", "1")
 
 

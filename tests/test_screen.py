@@ -19,6 +19,9 @@ from rich.text import Text
 
 from shardcli.render.console import Clauses, DataTable
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 MLP = str(Path(__file__).resolve().parents[1] / "examples" / "mlp.py")
 LESSONS = str(Path(__file__).resolve().parents[1] / "examples" / "lessons.py")
 TRANSFORMER = str(Path(__file__).resolve().parents[1] / "examples" / "transformer.py")

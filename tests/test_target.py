@@ -14,6 +14,9 @@ from conftest import json_of, run_shardcli
 from shardcli.errors import ShardcliError
 from shardcli.hardware.targets import GIB, parse_target
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("libtpu", reason="the tpu extra: pip install -e '.[tpu]' (CI installs it)")
 
 ROOT = Path(__file__).resolve().parent.parent

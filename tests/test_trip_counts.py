@@ -10,6 +10,9 @@ from looped_programs import CASES, GPU_TARGET, TPU_TARGET, Case, analyze, compar
 
 from shardcli.hardware.compilers import compiler_installed
 
+# Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 PLATFORMS = [
     "cpu",
     pytest.param(
