@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -2104,11 +2105,18 @@ def test_a_print_in_the_traced_function_reaches_stderr_under_target(tmp_path, co
     json.loads(done.stdout)
 
 
-def test_sigterm_while_inspect_is_held_in_native_code_ends_it_at_once(tmp_path):
-    """Python runs a signal handler only back in Python: a compile inside libtpu held SIGTERM until
-    it returned. Here the traced function waits in C (libc's system(), which retries its wait on
-    EINTR, as a compile does not return to Python): the watchdog ends the run in seconds, one line,
-    exit 143, not after the 60 s the native call takes."""
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [
+        pytest.param(15, 143, "shardcli: error: terminated (SIGTERM)", id="sigterm"),
+        pytest.param(2, 130, "shardcli: error: interrupted", id="ctrl-c"),
+    ],
+)
+def test_a_signal_while_inspect_is_held_in_native_code_ends_it_at_once(tmp_path, signum, code, line):
+    """Python runs a signal handler only back in Python: a compile inside libtpu held SIGTERM and
+    Ctrl-C until it returned. Here the traced function waits in C for a mutex it holds (a wait no
+    signal ends, as a compile does not return to Python): the watchdog ends the run in seconds, one
+    line, exit 143 (SIGTERM) or 130 (Ctrl-C), where it would wait for ever."""
     import signal
     import time
 
@@ -2119,7 +2127,11 @@ def test_sigterm_while_inspect_is_held_in_native_code_ends_it_at_once(tmp_path):
     (tmp_path / "native.py").write_text(
         "import ctypes, pathlib\n\n\ndef f(x):\n"
         f"    pathlib.Path({str(sign)!r}).write_text('in native code')\n"
-        "    ctypes.CDLL(None).system(b'sleep 60')\n    return x\n"
+        "    libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)\n"
+        "    libc.pthread_mutex_init(mutex, None)\n"
+        "    libc.pthread_mutex_lock(mutex)\n"
+        "    libc.pthread_mutex_lock(mutex)  # waits for ever, and no signal ends the wait\n"
+        "    return x\n"
     )
     env = clean_env(
         {
@@ -2137,10 +2149,11 @@ def test_sigterm_while_inspect_is_held_in_native_code_ends_it_at_once(tmp_path):
             while not sign.exists() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert sign.exists(), (tmp_path / "err").read_text()[-2000:]
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=40)
+            proc.send_signal(signum)
+            got = proc.wait(timeout=40)
         finally:
-            os.killpg(proc.pid, signal.SIGKILL)  # the native call's `sleep`, left by the exit
-    assert code == 143, (tmp_path / "err").read_text()[-2000:]
-    assert (tmp_path / "err").read_text().splitlines()[-1] == "shardcli: error: terminated (SIGTERM)"
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever the run left behind
+    assert got == code, (tmp_path / "err").read_text()[-2000:]
+    assert (tmp_path / "err").read_text().splitlines()[-1] == line
     assert (tmp_path / "out").read_text() == ""

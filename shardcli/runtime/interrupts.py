@@ -7,10 +7,11 @@ it was interrupted; `Stop.finished` then raises `Terminated` (one line, exit 143
 a KeyboardInterrupt of SIGTERM's that leaves the block.
 
 Python runs a signal's handler only when the main thread is back in Python: a compile inside libtpu
-(`inspect --target` compiles in the main thread) would hold SIGTERM for minutes, where its default
-action ended the process at once. So a watchdog thread learns of the signal from Python's wakeup
-descriptor, and where the handler has not run GRACE_S later it ends the process itself: one line,
-exit 143 (nothing was printed on stdout yet: output is rendered after the compile).
+(`inspect --target` compiles in the main thread) would hold SIGTERM, and Ctrl-C, for minutes, where
+SIGTERM's default action ended the process at once. So a watchdog thread learns of either signal from
+Python's wakeup descriptor, and where its handler has not run GRACE_S later it ends the process
+itself with the line and code the CLI gives that signal: `terminated (SIGTERM)`, exit 143, or
+`interrupted`, exit 130 (nothing was printed on stdout yet: output is rendered after the compile).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from types import FrameType
 
 from shardcli.errors import Terminated
 
-GRACE_S = 2.0  # how long the main thread has to run SIGTERM's handler before the watchdog exits
+GRACE_S = 2.0  # how long the main thread has to run a signal's handler before the watchdog exits
 
 
 @dataclass
@@ -60,20 +61,34 @@ def terminate_as_interrupt() -> Iterator[Stop]:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, handle)
-    watchdog = _watch_for_sigterm(handled)
+    # Ctrl-C raises KeyboardInterrupt as Python's own handler does; this one also tells the watchdog
+    # that it ran. An ignored SIGINT (a background job's) stays ignored.
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, handle)
+    watchdog = _watch_for_signals(handled)
     try:
         yield stop
     except KeyboardInterrupt:
-        if stop.signum is None:
+        if stop.signum in (None, signal.SIGINT):
             raise
         raise Terminated(stop.signum) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
         if watchdog is not None:
             watchdog()
 
 
-def _watch_for_sigterm(handled: threading.Event) -> Callable[[], None] | None:
+# What the watchdog says and exits with, per signal: what the CLI says for each when Python handles it.
+_ENDINGS = {
+    signal.SIGTERM: ("shardcli: error: terminated (SIGTERM)\n", 128 + signal.SIGTERM),
+    signal.SIGINT: ("shardcli: error: interrupted\n", 128 + signal.SIGINT),
+}
+
+
+def _watch_for_signals(handled: threading.Event) -> Callable[[], None] | None:
     """Start the watchdog (see the module's docstring); returns what stops it, or None where the
     wakeup descriptor is someone else's (an asyncio loop) and no watchdog runs."""
     import os
@@ -101,12 +116,14 @@ def _watch_for_sigterm(handled: threading.Event) -> Callable[[], None] | None:
                 return
             if not got:
                 return  # stopped
-            if signal.SIGTERM in got and not handled.wait(GRACE_S):
+            signum = next((s for s in _ENDINGS if s in got), None)
+            if signum is not None and not handled.wait(GRACE_S):
+                line, code = _ENDINGS[signum]
                 with contextlib.suppress(OSError, ValueError):
-                    sys.stderr.write("shardcli: error: terminated (SIGTERM)\n")
+                    sys.stderr.write(line)
                     sys.stderr.flush()
                 # posix's own: `user_code.guarded` stands in for os._exit while the user's code runs
-                posix_exit(128 + signal.SIGTERM)
+                posix_exit(code)
 
     thread = threading.Thread(target=watch, name="shardcli-sigterm-watchdog", daemon=True)
     thread.start()
