@@ -98,6 +98,36 @@ def _fail(prog: str, message: str, code: int) -> int:
     return code
 
 
+def _internal(prog: str, error: BaseException) -> int:
+    """A surprise: one line naming it, exit 3; the traceback where SHARDCLI_TRACEBACK asks for it."""
+    if os.environ.get(TRACEBACK_ENV):
+        traceback.print_exception(error)
+    return _fail(
+        prog,
+        f"internal error: {type(error).__name__}: {error} (set {TRACEBACK_ENV}=1 for the traceback)",
+        ExitCode.INTERNAL,
+    )
+
+
+def _no_room(error: OSError) -> str | None:
+    """The one line for a disk that takes no more (full, over quota, past `ulimit -f`), or None.
+
+    Python's tempfile says it as "No usable temporary directory found" (ENOENT) when no candidate
+    folder (TMPDIR, /tmp, /var/tmp, ...) takes its probe file.
+    """
+    import errno
+
+    if "No usable temporary directory" in str(error):
+        return (
+            "no folder for temporary files can be written (TMPDIR, /tmp, /var/tmp: full or read-only); "
+            "free some space, or set TMPDIR to a folder with room"
+        )
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        where = f" {error.filename}" if error.filename else " a file"
+        return f"cannot write{where} ({error.strerror}); free some space, or set TMPDIR to a folder with room"
+    return None
+
+
 def _leave_cluster(prog: str, code: int) -> int:
     """End a multi-process run's process; returns only when JAX's own exit may follow.
 
@@ -174,14 +204,11 @@ class ShardcliGroup(TyperGroup):
             import signal
 
             code = _fail(prog, f"terminated ({signal.Signals(e.signum).name})", e.exit_code)
+        except OSError as e:
+            full = _no_room(e)
+            code = _fail(prog, full, ExitCode.BAD_INPUT) if full else _internal(prog, e)
         except Exception as e:  # noqa: BLE001 - the one place a surprise is reported
-            if os.environ.get(TRACEBACK_ENV):
-                traceback.print_exc()
-            code = _fail(
-                prog,
-                f"internal error: {type(e).__name__}: {e} (set {TRACEBACK_ENV}=1 for the traceback)",
-                ExitCode.INTERNAL,
-            )
+            code = _internal(prog, e)
         if "jax" in sys.modules:  # 64-bit dtypes a run turned on are off again for what follows
             from shardcli.runtime.devices import restore_x64
 

@@ -1527,6 +1527,53 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_nothing(tmp_path):
     assert not folder.exists()
 
 
+def _with_file_limit(kib: int, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """shardcli ARGS where no file grows past KIB KiB (RLIMIT_FSIZE fails a write as a full disk does)."""
+    return subprocess.run(
+        ["bash", "-c", f'ulimit -f {kib} && exec "$@"', "bash", sys.executable, "-m", "shardcli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_no_folder_for_temporary_files_is_one_line_not_an_internal_error(tmp_path):
+    """No temporary folder takes a file (a full /tmp): Python's tempfile found none usable, and that
+    was exit 3, an internal error."""
+    from conftest import clean_env, pythonpath_first
+
+    pytest.importorskip("libtpu")
+    (tmp_path / "f.py").write_text("def f(x):\n    return x * 2\n")
+    env = clean_env({**pythonpath_first(Path(__file__).resolve().parent.parent), "TMPDIR": str(tmp_path)})
+    done = _with_file_limit(
+        0, ["inspect", f"{tmp_path / 'f.py'}:f", "--arg", "f32[8]", "--target", "tpu-v5e:2x2"], env
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert error_lines(done.stderr) == [
+        "shardcli: error: no folder for temporary files can be written (TMPDIR, /tmp, /var/tmp: full or "
+        "read-only); free some space, or set TMPDIR to a folder with room"
+    ], done.stderr[-3000:]
+
+
+def test_a_compile_cache_on_a_full_disk_is_one_warning_line_per_run(tmp_path):
+    """JAX warned twice a line for every program whose cache entry it could not write."""
+    from conftest import clean_env, pythonpath_first
+
+    cache = tmp_path / "jax"
+    env = clean_env(
+        {**pythonpath_first(Path(__file__).resolve().parent.parent), "SHARDCLI_CACHE_DIR": str(cache)}
+    )
+    done = _with_file_limit(
+        4, ["matmul", "--case", "allreduce", "--mesh", "2x4", "--axes", "data,model", "-q"], env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [
+        f"shardcli: warning: the compile cache at {cache} takes no more entries (OSError: [Errno 27] File "
+        "too large); this run's compiles are not kept"
+    ]
+
+
 def test_a_lock_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     """A disk already full when the save begins: the lock's few bytes fail (exit 3 before, and an
     empty lock file left behind)."""

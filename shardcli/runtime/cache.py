@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CACHE_ENV = "SHARDCLI_CACHE_DIR"
 HIT_EVENT = "/jax/compilation_cache/cache_hits"
@@ -92,8 +93,35 @@ def enable_compile_cache(enabled: bool) -> CacheState:
     if not _listening:
         jax.monitoring.register_event_listener(_count_hits)
         _listening = True
+        _one_line_for_failed_writes(directory)
     _state = CacheState(str(directory), None)
     return _state
+
+
+# JAX warns for each entry it cannot write (two lines each: the message and its `warnings.warn`
+# source line), once per compiled function: a full disk filled the screen with them.
+_WRITE_FAILED = "Error writing persistent compilation cache entry"
+
+
+def _one_line_for_failed_writes(directory: Path) -> None:
+    """From now on, JAX's warnings about cache entries it cannot write are one line, said once."""
+    shown = warnings.showwarning
+    said = False
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        nonlocal said
+        text = str(message)
+        if not text.startswith(_WRITE_FAILED):
+            shown(message, category, *args, **kwargs)
+        elif not said:
+            said = True
+            why = text.partition("': ")[2] or text
+            sys.stderr.write(
+                f"shardcli: warning: the compile cache at {directory} takes no more entries ({why}); "
+                f"this run's compiles are not kept\n"
+            )
+
+    warnings.showwarning = show
 
 
 def cache_hits() -> int:
