@@ -855,6 +855,29 @@ def test_a_gpu_candidate_is_estimated_as_inspect_estimates_it(cuda_plugin, plan_
     assert rates["fsdp"] == rates["tensor"] == h100.link_bytes_per_s.value  # within a host
 
 
+def test_a_program_is_laid_out_on_gpu_hosts_as_inspect_compiles_it(cli, plan_cache, cuda_plugin):
+    """`plan FILE.py:FN --target gpu-h100:HOSTSxGPUS`: the GPU hosts' meshes (the tensor axis within a
+    host), fit judged against JAX's pool, and the winner's command compiles the same program: inspect's
+    memory and step estimate equal the plan's row."""
+    pytest.importorskip("flax")
+    doc = _program_json(cli, LINEN, ["--target", "gpu-h100:2x2", "-n", "2"])
+    compiled = [c for c in doc["candidates"] if c["compiled"] is not None]
+    assert len(compiled) == 2 and all(c["mesh"].get("tensor", 1) <= 2 for c in doc["candidates"])
+    winner = _winner(doc)
+    assert winner["compiled"]["fits"] and "JAX" in winner["compiled"]["fit_text"], winner["compiled"]
+    words = shlex.split(doc["winner"]["inspect_command"])
+    assert words[:2] == ["shardcli", "inspect"] and words[words.index("--target") + 1] == "gpu-h100:2x2"
+    out = cli([*words[1:], "--format", "json"])
+    assert out.exit_code == 0, out.output
+    inspected = json.loads(out.stdout)
+    memory = inspected["program"]["memory"]
+    assert (memory["argument_bytes"], memory["total_bytes"]) == (
+        winner["compiled"]["argument_bytes"],
+        winner["compiled"]["needed_bytes"],
+    )
+    assert inspected["step_time"]["estimate_s"] == pytest.approx(winner["estimate"]["step_s"], rel=1e-9)
+
+
 def test_a_gpu_pool_jax_refuses_is_one_line(cli):
     out = cli(
         ["plan", "--preset", "tiny", "--target", "gpu-h100:8"], env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "2"}

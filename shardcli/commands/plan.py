@@ -328,10 +328,6 @@ def _plan_program(
         use_cache=use_cache,
         options=options,
     )
-    if request.target.generation.platform != "tpu":
-        raise ShardcliError(
-            f"--target {target}: plan lays programs out on TPU tori; give one such as tpu-v5e:2x2"
-        )
     with terminate_as_interrupt() as stop, _progress(options) as update:
         result = run_program_plan(request, progress=update)
     render_program_plan(result, options)

@@ -15,6 +15,7 @@ inspect` command that compiles it again.
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -24,8 +25,8 @@ from typing import Any
 from shardcli.analysis.step_time import StepEstimate
 from shardcli.errors import ShardcliError
 from shardcli.hardware.targets import TargetSpec
-from shardcli.plan.analytic import HEADROOM
-from shardcli.plan.candidates import MESH_AXES, RULE_SETS, MeshChoice, mesh_choices
+from shardcli.plan.analytic import HEADROOM, chip_figures
+from shardcli.plan.candidates import MESH_AXES, RULE_SETS, MeshChoice, gpu_mesh_choices, mesh_choices
 from shardcli.plan.compiles import CompiledFigures, figures_of
 from shardcli.specs.decoder import Rules, rules_text
 from shardcli.specs.runs import RunOptions
@@ -136,14 +137,15 @@ def run_program_plan(
         ShardcliError: bad input (one line).
         UserCodeError: the user's code raised.
     """
-    from shardcli.hardware.chips import CHIPS
     from shardcli.plan.compiles import figures_for, target_session
     from shardcli.plan.estimate import estimate_of
     from shardcli.program import logical_axes as logical
     from shardcli.program.inspect import inspect_program
 
     target = request.target
-    meshes = mesh_choices(target.topology)
+    chip = chip_figures(target.generation.name, target.topology, os.environ)
+    gpu = target.generation.platform != "tpu"
+    meshes = gpu_mesh_choices(*chip.torus) if gpu else mesh_choices(target.topology)
     if request.rules is not None:
         check_rule_axes(request.rules, meshes, target.name)
     program = load_program(request)
@@ -152,8 +154,7 @@ def run_program_plan(
     rule_sets = {"--rules": request.rules} if request.rules is not None else dict(RULE_SETS)
     axes = tuple(a for a in MESH_AXES if any(a in m.axes for m in meshes))
     rule_sets, warnings = take_axis_names(rule_sets, logical.names_used(leaves), axes, request.rules is None)
-    chip = CHIPS[target.generation.name]
-    rows = layout_rows(meshes, rule_sets, leaves, int(chip.hbm_bytes.value))
+    rows = layout_rows(meshes, rule_sets, leaves, chip.usable_bytes)
     start = time.perf_counter()
     interrupted = False
     hits = 0
@@ -209,7 +210,7 @@ def run_program_plan(
         named_leaves=program.named,
         leaves=len(leaves),
         names_used=logical.names_used(leaves),
-        peak_flops=chip.bf16_flops.value,
+        peak_flops=chip.peak_flops,
         interrupted=interrupted,
         compile_s=time.perf_counter() - start,
         cache_hits=hits,
