@@ -14,8 +14,10 @@ from shardcli.cli import app
 from shardcli.errors import ShardcliError
 from shardcli.playground import collective_cases as registry
 from shardcli.playground.collective import run_collective
-from shardcli.playground.collective_cases import COLLECTIVES, CollectiveParams, busbw_factor
+from shardcli.playground.collective_cases import COLLECTIVES, busbw_factor
+from shardcli.playground.collective_references import ref_sum
 from shardcli.playground.collective_request import CollectiveRequest, validate_request
+from shardcli.playground.collective_types import CollectiveParams
 from shardcli.results.documents import SCHEMA_VERSION, document_problems
 from shardcli.specs.meshes import parse_mesh
 from shardcli.specs.runs import Platform, RunOptions
@@ -141,7 +143,7 @@ def test_known_answers(name, kw, expected):
 
 def test_a_wrong_reference_is_caught(monkeypatch):
     def off_by_one(blocks, p, n):
-        return [b + 1 for b in registry._ref_sum(blocks, p, n)]
+        return [b + 1 for b in ref_sum(blocks, p, n)]
 
     bad = dataclasses.replace(COLLECTIVES["psum"], reference=off_by_one)
     monkeypatch.setitem(COLLECTIVES, "psum", bad)

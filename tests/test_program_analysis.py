@@ -10,7 +10,9 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardcli.analysis.hlo import dot_dtype, parse_module
+from shardcli.analysis.hlo import parse_module
+from shardcli.analysis.hlo_arrays import dot_dtype
+from shardcli.analysis.hlo_trips import find_loops
 from shardcli.analysis.program import CollectiveOp, analyze_compiled, count_trips, parse_collectives
 
 MESH_2x4 = ((2, 4), ("data", "model"))
@@ -241,7 +243,7 @@ def _loop(**changes: object) -> str:
     ],
 )
 def test_trip_counts_come_from_the_config_or_the_counted_loop_pattern(text, trips):
-    (loop,) = parse_module(text).loops()
+    (loop,) = find_loops(parse_module(text))
     assert (loop.body, loop.condition, loop.trips) == ("body", "cond", trips)
 
 
@@ -254,7 +256,7 @@ def test_a_compare_inside_a_fusion_is_read_through_its_parameters():
         "%fused_lt (a: s32[], b: s32[]) -> pred[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n"
         "  ROOT %c = pred[] compare(%a, %b), direction=LT\n}\n" + text
     )
-    (loop,) = parse_module(text).loops()
+    (loop,) = find_loops(parse_module(text))
     assert loop.trips == 8
 
 
@@ -505,12 +507,12 @@ ENTRY %main (x: f32[4]) -> f32[4] {{
     [pytest.param(0, 8, id="high-half-0-counts-8"), pytest.param(1, None, id="high-half-1-unknown")],
 )
 def test_a_64_bit_counter_split_in_two_u32_halves_is_counted_by_its_low_half(high, trips):
-    (loop,) = parse_module(WIDE_LOOP.format(high=high)).loops()
+    (loop,) = find_loops(parse_module(WIDE_LOOP.format(high=high)))
     assert loop.trips == trips
 
 
 def test_the_users_stack_is_every_frame_of_theirs_once_innermost_first():
-    from shardcli.analysis.hlo import user_stack
+    from shardcli.analysis.hlo_sources import user_stack
 
     chain = [f"{_SITE}/jax/core.py:1", "/u/m.py:5", "/u/m.py:9", "/u/m.py:5", "/u/m.py:9", "/u/w.py:3"]
     assert user_stack(chain) == ("/u/m.py:5", "/u/m.py:9", "/u/w.py:3")
@@ -558,6 +560,6 @@ _SITE = "/usr/lib/python3/site-packages"
     ],
 )
 def test_a_collectives_source_is_the_users_line(chain, user_files, picked):
-    from shardcli.analysis.hlo import pick_source
+    from shardcli.analysis.hlo_sources import pick_source
 
     assert pick_source(chain, user_files) == picked

@@ -9,9 +9,9 @@ import pytest
 from test_cli_foundation import assert_one_line_error
 
 from shardcli.analysis.report import close_check
-from shardcli.playground import recipe_programs
+from shardcli.playground import recipe_lab, recipe_programs
 from shardcli.playground.recipe_cases import RECIPES
-from shardcli.playground.recipe_programs import RecipeOutput
+from shardcli.playground.recipe_lab import RecipeOutput
 from shardcli.results.documents import document_problems
 
 
@@ -243,7 +243,7 @@ def test_matmul_bound_allows_tf32_inputs_on_a_gpu_only(d):
     exact = x.astype(np.float64) @ w.astype(np.float64) + b
     for platform, ok in (("gpu", True), ("cpu", False)):
         lab = SimpleNamespace(session=SimpleNamespace(runtime=SimpleNamespace(platform=platform)))
-        bound, how = recipe_programs._matmul_bound(lab, x, w, b)
+        bound, how = recipe_lab.matmul_bound(lab, x, w, b)
         assert bool(np.all(np.abs(got - exact) <= bound)) is ok, platform
         assert ("TF32" in how) is ok
         off = got.copy()

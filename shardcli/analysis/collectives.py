@@ -13,16 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.analysis.hlo import (
-    HloModuleText,
-    Instruction,
-    array_bytes,
-    array_types,
-    parse_module,
-    shape_bytes,
-    stack_table,
-    user_stack,
-)
+from shardcli.analysis.hlo import HloModuleText, Instruction, parse_module
+from shardcli.analysis.hlo_arrays import array_bytes, array_types, shape_bytes
+from shardcli.analysis.hlo_sources import stack_table, user_stack
 from shardcli.analysis.loops import runs_per_computation
 
 HLO_COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.analysis.hlo import HloModuleText, Loop, source_table
+from shardcli.analysis.hlo import HloModuleText
+from shardcli.analysis.hlo_sources import source_table
+from shardcli.analysis.hlo_trips import Loop, find_loops
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class LoopCount:
 
 def runs_per_computation(module: HloModuleText) -> dict[str, tuple[int, bool]]:
     """How many times one execution runs each computation, and whether every trip count was known."""
-    trips = {loop.body: loop.trips for loop in module.loops()}
+    trips = {loop.body: loop.trips for loop in find_loops(module)}
     callees = {name: list(module.callees(name)) for name in module.computations}
     runs: dict[str, tuple[int, bool]] = {}
 
@@ -79,7 +81,7 @@ def count_trips(
     Args:
         body_cost: (FLOPs, bytes accessed) of a module's text; default XLA's own cost analysis.
     """
-    loops = module.loops()
+    loops = find_loops(module)
     if not loops:
         return TripCounts(xla_flops, xla_bytes, (), ())
     cost_of = body_cost or xla_cost_of_text

@@ -6,8 +6,9 @@ per device, how many times it runs, the JAX operation and source line it came fr
 per-device memory from `compiled.memory_analysis()`, and FLOPs and bytes accessed from
 `compiled.cost_analysis()` with every loop counted per trip. What JAX returns is taken as it is;
 only what JAX does not give (collectives, their groups, loop trip counts, source positions) is read
-from the HLO text, by the modules beside this one and nowhere else: `hlo_text` (the structure of
-the text), `hlo_collectives` (collectives), `loop_costs` (loops counted per trip). Their public
+from the HLO text, by the modules beside this one and nowhere else: `hlo` (the structure of the
+text, with `hlo_trips`, `hlo_arrays`, `hlo_sources` and `hlo_header` beside it), `collectives`
+(collectives), `kernels` (a GPU's library calls), `loops` (loops counted per trip). Their public
 names are re-exported here.
 
 Loops: XLA's `cost_analysis()` counts a while body once, however many times it runs (a scan over 8
@@ -38,11 +39,11 @@ from shardcli.analysis.collectives import (
     HloCollective,
     find_collectives,
     parse_collectives,
-    shape_bytes,
     summarize_by_kind,
     user_op_name,
 )
-from shardcli.analysis.hlo import HloModuleText, dot_dtype, parse_module
+from shardcli.analysis.hlo import HloModuleText, parse_module
+from shardcli.analysis.hlo_arrays import dot_dtype, shape_bytes
 from shardcli.analysis.kernels import KernelCall, KernelCalls, Launches, kernel_calls, launches_of
 from shardcli.analysis.loops import (
     BodyCost,

@@ -17,8 +17,8 @@ from shardcli.specs.runs import Malloc, RunOptions
 from shardcli.specs.values import parse_bytes, parse_dtype, parse_init, parse_perm, parse_sizes
 
 if TYPE_CHECKING:
-    from shardcli.playground.collective_cases import Collective
     from shardcli.playground.collective_request import CollectiveRequest
+    from shardcli.playground.collective_types import Collective
     from shardcli.specs.runs import OutBuffer, Placement
 
 
@@ -125,8 +125,9 @@ def build_collective_requests(
     Raises:
         ShardcliError: any flag, or combination, that the run cannot do, before anything runs.
     """
-    from shardcli.playground.collective_cases import CollectiveParams, get_collective
+    from shardcli.playground.collective_cases import get_collective
     from shardcli.playground.collective_request import CollectiveRequest, validate_request
+    from shardcli.playground.collective_types import CollectiveParams
 
     out_buffer = _out_buffer(out_buffer, placement)
     options = _with_malloc(options or RunOptions(), malloc, out_buffer)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shardcli.playground.collective_cases import Collective, get_collective, group_size
+from shardcli.playground.collective_cases import get_collective, group_size
 from shardcli.playground.collective_placement import Roofline, resolve_roofline
 from shardcli.playground.collective_request import (
     CollectiveRequest,
@@ -21,6 +21,7 @@ from shardcli.playground.collective_request import (
     local_shape_of,
 )
 from shardcli.playground.collective_size import SizeRun, run_size
+from shardcli.playground.collective_types import Collective
 from shardcli.playground.fit import LatencyBandwidthFit, fit_latency_bandwidth
 from shardcli.runtime.memory import check_fits_in_memory
 from shardcli.runtime.session import Session, open_session

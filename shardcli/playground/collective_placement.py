@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from shardcli.analysis.program import HloCollective, find_collectives
-from shardcli.playground.collective_cases import Collective, Entries, in_place_refusal
+from shardcli.playground.collective_cases import in_place_refusal
 from shardcli.playground.collective_request import CollectiveRequest, SizeLayout
+from shardcli.playground.collective_types import Collective, Entries
 from shardcli.playground.roofline import min_bytes_rule
 from shardcli.runtime.arrays import place_array
 from shardcli.runtime.mesh import partition_spec

@@ -13,14 +13,12 @@ from dataclasses import dataclass, field
 from shardcli.errors import ShardcliError
 from shardcli.playground.collective_cases import (
     PARAM_FLAGS,
-    Collective,
-    CollectiveParams,
-    Entries,
     busbw_factor,
     get_collective,
     group_size,
     in_place_refusal,
 )
+from shardcli.playground.collective_types import Collective, CollectiveParams, Entries
 from shardcli.playground.roofline import MinBytes, min_bytes
 from shardcli.specs.meshes import MeshSpec, ShardingSpec, check_sharding_fits
 from shardcli.specs.runs import OutBuffer, Placement, RunOptions, check_timing

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardcli.playground.collective_cases import Collective, Entries
 from shardcli.playground.collective_placement import Expected, PlacementRun, Roofline, run_placement
 from shardcli.playground.collective_request import CollectiveRequest, size_layout
+from shardcli.playground.collective_types import Collective, Entries
 from shardcli.playground.roofline import MinBytes
 from shardcli.runtime.arrays import make_host_array
 from shardcli.runtime.session import Session

@@ -1,9 +1,9 @@
 """`shardcli recipe`: run one classic sharding recipe, verified, as plain result data.
 
 A recipe's program (in `shardcli/playground/recipe_programs.py`) gets a `Lab` (the session plus helpers
-to describe arrays) and returns what a tutorial would show, as sections (sharding pictures, tables,
-lines of text; `shardcli/analysis/report.py`) and checks against NumPy. The render layer draws every
-recipe the same way.
+to describe arrays; `shardcli/playground/recipe_lab.py`) and returns what a tutorial would show, as
+sections (sharding pictures, tables, lines of text; `shardcli/analysis/report.py`) and checks against
+NumPy. The render layer draws every recipe the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from shardcli.analysis.report import Check, Section, TextSection
 from shardcli.playground import recipe_programs
 from shardcli.playground.recipe_cases import Recipe, get_recipe, validate_recipe_mesh
-from shardcli.playground.recipe_programs import Lab, RecipeProgram
+from shardcli.playground.recipe_lab import Lab, RecipeProgram
 from shardcli.runtime.processes import gather_from_processes
 from shardcli.runtime.session import Session, open_session
 from shardcli.specs.meshes import MeshSpec

@@ -1,192 +1,29 @@
 """The programs behind `shardcli recipe`: small JAX programs that teach one sharding idea each.
 
-Every recipe program takes a `Lab` (the mesh and helpers), runs its program, and returns a
-`RecipeOutput`: sections (what a tutorial would print) and checks against NumPy references computed
-in float64 from the same host data. The recipe registry holds these functions, and `--help` lists
-the registry: NumPy and JAX are imported inside the functions, never here.
+Every recipe program takes a `Lab` (the mesh and helpers, `recipe_lab`), runs its program, and returns
+a `RecipeOutput`: sections (what a tutorial would print) and checks against NumPy references computed
+in float64 from the same host data. The recipe registry names these functions, and the core looks
+them up here when a recipe runs: NumPy and JAX are imported inside the functions, never here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardcli.analysis.report import (
-    Check,
-    Picture,
-    Section,
-    TableSection,
-    TextSection,
-    close_check,
-    collectives_text,
-    picture_of,
-    spec_of,
+from shardcli.analysis.report import Check, TableSection, TextSection, close_check, collectives_text, spec_of
+from shardcli.playground.recipe_lab import (
+    SEED,
+    Lab,
+    RecipeOutput,
+    matmul_bound,
+    place,
+    random_input,
+    replicated,
+    same_sharding_check,
 )
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from shardcli.analysis.program import HloCollective
-    from shardcli.runtime.session import Session
-
-SEED = 0
-
-
-@dataclass(frozen=True)
-class RecipeOutput:
-    """What a recipe program shows (sections) and asserts (checks)."""
-
-    sections: tuple[Section, ...]
-    checks: tuple[Check, ...]
-
-
-class Lab:
-    """What a recipe program works with: the mesh, and helpers that turn JAX objects into sections."""
-
-    def __init__(
-        self,
-        session: Session,
-        steps: int | None = None,
-        shape: tuple[int, ...] | None = None,
-        init: str | None = None,
-    ) -> None:
-        self.session = session
-        self.steps = steps  # pipeline-ring: how many ring steps (None: the ring's length)
-        self.mesh = session.mesh
-        self.axes = session.spec.axes
-        self.sizes = session.spec.shape
-        self.shape = shape  # --shape: the recipe's input shape (None: the recipe's own)
-        self.init = init  # --init: how the input is filled (None: the recipe's own random values)
-
-    def input(
-        self,
-        default_shape: tuple[int, ...],
-        spec: tuple[Any, ...],
-        seed: int = SEED,
-        fill: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-        default_init: str | None = None,
-    ) -> np.ndarray:
-        """The recipe's input in float32: --shape and --init where given, else its own shape and
-        its lesson's values (`default_init`), or its own (`fill`, by default random values in [-1, 1)).
-
-        Raises:
-            ShardcliError: a --shape the recipe's sharding `spec` cannot split over this mesh.
-        """
-        from shardcli.specs.meshes import ShardingSpec, check_sharding_fits
-        from shardcli.specs.values import ArraySpec, parse_dtype
-
-        shape = self.shape if self.shape is not None else default_shape
-        entries = tuple(() if a is None else (a,) if isinstance(a, str) else tuple(a) for a in spec)
-        check_sharding_fits(ShardingSpec(entries), self.session.spec, shape, flag="--shape")
-        init = self.init if self.init is not None else default_init
-        if init is None:
-            return fill(shape) if fill is not None else _random(shape, seed)
-        from shardcli.runtime.arrays import make_host_array
-
-        return make_host_array(ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=init))
-
-    def picture(self, title: str, array: Any) -> Picture:
-        """The sharding picture of a JAX array (what `jax.debug.visualize_array_sharding` draws)."""
-        return picture_of(title, array)
-
-    def device_rows(self, array: Any, *, label: str = "values") -> TableSection:
-        """Each of this process's devices, its mesh coordinates and its block of `array`."""
-        import numpy as np
-
-        by_id = {s.device.id: s for s in array.addressable_shards}
-        rows = []
-        for cell in self.session.layout.cells:
-            shard = by_id.get(cell.device_id)
-            if shard is None:
-                continue
-            coords = " ".join(f"{a}={c}" for a, c in zip(self.axes, cell.coords, strict=True))
-            rows.append((cell.device_id, coords, np.asarray(shard.data)))
-        return TableSection(
-            title=f"per device: {label}", columns=("device", "mesh coords", label), rows=tuple(rows)
-        )
-
-    def operands(self, shapes: tuple[tuple[int, ...], ...]) -> list[np.ndarray]:
-        """Several float32 inputs: --init fills them (arange numbering them in one sequence, as matmul's
-        A and B), else random values in [-1, 1), seeds 1, 2, ..."""
-        if self.init is None:
-            return [_random(shape, seed) for seed, shape in enumerate(shapes, start=1)]
-        from shardcli.runtime.arrays import make_host_array
-        from shardcli.specs.values import ArraySpec, parse_dtype
-
-        hosts, start = [], 0
-        for shape in shapes:
-            spec = ArraySpec(shape=shape, dtype=parse_dtype("float32"), init=self.init)
-            hosts.append(make_host_array(spec, start=start))
-            start += spec.size
-        return hosts
-
-    def collectives(self, jitted: Any, *args: Any) -> tuple[HloCollective, ...]:
-        """The collectives the compiler put into `jitted(*args)`."""
-        from shardcli.analysis.program import find_collectives
-
-        return find_collectives(jitted.lower(*args).compile().as_text())
-
-
-RecipeProgram = Callable[[Lab], RecipeOutput]
-
-
-def _random(shape: tuple[int, ...], seed: int = SEED) -> np.ndarray:
-    """Float32 inputs in [-1, 1), the same in every process."""
-    import numpy as np
-
-    return (np.random.default_rng(seed).random(shape, dtype=np.float32) * 2 - 1).astype(np.float32)
-
-
-def _place(lab: Lab, host: np.ndarray, *spec: Any) -> Any:
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from shardcli.runtime.arrays import place_array
-
-    return place_array(host, NamedSharding(lab.mesh, P(*spec)))
-
-
-def _replicated(lab: Lab, array: Any) -> np.ndarray:
-    """The whole of a (small) array in this process: resharded to every device, read locally."""
-    import jax
-    import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    whole = jax.jit(lambda v: v, out_shardings=NamedSharding(lab.mesh, P()))(array)
-    return np.asarray(whole.addressable_shards[0].data)
-
-
-def _matmul_bound(
-    lab: Lab, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
-) -> tuple[np.ndarray, str]:
-    """|x @ W + b - exact| <= ((D + 2) eps + 2 u_in) (|x| @ |W| + |b|): any summation order, float32.
-
-    u_in is the roundoff of the values the dot multiplies at JAX's default precision on this
-    platform: 0 on CPU, TF32's on a GPU, bf16's on a TPU. Returns the bound and how it reads.
-    """
-    import numpy as np
-
-    from shardcli.runtime.verify import EPS32, dot_input_roundoff
-
-    u_in, in_text = dot_input_roundoff(lab.session.runtime.platform, "float32")
-    scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64))
-    if b is not None:
-        scale = scale + np.abs(b.astype(np.float64))
-    terms = "|x|@|W|+|b|" if b is not None else "|x|@|W|"
-    if u_in == 0:
-        return (x.shape[-1] + 2) * EPS32 * scale + EPS32, f"(D+2) eps ({terms})"
-    how = f"((D+2) eps + 2 u_in) ({terms}), u_in = {u_in:.2g}: {in_text}"
-    return ((x.shape[-1] + 2) * EPS32 + 2 * u_in) * scale + EPS32, how
-
-
-def _same_sharding_check(what: str, a: Any, b: Any) -> Check:
-    same = bool(a.sharding.is_equivalent_to(b.sharding, a.ndim))
-    return Check(what, same, f"{spec_of(a)} vs {spec_of(b)}")
-
-
-# --- the recipe programs -----------------------------------------------------------------------------
 
 
 def elementwise(lab: Lab) -> RecipeOutput:
@@ -202,7 +39,7 @@ def elementwise(lab: Lab) -> RecipeOutput:
     host = lab.input(
         (2 * lab.sizes[0], 2 * lab.sizes[1] if len(lab.sizes) > 1 else 4), spec, default_init="arange"
     )
-    x = _place(lab, host, *spec)
+    x = place(lab, host, *spec)
     f = jax.jit(lambda v: 2 * jnp.sin(v) + 1)
     y = f(x)
     expected = 2 * np.sin(host.astype(np.float64)) + 1
@@ -222,7 +59,7 @@ def elementwise(lab: Lab) -> RecipeOutput:
                 4 * EPS32 * (np.abs(expected) + 2),
                 "|err| <= 4 eps (|y|+2)",
             ),
-            _same_sharding_check("the output keeps the input's sharding", y, x),
+            same_sharding_check("the output keeps the input's sharding", y, x),
             Check("no communication", not ops, collectives_text(ops)),
         ),
     )
@@ -242,7 +79,7 @@ def reduce(lab: Lab) -> RecipeOutput:
     # The lesson: arange(32.0).reshape(4, 8) on a 2x4 mesh, its sum then spread over all 8 devices.
     host = lab.input((2 * n0, n0 * n1), (a0, a1), default_init="arange")
     shape = host.shape
-    x = _place(lab, host, a0, a1)
+    x = place(lab, host, a0, a1)
     free = jax.jit(lambda v: v.sum(axis=0))
     y = free(x)
     flat = NamedSharding(lab.mesh, P((a0, a1)))
@@ -294,7 +131,7 @@ def three_ways(lab: Lab) -> RecipeOutput:
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
     b_, d, f = 2 * n0, 4 * n1, 2 * n1
-    x_host, w_host, b_host = _random((b_, d), 1), _random((d, f), 2), _random((f,), 3)
+    x_host, w_host, b_host = random_input((b_, d), 1), random_input((d, f), 2), random_input((f,), 3)
     return _three_ways(lab, x_host, w_host, b_host, (a0, a1), a1)
 
 
@@ -304,55 +141,31 @@ def _three_ways(
     """sigmoid(x @ W + b) with x laid out by `x_spec`, W's rows over `a1` (the contracting dim)."""
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
     from shardcli.runtime.verify import EPS32
 
-    out_spec = P(*x_spec[:-1], None) if len(x_spec) > 1 else P(None)
-
-    def layer(x: Any, w: Any, b: Any) -> Any:
-        return jax.nn.sigmoid(x @ w + b)
-
-    x, w, b = _place(lab, x_host, *x_spec), _place(lab, w_host, a1, None), _place(lab, b_host)
-    automatic = jax.jit(layer)
+    x, w, b = place(lab, x_host, *x_spec), place(lab, w_host, a1, None), place(lab, b_host)
+    automatic = jax.jit(_layer)
     y_auto = automatic(x, w, b)
-
-    def constrained(x: Any, w: Any, b: Any) -> Any:
-        x = jax.lax.with_sharding_constraint(x, NamedSharding(lab.mesh, P(*x_spec)))
-        w = jax.lax.with_sharding_constraint(w, NamedSharding(lab.mesh, P(a1, None)))
-        return layer(x, w, b)
-
-    semi = jax.jit(constrained)
-    # Unsharded inputs: plain host arrays, whose layout the constraints inside decide. Across
-    # processes jit takes only global arrays, so there they are replicated ones.
-    x0, w0, b0 = x_host, w_host, b_host
-    if lab.session.runtime.process_count > 1:
-        x0, w0, b0 = (_place(lab, h) for h in (x_host, w_host, b_host))
-    y_semi = semi(x0, w0, b0)
-
-    def body(x: Any, w: Any, b: Any) -> Any:
-        return jax.nn.sigmoid(jax.lax.psum(x @ w, a1) + b)
-
-    manual = jax.jit(
-        jax.shard_map(body, mesh=lab.mesh, in_specs=(P(*x_spec), P(a1, None), P()), out_specs=out_spec)
-    )
+    semi, semi_args = _semi_automatic(lab, (x_host, w_host, b_host), x_spec, a1)
+    y_semi = semi(*semi_args)
+    manual = _manual(lab, x_spec, a1)
     y_manual = manual(x, w, b)
 
     pre = x_host.astype(np.float64) @ w_host.astype(np.float64) + b_host
     expected = 1 / (1 + np.exp(-pre))
-    pre_bound, pre_how = _matmul_bound(lab, x_host, w_host, b_host)
+    pre_bound, pre_how = matmul_bound(lab, x_host, w_host, b_host)
     bound = pre_bound / 4 + 2 * EPS32  # sigmoid' <= 1/4
     how = f"|err| <= {pre_how} / 4 + 2 eps"
     rows = tuple(
         (name, spec_of(y), collectives_text(ops))
         for name, y, ops in (
             ("automatic: jit on sharded inputs", y_auto, lab.collectives(automatic, x, w, b)),
-            ("semi-automatic: with_sharding_constraint", y_semi, lab.collectives(semi, x0, w0, b0)),
+            ("semi-automatic: with_sharding_constraint", y_semi, lab.collectives(semi, *semi_args)),
             ("manual: shard_map + psum over " + a1, y_manual, lab.collectives(manual, x, w, b)),
         )
     )
-    agree = [_replicated(lab, y) for y in (y_auto, y_semi, y_manual)]
+    agree = [replicated(lab, y) for y in (y_auto, y_semi, y_manual)]
     spread = max(float(np.max(np.abs(agree[0] - other))) for other in agree[1:])
     return RecipeOutput(
         sections=(
@@ -372,6 +185,49 @@ def _three_ways(
     )
 
 
+def _layer(x: Any, w: Any, b: Any) -> Any:
+    """The layer the three ways compute: sigmoid(x @ W + b)."""
+    import jax
+
+    return jax.nn.sigmoid(x @ w + b)
+
+
+def _semi_automatic(
+    lab: Lab, hosts: tuple[np.ndarray, ...], x_spec: tuple[str, ...], a1: str
+) -> tuple[Any, tuple[Any, ...]]:
+    """The layer under with_sharding_constraint (x by `x_spec`, W's rows over `a1`), and the inputs it
+    is called on: unsharded, plain host arrays whose layout the constraints inside decide. Across
+    processes jit takes only global arrays, so there they are replicated ones."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    def constrained(x: Any, w: Any, b: Any) -> Any:
+        x = jax.lax.with_sharding_constraint(x, NamedSharding(lab.mesh, P(*x_spec)))
+        w = jax.lax.with_sharding_constraint(w, NamedSharding(lab.mesh, P(a1, None)))
+        return _layer(x, w, b)
+
+    args: tuple[Any, ...] = hosts
+    if lab.session.runtime.process_count > 1:
+        args = tuple(place(lab, h) for h in hosts)
+    return jax.jit(constrained), args
+
+
+def _manual(lab: Lab, x_spec: tuple[str, ...], a1: str) -> Any:
+    """The layer by hand: shard_map, each device's partial x @ W summed over `a1` with psum."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    out_spec = P(*x_spec[:-1], None) if len(x_spec) > 1 else P(None)
+
+    def body(x: Any, w: Any, b: Any) -> Any:
+        return jax.nn.sigmoid(jax.lax.psum(x @ w, a1) + b)
+
+    return jax.jit(
+        jax.shard_map(body, mesh=lab.mesh, in_specs=(P(*x_spec), P(a1, None), P()), out_specs=out_spec)
+    )
+
+
 def normalize(lab: Lab) -> RecipeOutput:
     """parallel_normalize, as the lesson writes it: pmean(x, j) element by element.
 
@@ -382,14 +238,12 @@ def normalize(lab: Lab) -> RecipeOutput:
     import numpy as np
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.runtime.verify import EPS32
-
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
     # The lesson's x: jax.random.normal(PRNGKey(0), (192, 64)); rows and columns split over the mesh.
     rows, cols = (192 if 192 % n0 == 0 else 8 * n0), (64 if 64 % n1 == 0 else 8 * n1)
     host = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (rows, cols)), dtype=np.float32)
-    x = _place(lab, host, a0, a1)
+    x = place(lab, host, a0, a1)
 
     def parallel_normalize(v: Any) -> Any:
         mean = jax.lax.pmean(v, axis_name=a1)
@@ -400,23 +254,8 @@ def normalize(lab: Lab) -> RecipeOutput:
         jax.shard_map(parallel_normalize, mesh=lab.mesh, in_specs=P(a0, a1), out_specs=P(a0, a1))
     )
     y = program(x)
-    # NumPy: the n1 blocks of each row, side by side; statistics across the blocks, element by element.
-    blocks = host.astype(np.float64).reshape(rows, n1, cols // n1)
-    mean = blocks.mean(axis=1, keepdims=True)
-    std = np.sqrt(((blocks - mean) ** 2).mean(axis=1, keepdims=True))
-    expected = ((blocks - mean) / std).reshape(rows, cols)
-    whole = _replicated(lab, y).astype(np.float64)
-    bound = (
-        16
-        * n1
-        * EPS32
-        * (1 + np.abs(expected))
-        * (
-            1
-            + np.abs(blocks).max(axis=1, keepdims=True).repeat(n1, 1).reshape(rows, cols)
-            / std.repeat(n1, 1).reshape(rows, cols)
-        )
-    )
+    expected, bound = _normalize_reference(host, n1)
+    whole = replicated(lab, y).astype(np.float64)
     return RecipeOutput(
         sections=(
             lab.picture(f"x: normal(PRNGKey(0), ({rows}, {cols})), rows over {a0}, columns over {a1}", x),
@@ -443,6 +282,32 @@ def normalize(lab: Lab) -> RecipeOutput:
     )
 
 
+def _normalize_reference(host: np.ndarray, n1: int) -> tuple[np.ndarray, np.ndarray]:
+    """parallel_normalize in NumPy, and the bound on float32's error of it: the n1 blocks of each row
+    side by side, statistics across the blocks, element by element."""
+    import numpy as np
+
+    from shardcli.runtime.verify import EPS32
+
+    rows, cols = host.shape
+    blocks = host.astype(np.float64).reshape(rows, n1, cols // n1)
+    mean = blocks.mean(axis=1, keepdims=True)
+    std = np.sqrt(((blocks - mean) ** 2).mean(axis=1, keepdims=True))
+    expected = ((blocks - mean) / std).reshape(rows, cols)
+    bound = (
+        16
+        * n1
+        * EPS32
+        * (1 + np.abs(expected))
+        * (
+            1
+            + np.abs(blocks).max(axis=1, keepdims=True).repeat(n1, 1).reshape(rows, cols)
+            / std.repeat(n1, 1).reshape(rows, cols)
+        )
+    )
+    return expected, bound
+
+
 def normalize_rows(lab: Lab) -> RecipeOutput:
     """Rows split over the second axis: each row's mean and variance need a pmean over that axis."""
     import jax
@@ -455,8 +320,8 @@ def normalize_rows(lab: Lab) -> RecipeOutput:
     a0, a1 = lab.axes
     n0, n1 = lab.sizes
     shape = (2 * n0, 4 * n1)
-    host = _random(shape) * 3 + 1
-    x = _place(lab, host, a0, a1)
+    host = random_input(shape) * 3 + 1
+    x = place(lab, host, a0, a1)
 
     def body(v: Any) -> Any:
         mean = jax.lax.pmean(jnp.mean(v, axis=1, keepdims=True), a1)
@@ -467,7 +332,7 @@ def normalize_rows(lab: Lab) -> RecipeOutput:
     y = program(x)
     h = host.astype(np.float64)
     expected = (h - h.mean(axis=1, keepdims=True)) / h.std(axis=1, keepdims=True)
-    whole = _replicated(lab, y).astype(np.float64)
+    whole = replicated(lab, y).astype(np.float64)
     means, stds = whole.mean(axis=1), whole.std(axis=1)
     bound = 16 * shape[1] * EPS32 * (1 + np.abs(expected))
     return RecipeOutput(
@@ -511,7 +376,7 @@ def axis_index(lab: Lab) -> RecipeOutput:
         return jnp.stack([jax.lax.axis_index(a) for a in axes])[None, :]
 
     program = jax.jit(jax.shard_map(body, mesh=lab.mesh, in_specs=P(axes), out_specs=P(axes)))
-    dummy = _place(lab, np.zeros((count,), np.int32), axes)
+    dummy = place(lab, np.zeros((count,), np.int32), axes)
     out = program(dummy)
     by_id = {s.device.id: np.asarray(s.data)[0] for s in out.addressable_shards}
     rows, wrong = [], []
@@ -557,7 +422,7 @@ def rng_fold(lab: Lab) -> RecipeOutput:
 
     program = jax.jit(jax.shard_map(body, mesh=lab.mesh, in_specs=P(), out_specs=(P(a0, a1), P(a0, a1))))
     keys, draws = program(key)
-    all_keys = _replicated(lab, keys)  # [n0, n1, key words]
+    all_keys = replicated(lab, keys)  # [n0, n1, key words]
     reference = np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(key, i))) for i in range(n0)])
     agree = all(np.array_equal(all_keys[i, j], all_keys[i, 0]) for i in range(n0) for j in range(n1))
     differ = len({all_keys[i, 0].tobytes() for i in range(n0)}) == n0
@@ -608,11 +473,11 @@ def pipeline_ring(lab: Lab) -> RecipeOutput:
             lambda v: jax.lax.ppermute(v, axis, ring), mesh=lab.mesh, in_specs=P(axis), out_specs=P(axis)
         )
     )
-    x = _place(lab, host, axis)
+    x = place(lab, host, axis)
     devices = [c.device_id for c in lab.session.layout.cells]
     rows, bad_steps = [], []
     for k in range(steps + 1):
-        whole = _replicated(lab, x)
+        whole = replicated(lab, x)
         if not np.array_equal(whole, np.roll(host, k, axis=0)):
             bad_steps.append(k)
         blocks = np.split(whole, n)  # device i's block along the ring axis
@@ -654,7 +519,7 @@ def sharded_mac(lab: Lab) -> RecipeOutput:
     n0, n1 = lab.sizes
     b_, d, f = 2 * n0, 8, 2 * n1
     x_host, w_host, b_host = lab.operands(((b_, d), (d, f), (f,)))
-    x, w, b = _place(lab, x_host, a0, None), _place(lab, w_host, None, a1), _place(lab, b_host, a1)
+    x, w, b = place(lab, x_host, a0, None), place(lab, w_host, None, a1), place(lab, b_host, a1)
     plain = jax.jit(lambda x, w, b: x @ w + b)
     y = plain(x, w, b)
     manual = jax.jit(
@@ -667,7 +532,7 @@ def sharded_mac(lab: Lab) -> RecipeOutput:
     )
     y_manual = manual(x, w, b)
     expected = x_host.astype(np.float64) @ w_host.astype(np.float64) + b_host
-    bound, how = _matmul_bound(lab, x_host, w_host, b_host)
+    bound, how = matmul_bound(lab, x_host, w_host, b_host)
     how = f"|err| <= {how}"
     ops_plain, ops_manual = lab.collectives(plain, x, w, b), lab.collectives(manual, x, w, b)
     return RecipeOutput(
@@ -689,7 +554,7 @@ def sharded_mac(lab: Lab) -> RecipeOutput:
         checks=(
             close_check("jit result matches NumPy", y, expected, bound, how),
             close_check("shard_map result matches NumPy", y_manual, expected, bound, how),
-            _same_sharding_check("jit's output is sharded like shard_map's P(i, j)", y, y_manual),
+            same_sharding_check("jit's output is sharded like shard_map's P(i, j)", y, y_manual),
             Check(
                 "no communication", not ops_plain and not ops_manual, collectives_text(ops_plain + ops_manual)
             ),

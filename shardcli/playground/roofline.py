@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from shardcli.errors import ShardcliError
-from shardcli.playground.collective_cases import Collective, get_collective
+from shardcli.playground.collective_cases import get_collective
+from shardcli.playground.collective_types import Collective
 from shardcli.specs.files import read_json
 
 # Bytes each thread copies at once: far beyond the caches, like the 64 MiB device buffers the
