@@ -554,7 +554,10 @@ _SITE = "/usr/lib/python3/site-packages"
             [f"{_OWN}:250", f"{_SITE}/typer/main.py:1445", "<string>:1"], (), None, id="a-playground-program"
         ),
         pytest.param(
-            ["/another/checkout/shardcli/playground/einsum.py:250", "<string>:1"], (), None, id="a-cached-checkout"
+            ["/another/checkout/shardcli/playground/einsum.py:250", "<string>:1"],
+            (),
+            None,
+            id="a-cached-checkout",
         ),
         pytest.param([f"{_SITE}/flax/linear.py:9"], (), f"{_SITE}/flax/linear.py:9", id="only-a-library"),
     ],
