@@ -205,7 +205,7 @@ def main() -> int:
         print(hand_p50(op, int(nbytes), int(warmup), int(iters), make_mesh(), out_buffer))
         return 0
 
-    from shardcli.commands.collective_requests import default_malloc
+    from shardcli.commands.requests.collective import default_malloc
 
     args.malloc, _ = default_malloc(args.malloc, args.out_buffer)
     print(machine_facts())

@@ -29,7 +29,7 @@ if "--quick" in sys.argv:  # CI's check that the script runs: on the CPU, no GPU
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from shardcli.analysis.hlo import parse_module  # noqa: E402
+from shardcli.analysis.hlo.module import parse_module  # noqa: E402
 from shardcli.analysis.kernels import kernel_launches  # noqa: E402
 from shardcli.analysis.loops import runs_per_computation  # noqa: E402
 

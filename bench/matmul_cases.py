@@ -51,10 +51,10 @@ import time  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from shardcli.errors import ShardcliError  # noqa: E402
-from shardcli.playground.matmul import CaseRun, run_matmul  # noqa: E402
-from shardcli.playground.matmul_cases import IMPLS  # noqa: E402
-from shardcli.playground.matmul_impl import ImplRun  # noqa: E402
-from shardcli.playground.matmul_request import MatmulRequest  # noqa: E402
+from shardcli.playground.matmul.cases import IMPLS  # noqa: E402
+from shardcli.playground.matmul.impl import ImplRun  # noqa: E402
+from shardcli.playground.matmul.request import MatmulRequest  # noqa: E402
+from shardcli.playground.matmul.run import CaseRun, run_matmul  # noqa: E402
 from shardcli.runtime.arrays import make_host_array  # noqa: E402
 from shardcli.runtime.timing import summarize, time_iterations  # noqa: E402
 from shardcli.specs.meshes import parse_mesh  # noqa: E402

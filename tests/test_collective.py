@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 from shardcli.analysis.program import find_collectives
 from shardcli.cli import app
 from shardcli.errors import ShardcliError
-from shardcli.playground import collective_cases as registry
-from shardcli.playground.collective import run_collective
-from shardcli.playground.collective_cases import COLLECTIVES, busbw_factor
-from shardcli.playground.collective_references import ref_sum
-from shardcli.playground.collective_request import CollectiveRequest, validate_request
-from shardcli.playground.collective_types import CollectiveParams
+from shardcli.playground.collective import cases as registry
+from shardcli.playground.collective.cases import COLLECTIVES, busbw_factor
+from shardcli.playground.collective.entries import CollectiveParams
+from shardcli.playground.collective.references import ref_sum
+from shardcli.playground.collective.request import CollectiveRequest, validate_request
+from shardcli.playground.collective.run import run_collective
 from shardcli.results.documents import SCHEMA_VERSION, document_problems
 from shardcli.specs.meshes import parse_mesh
 from shardcli.specs.runs import Platform, RunOptions
@@ -193,7 +193,7 @@ def test_a_program_that_leaves_the_out_buffer_alone_is_caught(monkeypatch):
     # there leaves the poison, and every element counts as wrong.
     import jax
 
-    from shardcli.playground import collective_placement as core
+    from shardcli.playground.collective import placement as core
 
     real = core._shard_map_program
 
@@ -257,7 +257,7 @@ def test_time_iterations_feeds_inputs_and_out_buffers(kw, calls):
     ],
 )
 def test_default_malloc_follows_the_out_buffer_and_platform(malloc, out_buffer, platform, chosen):
-    from shardcli.commands.collective_requests import default_malloc
+    from shardcli.commands.requests.collective import default_malloc
 
     assert default_malloc(malloc, out_buffer, platform) == chosen
 

@@ -17,8 +17,8 @@ import pytest
 from test_cli_foundation import assert_one_line_error, has_color
 
 from shardcli.errors import ShardcliError
-from shardcli.results.compare import CompareRequest, compare_documents, judge
-from shardcli.results.compare_metrics import METRICS
+from shardcli.results.compare.metrics import METRICS
+from shardcli.results.compare.run import CompareRequest, compare_documents, judge
 from shardcli.results.documents import SCHEMA_VERSION, document_problems
 from shardcli.specs.values import parse_tolerance
 

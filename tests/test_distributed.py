@@ -493,7 +493,7 @@ def alive(pid: int) -> bool:
 
 IN_THE_LOOP = """
     import os, pathlib
-    import shardcli.playground.collective_placement as collective_placement
+    import shardcli.playground.collective.placement as collective_placement
     real_loop = collective_placement.time_iterations
     def marked(*args, **kwargs):
         name = "in-the-loop-" + os.environ.get("SHARDCLI_PROCESS_ID", "0")

@@ -1482,7 +1482,7 @@ def test_a_signal_while_a_checkpoint_folder_is_held_waits_for_the_save(tmp_path)
     import signal
 
     from shardcli.errors import Terminated
-    from shardcli.training.checkpoints import claimed_folder
+    from shardcli.training.model.folder import claimed_folder
 
     folder = tmp_path / "ck"
     before = signal.getsignal(signal.SIGTERM)
@@ -1496,7 +1496,7 @@ def test_a_signal_while_a_checkpoint_folder_is_held_waits_for_the_save(tmp_path)
 
 
 def test_a_failed_save_in_a_held_folder_removes_what_it_wrote(tmp_path):
-    from shardcli.training.checkpoints import claimed_folder
+    from shardcli.training.model.folder import claimed_folder
 
     folder = tmp_path / "ck"
     with pytest.raises(OSError), claimed_folder(str(folder), "--checkpoint ck"):
@@ -1579,7 +1579,7 @@ def test_a_lock_file_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_p
     empty lock file left behind)."""
     import io
 
-    from shardcli.training import checkpoints as checkpoint_files
+    from shardcli.training.model import folder as checkpoint_files
 
     class Full(io.StringIO):
         def write(self, text: str) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from shardcli.analysis.hlo import parse_module
+from shardcli.analysis.hlo.module import parse_module
 from shardcli.analysis.kernels import kernel_calls
 from shardcli.analysis.loops import runs_per_computation
 from shardcli.analysis.program import ProgramAnalysis, analyze_text

@@ -12,9 +12,9 @@ import pytest
 
 from shardcli.errors import ShardcliError
 from shardcli.hardware.costmodel import CommCost, Hardware, estimate, lookup_peak, table_hardware
-from shardcli.playground.matmul import run_matmul, tolerance_for
-from shardcli.playground.matmul_cases import IMPLS, MATMUL_CASES, Axes, flops_per_device
-from shardcli.playground.matmul_request import MatmulRequest, validate_request
+from shardcli.playground.matmul.cases import IMPLS, MATMUL_CASES, Axes, flops_per_device
+from shardcli.playground.matmul.request import MatmulRequest, validate_request
+from shardcli.playground.matmul.run import run_matmul, tolerance_for
 from shardcli.render.matmul import CSV_COLUMNS
 from shardcli.results.documents import document_problems
 from shardcli.specs.meshes import parse_mesh

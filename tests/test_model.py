@@ -423,7 +423,7 @@ def test_moments_sharded_unlike_their_parameters_fail_the_check(cli, monkeypatch
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.training import model_train as core
+    from shardcli.training.model import train as core
 
     real = core.abstract_state
 
@@ -493,7 +493,7 @@ def test_digest_is_the_same_on_any_sharding_and_changes_with_the_values():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from shardcli.training.model_checkpoint import digest
+    from shardcli.training.model.checkpoint import digest
 
     mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     host = np.random.default_rng(0).standard_normal((8, 16), dtype=np.float32)
@@ -566,7 +566,7 @@ def test_tf32_results_pass_on_a_gpu_and_would_fail_the_cpu_bound(depth, batch, s
     """On a GPU the model's float32 dots round their inputs to TF32 (seen on an H100: the first
     gradients 6.6e-4 x max off, the CPU bound 1e-4); the bound there allows for it, whether the
     tensor cores round to nearest or truncate."""
-    from shardcli.training.model_reference import gradient_check, loss_check, reference
+    from shardcli.training.model.reference import gradient_check, loss_check, reference
 
     params, x, y = _random_model(depth, seed, batch)
     out, grads = _tf32_run(params, x, y, mode)
@@ -583,7 +583,7 @@ def test_tf32_results_pass_on_a_gpu_and_would_fail_the_cpu_bound(depth, batch, s
 
 
 def test_the_gpu_bound_still_catches_a_value_off_by_one_percent():
-    from shardcli.training.model_reference import gradient_check, loss_check, reference
+    from shardcli.training.model.reference import gradient_check, loss_check, reference
 
     params, x, y = _random_model(1024)
     out, grads = _tf32_run(params, x, y)

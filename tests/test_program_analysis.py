@@ -10,9 +10,9 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardcli.analysis.hlo import parse_module
-from shardcli.analysis.hlo_arrays import dot_dtype
-from shardcli.analysis.hlo_trips import find_loops
+from shardcli.analysis.hlo.arrays import dot_dtype
+from shardcli.analysis.hlo.module import parse_module
+from shardcli.analysis.hlo.trips import find_loops
 from shardcli.analysis.program import CollectiveOp, analyze_compiled, count_trips, parse_collectives
 
 MESH_2x4 = ((2, 4), ("data", "model"))
@@ -512,7 +512,7 @@ def test_a_64_bit_counter_split_in_two_u32_halves_is_counted_by_its_low_half(hig
 
 
 def test_the_users_stack_is_every_frame_of_theirs_once_innermost_first():
-    from shardcli.analysis.hlo_sources import user_stack
+    from shardcli.analysis.hlo.sources import user_stack
 
     chain = [f"{_SITE}/jax/core.py:1", "/u/m.py:5", "/u/m.py:9", "/u/m.py:5", "/u/m.py:9", "/u/w.py:3"]
     assert user_stack(chain) == ("/u/m.py:5", "/u/m.py:9", "/u/w.py:3")
@@ -563,6 +563,6 @@ _SITE = "/usr/lib/python3/site-packages"
     ],
 )
 def test_a_collectives_source_is_the_users_line(chain, user_files, picked):
-    from shardcli.analysis.hlo_sources import pick_source
+    from shardcli.analysis.hlo.sources import pick_source
 
     assert pick_source(chain, user_files) == picked

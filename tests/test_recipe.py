@@ -9,9 +9,10 @@ import pytest
 from test_cli_foundation import assert_one_line_error
 
 from shardcli.analysis.report import close_check
-from shardcli.playground import recipe_lab, recipe_programs
-from shardcli.playground.recipe_cases import RECIPES
-from shardcli.playground.recipe_lab import RecipeOutput
+from shardcli.playground.recipe import lab as recipe_lab
+from shardcli.playground.recipe import programs as recipe_programs
+from shardcli.playground.recipe.cases import RECIPES
+from shardcli.playground.recipe.lab import RecipeOutput
 from shardcli.results.documents import document_problems
 
 

@@ -13,15 +13,15 @@ import typer
 from typer.testing import CliRunner
 
 from shardcli.commands import options as opt
-from shardcli.commands.collective_requests import (
+from shardcli.commands.requests.collective import (
     InputFlags,
     build_collective_requests,
     default_malloc,
     parse_collective_axes,
     parse_collective_names,
 )
-from shardcli.commands.playground_requests import build_matmul_request
-from shardcli.commands.training_requests import build_pipeline_request
+from shardcli.commands.requests.playground import build_matmul_request
+from shardcli.commands.requests.training import build_pipeline_request
 from shardcli.errors import ShardcliError
 from shardcli.specs.meshes import MeshSpec
 from shardcli.specs.runs import Format, Mode, Platform, ProcessTiming, RunOptions

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from shardcli.errors import ShardcliError
-from shardcli.playground.collective_cases import get_collective
-from shardcli.playground.collective_placement import Roofline, _roofline_fraction, resolve_roofline
+from shardcli.playground.collective.cases import get_collective
+from shardcli.playground.collective.placement import Roofline, _roofline_fraction, resolve_roofline
 from shardcli.playground.roofline import (
     COPY_CACHE_FILE,
     MinBytes,

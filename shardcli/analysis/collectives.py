@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.analysis.hlo import HloModuleText, Instruction, parse_module
-from shardcli.analysis.hlo_arrays import array_bytes, array_types, shape_bytes
-from shardcli.analysis.hlo_sources import stack_table, user_stack
+from shardcli.analysis.hlo.arrays import array_bytes, array_types, shape_bytes
+from shardcli.analysis.hlo.module import HloModuleText, Instruction, parse_module
+from shardcli.analysis.hlo.sources import stack_table, user_stack
 from shardcli.analysis.loops import runs_per_computation
 
 HLO_COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -244,7 +244,7 @@ def _metadata_line(
     it (`op_name="jit(step)/dot_general" stack_frame_id=3`); jax 0.12 (Shardy) gives one that
     reshards an argument the argument's (`op_name="params['w']"`, no line), and its user, the
     operation it was inserted for, still has the line. `users` caches each computation's users."""
-    from shardcli.analysis.hlo import parse_instruction
+    from shardcli.analysis.hlo.module import parse_instruction
 
     if _FRAME_RE.search(line) or _SOURCE_RE.search(line) or computation not in module.computations:
         return line
@@ -303,7 +303,7 @@ _PARAMETER_NAME_RE = re.compile(r'op_name="(?P<name>(?:[^"\\]|\\.)*)"')
 def _argument_fed(module: HloModuleText, computation: str, line: str) -> tuple[str | None, int | None]:
     """(JAX's name, number) of the entry parameter a collective's first operand is a copy or slice
     of: followed through layout changes, casts, fusions of those, and loop and call arguments."""
-    from shardcli.analysis.hlo import parse_instruction
+    from shardcli.analysis.hlo.module import parse_instruction
 
     own = parse_instruction(line)
     if own is None or not own.operands:

@@ -21,9 +21,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardcli.analysis.hlo import Computation, HloModuleText, Instruction, instruction_callees
-from shardcli.analysis.hlo_arrays import NUMPY_NAMES, Array, array_bytes, array_types
-from shardcli.analysis.hlo_trips import find_loops
+from shardcli.analysis.hlo.arrays import NUMPY_NAMES, Array, array_bytes, array_types
+from shardcli.analysis.hlo.module import Computation, HloModuleText, Instruction, instruction_callees
+from shardcli.analysis.hlo.trips import find_loops
 
 # cuBLAS GEMMs: xla/service/gpu/cublas_cudnn.h (kGemmCallTarget, kCublasLtMatmulCallTarget, ...F8).
 GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8", "__cublas$lt$matmul$mx")
@@ -323,7 +323,7 @@ class Launches:
 
 def launches_of(module: HloModuleText, runs: dict[str, tuple[int, bool]], text: str) -> Launches:
     """The `Launches` of `module` (a loop of unknown trips counted once)."""
-    from shardcli.analysis.hlo_header import entry_array_counts
+    from shardcli.analysis.hlo.header import entry_array_counts
 
     trips = sum((loop.trips or 1) * runs.get(loop.computation, (0, True))[0] for loop in find_loops(module))
     taken, returned = entry_array_counts(text)

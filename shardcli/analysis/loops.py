@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.analysis.hlo import HloModuleText
-from shardcli.analysis.hlo_sources import source_table
-from shardcli.analysis.hlo_trips import Loop, find_loops
+from shardcli.analysis.hlo.module import HloModuleText
+from shardcli.analysis.hlo.sources import source_table
+from shardcli.analysis.hlo.trips import Loop, find_loops
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def _parse_hlo_module(module_text: str) -> Any:
     `output_to_operand_aliasing` on a GPU target's `all-reduce-start` and then refuses to read it."""
     from jaxlib import _hlo  # type: ignore[attr-defined]
 
-    from shardcli.analysis.hlo import parse_instruction
+    from shardcli.analysis.hlo.module import parse_instruction
 
     lines = module_text.splitlines()
     refused: set[tuple[str, str]] = set()

@@ -7,7 +7,7 @@ per-device memory from `compiled.memory_analysis()`, and FLOPs and bytes accesse
 `compiled.cost_analysis()` with every loop counted per trip. What JAX returns is taken as it is;
 only what JAX does not give (collectives, their groups, loop trip counts, source positions) is read
 from the HLO text, by the modules beside this one and nowhere else: `hlo` (the structure of the
-text, with `hlo_trips`, `hlo_arrays`, `hlo_sources` and `hlo_header` beside it), `collectives`
+text, with `hlo.trips`, `hlo.arrays`, `hlo.sources` and `hlo.header` beside it), `collectives`
 (collectives), `kernels` (a GPU's library calls), `loops` (loops counted per trip). Their public
 names are re-exported here.
 
@@ -42,8 +42,8 @@ from shardcli.analysis.collectives import (
     summarize_by_kind,
     user_op_name,
 )
-from shardcli.analysis.hlo import HloModuleText, parse_module
-from shardcli.analysis.hlo_arrays import dot_dtype, shape_bytes
+from shardcli.analysis.hlo.arrays import dot_dtype, shape_bytes
+from shardcli.analysis.hlo.module import HloModuleText, parse_module
 from shardcli.analysis.kernels import KernelCall, KernelCalls, Launches, kernel_calls, launches_of
 from shardcli.analysis.loops import (
     BodyCost,

@@ -8,11 +8,11 @@ import typer
 
 from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
-from shardcli.playground.collective_cases import COLLECTIVES
+from shardcli.playground.collective.cases import COLLECTIVES
 
 if TYPE_CHECKING:
-    from shardcli.playground.collective import CollectiveResult
-    from shardcli.playground.collective_request import CollectiveRequest
+    from shardcli.playground.collective.request import CollectiveRequest
+    from shardcli.playground.collective.run import CollectiveResult
     from shardcli.specs.runs import RunOptions
 
 Name = Annotated[
@@ -145,7 +145,7 @@ def collective(
     *,
     options: RunOptions,
 ) -> None:
-    from shardcli.commands.collective_requests import (  # not at import: --help is light
+    from shardcli.commands.requests.collective import (  # not at import: --help is light
         InputFlags,
         build_collective_requests,
     )
@@ -197,7 +197,7 @@ def _describe_size(done: int, total: int, size: int) -> str:
 
 def _run_each(requests: list[CollectiveRequest]) -> list[CollectiveResult]:
     """Run the validated requests in order on one session, under one progress bar."""
-    from shardcli.playground.collective import run_collective
+    from shardcli.playground.collective.run import run_collective
     from shardcli.render.progress import progress_bar
 
     results = []
@@ -211,7 +211,7 @@ def _run_each(requests: list[CollectiveRequest]) -> list[CollectiveResult]:
 
 
 def _render(results: list[CollectiveResult], plot_file: str | None) -> None:
-    from shardcli.render.collective import render_collectives
+    from shardcli.render.collective.screen import render_collectives
 
     # the options the requests carry: the shared ones, with the host allocator chosen
     render_collectives(results, results[0].request.options, plot_file)

@@ -65,8 +65,8 @@ def compare(
     """
     # Here, not at the top: `shardcli --help` loads no command's core.
     from shardcli.render.compare import render_compare
-    from shardcli.results.compare import CompareRequest, run_compare
-    from shardcli.results.compare_metrics import METRICS
+    from shardcli.results.compare.metrics import METRICS
+    from shardcli.results.compare.run import CompareRequest, run_compare
     from shardcli.specs.runs import parse_choice
     from shardcli.specs.values import parse_tolerance
 

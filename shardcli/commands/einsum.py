@@ -99,7 +99,7 @@ def einsum(
     Example: shardcli einsum 'bsd,df->bsf' --shape 8x128x512 --shape 512x2048 --in data,None,None
     --in None,model --out data,None,model --mesh 2x4 --axes data,model
     """
-    from shardcli.commands.playground_requests import build_einsum_request_from_flags
+    from shardcli.commands.requests.playground import build_einsum_request_from_flags
 
     request = build_einsum_request_from_flags(
         subscripts=subscripts,

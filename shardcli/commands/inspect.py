@@ -135,7 +135,7 @@ def inspect(
     Example: shardcli inspect examples/mlp.py:train_step --mesh 2x4 --axes data,model
     --arg 'f32[256,1024]@data,None' --arg 'f32[1024,4096]@None,model' --arg 'f32[4096,1024]@model,None'
     """
-    from shardcli.commands.program_requests import build_inspect_request
+    from shardcli.commands.requests.program import build_inspect_request
 
     request = build_inspect_request(
         target=target,

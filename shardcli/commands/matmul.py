@@ -8,10 +8,10 @@ import typer
 
 from shardcli.commands import options as opt
 from shardcli.errors import ExitCode, ShardcliError
-from shardcli.playground.matmul_cases import MATMUL_CASES
+from shardcli.playground.matmul.cases import MATMUL_CASES
 
 if TYPE_CHECKING:
-    from shardcli.playground.matmul import MatmulResult
+    from shardcli.playground.matmul.run import MatmulResult
     from shardcli.specs.runs import RunOptions
 
 
@@ -109,7 +109,7 @@ def matmul(
     *,
     options: RunOptions,
 ) -> None:
-    from shardcli.commands.playground_requests import build_matmul_request  # not at import: --help is light
+    from shardcli.commands.requests.playground import build_matmul_request  # not at import: --help is light
 
     request = build_matmul_request(
         case=case,
@@ -129,7 +129,7 @@ def matmul(
         options=options,
         compile_target=compile_target,
     )
-    from shardcli.playground.matmul import run_matmul
+    from shardcli.playground.matmul.run import run_matmul
     from shardcli.render.matmul import render_matmul
     from shardcli.render.progress import progress_bar
 

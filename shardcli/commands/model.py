@@ -12,7 +12,7 @@ from shardcli.errors import ExitCode
 if TYPE_CHECKING:
     from shardcli.specs.meshes import MeshSpec
     from shardcli.specs.runs import RunOptions
-    from shardcli.training.model import ModelResult
+    from shardcli.training.model.mlp import ModelResult
 
 app = typer.Typer(
     name="model",
@@ -95,7 +95,7 @@ def train(
     from shardcli.runtime.devices import import_jax_quietly  # not at import: --help starts nothing
 
     import_jax_quietly()
-    from shardcli.training.model_train import run_train
+    from shardcli.training.model.train import run_train
 
     _report(run_train(request), options)
 
@@ -133,6 +133,6 @@ def restore(
     from shardcli.runtime.devices import import_jax_quietly  # not at import: --help starts nothing
 
     import_jax_quietly()
-    from shardcli.training.model_checkpoint import run_restore
+    from shardcli.training.model.checkpoint import run_restore
 
     _report(run_restore(request), options)

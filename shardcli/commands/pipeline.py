@@ -67,7 +67,7 @@ def pipeline(
 
     Example: shardcli pipeline --mesh 4x2 --axes stage,model --microbatches 8 --schedule 1f1b
     """
-    from shardcli.commands.training_requests import build_pipeline_request  # not at import: --help is light
+    from shardcli.commands.requests.training import build_pipeline_request  # not at import: --help is light
 
     request = build_pipeline_request(
         microbatches=microbatches,

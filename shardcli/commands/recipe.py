@@ -8,7 +8,7 @@ import typer
 
 from shardcli.commands import options as opt
 from shardcli.errors import ExitCode
-from shardcli.playground.recipe_cases import RECIPES, get_recipe
+from shardcli.playground.recipe.cases import RECIPES, get_recipe
 
 if TYPE_CHECKING:
     from shardcli.specs.runs import RunOptions
@@ -68,7 +68,7 @@ def recipe(
     else:
         mesh_spec = parse_mesh(mesh or chosen.default_mesh, axes)
 
-    from shardcli.playground.recipe import RecipeRequest, run_recipe
+    from shardcli.playground.recipe.run import RecipeRequest, run_recipe
     from shardcli.render.recipe import render_recipe
 
     request = RecipeRequest(

@@ -80,7 +80,7 @@ def reshard(
 
     Example: shardcli reshard --shape 8x1024 --from data,model --to model,data --mesh 2x4 --axes data,model
     """
-    from shardcli.commands.playground_requests import build_reshard_request_from_flags
+    from shardcli.commands.requests.playground import build_reshard_request_from_flags
 
     request = build_reshard_request_from_flags(
         shape=shape,

@@ -53,7 +53,7 @@ def shard(
 
     Example: shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model
     """
-    from shardcli.commands.request_parsing import parse_input_values
+    from shardcli.commands.requests.parsing import parse_input_values
     from shardcli.specs.meshes import parse_mesh, parse_sharding, parse_view_dims
     from shardcli.specs.runs import ShardRequest
     from shardcli.specs.values import ArraySpec, parse_dtype, parse_init, parse_shape

@@ -265,7 +265,7 @@ def run_reshard(
     """Run every way of the request.
 
     The request is checked once, where it is built
-    (`shardcli.commands.playground_requests.build_reshard_request_from_flags`); a request built by
+    (`shardcli.commands.requests.playground.build_reshard_request_from_flags`); a request built by
     hand must pass `validate_reshard_request` first: it is not checked again here.
 
     Raises:

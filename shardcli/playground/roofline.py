@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from shardcli.errors import ShardcliError
-from shardcli.playground.collective_cases import get_collective
-from shardcli.playground.collective_types import Collective
+from shardcli.playground.collective.cases import get_collective
+from shardcli.playground.collective.entries import Collective
 from shardcli.specs.files import read_json
 
 # Bytes each thread copies at once: far beyond the caches, like the 64 MiB device buffers the
@@ -79,7 +79,7 @@ def min_bytes(
 ) -> MinBytes | None:
     """The fewest bytes `collective` must read and write with all its devices in one process.
 
-    The formula is the registry entry's `min_bytes` rule (`shardcli.playground.collective_cases`).
+    The formula is the registry entry's `min_bytes` rule (`shardcli.playground.collective.cases`).
 
     Args:
         collective: a registry entry, or its name (psum, all_gather, ...).

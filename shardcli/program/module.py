@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from shardcli.analysis.hlo_header import (
+from shardcli.analysis.hlo.header import (
     entry_parameter_bytes,
     module_partitions,
     module_platform,

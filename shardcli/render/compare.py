@@ -11,8 +11,8 @@ from rich.text import Text
 
 from shardcli.render.console import Clauses, DataTable, emit, make_console, phrases
 from shardcli.results import bodies, documents
-from shardcli.results.compare import CompareResult, CompareRow, DocFacts
-from shardcli.results.compare_metrics import Metric
+from shardcli.results.compare.metrics import Metric
+from shardcli.results.compare.run import CompareResult, CompareRow, DocFacts
 from shardcli.specs.runs import RunOptions
 
 FORMATS = ("table", "json")

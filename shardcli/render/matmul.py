@@ -11,8 +11,8 @@ from rich.text import Text
 
 from shardcli.hardware.costmodel import CostEstimate
 from shardcli.playground.fit import LatencyBandwidthFit
-from shardcli.playground.matmul import ArrayLayout, CaseRun, MatmulResult
-from shardcli.playground.matmul_impl import ImplRun
+from shardcli.playground.matmul.impl import ImplRun
+from shardcli.playground.matmul.run import ArrayLayout, CaseRun, MatmulResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import (
     Clauses,

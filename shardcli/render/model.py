@@ -13,7 +13,7 @@ from shardcli.render.console import DataTable, format_seconds, make_console, pri
 from shardcli.results import bodies
 from shardcli.specs.model import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
 from shardcli.specs.runs import RunOptions
-from shardcli.training.model import ModelResult
+from shardcli.training.model.mlp import ModelResult
 
 
 def _annotations_text(result: ModelResult) -> str:

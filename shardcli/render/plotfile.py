@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.playground.collective import CollectiveResult
-from shardcli.playground.matmul import MatmulResult
+from shardcli.playground.collective.run import CollectiveResult
+from shardcli.playground.matmul.run import MatmulResult
 from shardcli.specs.values import format_bytes
 
 PLACEMENT_NAMES = {"out": "out-of-place", "in": "in-place"}

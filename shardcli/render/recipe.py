@@ -8,8 +8,8 @@ import numpy as np
 from rich.text import Text
 
 from shardcli.analysis.report import Picture, Section, TableSection, TextSection
-from shardcli.playground.recipe import RecipeResult
-from shardcli.playground.recipe_cases import RECIPES
+from shardcli.playground.recipe.cases import RECIPES
+from shardcli.playground.recipe.run import RecipeResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
 from shardcli.results import bodies

@@ -4,9 +4,7 @@
 - `shapes`: the shapes of JSON values (`Record`, `ListOf`, `MapOf`, `Maybe`, `Tagged`) and their check;
 - `records`: the envelope and the records several documents share (runtime, mesh, timing, a program);
 - `bodies`: each command's own records, the body of its document;
-- `compare`: `shardcli compare`: line up two results of one command and find the regressions, from
-  `compare_reading` (each key found in the schema, each value checked), `compare_metrics` (what is
-  measured) and `compare_kinds` (each command's rows and what makes two results comparable).
+- `compare/`: `shardcli compare`: line up two results of one command and find the regressions.
 
 Imports from: specs, errors.
 """

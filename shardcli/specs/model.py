@@ -12,8 +12,8 @@ W2 `(model, None)`, activations `(data, model)`, where `data` and `model` are th
 second axis. With `--rules batch=data,hidden=model,embed=None` the annotations carry the logical
 names (W1 `('embed', 'hidden')`) and the rules map each one to a mesh axis (or to none: replicated).
 
-Everything here is pure Python; the Flax code lives in `shardcli/training/` (`model`, `model_train`,
-`model_reference`, `model_checkpoint`).
+Everything here is pure Python; the Flax code lives in `shardcli/training/` (`model`, `model.train`,
+`model.reference`, `model.checkpoint`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,9 @@
+"""Reading compiled HLO text: what JAX does not return as objects, read in one place.
+
+- `module`: the module's computations and instructions, and who calls whom;
+- `trips`: loops and their trip counts; `arrays`: element types, shapes and bytes;
+- `sources`: each instruction's source line and the user's call stack; `header`: platform,
+  partitions and the entry's arrays.
+
+Imports from: errors.
+"""

@@ -1,0 +1,165 @@
+"""Reading compiled HLO text: computations, instructions and who calls whom.
+
+The one place that reads the structure of XLA's text (`compiled.as_text()`), for what JAX's own
+analyses do not give. Beside it: `hlo.trips` (while loops and their trip counts), `hlo.arrays`
+(element and array types, their bytes), `hlo.sources` (the source lines of the module's stack
+frames) and `hlo.header` (what a module's text says of itself). `program` builds the frozen
+analysis on top of them. No JAX import: everything here is tested on strings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+_HEADER_RE = re.compile(r"^(?P<entry>ENTRY )?%?(?P<name>[\w.\-]+) \(.*\{\s*$")
+_NAME_RE = re.compile(r"^\s*(?P<root>ROOT )?%?(?P<name>[\w.\-]+) = ")
+_OPCODE_RE = re.compile(r"\s*(?P<op>[a-z][\w\-]*)\(")
+_OPERAND_NAME_RE = re.compile(r"%([\w.\-]+)")
+_CALLEE_RE = re.compile(
+    r"\b(?P<kind>body|condition|to_apply|calls|select|scatter|true_computation|false_computation)=%(?P<name>[\w.\-]+)"
+)
+_BRANCHES_RE = re.compile(r"\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One HLO instruction: `%name = shape opcode(operands), attributes`."""
+
+    name: str
+    shape: str
+    opcode: str
+    operands: tuple[str, ...]  # operand instruction names; a constant's literal is `literal`
+    literal: str
+    attributes: str
+    is_root: bool
+
+
+@dataclass
+class Computation:
+    """One computation of the module: its header line, its instructions and its raw text."""
+
+    name: str
+    is_entry: bool
+    text: list[str] = field(default_factory=list)
+    instructions: dict[str, Instruction] = field(default_factory=dict)
+    root: str | None = None
+
+
+@dataclass
+class HloModuleText:
+    """The parsed module: its prologue (the header and source tables) and its computations."""
+
+    prologue: list[str]
+    computations: dict[str, Computation]
+    entry: str
+
+    def callees(self, name: str) -> Iterator[tuple[str, str]]:
+        """(kind, callee) for every computation `name` calls: body, condition, calls, to_apply..."""
+        for inst in self.computations[name].instructions.values():
+            yield from instruction_callees(inst)
+
+    def reachable(self, start: str) -> list[str]:
+        """`start` and every computation it calls, directly or not, in the module's order."""
+        seen = {start}
+        todo = [start]
+        while todo:
+            for _, callee in self.callees(todo.pop()):
+                if callee in self.computations and callee not in seen:
+                    seen.add(callee)
+                    todo.append(callee)
+        return [name for name in self.computations if name in seen]
+
+    def module_of(self, entry: str) -> str:
+        """HLO text of a module whose entry computation is `entry`, with everything it calls."""
+        head = ["HloModule " + entry.replace("%", "")]
+        body: list[str] = []
+        for name in self.reachable(entry):
+            lines = list(self.computations[name].text)
+            header = lines[0].removeprefix("ENTRY ")
+            lines[0] = ("ENTRY " + header) if name == entry else header
+            body.extend([*lines, ""])
+        return "\n".join(head + self.prologue[1:] + body)
+
+
+def instruction_callees(inst: Instruction) -> Iterator[tuple[str, str]]:
+    """(kind, callee) for every computation one instruction calls: body, condition, calls, branch..."""
+    for match in _CALLEE_RE.finditer(inst.attributes):
+        yield match.group("kind"), match.group("name")
+    for branches in _BRANCHES_RE.finditer(inst.attributes):
+        for callee in branches.group("names").split(","):
+            if callee.strip():
+                yield "branch", callee.strip().lstrip("%")
+
+
+def parse_module(hlo_text: str) -> HloModuleText:
+    """Split compiled HLO text into its computations and instructions."""
+    prologue: list[str] = []
+    computations: dict[str, Computation] = {}
+    entry = ""
+    current: Computation | None = None
+    for line in hlo_text.splitlines():
+        header = _HEADER_RE.match(line)
+        if header is not None:
+            current = Computation(
+                name=header.group("name"), is_entry=bool(header.group("entry")), text=[line]
+            )
+            computations[current.name] = current
+            if current.is_entry:
+                entry = current.name
+            continue
+        if current is None:
+            prologue.append(line)
+            continue
+        current.text.append(line)
+        if line.startswith("}"):
+            current = None
+            continue
+        inst = parse_instruction(line)
+        if inst is not None:
+            current.instructions[inst.name] = inst
+            if inst.is_root:
+                current.root = inst.name
+    return HloModuleText(prologue=prologue, computations=computations, entry=entry)
+
+
+def parse_instruction(line: str) -> Instruction | None:
+    """`%name = shape opcode(operands), attributes` as an Instruction; None for other lines."""
+    head = _NAME_RE.match(line)
+    if head is None:
+        return None
+    rest = line[head.end() :]
+    shape_end = _shape_end(rest)
+    op = _OPCODE_RE.match(rest, shape_end)
+    if op is None:
+        return None
+    start = op.end()
+    depth = 1
+    i = start
+    while i < len(rest) and depth:
+        depth += {"(": 1, ")": -1}.get(rest[i], 0)
+        i += 1
+    inside = rest[start : i - 1]
+    return Instruction(
+        name=head.group("name"),
+        shape=rest[:shape_end],
+        opcode=op.group("op"),
+        operands=tuple(_OPERAND_NAME_RE.findall(inside)),
+        literal=inside,
+        attributes=rest[i:],
+        is_root=bool(head.group("root")),
+    )
+
+
+def _shape_end(text: str) -> int:
+    """Where the result type at the start of `text` ends: brackets, braces and parens balanced."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            return i
+    return len(text)
