@@ -205,7 +205,7 @@ def hardware_for(
     )
 
 
-# --- compiling (core/jit_compile.py), and reading what was compiled ----------------------------------
+# --- compiling (program/jit.py), and reading what was compiled ----------------------------------
 
 
 def inspect_program(

@@ -1,6 +1,6 @@
 """Running the user's own step as their training loop runs it (`shardcli inspect --run`).
 
-The step runs through the executable inspect compiled (core/jit_compile.py: a jitted function with
+The step runs through the executable inspect compiled (program/jit.py: a jitted function with
 its own shardings, donated and static arguments; an equinox `filter_jit` step as its arrays alone;
 an `nnx.jit` step through NNX's own call), on inputs generated on the devices the executable takes
 them on: random normal floats, random typed keys, zeros otherwise. Static arguments stay out of the

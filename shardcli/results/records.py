@@ -103,7 +103,7 @@ PROGRAM_COLLECTIVE = Record(
 )
 MEMORY = Record("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "code_bytes", "total_bytes")
 PROGRAM_LOOP = Record("name", "trips", "runs", "body_flops", "body_bytes", "op_name", "source")
-# One group of library kernel calls (core/hlo_kernels.py): cuBLAS GEMMs, cuDNN attention, convolutions.
+# One group of library kernel calls (analysis/kernels.py): cuBLAS GEMMs, cuDNN attention, convolutions.
 PROGRAM_KERNELS = Record("target", "kind", "dtype", "calls", "flops", "bytes_accessed")
 PROGRAM = Record(
     ("collectives", ListOf(PROGRAM_COLLECTIVE)),
@@ -118,7 +118,7 @@ PROGRAM = Record(
     "trips_known",
     "missing",
 )
-# The step-time estimate (core/step_time.py): each roofline term with its source.
+# The step-time estimate (analysis/step_time.py): each roofline term with its source.
 STEP_TERM = Record("name", "amount", "rate", "seconds", "source")
 # A GPU's per-op roofline: the library kernels bound by maths or HBM, every other op together.
 STEP_OPS = Record(
