@@ -16,6 +16,7 @@ def compile_cached(doc: dict) -> bool | None:
     return doc["sizes"][0]["placements"][0]["timing"]["compile_cached"]
 
 
+@pytest.mark.slow
 def test_a_second_run_reads_the_compiled_program_from_the_cache(tmp_path):
     env = {CACHE_ENV: str(tmp_path / "cache")}
     first = run_shardcli(*RUN, env=env)
@@ -32,6 +33,7 @@ def test_a_second_run_reads_the_compiled_program_from_the_cache(tmp_path):
     assert rooflines[0]["measured_at"] == rooflines[1]["measured_at"]
 
 
+@pytest.mark.slow
 def test_no_compile_cache_turns_it_off(tmp_path):
     proc = run_shardcli(*RUN, "--no-compile-cache", env={CACHE_ENV: str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
@@ -41,6 +43,7 @@ def test_no_compile_cache_turns_it_off(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.slow
 def test_an_unusable_cache_directory_warns_once_and_the_run_goes_on(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

@@ -673,6 +673,7 @@ def test_shard_check_names_every_replica(cli, monkeypatch):
 # The honest start-up path: fresh processes ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_subprocess_fakes_exactly_the_mesh(shardcli_subprocess):
     # --platform cpu: under the default (auto) a GPU host would run a 1-GPU fallback and say so.
     proc = shardcli_subprocess("mesh", "--mesh", "2x2", "--platform", "cpu", "--format", "json")
@@ -686,6 +687,7 @@ def test_subprocess_fakes_exactly_the_mesh(shardcli_subprocess):
     assert runtime["note"] is None
 
 
+@pytest.mark.slow
 def test_subprocess_devices_overrides_the_count(shardcli_subprocess):
     proc = shardcli_subprocess("mesh", "--mesh", "2x2", "--devices", "6", "--format", "json")
     assert proc.returncode == 0, proc.stderr
@@ -695,6 +697,7 @@ def test_subprocess_devices_overrides_the_count(shardcli_subprocess):
     assert len(doc["mesh"]["devices"]) == 4
 
 
+@pytest.mark.slow
 def test_subprocess_mesh_larger_than_the_in_process_backend(shardcli_subprocess):
     proc = shardcli_subprocess(
         "shard",
@@ -730,6 +733,7 @@ def broken_plugin(tmp_path) -> dict[str, str]:
     return {**pythonpath_first(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "platform, note_starts",
     [
@@ -754,6 +758,7 @@ def test_a_failing_jax_plugin_is_a_note_not_a_traceback(
     assert "note" in human.stdout and "CUDA_ERROR_NO_DEVICE" in human.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_jax_plugin_is_named_when_its_platform_was_asked_for(shardcli_subprocess, broken_plugin):
     proc = shardcli_subprocess("mesh", "--mesh", "2", "--platform", "gpu", env=broken_plugin)
     assert proc.returncode == 2
@@ -767,6 +772,7 @@ def test_a_failing_jax_plugin_is_named_when_its_platform_was_asked_for(shardcli_
     assert proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_a_backend_jax_cannot_start_is_one_line_with_what_jax_said(shardcli_subprocess, broken_plugin):
     """JAX_PLATFORMS names a backend that cannot start: JAX raises (RuntimeError or, with no CUDA
     plugin at all, a bare AssertionError); the error keeps what the failing plugin said."""
@@ -852,6 +858,7 @@ def test_what_jax_said_leaves_out_its_wrong_guesses(complaints, said):
     assert _said(complaints) == said
 
 
+@pytest.mark.slow
 def test_subprocess_refuses_to_fake_too_many(shardcli_subprocess):
     proc = shardcli_subprocess("mesh", "--mesh", "600")
     assert proc.returncode == 2
@@ -863,6 +870,7 @@ def test_subprocess_refuses_to_fake_too_many(shardcli_subprocess):
     assert proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_cli_import_help_and_bad_flags_do_not_import_jax(python_subprocess):
     script = (
         "import sys\n"
@@ -884,7 +892,7 @@ def test_cli_import_help_and_bad_flags_do_not_import_jax(python_subprocess):
 
 WRONG_PSUM = """
     import dataclasses
-    from shardcli.playground import collective_cases as collectives
+    from shardcli.playground.collective import cases as collectives
     psum = collectives.COLLECTIVES["psum"]
     collectives.COLLECTIVES["psum"] = dataclasses.replace(
         psum, body=lambda x, params, n: psum.body(x, params, n) + 1
@@ -892,6 +900,7 @@ WRONG_PSUM = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "plant", "code"),
     [

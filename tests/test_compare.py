@@ -683,6 +683,7 @@ def test_core_reads_documents_without_files(docs):
     assert [r.key for r in result.rows if r.status == "faster"] == [((32, 64, 32), "illegal", "auto")]
 
 
+@pytest.mark.slow
 def test_compare_imports_neither_jax_nor_numpy(docs, tmp_path, python_subprocess):
     base = docs["psum"]
     b = write(tmp_path / "base.json", base)

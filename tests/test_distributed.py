@@ -431,7 +431,7 @@ def test_only_process_0_prints_unless_all_processes():
 PLANT = """
     import dataclasses, os
     if os.environ.get("SHARDCLI_PROCESS_ID") == "1":
-        from shardcli.playground import collective_cases as collectives
+        from shardcli.playground.collective import cases as collectives
         psum = collectives.COLLECTIVES["psum"]
         collectives.COLLECTIVES["psum"] = dataclasses.replace(
             psum, body=lambda x, params, n: psum.body(x, params, n) + 1

@@ -367,6 +367,7 @@ def test_reshard_checks_every_element(cli, monkeypatch):
 # --- several processes ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [

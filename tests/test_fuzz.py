@@ -1353,6 +1353,7 @@ def env_runs() -> dict[str, subprocess.CompletedProcess[str] | None]:
         return dict(zip(ENV_CASES, pool.map(run, ENV_CASES), strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(ENV_CASES))
 def test_every_environment_and_stream_ends_by_the_contract(env_runs, case):
     _, _, code, stderr_lines = ENV_CASES[case]
@@ -1394,6 +1395,7 @@ def f(x):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "inspect"])
 def test_what_the_users_code_writes_to_descriptor_1_goes_to_stderr_under_json(tmp_path, command):
     """A file that computes with JAX at import, prints through jax.debug.print, os.write(1, ...), a
@@ -1420,6 +1422,7 @@ def test_what_the_users_code_writes_to_descriptor_1_goes_to_stderr_under_json(tm
     assert "MARK" not in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGKILL"])
 def test_a_signal_during_a_checkpoint_save_leaves_a_checkpoint_or_one_marked_incomplete(tmp_path, signame):
     """A signal once the save has begun (its lock file is the sign). SIGTERM waits for the save and
@@ -1506,6 +1509,7 @@ def test_a_failed_save_in_a_held_folder_removes_what_it_wrote(tmp_path):
     assert not folder.exists()
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_nothing(tmp_path):
     """Writes beyond 8 KiB fail (RLIMIT_FSIZE: EFBIG, as ENOSPC on a full disk): one line, exit 2,
     none of orbax's tracebacks (115 lines on a full tmpfs before), and no folder left behind."""
@@ -1538,6 +1542,7 @@ def _with_file_limit(kib: int, args: list[str], env: dict[str, str]) -> subproce
     )
 
 
+@pytest.mark.slow
 def test_no_folder_for_temporary_files_is_one_line_not_an_internal_error(tmp_path):
     """No temporary folder takes a file (a full /tmp): Python's tempfile found none usable, and that
     was exit 3, an internal error."""
@@ -1556,6 +1561,7 @@ def test_no_folder_for_temporary_files_is_one_line_not_an_internal_error(tmp_pat
     ], done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_compile_cache_on_a_full_disk_is_one_warning_line_per_run(tmp_path):
     """JAX warned twice a line for every program whose cache entry it could not write."""
     from conftest import clean_env, pythonpath_first
@@ -1624,6 +1630,7 @@ def test_save_is_where_the_command_line_put_it_whatever_the_users_file_chdirs_to
     assert (tmp_path / "out.txt").is_file() and not (elsewhere / "out.txt").exists()
 
 
+@pytest.mark.slow
 def test_sigint_while_inspect_imports_a_slow_module_exits_130(tmp_path):
     """Ctrl-C during the user's import is an interruption (130), not an error in their file (2).
 
@@ -1657,6 +1664,7 @@ def test_sigint_while_inspect_imports_a_slow_module_exits_130(tmp_path):
     assert err.splitlines() == ["shardcli: error: interrupted"], err
 
 
+@pytest.mark.slow
 def test_two_trainings_into_one_checkpoint_folder_never_leave_it_half_written(tmp_path):
     """Both start on an empty folder; one saves, the other is refused (exit 2); the folder restores."""
     from conftest import clean_env, pythonpath_first
@@ -1801,6 +1809,7 @@ SIGNAL_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(SIGNAL_CASES))
 def test_a_signal_mid_compile_prints_what_finished(tmp_path, case):
     """Ctrl-C or SIGTERM while a layout compiles (its trace waits for good): the layouts that
@@ -1922,6 +1931,7 @@ def one_plan_entry(cli, tmp_path_factory) -> tuple[dict, dict, str]:
     return json.loads(result.stdout), json.loads(entries[0].read_text()), str(folder)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(_ENTRY_DAMAGE))
 def test_a_damaged_plan_cache_entry_is_compiled_again(cli, one_plan_entry, tmp_path, damage):
     """`[]` was exit 3, a FIFO hung, `"fits": "no"` showed as fitting: each entry is now checked
@@ -1951,6 +1961,7 @@ class _Any:
 ANY = _Any()
 
 
+@pytest.mark.slow
 def test_an_unchanged_plan_cache_entry_is_used(cli, one_plan_entry):
     """The control of the table above: the entry as written is read back (from the cache)."""
     first, _, folder = one_plan_entry
@@ -1961,6 +1972,7 @@ def test_an_unchanged_plan_cache_entry_is_used(cli, one_plan_entry):
     ]
 
 
+@pytest.mark.slow
 def test_a_full_disk_leaves_no_tmp_file_in_the_plan_cache(monkeypatch, tmp_path, one_plan_entry):
     """A write that fails half way (here: the file-size limit, as a full disk fails it) leaves
     neither the entry nor its temporary file."""
@@ -1986,6 +1998,7 @@ def test_a_full_disk_leaves_no_tmp_file_in_the_plan_cache(monkeypatch, tmp_path,
     assert [p.name for p in (tmp_path / "plan").iterdir()] == ["k" * 32 + ".json"]
 
 
+@pytest.mark.slow
 def test_the_plan_cache_is_keyed_by_every_file_the_program_imports(tmp_path):
     """Editing a module the program imports (at import, or while JAX traces it) compiles again; the
     plan reported the old figures "from the cache" when only the two named files were its key."""
@@ -2116,6 +2129,7 @@ def test_errors_of_the_users_program_name_the_command_and_stay_theirs(cli, tmp_p
     assert words.format(**names) in result.stderr.splitlines()[-1], result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [
@@ -2152,6 +2166,7 @@ def test_a_print_in_the_traced_function_reaches_stderr_under_target(tmp_path, co
     json.loads(done.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("signum", "code", "line"),
     [

@@ -755,6 +755,7 @@ def test_compare_two_inspects_flags_a_regression(cli, tmp_path, metric):
 # --- the Python API -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_importing_shardcli_does_not_import_jax():
     code = "import sys, shardcli; print('jax' in sys.modules, 'numpy' in sys.modules, shardcli.__all__)"
     proc = subprocess.run(
@@ -791,6 +792,7 @@ def test_api_show_and_inspect():
     assert report.memory.argument_bytes == (4 * 2 + 8 * 256) * 4
 
 
+@pytest.mark.slow
 def test_inspect_over_two_processes():
     from conftest import run_shardcli
 

@@ -95,6 +95,7 @@ def _compiled_here(target: str, mesh: str, tmp_path: Path):
     return analyze_compiled(compiled, m), path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "target",
     [

@@ -56,6 +56,7 @@ CASE_IMPLS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh,case,impl", CASE_IMPLS)
 def test_every_case_and_impl_matches_numpy(every_case, mesh, case, impl):
     run, result = _impl(every_case[mesh], case, impl)
@@ -461,6 +462,7 @@ def test_help_lists_every_case(cli):
         assert case.name in out.stdout
 
 
+@pytest.mark.slow
 def test_real_start_up_fakes_the_devices(shardcli_subprocess):
     proc = shardcli_subprocess(
         "matmul", "--case", "row-parallel", "--mesh", "2x2", "--format", "json", *FAST_ARGS, timeout=120

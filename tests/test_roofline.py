@@ -80,6 +80,7 @@ needs_tunable = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_tunable
 def test_the_streaming_figure_is_measured_in_a_child_with_the_tunable_added(monkeypatch):
     import subprocess
@@ -458,6 +459,7 @@ def test_reuse_is_refused_once_the_backend_runs():
     assert not state.applied and "JAX had already started" in state.note
 
 
+@pytest.mark.slow
 def test_reuse_applies_in_a_fresh_process(shardcli_subprocess):
     proc = shardcli_subprocess("collective", "psum", "--mesh", "2", "--iters", "2", "--format", "json")
     assert proc.returncode == 0, proc.stderr
@@ -466,6 +468,7 @@ def test_reuse_applies_in_a_fresh_process(shardcli_subprocess):
     assert "M_MMAP_MAX=0" in allocator["note"]
 
 
+@pytest.mark.slow
 def test_fresh_outputs_default_to_system_malloc_in_a_fresh_process(shardcli_subprocess):
     proc = shardcli_subprocess(
         "collective", "psum", "--mesh", "2", "--iters", "2", "--format", "json", "--out-buffer", "fresh"

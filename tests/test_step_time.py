@@ -263,6 +263,7 @@ def test_the_compilers_own_estimate_is_shown_only_where_positive():
 # --- inspect shows it -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the tpu extra: libtpu")
 def test_inspect_on_a_target_estimates_the_step_from_its_own_figures(cli):
     out = cli(

@@ -210,7 +210,9 @@ def measure_streaming_copy_bandwidth(
         return None
     tunables = os.environ.get("GLIBC_TUNABLES")
     tunables = f"{tunables}:{STREAMING_TUNABLE}" if tunables else STREAMING_TUNABLE
-    here = str(Path(__file__).resolve().parent.parent)
+    import shardcli
+
+    here = str(Path(shardcli.__file__).resolve().parent.parent)  # the folder holding the package
     path = os.environ.get("PYTHONPATH")
     env = dict(os.environ, GLIBC_TUNABLES=tunables, PYTHONPATH=f"{here}{os.pathsep}{path}" if path else here)
     code = (

@@ -190,7 +190,9 @@ def _exit_site(error: BaseException) -> tuple[str, int]:
 
 
 def _is_shardcli(filename: str) -> bool:
-    return os.path.abspath(filename).startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep)
+    import shardcli
+
+    return os.path.abspath(filename).startswith(os.path.dirname(os.path.abspath(shardcli.__file__)) + os.sep)
 
 
 @contextlib.contextmanager

@@ -112,7 +112,9 @@ def _shardcli_file(path: str) -> bool:
     of it (a compile cache keeps the paths of the checkout that first compiled a program)."""
     import os
 
-    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import shardcli
+
+    own = os.path.dirname(os.path.abspath(shardcli.__file__))
     path = os.path.abspath(path)
     if path.startswith(own + os.sep):
         return True
