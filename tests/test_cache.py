@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from conftest import run_shardcli
 
 from shardcli.runtime.cache import CACHE_ENV, default_cache_dir
