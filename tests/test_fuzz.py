@@ -234,6 +234,27 @@ def test_a_damaged_compare_input_is_bad_input_never_a_crash(cli, compare_inputs,
     assert_bad_input_or_fine(cli(["compare", *files]))
 
 
+def test_an_integer_beyond_a_float_in_a_compare_input_is_bad_input(cli, compare_inputs, tmp_path):
+    """Hypothesis found it: a matmul p50 written as a 401-digit integer was an OverflowError, exit 3."""
+    good = compare_inputs["matmul"]
+    doc = json.loads(good.read_text())
+    stats = next(v for v in _walk(doc) if isinstance(v, dict) and "p50" in v)
+    stats["p50"] = 10**400
+    bad = tmp_path / "huge.json"
+    bad.write_text(json.dumps(doc))
+    result = cli(["compare", str(bad), str(good)])
+    assert result.exit_code == 2, result.output
+    assert "beyond any measured value (a float's range)" in error_lines(result.stderr)[0]
+
+
+def _walk(value: object):
+    """Every value of a JSON document, depth first."""
+    yield value
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        yield from _walk(child)
+
+
 def _checkpoint_metadata() -> str:
     from shardcli.specs.meshes import MeshSpec
     from shardcli.specs.model import LOGICAL_AXES, SavedModel

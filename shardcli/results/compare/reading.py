@@ -91,10 +91,18 @@ def read_number(obj: Doc, key: str, where: str, file: str) -> float | None:
             read as an improvement it is not).
     """
     value = read_field(obj, key, (int, float, type(None)), where, file)
+    path = f"{where}.{key}" if where else key
+    if isinstance(value, int):  # JSON's integers have no bound; a float's range does
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ShardcliError(
+                f"{file} has '{path}' as an integer of {value.bit_length()} bits, beyond any measured "
+                f"value (a float's range)"
+            ) from None
     if value is None or not math.isfinite(value):
         return None
     if value < 0:
-        path = f"{where}.{key}" if where else key
         raise ShardcliError(f"{file} has '{path}' = {value:g}; a measured value cannot be negative")
     return float(value)
 
