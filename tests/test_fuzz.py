@@ -1538,14 +1538,8 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_nothing(tmp_path):
 
     folder = tmp_path / "ck"
     train = ["model", "train", "--depth", "32", "--steps", "2", "--mesh", "2x4", "--no-compile-cache"]
-    done = subprocess.run(
-        ["bash", "-c", 'ulimit -f 8 && exec "$@"', "bash", sys.executable, "-m", "shardcli", *train]
-        + ["--checkpoint", str(folder)],
-        capture_output=True,
-        text=True,
-        env=clean_env(pythonpath_first(Path(__file__).resolve().parent.parent)),
-        timeout=300,
-    )
+    env = clean_env(pythonpath_first(Path(__file__).resolve().parent.parent))
+    done = _with_file_limit(8, [*train, "--checkpoint", str(folder)], env)
     assert done.returncode == 2, done.stderr[-3000:]
     said = f"--checkpoint {folder}: saving failed after training (File too large); nothing was kept"
     assert done.stderr.splitlines() == [f"shardcli: error: {said}"], done.stderr[-3000:]
