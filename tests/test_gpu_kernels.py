@@ -316,3 +316,58 @@ def test_a_step_of_small_kernels_takes_at_least_its_launches():
     assert step.ops is not None and step.ops.launches is not None and step.ops.launches.kernels == 2339
     assert not step.ops.launch_bound and step.dominant == "hbm"
     assert step.ops.launch_s < 0.01 * step.ops.roofline_s
+
+
+# --- cuDNN flash attention, compiled for a GPU this host does not have ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sq", "sk", "share"),
+    [
+        pytest.param(4, 4, 10 / 16, id="square"),  # 1 + 2 + 3 + 4 of 16
+        pytest.param(1, 4, 1 / 4, id="one-query"),
+        pytest.param(4, 2, (1 + 2 + 2 + 2) / 8, id="more-queries-than-keys"),
+        pytest.param(4096, 4096, 4097 / 8192, id="long"),
+    ],
+)
+def test_a_causal_mask_leaves_the_scores_a_query_sees(sq, sk, share):
+    from shardcli.analysis.kernels import causal_share
+
+    assert causal_share(sq, sk) == pytest.approx(share)
+
+
+def test_cudnn_flash_attention_compiles_for_a_described_gpu_and_is_counted_from_its_shapes():
+    """`jax.nn.dot_product_attention(implementation="cudnn")` traces with no cuDNN and no GPU here (the
+    version the CUDA plugin was built against, the described GPU's compute capability), XLA's GPU
+    compiler makes its `__cudnn$fmha` forward and backward kernels, and each is counted: 4 x B x H x
+    Sq x Sk x D forward, 2.5 times that backward, only the causal mask's visible share."""
+    pytest.importorskip("jax_cuda12_plugin", reason="the gpu extra: pip install -e '.[gpu]' (CI installs it)")
+    import jax
+    import jax.numpy as jnp
+
+    from shardcli.analysis.target import compiler_options, open_target_session
+    from shardcli.hardware.targets import parse_target
+    from shardcli.specs.runs import RunOptions
+
+    target = parse_target("gpu-h100:1")
+    session = open_target_session(target, None, "x", RunOptions())
+    on_gpu = jax.sharding.NamedSharding(session.mesh, jax.sharding.PartitionSpec())
+    b, s, heads, kv, d = 2, 256, 4, 2, 64  # grouped-query: 2 query heads per key/value head
+    q = jax.ShapeDtypeStruct((b, s, heads, d), jnp.bfloat16, sharding=on_gpu)
+    k = jax.ShapeDtypeStruct((b, s, kv, d), jnp.bfloat16, sharding=on_gpu)
+
+    def step(q, k, v):
+        def loss(q, k, v):
+            out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+            return out.astype(jnp.float32).sum()
+
+        return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    text = jax.jit(step).lower(q, k, k).compile(compiler_options(target)).as_text()
+    found = _calls(text)
+    forward = 4 * b * heads * s * s * d * (s + 1) / (2 * s)
+    assert sorted((c.target, c.flops) for c in found.calls if c.kind == "attention") == [
+        ("__cudnn$fmhaSoftmax", forward),
+        ("__cudnn$fmhaSoftmaxBackward", 2.5 * forward),
+    ]
+    assert found.unknown == ()

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -339,6 +340,21 @@ def test_no_layout_fits_exits_1(cli, plan_cache):
             id="method",
         ),
         pytest.param([*TINY, "--emit", "out.txt"], "--emit 'out.txt' must name a .py file", id="emit"),
+        pytest.param(
+            [*TINY, "--attention", "splash"],
+            "--attention 'splash' is not known; choose one of dot, flash",
+            id="attention",
+        ),
+        pytest.param(
+            ["--preset", "tiny", "--target", "tpu-v5e:2x2", "--attention", "flash"],
+            "--attention flash is cuDNN's fused kernel, for GPU targets",
+            id="flash-on-tpu",
+        ),
+        pytest.param(
+            ["--preset", "tiny", "--target", "gpu-h100:4", "--attention", "flash", "--sequence"],
+            "--attention flash with --sequence: cuDNN's flash attention splits the batch and the heads",
+            id="flash-sequence",
+        ),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(cli, args, message):
@@ -679,7 +695,6 @@ def test_fewer_compiles_than_asked_when_nothing_else_is_expected_to_fit(monkeypa
     cannot hold it. With --compile 20 the planner compiles every other layout once (each compile,
     played here, fits) and says why it stopped short; the others are listed as not fitting."""
     pytest.importorskip("libtpu")
-    from dataclasses import replace
 
     from shardcli.hardware.targets import parse_target
     from shardcli.plan import compiles as plan_compile
@@ -822,6 +837,69 @@ def test_plan_lays_the_decoder_out_on_gpu_hosts(cli, plan_cache, cuda_plugin):
         traffic = {t["axes"]: t["sent_bytes"] for t in c["compiled"]["traffic"]}
         if c["mesh"].get("data") == 2 and "data" in traffic:  # data over the 2 hosts
             assert c["estimate"]["t_comm_s"]["data"] == pytest.approx(traffic["data"] / net.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "attention", "fmha"),
+    [
+        pytest.param([], "flash", True, id="default-flash"),
+        pytest.param(["--attention", "dot"], "dot", False, id="dot"),
+        pytest.param(["--sequence", "-n", "1"], "dot", False, id="sequence-takes-dot"),
+    ],
+)
+def test_a_gpu_plan_compiles_flash_attention_unless_told(
+    cli, plan_cache, cuda_plugin, flags, attention, fmha
+):
+    """On GPU hosts plan's decoder computes attention with cuDNN's flash kernel (the published MaxText
+    GPU runs do), named in the header; the compiled step's estimate counts its `__cudnn$fmha` calls."""
+    base = [
+        "plan",
+        "--preset",
+        "tiny",
+        "--target",
+        "gpu-h100:2",
+        "--batch",
+        "2",
+        "--remat",
+        "full",
+        "-n",
+        "1",
+    ]
+    out = cli([*base, *flags])
+    assert out.exit_code == 0, out.output
+    assert f"seq 32, {attention} attention) on gpu-h100:2" in out.stdout.splitlines()[0]
+    doc = _json(cli, base[1:] + flags)
+    assert doc["config"]["model"]["attention"] == attention
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan import compiles as plan_compile
+    from shardcli.plan.candidates import Candidate
+    from shardcli.specs.runs import RunOptions
+
+    target = parse_target("gpu-h100:2")
+    cfg = replace(build_config("tiny"), attention=attention)
+    candidate = Candidate(MeshChoice((("fsdp", 2),), True), "fsdp-tp", "full", 4, 2)
+    session = plan_compile.target_session({}, target, candidate.mesh, RunOptions())
+    figures = plan_compile.compile_candidate(session, cfg, candidate, target, "scan")
+    kinds = {k.kind for k in figures.kernels}
+    assert ("attention" in kinds) is fmha and "gemm" in kinds
+
+
+def test_flash_attention_compiles_where_the_tensor_axis_is_wider_than_the_kv_heads(cuda_plugin, plan_cache):
+    """tiny has 4 query heads and 2 key/value heads: a tensor axis of 4 splits only the queries, and
+    cuDNN's kernel splits both alike, so the key/value heads are repeated to the queries' (the
+    partitioner refused the call before)."""
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan import compiles as plan_compile
+    from shardcli.plan.candidates import Candidate
+    from shardcli.specs.runs import RunOptions
+
+    target = parse_target("gpu-h100:2x4")
+    cfg = replace(build_config("tiny"), attention="flash")
+    assert (cfg.heads, cfg.kv_heads) == (4, 2)
+    candidate = Candidate(MeshChoice((("fsdp", 2), ("tensor", 4)), True), "fsdp-tp", "full", 16, 8)
+    session = plan_compile.target_session({}, target, candidate.mesh, RunOptions())
+    figures = plan_compile.compile_candidate(session, cfg, candidate, target, "scan")
+    assert "attention" in {k.kind for k in figures.kernels}
 
 
 def test_a_gpu_candidate_is_estimated_as_inspect_estimates_it(cuda_plugin, plan_cache):

@@ -184,28 +184,58 @@ def _gemm_flops(gemm: dict[str, object], shapes: Sequence[Array], result: Array)
 
 
 def _attention_flops(fmha: dict[str, object], shapes: Sequence[Array], target: str) -> float | None:
-    """cuDNN fused attention: its two batched products, Q.K^T and P.V, are 4 x B x Sq x Sk x D FLOPs
-    forward; the backward pass recomputes the first and runs four more, 2.5 times that.
+    """cuDNN fused attention: its two batched products, Q.K^T and P.V, are 4 x B x H x Sq x Sk x D
+    FLOPs forward; the backward pass recomputes the first and runs four more, 2.5 times that. A
+    causal mask (`mask_type` CAUSAL) leaves only the visible share: flash kernels skip the masked tiles.
 
-    B is the batch (and heads) dimensions of bmm1, D its contracting dimension, Sq and Sk the rest of
-    Q and K."""
-    dims = fmha.get("bmm1_dot_dimension_numbers") or fmha.get("bmm1_grad_gemm1_dot_dimension_numbers")
-    if not isinstance(dims, dict) or len(shapes) < 2:
+    B x H x Sq x Sk is the config's `intermediate_tensor_shape` (the scores, which never reach HBM),
+    D the head width (Q's elements over B x H x Sq). Without that shape, B is the batch (and heads)
+    dimensions of bmm1, D its contracting dimension, Sq and Sk the rest of Q and K."""
+    if len(shapes) < 2:
         return None
     q, k = shapes[0][1], shapes[1][1]
+    scores = _intermediate_shape(fmha)
     try:
-        q_batch = [int(d) for d in dims.get("lhs_batch_dimensions", [])]
-        q_contract = [int(d) for d in dims.get("lhs_contracting_dimensions", [])]
-        k_batch = [int(d) for d in dims.get("rhs_batch_dimensions", [])]
-        k_contract = [int(d) for d in dims.get("rhs_contracting_dimensions", [])]
-        batch = math.prod(q[d] for d in q_batch)
-        depth = math.prod(q[d] for d in q_contract)
-        sq = math.prod(n for d, n in enumerate(q) if d not in q_batch and d not in q_contract)
-        sk = math.prod(n for d, n in enumerate(k) if d not in k_batch and d not in k_contract)
-    except (TypeError, ValueError, IndexError):
+        if scores is not None and len(scores) == 4 and math.prod(scores[:3]) > 0:
+            batch, sq, sk = scores[0] * scores[1], scores[2], scores[3]
+            depth = math.prod(q) // (batch * sq)
+        else:
+            dims = fmha.get("bmm1_dot_dimension_numbers")
+            if not isinstance(dims, dict):
+                return None
+            q_batch = [int(d) for d in dims.get("lhs_batch_dimensions", [])]
+            q_contract = [int(d) for d in dims.get("lhs_contracting_dimensions", [])]
+            k_batch = [int(d) for d in dims.get("rhs_batch_dimensions", [])]
+            k_contract = [int(d) for d in dims.get("rhs_contracting_dimensions", [])]
+            batch = math.prod(q[d] for d in q_batch)
+            depth = math.prod(q[d] for d in q_contract)
+            sq = math.prod(n for d, n in enumerate(q) if d not in q_batch and d not in q_contract)
+            sk = math.prod(n for d, n in enumerate(k) if d not in k_batch and d not in k_contract)
+    except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return None
-    forward = 4.0 * batch * sq * sk * depth
+    forward = 4.0 * batch * sq * sk * depth * _visible_share(str(fmha.get("mask_type", "")), sq, sk)
     return forward * 2.5 if "Backward" in target else forward
+
+
+def _intermediate_shape(fmha: dict[str, object]) -> list[int] | None:
+    shape = fmha.get("intermediate_tensor_shape")
+    dims = shape.get("dimensions") if isinstance(shape, dict) else None
+    try:
+        return [int(d) for d in dims] if isinstance(dims, list) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def causal_share(sq: int, sk: int) -> float:
+    """The share of a causal mask's Sq x Sk scores a query sees (query i sees keys 0..i)."""
+    if sq <= 0 or sk <= 0:
+        return 1.0
+    seen = sk * (sk + 1) / 2 + (sq - sk) * sk if sq > sk else sq * (sq + 1) / 2
+    return seen / (sq * sk)
+
+
+def _visible_share(mask: str, sq: int, sk: int) -> float:
+    return causal_share(sq, sk) if "CAUSAL" in mask.upper() else 1.0
 
 
 def _conv_flops(attributes: str, shapes: Sequence[Array], result: Array) -> float | None:

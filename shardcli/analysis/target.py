@@ -20,7 +20,13 @@ from typing import Any
 
 from shardcli.analysis.program import MemoryUse
 from shardcli.errors import TRACEBACK_ENV, ShardcliError
-from shardcli.hardware.compilers import compiler_installed, compiler_versions, quiet_native_logs
+from shardcli.hardware.compilers import (
+    compiler_installed,
+    compiler_versions,
+    compute_capability,
+    describe_cudnn_for_compile_only,
+    quiet_native_logs,
+)
 from shardcli.hardware.gpu_memory import GpuFit, judge_gpu_fit, read_gpu_pool
 from shardcli.hardware.targets import GIB, TargetSpec, known_targets
 from shardcli.runtime.mesh import describe_mesh
@@ -422,6 +428,9 @@ def _topology(target: TargetSpec) -> Any:
         .joinpath("gpu_specs", target.generation.compiler_name)
         .read_text()
     )
+    capability = compute_capability(spec)
+    if capability is not None:  # cuDNN's fused attention traces for the described GPU (no GPU here)
+        describe_cudnn_for_compile_only(capability)
     return topologies.get_topology_desc(platform="cuda", target_config=spec, topology=target.libtpu_name)
 
 

@@ -88,6 +88,16 @@ Remat = Annotated[
         show_default=False,
     ),
 ]
+Attention = Annotated[
+    str | None,
+    typer.Option(
+        "--attention",
+        help="flash: one fused kernel whose scores never reach HBM (cuDNN's flash attention; GPU targets); "
+        "dot: the scores through HBM, as XLA fuses the einsums and softmax. \\[default: flash on GPUs, "
+        "dot on TPUs or with --sequence]",
+        show_default=False,
+    ),
+]
 Sequence = Annotated[
     bool, typer.Option("--sequence", help="Also try a sequence mesh axis (sequence parallelism).")
 ]
@@ -156,6 +166,7 @@ def plan(
     global_batch: GlobalBatch = None,
     batch: Batch = None,
     remat: Remat = None,
+    attention: Attention = None,
     sequence: Sequence = False,
     compile_n: Compile = 8,
     method: Method = None,
@@ -193,6 +204,7 @@ def plan(
             "--kv-heads": kv_heads, "--head-dim": head_dim, "--mlp-dim": mlp_dim, "--vocab": vocab,
             "--seq": seq, "--activation": activation, "--global-batch": global_batch, "--batch": batch,
             "--emit": emit, "--remat": remat, "--sequence": sequence or None, "--method": method,
+            "--attention": attention,
             "--rank": None if rank == "throughput" else rank,
         }  # fmt: skip
         _refuse_decoder_flags(program, decoder_flags)
@@ -211,7 +223,8 @@ def plan(
         "layers": layers, "d_model": d_model, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
         "mlp_dim": mlp_dim, "vocab": vocab, "seq": seq, "activation": activation,
     }  # fmt: skip
-    cfg, target_spec = build_config(preset, **shape), parse_target(target)
+    target_spec = parse_target(target)
+    cfg = _with_attention(build_config(preset, **shape), attention, target_spec.generation.platform, sequence)
     _check_sizes(cfg, target_spec.chips, global_batch, batch)
     request = PlanRequest(
         model=cfg, target=target_spec, global_batch=global_batch,
@@ -231,6 +244,35 @@ def plan(
         stop.finished()  # SIGTERM: exit 143
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
+
+
+def _with_attention(cfg: DecoderConfig, text: str | None, platform: str, sequence: bool) -> DecoderConfig:
+    """The model with --attention's implementation (not given: flash on GPU targets, dot on TPUs or
+    with --sequence).
+
+    Raises:
+        ShardcliError: an unknown implementation, flash for a TPU target, flash with --sequence (cuDNN's
+            kernel splits batch and heads, never the queries) (one line each).
+    """
+    from dataclasses import replace
+
+    from shardcli.specs.decoder import ATTENTIONS
+
+    if text is None:
+        return replace(cfg, attention="flash" if platform == "cuda" and not sequence else "dot")
+    if text not in ATTENTIONS:
+        raise ShardcliError(f"--attention {text!r} is not known; choose one of {', '.join(ATTENTIONS)}")
+    if text == "flash" and platform != "cuda":
+        raise ShardcliError(
+            "--attention flash is cuDNN's fused kernel, for GPU targets (gpu-h100, gpu-h200); on a TPU "
+            "target plan compiles --attention dot (splash attention is not modelled)"
+        )
+    if text == "flash" and sequence:
+        raise ShardcliError(
+            "--attention flash with --sequence: cuDNN's flash attention splits the batch and the heads, "
+            "never the queries; give --attention dot to try a sequence axis"
+        )
+    return replace(cfg, attention=text)
 
 
 def _check_decoder_flags(

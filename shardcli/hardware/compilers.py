@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -103,3 +104,52 @@ def compiler_versions(platform: str | None) -> tuple[tuple[str, str], ...]:
     plugins = installed_compilers(kind) if kind else ()
     packages = ("jax", "jaxlib", *(m.replace("_", "-") for m in plugins))
     return tuple((p, version(p)) for p in packages)
+
+
+_CAPABILITY_RE = re.compile(r"cuda_compute_capability\s*\{\s*major:\s*(\d+)(?:\s*minor:\s*(\d+))?")
+
+
+def compute_capability(spec_text: str) -> tuple[int, int] | None:
+    """The CUDA compute capability a GPU description (`gpu_specs/*.txtpb`) gives, e.g. (9, 0)."""
+    found = _CAPABILITY_RE.search(spec_text)
+    return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+
+
+def describe_cudnn_for_compile_only(capability: tuple[int, int]) -> bool:
+    """Let `jax.nn.dot_product_attention(implementation="cudnn")` trace for a described GPU.
+
+    JAX asks the installed cuDNN for its version, and the first local GPU for its compute capability,
+    before it writes cuDNN's fused attention into the program; a host that compiles for a GPU it does
+    not have has neither, and the trace fails ("cuDNN not found"). Where no cuDNN answers, the
+    version becomes the cuDNN the CUDA plugin was built against (`cudnn_build_version`) and the
+    capability the described GPU's. XLA's GPU compiler then compiles the same `__cudnn$fmha` kernels
+    it would on the GPU. A host with a working cuDNN is left as it is.
+
+    Returns: whether JAX's checks now answer for the described GPU (False: JAX's cuDNN module or
+    the plugin's build version is not where this JAX keeps them).
+    """
+    try:
+        from jax._src.cudnn import fused_attention_stablehlo as fused
+        from jax._src.lib import cuda_versions
+    except ImportError:
+        return False
+    if cuda_versions is None or not hasattr(fused, "check_cudnn_version"):
+        return False
+    try:
+        cuda_versions.cudnn_get_version()
+        return True  # a real cuDNN answers: nothing to describe
+    except RuntimeError:
+        pass
+    try:
+        built = int(cuda_versions.cudnn_build_version())
+    except (AttributeError, RuntimeError, ValueError):
+        return False
+    wanted = capability
+
+    def capable(text: str) -> bool:
+        return wanted >= tuple(int(x) for x in text.split("."))
+
+    fused.check_cudnn_version = lambda: built
+    fused.check_compute_capability = capable
+    fused.is_cuda_compute_capability_equal = lambda text: wanted == tuple(int(x) for x in text.split("."))
+    return True

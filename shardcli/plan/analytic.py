@@ -150,10 +150,10 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     gathered = 2 * 2 * layer / tp  # one layer's weights gathered in bf16, and the next one's
     memory = int(weights + activations + working + logits + gathered)
 
-    blocks = 1
+    blocks = 1  # dot attention's query blocks; a flash kernel skips the masked scores tile by tile
     while blocks < 8 and cfg.seq % (blocks * 2) == 0 and cfg.seq // (blocks * 2) >= 256:
         blocks *= 2
-    causal = (blocks + 1) / (2 * blocks)
+    causal = (cfg.seq + 1) / (2 * cfg.seq) if cfg.attention == "flash" else (blocks + 1) / (2 * blocks)
     attention = 4 * cfg.layers * cfg.heads * hd * cfg.seq * causal  # forward, per token
     forward = 2 * params + attention
     recompute = {"full": forward, "minimal": attention + 0.05 * forward, "none": attention}[c.remat]

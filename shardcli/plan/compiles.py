@@ -35,7 +35,8 @@ from shardcli.specs.runs import RunOptions
 # async collective written ((operands), results) counted by its results (a reduce-scatter's had been
 # counted with its n-times-larger operand).
 # 3: a GPU program's launches (kernels, loop trips, buffers) kept.
-CACHE_FORMAT = "shardcli-plan/3"
+# 4: cuDNN's fused attention counted from its scores' shape, its backward whole, a causal mask's share.
+CACHE_FORMAT = "shardcli-plan/4"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
 # gather split into a loop of permutes hides which weights move (JAX_NOTES: real programs).

@@ -1,10 +1,11 @@
 """shardcli's own decoder-only transformer train step, in pure JAX, laid out by logical axis rules.
 
 One step: token embedding (a one-hot matmul, MaxText's `use_iota_embed`), the layers under `lax.scan`
-with a remat policy, causal grouped-query attention (queries in blocks, each block recomputed in the
-backward pass as flash attention does), a gated (or plain ReLU) MLP, RMSNorm, the unembedding (tied
-or not), cross-entropy, the gradient and an AdamW update. Parameters are float32, the maths bfloat16,
-the optimizer's moments float32: MaxText's defaults.
+with a remat policy, causal grouped-query attention (`dot`: queries in blocks, each block recomputed
+in the backward pass as flash attention does, the scores through HBM; `flash`: cuDNN's fused
+kernel), a gated (or plain ReLU) MLP, RMSNorm, the unembedding (tied or not), cross-entropy, the
+gradient and an AdamW update. Parameters are float32, the maths bfloat16, the optimizer's moments
+float32: MaxText's defaults.
 
 Every parameter carries logical axis names (`shardcli.specs.decoder.parameter_table`) and every
 activation constraint names logical axes too; a layout's rules map them to mesh axes. `unrolled=k`
@@ -22,6 +23,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shardcli.errors import ShardcliError
 from shardcli.specs.decoder import (
     DecoderConfig,
     ParamInfo,
@@ -63,6 +65,7 @@ class _Layout:
         self.rules = rules
         self.mesh = mesh
         self.sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
+        self.platform = str(mesh.devices.flat[0].platform)
 
     def spec(self, logical: tuple[str | None, ...], shape: tuple[int, ...] | None = None) -> P:
         entries = resolve_axes(logical, self.rules, self.sizes, shape)
@@ -111,6 +114,30 @@ def _attention(q: Any, k: Any, v: Any, layout: _Layout) -> Any:
     return layout.constrain(out.reshape(b, s, heads, hd), "batch", "length", "act_heads", None)
 
 
+def _flash_attention(q: Any, k: Any, v: Any, layout: _Layout) -> Any:
+    """Causal grouped-query attention as one fused kernel whose scores never reach HBM: cuDNN's flash
+    attention on GPUs (`jax.nn.dot_product_attention(implementation="cudnn")`; XLA compiles it to
+    `__cudnn$fmha` calls, whose FLOPs `shardcli.analysis.kernels` counts from their shapes)."""
+    if layout.platform not in ("cuda", "gpu"):
+        raise ShardcliError(
+            f"flash attention is cuDNN's kernel, for GPU targets; this mesh is on {layout.platform} "
+            "(give --attention dot)"
+        )
+    heads, kv = q.shape[2], k.shape[2]
+    if kv != heads and layout.spec((None, None, "act_heads"), q.shape) != layout.spec(
+        (None, None, "act_kv_heads"), k.shape
+    ):
+        # The tensor axis splits the query heads but not the fewer key/value heads: cuDNN's kernel
+        # splits both alike, so each key/value head is repeated to its queries' heads (as a tensor
+        # axis wider than the key/value heads does in Megatron and MaxText).
+        k, v = (
+            layout.constrain(jnp.repeat(t, heads // kv, axis=2), "batch", "length", "act_heads", None)
+            for t in (k, v)
+        )
+    out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    return layout.constrain(out, "batch", "length", "act_heads", None)
+
+
 def _layer(cfg: DecoderConfig, layout: _Layout, x: Any, p: dict[str, Any]) -> Any:
     """One decoder layer on the residual stream x [batch, length, embed]."""
     w = {k: v.astype(COMPUTE) for k, v in p.items()}
@@ -118,7 +145,7 @@ def _layer(cfg: DecoderConfig, layout: _Layout, x: Any, p: dict[str, Any]) -> An
     q = layout.constrain(jnp.einsum("bsd,dnh->bsnh", h, w["wq"]), "batch", "length", "act_heads", None)
     k = layout.constrain(jnp.einsum("bsd,dnh->bsnh", h, w["wk"]), "batch", "length", "act_kv_heads", None)
     v = layout.constrain(jnp.einsum("bsd,dnh->bsnh", h, w["wv"]), "batch", "length", "act_kv_heads", None)
-    attended = _attention(q, k, v, layout)
+    attended = (_flash_attention if cfg.attention == "flash" else _attention)(q, k, v, layout)
     x = x + layout.constrain(jnp.einsum("bsnh,nhd->bsd", attended, w["wo"]), "batch", "length", "act_embed")
     h = _rms_norm(x, p["mlp_norm"])
     up = jnp.einsum("bsd,df->bsf", h, w["w_up"])

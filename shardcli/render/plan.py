@@ -239,7 +239,8 @@ def plan_parts(
         m = req.model
         parts.append(
             Text(
-                f"plan {m.name} ({_count(m.parameters())} parameters, seq {m.seq}) on {req.target.name}",
+                f"plan {m.name} ({_count(m.parameters())} parameters, seq {m.seq}, {m.attention} attention) "
+                f"on {req.target.name}",
                 style="bold",
             )
         )
@@ -367,6 +368,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
                 "seq": cfg.seq,
                 "activation": cfg.activation,
                 "tied_embeddings": cfg.tied_embeddings,
+                "attention": cfg.attention,
                 "parameters": cfg.parameters(),
                 "source": cfg.source,
             },

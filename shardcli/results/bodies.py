@@ -343,7 +343,7 @@ RESHARD_BODY = Record(
 # `shardcli plan`: every candidate layout, modelled, and compiled where it ranked high enough.
 PLAN_MODEL = Record("name", "layers", "d_model", "heads", "kv_heads", "head_dim", "mlp_dim", "vocab", "seq")
 PLAN_CONFIG = Record(
-    ("model", PLAN_MODEL.extended("activation", "tied_embeddings", "parameters", "source")),
+    ("model", PLAN_MODEL.extended("activation", "tied_embeddings", "attention", "parameters", "source")),
     "target",
     "chips",
     "compiler",  # the target's compiler, package -> version: jax, jaxlib, libtpu (or a CUDA plugin)

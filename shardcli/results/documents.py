@@ -57,8 +57,9 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # (runtime.compiler: jax, jaxlib, and libtpu or a CUDA plugin for a --target). 5: a program's
 # collective carries the user's frames that led to it (stack, innermost first; source is the first);
 # a GPU's per-op estimate has the least its launches take (step_time.ops.launch_s and its counts);
-# plan's config.rank (its order), its chip's usable_bytes and network_bytes_per_s.
-SCHEMA_VERSION = 5
+# plan's config.rank (its order), its chip's usable_bytes and network_bytes_per_s. 6: plan's
+# config.model.attention (dot or flash).
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@ from shardcli.errors import ShardcliError
 
 ACTIVATIONS = ("swiglu", "geglu", "relu")  # gated SiLU (Llama), gated GELU (Gemma), plain ReLU (MaxText 2023)
 REMAT_POLICIES = ("none", "minimal", "full")
+# How attention is computed: "dot" writes the scores to HBM as XLA fuses the einsums and the softmax
+# (MaxText's `dot_product`); "flash" is a fused kernel whose scores never leave the chip (on GPUs
+# cuDNN's flash attention, MaxText's `cudnn_flash_te`).
+ATTENTIONS = ("dot", "flash")
 # Logical axis names of parameters and activations (MaxText's vocabulary).
 PARAM_AXES = ("vocab", "embed", "heads", "kv_heads", "head_dim", "mlp", "layers", "norm")
 ACTIVATION_AXES = ("batch", "length", "act_embed", "act_heads", "act_kv_heads", "act_mlp", "act_vocab")
@@ -39,6 +43,7 @@ class DecoderConfig:
     activation: str = "swiglu"
     tied_embeddings: bool = False
     source: str = ""  # where the shape comes from
+    attention: str = "dot"  # one of ATTENTIONS: how the program computes attention, not the shape
 
     @property
     def gated(self) -> bool:
@@ -49,7 +54,7 @@ class DecoderConfig:
         return (
             f"{self.name}: {self.layers} layers, d_model {self.d_model}, {self.heads} heads "
             f"({self.kv_heads} kv) x {self.head_dim}, mlp {self.mlp_dim} {self.activation}, "
-            f"vocab {self.vocab}, seq {self.seq}"
+            f"vocab {self.vocab}, seq {self.seq}" + (", flash attention" if self.attention == "flash" else "")
         )
 
     def layer_parameters(self) -> int:
