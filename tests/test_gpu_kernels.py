@@ -371,3 +371,41 @@ def test_cudnn_flash_attention_compiles_for_a_described_gpu_and_is_counted_from_
         ("__cudnn$fmhaSoftmaxBackward", 2.5 * forward),
     ]
     assert found.unknown == ()
+
+
+ATTENTION_PROGRAM = """
+import jax
+import jax.numpy as jnp
+
+
+def step(q, k, v):
+    def loss(q, k, v):
+        out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+        return out.astype(jnp.float32).sum()
+
+    return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+
+def inputs(mesh):
+    on_gpu = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    q = jax.ShapeDtypeStruct((2, 256, 4, 64), jnp.bfloat16, sharding=on_gpu)
+    return q, q, q
+"""
+
+
+def test_your_cudnn_attention_is_inspected_for_a_gpu_target(cli, tmp_path):
+    """A program of the user's that asks for cuDNN's attention compiles under `inspect --target
+    gpu-...` on a host with neither cuDNN nor a GPU, and its kernels are counted as library calls."""
+    pytest.importorskip("jax_cuda12_plugin", reason="the gpu extra: pip install -e '.[gpu]' (CI installs it)")
+    program = tmp_path / "attention.py"
+    program.write_text(ATTENTION_PROGRAM)
+    out = cli(["inspect", f"{program}:step", "--inputs", f"{program}:inputs", "--target", "gpu-h100:1",
+               "--format", "json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    import json
+
+    doc = json.loads(out.stdout)
+    calls = {c["target"]: c for c in doc["program"]["kernels"]}
+    forward = 4 * 2 * 4 * 256 * 256 * 64 * 257 / 512
+    assert calls["__cudnn$fmhaSoftmax"]["flops"] == forward
+    assert calls["__cudnn$fmhaSoftmaxBackward"]["flops"] == 2.5 * forward
