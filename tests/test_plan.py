@@ -690,6 +690,46 @@ def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):
     assert len(list(plan_cache.glob("*.json"))) == 1
 
 
+def test_a_compile_ctrl_c_leaves_counts_as_running_until_it_ends(monkeypatch):
+    """Ctrl-C while the main thread waits on a compile: the compile is abandoned and counted as running
+    (the CLI then leaves at once, never tearing the compile down under it) until it really ends. On
+    Python 3.11 a `Thread.join` that Ctrl-C ended marked the running thread stopped, the process went
+    through Python's exit, and about one plan in three printed a SIGSEGV report after its output."""
+    import signal
+    import sys
+    import threading
+
+    from shardcli.plan import compiles as plan_compile
+
+    monkeypatch.setattr(plan_compile, "_ABANDONED", [])
+    release = threading.Event()
+    main = threading.main_thread()
+
+    def waiting_in_interruptible() -> bool:
+        frame = sys._current_frames().get(main.ident)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        return "interruptible" in names  # in Thread.start's wait, or in the wait for the compile
+
+    def work():
+        while not waiting_in_interruptible():  # the sign: the main thread waits on this compile
+            release.wait(0.01)
+        signal.pthread_kill(main.ident, signal.SIGINT)
+        release.wait()
+        return "done"
+
+    with pytest.raises(KeyboardInterrupt):
+        plan_compile.interruptible(work)
+    try:
+        assert plan_compile.abandoned_compiles()
+    finally:
+        release.set()
+    plan_compile._ABANDONED[0].wait()
+    assert not plan_compile.abandoned_compiles()
+
+
 def test_fewer_compiles_than_asked_when_nothing_else_is_expected_to_fit(monkeypatch, plan_cache):
     """A 1.2B-parameter decoder on four 16 GiB chips: the model says the layouts with a data axis
     cannot hold it. With --compile 20 the planner compiles every other layout once (each compile,

@@ -341,12 +341,17 @@ def target_session(
     return sessions[key]
 
 
-_ABANDONED: list[Any] = []  # compile threads a Ctrl-C or SIGTERM left running
+_ABANDONED: list[Any] = []  # for each compile a Ctrl-C or SIGTERM left running, the event it sets when done
 
 
 def abandoned_compiles() -> bool:
-    """Whether a compile that Ctrl-C (or SIGTERM) left is still running in its thread."""
-    return any(thread.is_alive() for thread in _ABANDONED)
+    """Whether a compile that Ctrl-C (or SIGTERM) left is still running in its thread.
+
+    Asked of the compile's own "finished" event, never of `Thread.is_alive()`: on Python 3.11 a
+    `join` that Ctrl-C interrupts marks the thread stopped while it still runs (CPython's bpo-45274
+    handling releases the lock the running thread holds), and Python's exit then tore the compile's
+    C++ frames down under it (a SIGSEGV report after the output, about one run in three)."""
+    return any(not finished.is_set() for finished in _ABANDONED)
 
 
 def interruptible(work: Callable[[], Any]) -> Any:
@@ -362,24 +367,29 @@ def interruptible(work: Callable[[], Any]) -> Any:
     import threading
 
     box: dict[str, Any] = {}
+    finished = threading.Event()
 
     def run() -> None:
         try:
             box["value"] = work()
         except BaseException as error:  # noqa: BLE001 - handed to the waiting thread as it is
             box["error"] = error
+        finally:
+            finished.set()
 
     streams = (sys.stdout, sys.stderr)
     sys.stderr.flush()
     fd2 = os.dup(2)
     try:
         thread = threading.Thread(target=run, name="shardcli-plan-compile", daemon=True)
-        thread.start()
         try:
-            while thread.is_alive():
-                thread.join(0.2)
+            thread.start()  # waits for the thread to start: Ctrl-C there leaves it running too
+            # An event's wait, not the thread's join: Ctrl-C may end either, and only the join's
+            # leaves the thread marked stopped (see `abandoned_compiles`).
+            while not finished.wait(0.2):
+                pass
         except BaseException:
-            _ABANDONED.append(thread)
+            _ABANDONED.append(finished)
             sys.stdout, sys.stderr = streams
             os.dup2(fd2, 2)
             raise

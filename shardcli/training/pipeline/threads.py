@@ -378,20 +378,26 @@ def run_mpmd(
             except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(error)
                 stop.set()
+            finally:
+                finished[s].set()
 
+        # Each stage's own "finished" event, not Thread.join/is_alive: on Python 3.11 a join that
+        # Ctrl-C interrupts marks the still-running thread stopped (CPython's bpo-45274 handling).
+        finished = [threading.Event() for _ in range(S)]
         threads = [threading.Thread(target=stage_loop, args=(s,), daemon=True) for s in range(S)]
+        started = 0
         try:
             for t in threads:
                 t.start()
-            for t in threads:
-                t.join()
+                started += 1
+            for event in finished:
+                event.wait()
         finally:
             # Ctrl-C (or any error) in this thread: stop the stages before the interpreter goes on,
             # so no stage is still running JAX work while it shuts down.
             stop.set()
-            for t in threads:
-                if t.is_alive():
-                    t.join()
+            for event in finished[:started]:
+                event.wait()
         _ctrl_c.check()
         if errors:
             raise errors[0]
