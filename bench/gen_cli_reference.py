@@ -214,6 +214,9 @@ EXAMPLES: dict[str, str | list[str]] = {
     # the same on two GPU hosts of 4 (XLA's GPU compiler, no GPU): each compile some seconds
     "tutorial-plan-gpu": "shardcli plan --preset tiny --target gpu-h100:2x4 --batch 2 --remat full "
     "--compile 3",
+    # one published layout (JAX-Toolbox's Llama2-7B on 8 H100: fsdp 8, 2 per GPU): one compile, ~10 s
+    "tutorial-plan-published": "shardcli plan --preset llama2-7b --target gpu-h100:8 --mesh fsdp=8 --batch 2 "
+    "--remat minimal -q",
     # your own program (NNX, logical axis names), then its winner compiled again by inspect --rules
     "tutorial-plan-program": [
         "shardcli plan examples/nnx_mlp.py:train_step --inputs examples/nnx_mlp.py:inputs "
@@ -322,6 +325,7 @@ VOLATILE = {
     "readme-plan",  # compile seconds
     "tutorial-plan-program",
     "tutorial-plan-gpu",
+    "tutorial-plan-published",
 }
 # Examples that draw charts or timelines from their timings: --check also leaves out those lines.
 CHARTS = {"example-collective-sweep", "example-pipeline", "tutorial-pipeline-launch"}
@@ -341,7 +345,13 @@ NEEDS_TPU = {
     "tutorial-tpu-einsum",
 }
 # Examples that need the `gpu` extra (JAX's CUDA plugin): skipped the same way where it is missing.
-NEEDS_GPU = {"tutorial-gpu", "tutorial-gpu-pool", "tutorial-gpu-module", "tutorial-plan-gpu"}
+NEEDS_GPU = {
+    "tutorial-gpu",
+    "tutorial-gpu-pool",
+    "tutorial-gpu-module",
+    "tutorial-plan-gpu",
+    "tutorial-plan-published",
+}
 # JAX's GPU allocator variables, which change a GPU target's fit verdict (shardcli/hardware/gpu_memory.py)
 GPU_POOL_VARIABLES = (
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
@@ -367,6 +377,7 @@ COMPILER_DEPENDENT = {
     "tutorial-gpu-module": "the CUDA plugin 0.12 prints nothing at start-up without a GPU (the note)",
     "tutorial-gpu-pool": "XLA's cost analysis counts 15.8 GFLOP besides the cuBLAS calls, not 15",
     "tutorial-plan-gpu": "the GPU compiler's figures move (its kernels, the step estimates)",
+    "tutorial-plan-published": "as tutorial-plan-gpu",
 }
 # A line C++ logging writes (absl: `W1127 16:56:53.623271   24996 spmd_partitioner.cc:666] ...`).
 NATIVE_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]")

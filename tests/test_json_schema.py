@@ -260,7 +260,7 @@ PINNED_KEYS = {
         "plan": "fc4aee0db5328711",
         "plan-program": "1e466772574394a6",
     },
-    # 6: plan's config.model.attention (dot, or flash: cuDNN's fused kernel on GPU targets)
+    # 6: plan's config.model.attention (dot, or flash: cuDNN's fused kernel on GPU targets), config.mesh
     6: {
         "mesh": "8e142fb6bec51a4c",
         "shard": "606eab0ec5ca858b",
@@ -275,7 +275,7 @@ PINNED_KEYS = {
         "model": "e7d913623526ef37",
         "pipeline": "00e642b1573f23de",
         "compare": "53b1ec01214a6068",
-        "plan": "f52881448caba394",
+        "plan": "0926e87d87839fba",
         "plan-program": "1e466772574394a6",
     },
 }

@@ -341,6 +341,27 @@ def test_no_layout_fits_exits_1(cli, plan_cache):
         ),
         pytest.param([*TINY, "--emit", "out.txt"], "--emit 'out.txt' must name a .py file", id="emit"),
         pytest.param(
+            [*TINY, "--mesh", "fsdp=8"], "--mesh 'fsdp=8' names 8 chips; the target has 4", id="mesh-size"
+        ),
+        pytest.param(
+            [*TINY, "--mesh", "model=4"],
+            "--mesh 'model=4': 'model=4' is not AXIS=SIZE with AXIS one of data, fsdp, sequence, tensor",
+            id="mesh-axis",
+        ),
+        pytest.param(
+            [*TINY, "--mesh", "fsdp=2,fsdp=2"], "--mesh 'fsdp=2,fsdp=2': fsdp is given twice", id="mesh-twice"
+        ),
+        pytest.param(
+            [*TINY, "--mesh", "fsdp=-4"],
+            "--mesh 'fsdp=-4': the size of fsdp, '-4', is not a positive",
+            id="mesh-neg",
+        ),
+        pytest.param(
+            ["--preset", "tiny", "--target", "gpu-h100:2x4", "--mesh", "tensor=8"],
+            "--mesh tensor=8: the tensor axis must stay within a host of 4 GPUs",
+            id="mesh-tensor-across-hosts",
+        ),
+        pytest.param(
             [*TINY, "--attention", "splash"],
             "--attention 'splash' is not known; choose one of dot, flash",
             id="attention",
@@ -940,6 +961,27 @@ def test_flash_attention_compiles_where_the_tensor_axis_is_wider_than_the_kv_hea
     session = plan_compile.target_session({}, target, candidate.mesh, RunOptions())
     figures = plan_compile.compile_candidate(session, cfg, candidate, target, "scan")
     assert "attention" in {k.kind for k in figures.kernels}
+
+
+@pytest.mark.parametrize(
+    ("target", "mesh", "label"),
+    [
+        pytest.param("tpu-v5e:2x2", "data=2,fsdp=2", "dp2 fsdp2", id="tpu"),
+        pytest.param("tpu-v5e:2x2", "tensor=2,fsdp=2", "fsdp2 tp2", id="tpu-any-order"),
+        pytest.param("gpu-h100:2x4", "data=2,fsdp=4", "dp2 fsdp4", id="gpu-across-hosts"),
+    ],
+)
+def test_a_named_mesh_is_the_one_layout_compiled(cli, plan_cache, target, mesh, label):
+    """`--mesh` with --batch and --remat: one published layout is compiled and estimated from the command
+    line (its rule sets are the only candidates), and the document says which mesh was asked for."""
+    pytest.importorskip("libtpu" if target.startswith("tpu") else "jax_cuda12_plugin")
+    doc = _json(
+        cli, ["--preset", "tiny", "--target", target, "--mesh", mesh, "--batch", "2", "--remat", "full"]
+    )
+    assert {c["layout"].removesuffix("+sp") for c in doc["candidates"]} == {label}
+    assert doc["winner"]["layout"].removesuffix("+sp") == label
+    assert doc["config"]["mesh"] == {k: int(v) for k, v in (p.split("=") for p in mesh.split(","))}
+    assert all(c["compiled"] is not None for c in doc["candidates"])
 
 
 def test_a_gpu_candidate_is_estimated_as_inspect_estimates_it(cuda_plugin, plan_cache):

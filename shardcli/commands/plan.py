@@ -88,6 +88,15 @@ Remat = Annotated[
         show_default=False,
     ),
 ]
+MeshFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--mesh",
+        help="Only this mesh: AXIS=SIZE for data, fsdp, sequence, tensor (data=32,fsdp=8). With --batch "
+        "and --remat one published layout is compiled and estimated. \\[default: every mesh]",
+        show_default=False,
+    ),
+]
 Attention = Annotated[
     str | None,
     typer.Option(
@@ -166,6 +175,7 @@ def plan(
     global_batch: GlobalBatch = None,
     batch: Batch = None,
     remat: Remat = None,
+    mesh: MeshFlag = None,
     attention: Attention = None,
     sequence: Sequence = False,
     compile_n: Compile = 8,
@@ -204,7 +214,7 @@ def plan(
             "--kv-heads": kv_heads, "--head-dim": head_dim, "--mlp-dim": mlp_dim, "--vocab": vocab,
             "--seq": seq, "--activation": activation, "--global-batch": global_batch, "--batch": batch,
             "--emit": emit, "--remat": remat, "--sequence": sequence or None, "--method": method,
-            "--attention": attention,
+            "--attention": attention, "--mesh": mesh,
             "--rank": None if rank == "throughput" else rank,
         }  # fmt: skip
         _refuse_decoder_flags(program, decoder_flags)
@@ -224,10 +234,12 @@ def plan(
         "mlp_dim": mlp_dim, "vocab": vocab, "seq": seq, "activation": activation,
     }  # fmt: skip
     target_spec = parse_target(target)
+    named = _named(mesh, target_spec.chips)
+    sequence = sequence or any(a == "sequence" for a, _ in named or ())
     cfg = _with_attention(build_config(preset, **shape), attention, target_spec.generation.platform, sequence)
     _check_sizes(cfg, target_spec.chips, global_batch, batch)
     request = PlanRequest(
-        model=cfg, target=target_spec, global_batch=global_batch,
+        model=cfg, target=target_spec, global_batch=global_batch, mesh=named,
         per_device_batch=batch, remats=_remat_policies(remat), sequence=sequence, compile_n=compile_n,
         method=method if method is not None else "scan", use_cache=not no_cache, options=options, rank=rank,
     )  # fmt: skip
@@ -244,6 +256,12 @@ def plan(
         stop.finished()  # SIGTERM: exit 143
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
+
+
+def _named(text: str | None, chips: int) -> tuple[tuple[str, int], ...] | None:
+    from shardcli.plan.candidates import parse_named_mesh
+
+    return None if text is None else parse_named_mesh(text, chips)
 
 
 def _with_attention(cfg: DecoderConfig, text: str | None, platform: str, sequence: bool) -> DecoderConfig:

@@ -156,6 +156,39 @@ def gpu_mesh_choices(hosts: int, gpus: int, *, sequence: bool = False) -> list[M
     return out
 
 
+def parse_named_mesh(text: str, chips: int, flag: str = "--mesh") -> tuple[tuple[str, int], ...]:
+    """`data=32,fsdp=8` -> (("data", 32), ("fsdp", 8)): the axes in plan's order (data, fsdp,
+    sequence, tensor), those of size 1 left out.
+
+    Raises:
+        ShardcliError: an axis plan does not name, a size that is not a positive whole number, an
+            axis given twice, or sizes whose product is not the target's chips (one line each).
+    """
+    from shardcli.errors import ShardcliError
+
+    sizes: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        name, eq, value = part.partition("=")
+        name = name.strip()
+        if not eq or name not in MESH_AXES:
+            raise ShardcliError(
+                f"{flag} {text!r}: {part!r} is not AXIS=SIZE with AXIS one of {', '.join(MESH_AXES)} "
+                "(for example data=2,fsdp=8)"
+            )
+        if name in sizes:
+            raise ShardcliError(f"{flag} {text!r}: {name} is given twice")
+        if not value.strip().isdigit() or int(value) < 1:
+            raise ShardcliError(
+                f"{flag} {text!r}: the size of {name}, {value.strip()!r}, is not a positive whole number"
+            )
+        sizes[name] = int(value)
+    if math.prod(sizes.values()) != chips:
+        raise ShardcliError(
+            f"{flag} {text!r} names {math.prod(sizes.values())} chips; the target has {chips}"
+        )
+    return tuple((a, sizes[a]) for a in MESH_AXES if sizes.get(a, 1) > 1)
+
+
 @dataclass(frozen=True)
 class Pruned:
     """A combination left out before any model, and why."""
@@ -175,12 +208,17 @@ def enumerate_candidates(
     seq_len: int,
     aligned_only: bool = True,
     gpu_hosts: bool = False,
+    only_mesh: tuple[tuple[str, int], ...] | None = None,
 ) -> tuple[list[Candidate], list[Pruned]]:
     """Every candidate layout for a model on a target, and the combinations that cannot be laid out.
 
     The batch is fixed by `global_batch` or `per_device_batch` (global = per-device x chips, as
     MaxText counts it); with neither, each of BATCH_CHOICES is a candidate. With `gpu_hosts`,
-    `torus` is (hosts, GPUs per host) and the meshes are `gpu_mesh_choices`.
+    `torus` is (hosts, GPUs per host) and the meshes are `gpu_mesh_choices`. `only_mesh`
+    (`parse_named_mesh`) keeps that one mesh, along the torus or not.
+
+    Raises:
+        ShardcliError: `only_mesh` is no mesh of the target (a tensor axis across GPU hosts).
     """
     chips = math.prod(torus)
     if global_batch is not None:
@@ -191,11 +229,14 @@ def enumerate_candidates(
         batches = [b * chips for b in BATCH_CHOICES]
     out: list[Candidate] = []
     pruned: list[Pruned] = []
-    meshes = (
-        gpu_mesh_choices(*torus, sequence=sequence)
-        if gpu_hosts
-        else mesh_choices(torus, sequence=sequence, aligned_only=aligned_only)
-    )
+    if only_mesh is not None:
+        meshes = _named_mesh(torus, only_mesh, gpu_hosts)
+    else:
+        meshes = (
+            gpu_mesh_choices(*torus, sequence=sequence)
+            if gpu_hosts
+            else mesh_choices(torus, sequence=sequence, aligned_only=aligned_only)
+        )
     for mesh in meshes:
         for rule_set in rule_sets:
             if rule_set == "fsdp-tp-sp" and mesh.size("tensor") == 1:
@@ -220,3 +261,21 @@ def enumerate_candidates(
                     continue
                 out.append(candidate)
     return out, pruned
+
+
+def _named_mesh(
+    torus: tuple[int, ...], sizes: tuple[tuple[str, int], ...], gpu_hosts: bool
+) -> list[MeshChoice]:
+    """The one mesh `--mesh` names, as plan would have named it."""
+    from shardcli.errors import ShardcliError
+
+    sequence = any(a == "sequence" for a, _ in sizes)
+    if gpu_hosts:
+        found = [m for m in gpu_mesh_choices(*torus, sequence=sequence) if m.sizes == sizes]
+        if not found:
+            raise ShardcliError(
+                f"--mesh {','.join(f'{a}={n}' for a, n in sizes)}: the tensor axis must stay within a host "
+                f"of {torus[1]} GPUs (its size divides {torus[1]})"
+            )
+        return found
+    return [m for m in mesh_choices(torus, sequence=sequence, aligned_only=False) if m.sizes == sizes]

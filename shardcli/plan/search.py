@@ -50,6 +50,7 @@ class PlanRequest:
     remats: tuple[str, ...] = REMAT_POLICIES
     rule_sets: tuple[str, ...] = ("fsdp-tp", "fsdp-tp-sp")
     sequence: bool = False
+    mesh: tuple[tuple[str, int], ...] | None = None  # --mesh: only this mesh (`parse_named_mesh`)
     compile_n: int = 8
     method: str = "scan"
     use_cache: bool = True
@@ -161,6 +162,7 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         sequence=request.sequence,
         seq_len=cfg.seq,
         gpu_hosts=gpu,
+        only_mesh=request.mesh,
     )
     if not candidates:
         why = pruned[0].why if pruned else "no mesh"

@@ -187,7 +187,7 @@ def summary_clauses(result: PlanResult) -> Clauses:
     modelled = sum(r.status == "modelled" for r in rows)
     pruned = sum(r.status == "pruned" for r in rows) + len(result.pruned)
     parts = [
-        f"{len(rows) + len(result.pruned)} candidates",
+        f"{len(rows) + len(result.pruned)} candidate{'' if len(rows) + len(result.pruned) == 1 else 's'}",
         f"{compiled} compiled ({cached} from the cache) in {result.compile_s:,.0f} s",
         f"{modelled} modelled only, {pruned} pruned (--format json lists every one)",
     ]
@@ -380,6 +380,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             remat=list(req.remats),
             rule_sets=list(req.rule_sets),
             sequence=req.sequence,
+            mesh=None if req.mesh is None else dict(req.mesh),
             compile=req.compile_n,
             method=req.method,
             rank=req.rank,

@@ -352,6 +352,7 @@ PLAN_CONFIG = Record(
     "remat",
     "rule_sets",
     "sequence",
+    "mesh",  # --mesh: axis -> size of the one mesh tried, or null (every mesh)
     "compile",
     "method",
     "rank",  # how compiled layouts are ordered: throughput or step

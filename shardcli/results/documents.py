@@ -58,7 +58,7 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # collective carries the user's frames that led to it (stack, innermost first; source is the first);
 # a GPU's per-op estimate has the least its launches take (step_time.ops.launch_s and its counts);
 # plan's config.rank (its order), its chip's usable_bytes and network_bytes_per_s. 6: plan's
-# config.model.attention (dot or flash).
+# config.model.attention (dot or flash) and config.mesh (--mesh).
 SCHEMA_VERSION = 6
 
 
