@@ -46,6 +46,8 @@ PLAN_FLAGS = {
     "--global-batch": ["0", "-1", "x"],
     "--batch": ["0", "-1", "x"],
     "--remat": ["bogus", "", ",", "none,bogus"],
+    "--mesh": ["fsdp=8", "model=4", "fsdp=2,fsdp=2", "fsdp=-4", "fsdp=x", "", ",", "fsdp=2,,data=2", "fsdp"],
+    "--attention": ["bogus", "", "flash", "FLASH"],
     "--compile": ["0", "-1", "x"],
     "--method": ["bogus", ""],
     "--emit": ["/nonexistent/step.py", "step.txt"],

@@ -182,9 +182,10 @@ def parse_named_mesh(text: str, chips: int, flag: str = "--mesh") -> tuple[tuple
                 f"{flag} {text!r}: the size of {name}, {value.strip()!r}, is not a positive whole number"
             )
         sizes[name] = int(value)
-    if math.prod(sizes.values()) != chips:
+    named = math.prod(sizes.values())
+    if named != chips:
         raise ShardcliError(
-            f"{flag} {text!r} names {math.prod(sizes.values())} chips; the target has {chips}"
+            f"{flag} {text!r} names {named} chip{'' if named == 1 else 's'}; the target has {chips}"
         )
     return tuple((a, sizes[a]) for a in MESH_AXES if sizes.get(a, 1) > 1)
 
