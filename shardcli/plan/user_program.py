@@ -29,6 +29,7 @@ from shardcli.plan.analytic import HEADROOM, chip_figures
 from shardcli.plan.candidates import MESH_AXES, RULE_SETS, MeshChoice, gpu_mesh_choices, mesh_choices
 from shardcli.plan.compiles import CompiledFigures, figures_of
 from shardcli.specs.decoder import Rules, rules_text
+from shardcli.specs.files import own_folder
 from shardcli.specs.runs import RunOptions
 
 
@@ -318,11 +319,9 @@ def user_source_files() -> list[str]:
     import sys
     import sysconfig
 
-    import shardcli
-
     library = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
     library |= {*site.getsitepackages(), site.getusersitepackages(), sys.base_prefix, sys.base_exec_prefix}
-    library |= {sys.prefix, sys.exec_prefix, os.path.dirname(os.path.abspath(shardcli.__file__))}
+    library |= {sys.prefix, sys.exec_prefix, own_folder()}
     folders = tuple(os.path.abspath(f) + os.sep for f in library if f)
     files = set()
     for module in list(sys.modules.values()):

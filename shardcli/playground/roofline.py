@@ -34,7 +34,7 @@ from typing import Any
 from shardcli.errors import ShardcliError
 from shardcli.playground.collective.cases import get_collective
 from shardcli.playground.collective.entries import Collective
-from shardcli.specs.files import read_json
+from shardcli.specs.files import own_folder, read_json
 
 # Bytes each thread copies at once: far beyond the caches, like the 64 MiB device buffers the
 # roofline bounds, and past glibc's non-temporal threshold (x86: 3/4 of a thread's share of the
@@ -210,9 +210,7 @@ def measure_streaming_copy_bandwidth(
         return None
     tunables = os.environ.get("GLIBC_TUNABLES")
     tunables = f"{tunables}:{STREAMING_TUNABLE}" if tunables else STREAMING_TUNABLE
-    import shardcli
-
-    here = str(Path(shardcli.__file__).resolve().parent.parent)  # the folder holding the package
+    here = os.path.dirname(own_folder())  # the folder holding the package
     path = os.environ.get("PYTHONPATH")
     env = dict(os.environ, GLIBC_TUNABLES=tunables, PYTHONPATH=f"{here}{os.pathsep}{path}" if path else here)
     code = (

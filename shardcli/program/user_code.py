@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardcli.errors import ShardcliError
+from shardcli.specs.files import is_own_file
 
 
 class UserCodeError(ShardcliError):
@@ -184,15 +185,9 @@ class _UserExit(BaseException):
 
 def _exit_site(error: BaseException) -> tuple[str, int]:
     """The innermost frame outside shardcli and the standard library's exit machinery."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not _is_shardcli(f.filename)]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not is_own_file(f.filename)]
     frame = frames[-1] if frames else traceback.extract_tb(error.__traceback__)[-1]
     return frame.filename, frame.lineno or 0
-
-
-def _is_shardcli(filename: str) -> bool:
-    import shardcli
-
-    return os.path.abspath(filename).startswith(os.path.dirname(os.path.abspath(shardcli.__file__)) + os.sep)
 
 
 @contextlib.contextmanager

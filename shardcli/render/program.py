@@ -16,6 +16,7 @@ from shardcli.analysis.target import FitVerdict
 from shardcli.hardware.costmodel import CostEstimate, Hardware
 from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds, phrases
 from shardcli.results import records
+from shardcli.specs.files import is_own_file
 from shardcli.specs.values import format_bytes
 
 
@@ -219,9 +220,6 @@ def model_json(model: CostEstimate | None) -> dict[str, Any] | None:
     )
 
 
-_OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 def _where(c: CollectiveOp) -> str:
     """Where it came from, and the user's frames that called that line (`at layers.py:56 <
     model.py:12`): the full view's table is printed at its natural width."""
@@ -233,7 +231,7 @@ def collective_where(op: str | None, source: str | None) -> str:
     """`dot_general at step.py:12`: the JAX operation without its jit(...) path, and the user's line
     (a line of shardcli's own programs, as einsum and reshard build them, says nothing new)."""
     op = op or "inserted by the partitioner"
-    if source is None or os.path.abspath(source).startswith(_OWN_FILES + os.sep):
+    if source is None or is_own_file(source):
         return op
     path, _, line = source.rpartition(":")
     return f"{op} at {os.path.basename(path)}:{line}"

@@ -5,7 +5,7 @@
 - `arguments`: abstract arguments (`--arg f32[8,512]@data,None`);
 - `runs`: how a run goes: platform, mode, output format, processes, the files it writes;
 - `einsum`, `decoder`, `model`: the einsum subscripts, `plan`'s decoder and `model`'s shape as data;
-- `files`: reading a JSON file someone else may have written.
+- `files`: reading a JSON file someone else may have written; which files are shardcli's own.
 
 Imports from: errors.
 """

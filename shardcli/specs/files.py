@@ -1,4 +1,5 @@
-"""Reading a JSON file someone else may have written: every way it can be damaged is bad input.
+"""Reading a JSON file someone else may have written: every way it can be damaged is bad input. And
+which files are shardcli's own (`own_folder`, `is_own_file`), for what tells them from the user's.
 
 A truncated file, a binary one, one nested a hundred thousand levels deep, a number with ten
 thousand digits, a directory where a file should be: each becomes one line naming the file and what
@@ -17,6 +18,28 @@ from shardcli.errors import ShardcliError
 # The largest file read: far above any document shardcli writes (a sweep's JSON is kilobytes), far
 # below what would hang or exhaust the machine (/dev/zero, a multi-gigabyte file by mistake).
 MAX_JSON_BYTES = 64 << 20
+
+
+def own_folder() -> str:
+    """The folder of shardcli's own modules (the package's), as an absolute path."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def is_own_file(path: str, *, other_copies: bool = False) -> bool:
+    """Whether `path` is one of shardcli's own modules.
+
+    Args:
+        other_copies: also the same module of another copy of shardcli (a compile cache keeps the
+            paths of the checkout that first compiled a program).
+    """
+    own = own_folder()
+    path = os.path.abspath(path)
+    if path.startswith(own + os.sep):
+        return True
+    if not other_copies:
+        return False
+    _, sep, rest = path.rpartition(os.sep + "shardcli" + os.sep)
+    return bool(sep) and os.path.isfile(os.path.join(own, rest))
 
 
 def _kind(mode: int) -> str | None:

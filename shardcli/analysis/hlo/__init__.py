@@ -5,5 +5,5 @@
 - `sources`: each instruction's source line and the user's call stack; `header`: platform,
   partitions and the entry's arrays.
 
-Imports from: errors.
+Imports from: specs, errors.
 """

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from shardcli.specs.files import is_own_file
+
 
 def source_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, str]:
     """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames: of
@@ -83,7 +85,7 @@ def user_stack(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> tuple[
     # line's machinery (typer, runpy); "<string>" and "<frozen ...>" have no file to point at.
     inner = []
     for source in chain:
-        if _shardcli_file(source.rpartition(":")[0]):
+        if is_own_file(source.rpartition(":")[0], other_copies=True):
             break
         if not source.startswith("<"):
             inner.append(source)
@@ -105,18 +107,3 @@ def user_stack(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> tuple[
         return any(path == r or path.startswith(r + os.sep) for r in roots) or not library(source)
 
     return tuple(dict.fromkeys([s for s in chain if users(s)] or chain[:1]))
-
-
-def _shardcli_file(path: str) -> bool:
-    """Whether `path` is one of shardcli's own modules: in this package's folder, or in another copy
-    of it (a compile cache keeps the paths of the checkout that first compiled a program)."""
-    import os
-
-    import shardcli
-
-    own = os.path.dirname(os.path.abspath(shardcli.__file__))
-    path = os.path.abspath(path)
-    if path.startswith(own + os.sep):
-        return True
-    head, sep, rest = path.rpartition(os.sep + "shardcli" + os.sep)
-    return bool(sep) and os.path.isfile(os.path.join(own, rest))
