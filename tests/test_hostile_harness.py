@@ -46,7 +46,10 @@ PLAN_FLAGS = {
     "--global-batch": ["0", "-1", "x"],
     "--batch": ["0", "-1", "x"],
     "--remat": ["bogus", "", ",", "none,bogus"],
-    "--mesh": ["fsdp=8", "model=4", "fsdp=2,fsdp=2", "fsdp=-4", "fsdp=x", "", ",", "fsdp=2,,data=2", "fsdp"],
+    "--mesh": [
+        *("fsdp=8", "model=4", "fsdp=2,fsdp=2", "fsdp=-4", "fsdp=x", "", ",", "fsdp=2,,data=2", "fsdp"),
+        *("data=\u00b2", "fsdp=" + "1" * 5000),  # a digit int() refuses; past int()'s 4300 digits
+    ],
     "--attention": ["bogus", "", "flash", "FLASH"],
     "--compile": ["0", "-1", "x"],
     "--method": ["bogus", ""],

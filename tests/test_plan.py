@@ -362,6 +362,11 @@ def test_no_layout_fits_exits_1(cli, plan_cache):
             id="mesh-tensor-across-hosts",
         ),
         pytest.param(
+            ["--preset", "tiny", "--target", "gpu-h100:2", "--head-dim", "12", "--attention", "flash"],
+            "--attention flash: cuDNN's flash attention takes a head width that is a multiple of 8",
+            id="flash-head-width",
+        ),
+        pytest.param(
             [*TINY, "--attention", "splash"],
             "--attention 'splash' is not known; choose one of dot, flash",
             id="attention",
@@ -373,7 +378,7 @@ def test_no_layout_fits_exits_1(cli, plan_cache):
         ),
         pytest.param(
             ["--preset", "tiny", "--target", "gpu-h100:4", "--attention", "flash", "--sequence"],
-            "--attention flash with --sequence: cuDNN's flash attention splits the batch and the heads",
+            "--attention flash with a sequence axis (--sequence, or sequence in --mesh): cuDNN's flash",
             id="flash-sequence",
         ),
     ],
@@ -906,6 +911,7 @@ def test_plan_lays_the_decoder_out_on_gpu_hosts(cli, plan_cache, cuda_plugin):
         pytest.param([], "flash", True, id="default-flash"),
         pytest.param(["--attention", "dot"], "dot", False, id="dot"),
         pytest.param(["--sequence", "-n", "1"], "dot", False, id="sequence-takes-dot"),
+        pytest.param(["--head-dim", "12"], "dot", False, id="head-width-cudnn-refuses-takes-dot"),
     ],
 )
 def test_a_gpu_plan_compiles_flash_attention_unless_told(

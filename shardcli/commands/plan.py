@@ -103,7 +103,7 @@ Attention = Annotated[
         "--attention",
         help="flash: one fused kernel whose scores never reach HBM (cuDNN's flash attention; GPU targets); "
         "dot: the scores through HBM, as XLA fuses the einsums and softmax. \\[default: flash on GPUs, "
-        "dot on TPUs or with --sequence]",
+        "dot on TPUs, with --sequence or where cuDNN's kernel does not take the head width]",
         show_default=False,
     ),
 ]
@@ -265,8 +265,8 @@ def _named(text: str | None, chips: int) -> tuple[tuple[str, int], ...] | None:
 
 
 def _with_attention(cfg: DecoderConfig, text: str | None, platform: str, sequence: bool) -> DecoderConfig:
-    """The model with --attention's implementation (not given: flash on GPU targets, dot on TPUs or
-    with --sequence).
+    """The model with --attention's implementation (not given: flash on GPU targets, dot on TPUs, with
+    a sequence axis, or with a head width cuDNN's flash kernel does not take).
 
     Raises:
         ShardcliError: an unknown implementation, flash for a TPU target, flash with --sequence (cuDNN's
@@ -276,8 +276,11 @@ def _with_attention(cfg: DecoderConfig, text: str | None, platform: str, sequenc
 
     from shardcli.specs.decoder import ATTENTIONS
 
+    flash_takes = cfg.head_dim % 8 == 0 and cfg.head_dim <= 256  # cuDNN's flash kernel (JAX's check)
     if text is None:
-        return replace(cfg, attention="flash" if platform == "cuda" and not sequence else "dot")
+        return replace(
+            cfg, attention="flash" if platform == "cuda" and not sequence and flash_takes else "dot"
+        )
     if text not in ATTENTIONS:
         raise ShardcliError(f"--attention {text!r} is not known; choose one of {', '.join(ATTENTIONS)}")
     if text == "flash" and platform != "cuda":
@@ -287,8 +290,13 @@ def _with_attention(cfg: DecoderConfig, text: str | None, platform: str, sequenc
         )
     if text == "flash" and sequence:
         raise ShardcliError(
-            "--attention flash with --sequence: cuDNN's flash attention splits the batch and the heads, "
-            "never the queries; give --attention dot to try a sequence axis"
+            "--attention flash with a sequence axis (--sequence, or sequence in --mesh): cuDNN's flash "
+            "attention splits the batch and the heads, never the queries; give --attention dot"
+        )
+    if text == "flash" and not flash_takes:
+        raise ShardcliError(
+            f"--attention flash: cuDNN's flash attention takes a head width that is a multiple of 8 "
+            f"and at most 256, not {cfg.head_dim}; give --attention dot"
         )
     return replace(cfg, attention=text)
 

@@ -119,11 +119,11 @@ def describe_cudnn_for_compile_only(capability: tuple[int, int]) -> bool:
     """Let `jax.nn.dot_product_attention(implementation="cudnn")` trace for a described GPU.
 
     JAX asks the installed cuDNN for its version, and the first local GPU for its compute capability,
-    before it writes cuDNN's fused attention into the program; a host that compiles for a GPU it does
-    not have has neither, and the trace fails ("cuDNN not found"). Where no cuDNN answers, the
-    version becomes the cuDNN the CUDA plugin was built against (`cudnn_build_version`) and the
-    capability the described GPU's. XLA's GPU compiler then compiles the same `__cudnn$fmha` kernels
-    it would on the GPU. A host with a working cuDNN is left as it is.
+    before it writes cuDNN's fused attention into the program. A compile for a described GPU runs
+    with no GPU backend started (a host with no GPU, or one whose own GPUs are not the target's), so
+    the capability becomes the described GPU's; where no cuDNN answers, the version becomes the
+    cuDNN the CUDA plugin was built against (`cudnn_build_version`). XLA's GPU compiler then
+    compiles the same `__cudnn$fmha` kernels it would on the GPU.
 
     Returns: whether JAX's checks now answer for the described GPU (False: JAX's cuDNN module or
     the plugin's build version is not where this JAX keeps them).
@@ -137,19 +137,17 @@ def describe_cudnn_for_compile_only(capability: tuple[int, int]) -> bool:
         return False
     try:
         cuda_versions.cudnn_get_version()
-        return True  # a real cuDNN answers: nothing to describe
-    except RuntimeError:
-        pass
-    try:
-        built = int(cuda_versions.cudnn_build_version())
-    except (AttributeError, RuntimeError, ValueError):
-        return False
+    except RuntimeError:  # no cuDNN here: the one the plugin was built against
+        try:
+            built = int(cuda_versions.cudnn_build_version())
+        except (AttributeError, RuntimeError, ValueError):
+            return False
+        fused.check_cudnn_version = lambda: built
     wanted = capability
 
     def capable(text: str) -> bool:
         return wanted >= tuple(int(x) for x in text.split("."))
 
-    fused.check_cudnn_version = lambda: built
     fused.check_compute_capability = capable
     fused.is_cuda_compute_capability_equal = lambda text: wanted == tuple(int(x) for x in text.split("."))
     return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass
 
 from shardcli.specs.decoder import REMAT_POLICIES, Rules, rules_text
@@ -177,7 +178,7 @@ def parse_named_mesh(text: str, chips: int, flag: str = "--mesh") -> tuple[tuple
             )
         if name in sizes:
             raise ShardcliError(f"{flag} {text!r}: {name} is given twice")
-        if not value.strip().isdigit() or int(value) < 1:
+        if not re.fullmatch(r"[0-9]{1,9}", value.strip()) or int(value) < 1:
             raise ShardcliError(
                 f"{flag} {text!r}: the size of {name}, {value.strip()!r}, is not a positive whole number"
             )

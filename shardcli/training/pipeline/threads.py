@@ -388,8 +388,12 @@ def run_mpmd(
         started = 0
         try:
             for t in threads:
-                t.start()
-                started += 1
+                started += 1  # before start: Ctrl-C inside start() leaves the stage running
+                try:
+                    t.start()
+                except RuntimeError:
+                    started -= 1  # no thread was launched
+                    raise
             for event in finished:
                 event.wait()
         finally:
