@@ -260,25 +260,10 @@ PINNED_KEYS = {
         "plan": "fc4aee0db5328711",
         "plan-program": "1e466772574394a6",
     },
-    # 6: plan's config.model.attention (dot, or flash: cuDNN's fused kernel on GPU targets), config.mesh
-    6: {
-        "mesh": "8e142fb6bec51a4c",
-        "shard": "606eab0ec5ca858b",
-        "collective": "2abe7347e8c41cc5",
-        "collectives": "9475a2fa522822e8",
-        "matmul": "9f4fc5604f676221",
-        "einsum": "d1d8af0efaf34689",
-        "reshard": "7791647bd63d2556",
-        "inspect": "6aacc16e52ee7959",
-        "run": "b96544291abc8b0b",
-        "recipe": "c50f58fd467c0a00",
-        "model": "e7d913623526ef37",
-        "pipeline": "00e642b1573f23de",
-        "compare": "53b1ec01214a6068",
-        "plan": "0926e87d87839fba",
-        "plan-program": "1e466772574394a6",
-    },
 }
+# 6: plan's config.model.attention (dot, or flash: cuDNN's fused kernel on GPU targets), config.mesh;
+# every other kind's keys as in 5
+PINNED_KEYS[6] = {**PINNED_KEYS[5], "plan": "0926e87d87839fba"}
 
 
 def key_tree(shape: shapes.Shape) -> Any:

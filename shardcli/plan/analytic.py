@@ -20,6 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from shardcli.analysis.kernels import causal_share
 from shardcli.plan.candidates import Candidate
 from shardcli.specs.decoder import DecoderConfig
 
@@ -153,7 +154,7 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     blocks = 1  # dot attention's query blocks; a flash kernel skips the masked scores tile by tile
     while blocks < 8 and cfg.seq % (blocks * 2) == 0 and cfg.seq // (blocks * 2) >= 256:
         blocks *= 2
-    causal = (cfg.seq + 1) / (2 * cfg.seq) if cfg.attention == "flash" else (blocks + 1) / (2 * blocks)
+    causal = causal_share(cfg.seq, cfg.seq) if cfg.attention == "flash" else (blocks + 1) / (2 * blocks)
     attention = 4 * cfg.layers * cfg.heads * hd * cfg.seq * causal  # forward, per token
     forward = 2 * params + attention
     recompute = {"full": forward, "minimal": attention + 0.05 * forward, "none": attention}[c.remat]

@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from shardcli.errors import ShardcliError
 from shardcli.specs.decoder import REMAT_POLICIES, Rules, rules_text
 
 MESH_AXES = ("data", "fsdp", "sequence", "tensor")  # outermost first: tensor varies fastest
@@ -165,8 +166,6 @@ def parse_named_mesh(text: str, chips: int, flag: str = "--mesh") -> tuple[tuple
         ShardcliError: an axis plan does not name, a size that is not a positive whole number, an
             axis given twice, or sizes whose product is not the target's chips (one line each).
     """
-    from shardcli.errors import ShardcliError
-
     sizes: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
         name, eq, value = part.partition("=")
@@ -269,8 +268,6 @@ def _named_mesh(
     torus: tuple[int, ...], sizes: tuple[tuple[str, int], ...], gpu_hosts: bool
 ) -> list[MeshChoice]:
     """The one mesh `--mesh` names, as plan would have named it."""
-    from shardcli.errors import ShardcliError
-
     sequence = any(a == "sequence" for a, _ in sizes)
     if gpu_hosts:
         found = [m for m in gpu_mesh_choices(*torus, sequence=sequence) if m.sizes == sizes]
