@@ -162,8 +162,8 @@ def _figures(cfg, candidate, target, sessions):  # type: ignore[no-untyped-def]
     return figures, session.mesh, False
 
 
-def run_row(row: Row, pick: bool, sessions: dict) -> Result:  # type: ignore[type-arg]
-    cfg = PRESETS[row.preset]
+def run_row(row: Row, pick: bool, sessions: dict, attention: str = "dot") -> Result:  # type: ignore[type-arg]
+    cfg = replace(PRESETS[row.preset], attention=attention)
     target = parse_target(row.target)
     chip = chip_figures(target.generation.name, target.topology)
     candidate = _candidate(row, target.chips)
@@ -226,6 +226,12 @@ def main() -> None:
     )
     parser.add_argument("--no-pick", action="store_true", help="skip the planner's top pick")
     parser.add_argument(
+        "--attention",
+        choices=("dot", "flash"),
+        default="dot",
+        help="dot: the scores through HBM; flash: Pallas splash attention, as MaxText's runs used it",
+    )
+    parser.add_argument(
         "--method",
         choices=("scan", "layers"),
         default="scan",
@@ -249,7 +255,9 @@ def main() -> None:
     results = []
     for row in rows:
         start = time.perf_counter()
-        result = run_row(row, pick=not args.no_pick and not args.quick, sessions=sessions)
+        result = run_row(
+            row, pick=not args.no_pick and not args.quick, sessions=sessions, attention=args.attention
+        )
         results.append(result)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print(

@@ -373,13 +373,29 @@ def test_no_layout_fits_exits_1(cli, plan_cache):
         ),
         pytest.param(
             ["--preset", "tiny", "--target", "tpu-v5e:2x2", "--attention", "flash"],
-            "--attention flash is cuDNN's fused kernel, for GPU targets",
-            id="flash-on-tpu",
+            "--attention flash: splash attention runs blocks of 512 (or the whole sequence, a multiple "
+            "of 128), not 32 long; give --attention dot",
+            id="flash-on-tpu-short-sequence",
         ),
         pytest.param(
             ["--preset", "tiny", "--target", "gpu-h100:4", "--attention", "flash", "--sequence"],
-            "--attention flash with a sequence axis (--sequence, or sequence in --mesh): cuDNN's flash",
+            "--attention flash: with a sequence axis (--sequence, or sequence in --mesh) cuDNN's flash",
             id="flash-sequence",
+        ),
+        pytest.param(
+            [
+                "--preset",
+                "tiny",
+                "--seq",
+                "512",
+                "--target",
+                "tpu-v5e:2x2",
+                "--attention",
+                "flash",
+                "--sequence",
+            ],
+            "--attention flash: with a sequence axis (--sequence, or sequence in --mesh) splash attention",
+            id="splash-sequence",
         ),
     ],
 )
@@ -949,6 +965,40 @@ def test_a_gpu_plan_compiles_flash_attention_unless_told(
     figures = plan_compile.compile_candidate(session, cfg, candidate, target, "scan")
     kinds = {k.kind for k in figures.kernels}
     assert ("attention" in kinds) is fmha and "gemm" in kinds
+
+
+@pytest.mark.parametrize(
+    ("flags", "attention"),
+    [
+        pytest.param([], "flash", id="default-splash"),
+        pytest.param(["--attention", "dot"], "dot", id="dot"),
+    ],
+)
+def test_a_tpu_plan_compiles_splash_attention_unless_told(cli, plan_cache, flags, attention):
+    """On TPUs plan's decoder computes attention with Pallas splash attention, as MaxText's TPU runs
+    do (`--seq` a multiple of its blocks); each of its kernels is counted, none left unknown."""
+    pytest.importorskip("libtpu", reason="the tpu extra: pip install -e '.[tpu]' (CI installs it)")
+    base = ["--preset", "tiny", "--seq", "256", "--target", "tpu-v5e:2x2", "--mesh", "fsdp=2,tensor=2"]
+    doc = _json(cli, [*base, "--batch", "2", "--remat", "full", *flags])
+    assert doc["config"]["model"]["attention"] == attention
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan import compiles as plan_compile
+    from shardcli.plan.candidates import Candidate
+    from shardcli.specs.runs import RunOptions
+
+    target = parse_target("tpu-v5e:2x2")
+    cfg = replace(build_config("tiny", seq=256), attention=attention)
+    candidate = Candidate(MeshChoice((("fsdp", 2), ("tensor", 2)), True), "fsdp-tp", "full", 8, 4)
+    session = plan_compile.target_session({}, target, candidate.mesh, RunOptions())
+    figures = plan_compile.compile_candidate(session, cfg, candidate, target, "scan")
+    attention_flops = sum(k.flops * k.runs for k in figures.kernels if k.kind == "attention")
+    # per device: 4 sequences (fsdp 2 of 8), 2 of the 4 query heads (tensor 2), one block of 256 (the
+    # causal mask's one block is partial: computed); per query-key pair 4 D forward, twice (remat
+    # full), 6 D for dq and 8 D for dkv
+    pairs = 4 * 2 * 256 * 256
+    expected = cfg.layers * pairs * cfg.head_dim * (4 + 4 + 6 + 8) if attention == "flash" else 0
+    assert attention_flops == expected
+    assert not [line for line in figures.notes if "custom call" in line]
 
 
 def test_flash_attention_compiles_where_the_tensor_axis_is_wider_than_the_kv_heads(cuda_plugin, plan_cache):

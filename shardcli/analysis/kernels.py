@@ -7,6 +7,8 @@ it fuses to cuDNN (`__cudnn$fmha...`) and convolutions to cuDNN (`__cudnn$conv..
 FLOPs from its operand shapes and the dot dimensions in its `backend_config`, the bytes it reads and
 writes from its operand and result shapes, and the dtype its maths runs in. A custom call whose cost
 cannot be known (a Pallas or Mosaic kernel, an FFI call) is counted by target, never as silently 0.
+On TPUs, Pallas splash attention's kernels are counted from their shapes and block mask
+(`analysis.splash`).
 
 Part of the one reading of compiled programs (`program_analysis` adds these to its totals, each call
 counted once per run of the computation holding it, loops per trip). No JAX import: tested on strings
@@ -18,18 +20,22 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from shardcli.analysis.hlo.arrays import NUMPY_NAMES, Array, array_bytes, array_types
+from shardcli.analysis.hlo.arrays import INTEGER_TYPES, NUMPY_NAMES, Array, array_bytes, array_types
+from shardcli.analysis.hlo.constants import constant_of, integer_values, while_callers
 from shardcli.analysis.hlo.module import Computation, HloModuleText, Instruction, instruction_callees
 from shardcli.analysis.hlo.trips import find_loops
+from shardcli.analysis.splash import BLOCK_MASK_OPERAND, splash_flops, splash_phase, visible_share
 
 # cuBLAS GEMMs: xla/service/gpu/cublas_cudnn.h (kGemmCallTarget, kCublasLtMatmulCallTarget, ...F8).
 GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8", "__cublas$lt$matmul$mx")
 # cuDNN convolutions and fused attention, by prefix.
 CONV_PREFIX = "__cudnn$conv"
 ATTENTION_PREFIX = "__cudnn$fmha"
+# Pallas/Mosaic kernels on TPUs; splash attention's are counted (`analysis.splash`), others are not.
+TPU_KERNEL_TARGET = "tpu_custom_call"
 # Custom calls that move or make data but do no floating-point maths: their bytes only, never missing.
 DATA_ONLY_TARGETS = (
     "__cub$DeviceRadixSort",
@@ -43,6 +49,9 @@ DATA_ONLY_TARGETS = (
     "MoveToDevice",
     "annotate_device_placement",
     "LayoutConstraint",
+    "ConcatBitcast",  # the TPU compiler's: a concatenation as a bitcast
+    "AsyncCollectiveStart",  # the TPU compiler's wrappers of an asynchronous collective (counted as one)
+    "AsyncCollectiveDone",
     "xla_python_gpu_callback",
     "xla_ffi_python_gpu_callback",
 )
@@ -95,15 +104,20 @@ class KernelCalls:
         return (f"FLOPs and bytes leave out {total} custom call(s) whose cost is unknown: {named}",)
 
 
-def kernel_calls(module: HloModuleText, runs: dict[str, tuple[int, bool]]) -> KernelCalls:
+def kernel_calls(
+    module: HloModuleText, runs: dict[str, tuple[int, bool]], constants: Mapping[str, str] | None = None
+) -> KernelCalls:
     """The library kernels of `module` with their costs, counted `runs` times per computation.
 
     Args:
         module: the parsed optimized HLO.
         runs: how many times one execution runs each computation (`loop_costs.runs_per_computation`).
+        constants: the literals of constants the text elides (`{...}`), by instruction name: what a
+            splash attention kernel's block mask needs (`read_elided_constants`).
     """
     calls: list[KernelCall] = []
     unknown: dict[str, int] = {}
+    callers = None
     for comp in module.computations.values():
         for inst in comp.instructions.values():
             if inst.opcode != "custom-call":
@@ -113,12 +127,55 @@ def kernel_calls(module: HloModuleText, runs: dict[str, tuple[int, bool]]) -> Ke
             times = runs.get(comp.name, (0, True))[0]
             if times == 0:  # a computation nothing executes (a fusion's body never holds these)
                 continue
-            call = _kernel_call(comp, inst, target, times)
+            if target == TPU_KERNEL_TARGET and splash_phase(inst.name):
+                callers = while_callers(module) if callers is None else callers
+                call = _splash_call(module, comp, inst, times, constants or {}, callers)
+                target = f"{target} {inst.name.split('.')[0]} (its block mask is not in the text)"
+            else:
+                call = _kernel_call(comp, inst, target, times)
             if call is not None:
                 calls.append(call)
             elif target not in DATA_ONLY_TARGETS:
                 unknown[target] = unknown.get(target, 0) + times
     return KernelCalls(calls=tuple(calls), unknown=tuple(sorted(unknown.items())))
+
+
+def _splash_call(
+    module: HloModuleText,
+    comp: Computation,
+    inst: Instruction,
+    times: int,
+    constants: Mapping[str, str],
+    callers: dict[str, tuple[Computation, Instruction]],
+) -> KernelCall | None:
+    """A splash attention kernel's cost (`analysis.splash`), or None where its block mask's values
+    or its operands cannot be read."""
+    phase = splash_phase(inst.name)
+    if phase is None or len(inst.operands) <= BLOCK_MASK_OPERAND:
+        return None
+    mask = constant_of(module, comp, inst.operands[BLOCK_MASK_OPERAND], callers)
+    values = integer_values(constants.get(mask.name, mask.literal)) if mask is not None else None
+    share = visible_share(values) if values else None
+    operand_shapes = [_shape_of(comp, name) for name in inst.operands]
+    shapes = [s for s in operand_shapes if s is not None]
+    results = array_types(inst.shape)
+    if share is None or len(shapes) != len(operand_shapes):
+        return None
+    flops = splash_flops(phase, shapes, results, share)
+    if flops is None:
+        return None
+    q = next(s for s in shapes if s[0] not in INTEGER_TYPES)
+    return KernelCall(
+        name=inst.name,
+        computation=comp.name,
+        target=TPU_KERNEL_TARGET,
+        kind="attention",
+        flops=flops,
+        bytes_accessed=float(sum(map(array_bytes, shapes)) + sum(map(array_bytes, results))),
+        dtype=NUMPY_NAMES.get(q[0], q[0]),
+        precision="DEFAULT",
+        runs=times,
+    )
 
 
 def _kind(target: str) -> str | None:

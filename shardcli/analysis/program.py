@@ -28,7 +28,8 @@ parsing is tested on strings.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +43,16 @@ from shardcli.analysis.collectives import (
     summarize_by_kind,
     user_op_name,
 )
-from shardcli.analysis.hlo.arrays import dot_dtype, shape_bytes
-from shardcli.analysis.hlo.module import HloModuleText, parse_module
-from shardcli.analysis.kernels import KernelCall, KernelCalls, Launches, kernel_calls, launches_of
+from shardcli.analysis.hlo.arrays import INTEGER_TYPES, array_types, dot_dtype, shape_bytes
+from shardcli.analysis.hlo.module import HloModuleText, parse_instruction, parse_module
+from shardcli.analysis.kernels import (
+    TPU_KERNEL_TARGET,
+    KernelCall,
+    KernelCalls,
+    Launches,
+    kernel_calls,
+    launches_of,
+)
 from shardcli.analysis.loops import (
     BodyCost,
     LoopCount,
@@ -215,6 +223,7 @@ def analyze_compiled(
         missing=tuple(missing),
         text_source=how,
         user_files=user_files,
+        constants=read_elided_constants(compiled, text),
     )
 
 
@@ -228,6 +237,7 @@ def analyze_text(
     missing: tuple[str, ...] = (),
     text_source: str = "given",
     user_files: tuple[str, ...] = (),
+    constants: Mapping[str, str] | None = None,
 ) -> ProgramAnalysis:
     """The analysis of a compiled program's optimized HLO text (`compiled.as_text()`, or a module
     XLA dumped on a real cluster), with what only a compile knows where the caller has it.
@@ -237,6 +247,7 @@ def analyze_text(
             analysis of the text.
         memory: `memory_analysis()`; None where there was no compile.
         missing: lines the caller already knows are missing.
+        constants: literals the text elides, by name (`read_elided_constants`).
 
     FLOPs and bytes are XLA's with every loop counted per trip, plus the library kernels XLA counts
     as nothing (cuBLAS GEMMs, cuDNN attention and convolutions: `hlo_kernels`), each per run.
@@ -258,7 +269,7 @@ def analyze_text(
     counted = count_trips(module, xla_flops, xla_bytes)
     lines.extend(counted.missing)
     runs = runs_per_computation(module)
-    kernels = kernel_calls(module, runs)
+    kernels = kernel_calls(module, runs, constants)
     lines.extend(kernels.missing)
     return ProgramAnalysis(
         collectives=parse_collectives(text, mesh_shape, axis_names, module=module, user_files=user_files),
@@ -384,6 +395,31 @@ def read_hlo_text(compiled: Any) -> tuple[str | None, str]:
             return str(text), how
         reasons.append(f"{how} gave no text")
     return None, "; ".join(reasons)
+
+
+def read_elided_constants(compiled: Any, text: str) -> dict[str, str]:
+    """The literals of the integer constants `as_text()` elides (`constant({...})`), by name, where
+    the program calls a kernel whose cost needs one (splash attention's block masks); empty for any
+    other program, or where the executable's module cannot be printed again."""
+    if TPU_KERNEL_TARGET not in text or "constant({...})" not in text or "splash_m" not in text:
+        return {}
+    try:
+        module = compiled.runtime_executable().hlo_modules()[0]
+        # the printer's options live beside the module's class (jaxlib._hlo in jax 0.10 and 0.12)
+        options = sys.modules[type(module).__module__].HloPrintOptions.short_parsable()
+        options.print_large_constants = True
+        full = module.to_string(options)
+    except Exception:  # noqa: BLE001 - then the kernels are named as of unknown cost
+        return {}
+    found = {}
+    for line in full.splitlines():
+        if " constant({" not in line:
+            continue
+        inst = parse_instruction(line)
+        arrays = array_types(inst.shape) if inst is not None else []
+        if inst is not None and inst.opcode == "constant" and arrays and arrays[0][0] in INTEGER_TYPES:
+            found[inst.name] = inst.literal
+    return found
 
 
 def dump_hlo_text(lowered: Any) -> tuple[str | None, str]:

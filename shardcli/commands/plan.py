@@ -265,40 +265,40 @@ def _named(text: str | None, chips: int) -> tuple[tuple[str, int], ...] | None:
 
 
 def _with_attention(cfg: DecoderConfig, text: str | None, platform: str, sequence: bool) -> DecoderConfig:
-    """The model with --attention's implementation (not given: flash on GPU targets, dot on TPUs, with
-    a sequence axis, or with a head width cuDNN's flash kernel does not take).
+    """The model with --attention's implementation. Not given: flash (cuDNN's on GPUs, splash on
+    TPUs, as MaxText's runs use them), or dot with a sequence axis or a shape the kernel does not take.
 
     Raises:
-        ShardcliError: an unknown implementation, flash for a TPU target, flash with --sequence (cuDNN's
-            kernel splits batch and heads, never the queries) (one line each).
+        ShardcliError: an unknown implementation; flash with --sequence (both kernels split batch and
+            heads, never the queries), or for a shape its kernel does not take (one line each).
     """
     from dataclasses import replace
 
     from shardcli.specs.decoder import ATTENTIONS
 
-    flash_takes = cfg.head_dim % 8 == 0 and cfg.head_dim <= 256  # cuDNN's flash kernel (JAX's check)
+    refused = _flash_refused(cfg, platform, sequence)
     if text is None:
-        return replace(
-            cfg, attention="flash" if platform == "cuda" and not sequence and flash_takes else "dot"
-        )
+        return replace(cfg, attention="dot" if refused else "flash")
     if text not in ATTENTIONS:
         raise ShardcliError(f"--attention {text!r} is not known; choose one of {', '.join(ATTENTIONS)}")
-    if text == "flash" and platform != "cuda":
-        raise ShardcliError(
-            "--attention flash is cuDNN's fused kernel, for GPU targets (gpu-h100, gpu-h200); on a TPU "
-            "target plan compiles --attention dot (splash attention is not modelled)"
-        )
-    if text == "flash" and sequence:
-        raise ShardcliError(
-            "--attention flash with a sequence axis (--sequence, or sequence in --mesh): cuDNN's flash "
-            "attention splits the batch and the heads, never the queries; give --attention dot"
-        )
-    if text == "flash" and not flash_takes:
-        raise ShardcliError(
-            f"--attention flash: cuDNN's flash attention takes a head width that is a multiple of 8 "
-            f"and at most 256, not {cfg.head_dim}; give --attention dot"
-        )
+    if text == "flash" and refused:
+        raise ShardcliError(f"--attention flash: {refused}; give --attention dot")
     return replace(cfg, attention=text)
+
+
+def _flash_refused(cfg: DecoderConfig, platform: str, sequence: bool) -> str | None:
+    """Why the target's flash kernel cannot run this model, or None where it can."""
+    kernel = "cuDNN's flash attention" if platform == "cuda" else "splash attention"
+    if sequence:
+        return (
+            f"with a sequence axis (--sequence, or sequence in --mesh) {kernel} splits the batch and the "
+            "heads, never the queries"
+        )
+    if platform == "cuda" and not (cfg.head_dim % 8 == 0 and cfg.head_dim <= 256):  # JAX's check
+        return f"{kernel} takes a head width that is a multiple of 8 and at most 256, not {cfg.head_dim}"
+    if platform == "tpu" and (cfg.seq % min(512, cfg.seq) or cfg.seq % 128):
+        return f"{kernel} runs blocks of 512 (or the whole sequence, a multiple of 128), not {cfg.seq} long"
+    return None
 
 
 def _check_decoder_flags(

@@ -3,9 +3,9 @@
 One step: token embedding (a one-hot matmul, MaxText's `use_iota_embed`), the layers under `lax.scan`
 with a remat policy, causal grouped-query attention (`dot`: queries in blocks, each block recomputed
 in the backward pass as flash attention does, the scores through HBM; `flash`: cuDNN's fused
-kernel), a gated (or plain ReLU) MLP, RMSNorm, the unembedding (tied or not), cross-entropy, the
-gradient and an AdamW update. Parameters are float32, the maths bfloat16, the optimizer's moments
-float32: MaxText's defaults.
+kernel on GPUs, Pallas splash attention on TPUs), a gated (or plain ReLU) MLP, RMSNorm, the
+unembedding (tied or not), cross-entropy, the gradient and an AdamW update. Parameters are float32,
+the maths bfloat16, the optimizer's moments float32: MaxText's defaults.
 
 Every parameter carries logical axis names (`shardcli.specs.decoder.parameter_table`) and every
 activation constraint names logical axes too; a layout's rules map them to mesh axes. `unrolled=k`
@@ -115,26 +115,67 @@ def _attention(q: Any, k: Any, v: Any, layout: _Layout) -> Any:
 
 
 def _flash_attention(q: Any, k: Any, v: Any, layout: _Layout) -> Any:
-    """Causal grouped-query attention as one fused kernel whose scores never reach HBM: cuDNN's flash
-    attention on GPUs (`jax.nn.dot_product_attention(implementation="cudnn")`; XLA compiles it to
-    `__cudnn$fmha` calls, whose FLOPs `shardcli.analysis.kernels` counts from their shapes)."""
-    if layout.platform not in ("cuda", "gpu"):
+    """Causal grouped-query attention as fused kernels whose scores never reach HBM: cuDNN's flash
+    attention on GPUs (`jax.nn.dot_product_attention(implementation="cudnn")`, compiled to
+    `__cudnn$fmha` calls) and Pallas splash attention on TPUs (MaxText's; `tpu_custom_call` kernels).
+    `shardcli.analysis.kernels` counts both from their shapes (XLA counts them as nothing)."""
+    if layout.platform not in ("cuda", "gpu", "tpu"):
         raise ShardcliError(
-            f"flash attention is cuDNN's kernel, for GPU targets; this mesh is on {layout.platform} "
-            "(give --attention dot)"
+            f"flash attention is cuDNN's kernel on GPUs and splash attention on TPUs; this mesh is on "
+            f"{layout.platform} (give --attention dot)"
         )
     heads, kv = q.shape[2], k.shape[2]
+    kv_axis = "act_kv_heads"
     if kv != heads and layout.spec((None, None, "act_heads"), q.shape) != layout.spec(
         (None, None, "act_kv_heads"), k.shape
     ):
-        # The tensor axis splits the query heads but not the fewer key/value heads: cuDNN's kernel
-        # splits both alike, so each key/value head is repeated to its queries' heads (as a tensor
-        # axis wider than the key/value heads does in Megatron and MaxText).
+        # The tensor axis splits the query heads but not the fewer key/value heads: both kernels split
+        # both alike, so each key/value head is repeated to its queries' heads (as a tensor axis
+        # wider than the key/value heads does in Megatron and MaxText).
         k, v = (
             layout.constrain(jnp.repeat(t, heads // kv, axis=2), "batch", "length", "act_heads", None)
             for t in (k, v)
         )
+        kv_axis = "act_heads"
+    if layout.platform == "tpu":
+        return _splash_attention(q, k, v, layout, kv_axis)
     out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    return layout.constrain(out, "batch", "length", "act_heads", None)
+
+
+SPLASH_BLOCK = 512  # MaxText's sa_block_* defaults: query and key blocks of 512, forward and backward
+
+
+def _splash_attention(q: Any, k: Any, v: Any, layout: _Layout, kv_axis: str) -> Any:
+    """Pallas splash attention on each device's batch and heads (MaxText's TPU attention, under
+    `shard_map` as MaxText calls it): a causal block mask whose empty blocks the kernels skip."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+    seq = q.shape[1]
+    block = min(SPLASH_BLOCK, seq)
+    sizes = splash.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+
+    def local(q: Any, k: Any, v: Any) -> Any:  # [b, s, h, d] on one device
+        q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))  # splash's [h, s, d] per example
+        mask = masks.MultiHeadMask([masks.CausalMask((seq, seq)) for _ in range(q.shape[1])])
+        kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=sizes)
+        return jnp.swapaxes(jax.vmap(kernel)(q.astype(COMPUTE) * (q.shape[-1] ** -0.5), k, v), 1, 2)
+
+    specs = tuple(
+        layout.spec(("batch", "length", axis, None), t.shape)
+        for axis, t in (("act_heads", q), (kv_axis, k), (kv_axis, v))
+    )
+    out = jax.shard_map(local, mesh=layout.mesh, in_specs=specs, out_specs=specs[0], check_vma=False)(q, k, v)
     return layout.constrain(out, "batch", "length", "act_heads", None)
 
 

@@ -21,6 +21,9 @@ NUMPY_NAMES = {
 }
 
 
+# Integer element types (a mask's or an index table's constants).
+INTEGER_TYPES = frozenset({"s4", "u4", "s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64"})
+
 # Bytes per element of each HLO element type.
 ELEMENT_BYTES = {
     "pred": 1,

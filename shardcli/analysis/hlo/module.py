@@ -99,6 +99,7 @@ def parse_module(hlo_text: str) -> HloModuleText:
     computations: dict[str, Computation] = {}
     entry = ""
     current: Computation | None = None
+    pending: list[str] = []  # the lines so far of an instruction printed on several
     for line in hlo_text.splitlines():
         header = _HEADER_RE.match(line)
         if header is not None:
@@ -113,8 +114,16 @@ def parse_module(hlo_text: str) -> HloModuleText:
             prologue.append(line)
             continue
         current.text.append(line)
-        if line.startswith("}"):
+        if pending:
+            pending.append(line)
+            if _depth(" ".join(pending)) > 0:
+                continue
+            line, pending = " ".join(pending), []
+        elif line.startswith("}"):
             current = None
+            continue
+        elif _depth(line) > 0:  # an instruction that goes on below (a kernel's multi-line metadata)
+            pending = [line]
             continue
         inst = parse_instruction(line)
         if inst is not None:
@@ -150,6 +159,28 @@ def parse_instruction(line: str) -> Instruction | None:
         attributes=rest[i:],
         is_root=bool(head.group("root")),
     )
+
+
+def _depth(line: str) -> int:
+    """Brackets a line opens and leaves open, outside quoted strings (0 for a whole instruction)."""
+    if line.count("{") == line.count("}") and line.count("(") == line.count(")"):
+        return 0
+    depth, quoted, i = 0, False, 0
+    while i < len(line):
+        ch = line[i]
+        if quoted:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quoted = False
+        elif ch == '"':
+            quoted = True
+        elif ch in "({[":
+            depth += 1
+        elif ch in ")}]":
+            depth -= 1
+        i += 1
+    return depth
 
 
 def _shape_end(text: str) -> int:
