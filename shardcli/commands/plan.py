@@ -101,9 +101,9 @@ Attention = Annotated[
     str | None,
     typer.Option(
         "--attention",
-        help="flash: one fused kernel whose scores never reach HBM (cuDNN's flash attention; GPU targets); "
-        "dot: the scores through HBM, as XLA fuses the einsums and softmax. \\[default: flash on GPUs, "
-        "dot on TPUs, with --sequence or where cuDNN's kernel does not take the head width]",
+        help="flash: fused kernels whose scores never reach HBM (cuDNN's flash attention on GPUs, Pallas "
+        "splash attention on TPUs); dot: the scores through HBM, as XLA fuses the einsums and softmax. "
+        "\\[default: flash; dot with --sequence or a shape the kernel does not take]",
         show_default=False,
     ),
 ]
@@ -274,9 +274,9 @@ def _with_attention(cfg: DecoderConfig, text: str | None, platform: str, sequenc
     """
     from dataclasses import replace
 
-    from shardcli.specs.decoder import ATTENTIONS
+    from shardcli.specs.decoder import ATTENTIONS, flash_refusal
 
-    refused = _flash_refused(cfg, platform, sequence)
+    refused = flash_refusal(cfg, platform, sequence)
     if text is None:
         return replace(cfg, attention="dot" if refused else "flash")
     if text not in ATTENTIONS:
@@ -284,21 +284,6 @@ def _with_attention(cfg: DecoderConfig, text: str | None, platform: str, sequenc
     if text == "flash" and refused:
         raise ShardcliError(f"--attention flash: {refused}; give --attention dot")
     return replace(cfg, attention=text)
-
-
-def _flash_refused(cfg: DecoderConfig, platform: str, sequence: bool) -> str | None:
-    """Why the target's flash kernel cannot run this model, or None where it can."""
-    kernel = "cuDNN's flash attention" if platform == "cuda" else "splash attention"
-    if sequence:
-        return (
-            f"with a sequence axis (--sequence, or sequence in --mesh) {kernel} splits the batch and the "
-            "heads, never the queries"
-        )
-    if platform == "cuda" and not (cfg.head_dim % 8 == 0 and cfg.head_dim <= 256):  # JAX's check
-        return f"{kernel} takes a head width that is a multiple of 8 and at most 256, not {cfg.head_dim}"
-    if platform == "tpu" and (cfg.seq % min(512, cfg.seq) or cfg.seq % 128):
-        return f"{kernel} runs blocks of 512 (or the whole sequence, a multiple of 128), not {cfg.seq} long"
-    return None
 
 
 def _check_decoder_flags(

@@ -36,7 +36,9 @@ from shardcli.specs.runs import RunOptions
 # counted with its n-times-larger operand).
 # 3: a GPU program's launches (kernels, loop trips, buffers) kept.
 # 4: cuDNN's fused attention counted from its scores' shape, its backward whole, a causal mask's share.
-CACHE_FORMAT = "shardcli-plan/4"
+# 5: TPU splash attention's kernels counted; instructions printed on several lines read; the TPU's
+# async-collective wrappers and ConcatBitcast are data movement, not calls of unknown cost.
+CACHE_FORMAT = "shardcli-plan/5"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
 # gather split into a loop of permutes hides which weights move (JAX_NOTES: real programs).

@@ -25,6 +25,7 @@ from jax.sharding import PartitionSpec as P
 
 from shardcli.errors import ShardcliError
 from shardcli.specs.decoder import (
+    SPLASH_BLOCK,
     DecoderConfig,
     ParamInfo,
     Rules,
@@ -141,9 +142,6 @@ def _flash_attention(q: Any, k: Any, v: Any, layout: _Layout) -> Any:
         return _splash_attention(q, k, v, layout, kv_axis)
     out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
     return layout.constrain(out, "batch", "length", "act_heads", None)
-
-
-SPLASH_BLOCK = 512  # MaxText's sa_block_* defaults: query and key blocks of 512, forward and backward
 
 
 def _splash_attention(q: Any, k: Any, v: Any, layout: _Layout, kv_axis: str) -> Any:

@@ -19,8 +19,10 @@ ACTIVATIONS = ("swiglu", "geglu", "relu")  # gated SiLU (Llama), gated GELU (Gem
 REMAT_POLICIES = ("none", "minimal", "full")
 # How attention is computed: "dot" writes the scores to HBM as XLA fuses the einsums and the softmax
 # (MaxText's `dot_product`); "flash" is a fused kernel whose scores never leave the chip (on GPUs
-# cuDNN's flash attention, MaxText's `cudnn_flash_te`).
+# cuDNN's flash attention, MaxText's `cudnn_flash_te`; on TPUs Pallas splash attention, MaxText's
+# `flash`).
 ATTENTIONS = ("dot", "flash")
+SPLASH_BLOCK = 512  # MaxText's sa_block_* defaults: splash attention's query and key blocks
 # Logical axis names of parameters and activations (MaxText's vocabulary).
 PARAM_AXES = ("vocab", "embed", "heads", "kv_heads", "head_dim", "mlp", "layers", "norm")
 ACTIVATION_AXES = ("batch", "length", "act_embed", "act_heads", "act_kv_heads", "act_mlp", "act_vocab")
@@ -201,6 +203,25 @@ MAX_SIZE = 2**31 - 1
 # nothing printed) on arrays near 2**60 bytes (its heap simulator, a window's dilated bound past
 # 64 bits); 1 PiB is some 5,000 times the largest chip's HBM, so nothing that could fit is refused.
 MAX_ARRAY_BYTES = 2**50
+
+
+def flash_refusal(cfg: DecoderConfig, platform: str, sequence: bool) -> str | None:
+    """Why the target's flash kernel cannot run this model (cuDNN's on "cuda", splash attention on
+    "tpu"), or None where it can."""
+    kernel = "cuDNN's flash attention" if platform == "cuda" else "splash attention"
+    if sequence:
+        return (
+            f"with a sequence axis (--sequence, or sequence in --mesh) {kernel} splits the batch and the "
+            "heads, never the queries"
+        )
+    if platform == "cuda" and not (cfg.head_dim % 8 == 0 and cfg.head_dim <= 256):  # JAX's check
+        return f"{kernel} takes a head width that is a multiple of 8 and at most 256, not {cfg.head_dim}"
+    if platform == "tpu" and (cfg.seq % min(SPLASH_BLOCK, cfg.seq) or cfg.seq % 128):
+        return (
+            f"{kernel} runs blocks of {SPLASH_BLOCK} (or the whole sequence, a multiple of 128), "
+            f"not {cfg.seq} long"
+        )
+    return None
 
 
 def build_config(preset: str | None, **shape: int | str | bool | None) -> DecoderConfig:
