@@ -197,3 +197,95 @@ def test_splash_attention_compiled_for_a_tpu_is_counted_kernel_by_kernel():
     ]
     assert analysis.kernels.unknown == ()
     assert analysis.flops > analysis.kernels.flops > 0.9 * analysis.flops
+
+
+SPLASH_PROGRAM = """
+import jax
+import jax.numpy as jnp
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+
+from jax.sharding import PartitionSpec as P
+
+
+def attend(q, k, v):
+    mask = masks.MultiHeadMask([masks.CausalMask((512, 512)) for _ in range(4)])
+    kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
+    return jax.vmap(kernel)(q, k, v)
+
+
+def step(q, k, v):
+    def loss(q, k, v):
+        out = jax.shard_map(attend, in_specs=(P("x"),) * 3, out_specs=P("x"), check_vma=False)(q, k, v)
+        return out.astype(jnp.float32).sum()
+
+    return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+
+def inputs(mesh):
+    split = jax.sharding.NamedSharding(mesh, P("x"))
+    q = jax.ShapeDtypeStruct((8, 4, 512, 128), jnp.bfloat16, sharding=split)
+    return q, q, q
+"""
+
+
+def test_your_splash_attention_is_inspected_for_a_tpu_target(cli, tmp_path):
+    """A program of the user's that calls splash attention, inspected for a TPU it does not have:
+    its kernels are library calls named as splash attention, and no FLOPs are left unknown."""
+    pytest.importorskip("libtpu", reason="the tpu extra: pip install -e '.[tpu]' (CI installs it)")
+    program = tmp_path / "splash_step.py"
+    program.write_text(SPLASH_PROGRAM)
+    out = cli(
+        [
+            "inspect",
+            f"{program}:step",
+            "--inputs",
+            f"{program}:inputs",
+            "--target",
+            "tpu-v5e:2x2",
+            "--mesh",
+            "4",
+            "--axes",
+            "x",
+        ]
+    )
+    assert out.exit_code == 0, out.output
+    flops = " ".join(line for line in out.stdout.splitlines() if "library kernel call" in line)
+    assert "in 3 library kernel calls (splash attention)" in flops
+    assert "unknown" not in out.stdout
+
+
+KERNEL_MODULE = """HloModule m
+
+ENTRY %main (q: bf16[2,4,512,128], k: bf16[2,2,512,128]) -> bf16[2,4,512,128] {
+  %q = bf16[2,4,512,128]{3,2,1,0} parameter(0)
+  %k = bf16[2,2,512,128]{3,2,1,0} parameter(1)
+  %next = s8[1,2,2]{2,1,0} constant({ { { 0, 0 }, { 0, 1 } } })
+  %mask = s8[1,2,2]{2,1,0} constant(MASK)
+  ROOT %splash_mha_fwd_residuals.1 = bf16[2,4,512,128]{3,2,1,0} custom-call(%next, %mask, %q, %k, %k), \
+custom_call_target="tpu_custom_call"
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("literal", "counted"),
+    [
+        pytest.param("{ { { 1, 0 }, { 2, 1 } } }", True, id="mask-in-the-text"),
+        pytest.param("{...}", False, id="mask-elided-named-unknown"),
+    ],
+)
+def test_a_splash_kernel_whose_mask_is_elided_is_named_never_zero(literal, counted):
+    from shardcli.analysis.kernels import kernel_calls
+    from shardcli.analysis.loops import runs_per_computation
+
+    module = parse_module(KERNEL_MODULE.replace("MASK", literal))
+    found = kernel_calls(module, runs_per_computation(module))
+    assert [c.flops for c in found.calls] == ([PAIRS * 4 * D * 0.75] if counted else [])
+    assert [t for t, _ in found.unknown] == (
+        [] if counted else ["tpu_custom_call splash_mha_fwd_residuals (its block mask is not in the text)"]
+    )
+    # the elided literal, given by the caller (as read_elided_constants does), is read as well
+    given = kernel_calls(module, runs_per_computation(module), {"mask": "{ { { 1, 0 }, { 2, 1 } } }"})
+    assert [c.flops for c in given.calls] == [PAIRS * 4 * D * 0.75]

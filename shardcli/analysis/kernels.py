@@ -95,6 +95,17 @@ class KernelCalls:
         return sum(c.bytes_accessed * c.runs for c in self.calls)
 
     @property
+    def libraries(self) -> tuple[str, ...]:
+        """Whose kernels the calls are, in a fixed order: "cuBLAS", "cuDNN", "splash attention"."""
+        targets = {c.target for c in self.calls}
+        named = (
+            ("cuBLAS", any(t in GEMM_TARGETS for t in targets)),
+            ("cuDNN", any(t.startswith("__cudnn$") for t in targets)),
+            ("splash attention", TPU_KERNEL_TARGET in targets),
+        )
+        return tuple(name for name, found in named if found)
+
+    @property
     def missing(self) -> tuple[str, ...]:
         """One line naming the custom calls whose FLOPs are not in the count, or nothing."""
         if not self.unknown:

@@ -224,6 +224,7 @@ def plan(
         flag = "--inputs" if inputs is not None else "--rules"
         raise ShardcliError(f"{flag} goes with your own program (shardcli plan FILE.py:FUNCTION {flag} ...)")
     from shardcli.hardware.targets import parse_target
+    from shardcli.plan.candidates import names_sequence
     from shardcli.plan.search import PlanRequest, program_text, run_plan
     from shardcli.render.plan import render_plan
     from shardcli.specs.decoder import build_config
@@ -235,7 +236,7 @@ def plan(
     }  # fmt: skip
     target_spec = parse_target(target)
     named = _named(mesh, target_spec.chips)
-    sequence = sequence or any(a == "sequence" for a, _ in named or ())
+    sequence = sequence or names_sequence(named)
     cfg = _with_attention(build_config(preset, **shape), attention, target_spec.generation.platform, sequence)
     _check_sizes(cfg, target_spec.chips, global_batch, batch)
     request = PlanRequest(

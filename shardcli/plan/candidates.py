@@ -264,11 +264,16 @@ def enumerate_candidates(
     return out, pruned
 
 
+def names_sequence(sizes: tuple[tuple[str, int], ...] | None) -> bool:
+    """Whether a named mesh (`parse_named_mesh`) has a sequence axis."""
+    return any(axis == "sequence" for axis, _ in sizes or ())
+
+
 def _named_mesh(
     torus: tuple[int, ...], sizes: tuple[tuple[str, int], ...], gpu_hosts: bool
 ) -> list[MeshChoice]:
     """The one mesh `--mesh` names, as plan would have named it."""
-    sequence = any(a == "sequence" for a, _ in sizes)
+    sequence = names_sequence(sizes)
     if gpu_hosts:
         found = [m for m in gpu_mesh_choices(*torus, sequence=sequence) if m.sizes == sizes]
         if not found:

@@ -334,7 +334,7 @@ def _answer(result: InspectResult) -> RenderableType:
             Clauses(
                 [
                     f"{format_flops(a.flops, 'FLOP')} per device",
-                    f"{kernels} in {calls} (cuBLAS, cuDNN)",
+                    f"{kernels} in {calls} ({', '.join(a.kernels.libraries)})",
                     f"XLA's cost analysis: {xla}, without them",
                 ],
             ),
