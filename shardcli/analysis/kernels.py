@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from shardcli.analysis.hlo.arrays import INTEGER_TYPES, NUMPY_NAMES, Array, array_bytes, array_types
-from shardcli.analysis.hlo.constants import constant_of, integer_values, while_callers
+from shardcli.analysis.hlo.constants import Callers, constant_of, integer_values, while_callers
 from shardcli.analysis.hlo.module import Computation, HloModuleText, Instruction, instruction_callees
 from shardcli.analysis.hlo.trips import find_loops
-from shardcli.analysis.splash import BLOCK_MASK_OPERAND, splash_flops, splash_phase, visible_share
+from shardcli.analysis.splash import BLOCK_MASK_OPERAND, block_sizes, splash_flops, splash_phase
 
 # cuBLAS GEMMs: xla/service/gpu/cublas_cudnn.h (kGemmCallTarget, kCublasLtMatmulCallTarget, ...F8).
 GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8", "__cublas$lt$matmul$mx")
@@ -138,10 +138,12 @@ def kernel_calls(
             times = runs.get(comp.name, (0, True))[0]
             if times == 0:  # a computation nothing executes (a fusion's body never holds these)
                 continue
+            call: KernelCall | str | None
             if target == TPU_KERNEL_TARGET and splash_phase(inst.name):
                 callers = while_callers(module) if callers is None else callers
                 call = _splash_call(module, comp, inst, times, constants or {}, callers)
-                target = f"{target} {inst.name.split('.')[0]} (its block mask is not in the text)"
+                if isinstance(call, str):  # the reason it cannot be counted
+                    target, call = f"{target} {inst.name.split('.')[0]} ({call})", None
             else:
                 call = _kernel_call(comp, inst, target, times)
             if call is not None:
@@ -157,24 +159,28 @@ def _splash_call(
     inst: Instruction,
     times: int,
     constants: Mapping[str, str],
-    callers: dict[str, tuple[Computation, Instruction]],
-) -> KernelCall | None:
-    """A splash attention kernel's cost (`analysis.splash`), or None where its block mask's values
-    or its operands cannot be read."""
+    callers: Callers,
+) -> KernelCall | str:
+    """A splash attention kernel's cost (`analysis.splash`), or why it cannot be counted."""
     phase = splash_phase(inst.name)
     if phase is None or len(inst.operands) <= BLOCK_MASK_OPERAND:
-        return None
+        return "its operands are not splash's"
     mask = constant_of(module, comp, inst.operands[BLOCK_MASK_OPERAND], callers)
     values = integer_values(constants.get(mask.name, mask.literal)) if mask is not None else None
-    share = visible_share(values) if values else None
+    mask_shape = _shape_of(comp, inst.operands[BLOCK_MASK_OPERAND])
+    if mask is None or not values or mask_shape is None or len(mask_shape[1]) != 3:
+        return "its block mask is not in the text"
+    blocks = block_sizes(phase, inst.attributes)
+    if blocks is None:
+        return "its block sizes are not in its metadata"
     operand_shapes = [_shape_of(comp, name) for name in inst.operands]
     shapes = [s for s in operand_shapes if s is not None]
+    if len(shapes) != len(operand_shapes):
+        return "its operands' shapes are not in the text"
     results = array_types(inst.shape)
-    if share is None or len(shapes) != len(operand_shapes):
-        return None
-    flops = splash_flops(phase, shapes, results, share)
-    if flops is None:
-        return None
+    flops = splash_flops(phase, shapes, results, values, mask_shape[1][0], blocks)
+    if isinstance(flops, str):
+        return flops
     q = next(s for s in shapes if s[0] not in INTEGER_TYPES)
     return KernelCall(
         name=inst.name,

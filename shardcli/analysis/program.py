@@ -61,6 +61,7 @@ from shardcli.analysis.loops import (
     runs_per_computation,
     xla_cost_of_text,
 )
+from shardcli.analysis.splash import SPLASH_NAME_RE
 from shardcli.hardware.costmodel import CommCost, CostEstimate, Hardware, estimate
 
 __all__ = [
@@ -401,7 +402,7 @@ def read_elided_constants(compiled: Any, text: str) -> dict[str, str]:
     """The literals of the integer constants `as_text()` elides (`constant({...})`), by name, where
     the program calls a kernel whose cost needs one (splash attention's block masks); empty for any
     other program, or where the executable's module cannot be printed again."""
-    if TPU_KERNEL_TARGET not in text or "constant({...})" not in text or "splash_m" not in text:
+    if TPU_KERNEL_TARGET not in text or "constant({...})" not in text or not SPLASH_NAME_RE.search(text):
         return {}
     try:
         module = compiled.runtime_executable().hlo_modules()[0]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from shardcli.analysis.kernels import causal_share
 from shardcli.plan.candidates import Candidate
-from shardcli.specs.decoder import DecoderConfig
+from shardcli.specs.decoder import SPLASH_BLOCK, DecoderConfig
 
 HEADROOM = 0.95  # a modelled layout needing more than this share of usable memory is called a no-fit
 
@@ -154,7 +154,13 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     blocks = 1  # dot attention's query blocks; a flash kernel skips the masked scores tile by tile
     while blocks < 8 and cfg.seq % (blocks * 2) == 0 and cfg.seq // (blocks * 2) >= 256:
         blocks *= 2
-    causal = causal_share(cfg.seq, cfg.seq) if cfg.attention == "flash" else (blocks + 1) / (2 * blocks)
+    if cfg.attention == "flash" and chip.gpus_per_host is None:  # splash: whole blocks of 512
+        splash_blocks = cfg.seq // min(SPLASH_BLOCK, cfg.seq)
+        causal = (splash_blocks + 1) / (2 * splash_blocks)
+    elif cfg.attention == "flash":  # cuDNN's kernel: the visible scores
+        causal = causal_share(cfg.seq, cfg.seq)
+    else:
+        causal = (blocks + 1) / (2 * blocks)
     attention = 4 * cfg.layers * cfg.heads * hd * cfg.seq * causal  # forward, per token
     forward = 2 * params + attention
     recompute = {"full": forward, "minimal": attention + 0.05 * forward, "none": attention}[c.remat]

@@ -18,14 +18,18 @@ _BODY_RE = re.compile(r"\bbody=%(?P<name>[\w.\-]+)")
 _STEPS = 64  # instructions followed at most
 
 
-def while_callers(module: HloModuleText) -> dict[str, tuple[Computation, Instruction]]:
-    """Each while body's caller: body name -> (the computation holding the while, the while)."""
-    callers = {}
+Callers = dict[str, list[tuple[Computation, Instruction]]]
+
+
+def while_callers(module: HloModuleText) -> Callers:
+    """Each while body's callers: body name -> [(the computation holding the while, the while)]
+    (XLA may share one body between loops whose bodies were the same)."""
+    callers: Callers = {}
     for comp in module.computations.values():
         for inst in comp.instructions.values():
             body = _BODY_RE.search(inst.attributes) if inst.opcode == "while" else None
             if body is not None:
-                callers[body.group("name")] = (comp, inst)
+                callers.setdefault(body.group("name"), []).append((comp, inst))
     return callers
 
 
@@ -33,12 +37,13 @@ def constant_of(
     module: HloModuleText,
     comp: Computation,
     name: str,
-    callers: dict[str, tuple[Computation, Instruction]] | None = None,
+    callers: Callers | None = None,
 ) -> Instruction | None:
     """The constant instruction whose value `name` (in `comp`) is, or None where it is computed.
 
     A loop parameter's element is followed to the while's operand only where the body passes it on
     unchanged (its root's element i is that same element): a value the loop updates is no constant.
+    A body that several loops run gives a constant only where every loop hands it the same one.
     """
     callers = while_callers(module) if callers is None else callers
     return _follow(module, comp, name, (), callers, _STEPS)
@@ -49,11 +54,11 @@ def _follow(
     comp: Computation,
     name: str,
     path: tuple[int, ...],
-    callers: dict[str, tuple[Computation, Instruction]],
+    callers: Callers,
     steps: int,
 ) -> Instruction | None:
     """The constant at tuple element `path` (outermost first) of `name`."""
-    for _ in range(steps):
+    for step in range(steps):
         inst = comp.instructions.get(name)
         if inst is None:
             return None
@@ -80,13 +85,24 @@ def _follow(
         elif inst.opcode == "parameter" and path and comp.name in callers:
             if not _passed_on(comp, path[0]):
                 return None
-            comp, loop = callers[comp.name]
-            if not loop.operands:
-                return None
-            name = loop.operands[0]
+            found = [
+                _follow(module, caller, loop.operands[0], path, callers, steps - step - 1)
+                if loop.operands
+                else None
+                for caller, loop in callers[comp.name]
+            ]
+            first = found[0]
+            same = first is not None and all(f is not None and _same(f, first) for f in found)
+            return first if same else None
         else:
             return None
     return None
+
+
+def _same(a: Instruction, b: Instruction) -> bool:
+    """Whether two constants hold the same value as far as the text shows (an elided one only
+    where it is the same instruction)."""
+    return a.name == b.name or (a.literal == b.literal and "..." not in a.literal)
 
 
 def _passed_on(body: Computation, index: int) -> bool:

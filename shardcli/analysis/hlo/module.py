@@ -20,6 +20,7 @@ _OPERAND_NAME_RE = re.compile(r"%([\w.\-]+)")
 _CALLEE_RE = re.compile(
     r"\b(?P<kind>body|condition|to_apply|calls|select|scatter|true_computation|false_computation)=%(?P<name>[\w.\-]+)"
 )
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')  # a quoted string, escapes and all
 _BRANCHES_RE = re.compile(r"\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
 
 
@@ -94,13 +95,23 @@ def instruction_callees(inst: Instruction) -> Iterator[tuple[str, str]]:
 
 
 def parse_module(hlo_text: str) -> HloModuleText:
-    """Split compiled HLO text into its computations and instructions."""
+    """Split compiled HLO text into its computations and instructions.
+
+    An instruction whose brackets a line leaves open goes on over the next lines (libtpu prints a
+    Pallas kernel's `kernel_metadata` over three): they are read as one. Where the next line is
+    plainly a new instruction, a header or the computation's end, the open one is read alone.
+    """
     prologue: list[str] = []
     computations: dict[str, Computation] = {}
     entry = ""
     current: Computation | None = None
     pending: list[str] = []  # the lines so far of an instruction printed on several
+    depth = 0  # the brackets they leave open
     for line in hlo_text.splitlines():
+        if pending and (line.strip() == "}" or _NAME_RE.match(line) or _HEADER_RE.match(line)):
+            assert current is not None
+            _add(current, pending[0])  # never closed: the first line as it stands
+            pending = []
         header = _HEADER_RE.match(line)
         if header is not None:
             current = Computation(
@@ -116,21 +127,28 @@ def parse_module(hlo_text: str) -> HloModuleText:
         current.text.append(line)
         if pending:
             pending.append(line)
-            if _depth(" ".join(pending)) > 0:
+            depth += _depth(line)
+            if depth > 0:
                 continue
             line, pending = " ".join(pending), []
         elif line.startswith("}"):
             current = None
             continue
-        elif _depth(line) > 0:  # an instruction that goes on below (a kernel's multi-line metadata)
-            pending = [line]
+        elif _depth(line) > 0:  # an instruction that goes on below
+            pending, depth = [line], _depth(line)
             continue
-        inst = parse_instruction(line)
-        if inst is not None:
-            current.instructions[inst.name] = inst
-            if inst.is_root:
-                current.root = inst.name
+        _add(current, line)
+    if pending and current is not None:
+        _add(current, pending[0])
     return HloModuleText(prologue=prologue, computations=computations, entry=entry)
+
+
+def _add(comp: Computation, line: str) -> None:
+    inst = parse_instruction(line)
+    if inst is not None:
+        comp.instructions[inst.name] = inst
+        if inst.is_root:
+            comp.root = inst.name
 
 
 def parse_instruction(line: str) -> Instruction | None:
@@ -163,24 +181,9 @@ def parse_instruction(line: str) -> Instruction | None:
 
 def _depth(line: str) -> int:
     """Brackets a line opens and leaves open, outside quoted strings (0 for a whole instruction)."""
-    if line.count("{") == line.count("}") and line.count("(") == line.count(")"):
-        return 0
-    depth, quoted, i = 0, False, 0
-    while i < len(line):
-        ch = line[i]
-        if quoted:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                quoted = False
-        elif ch == '"':
-            quoted = True
-        elif ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            depth -= 1
-        i += 1
-    return depth
+    bare = _STRING_RE.sub("", line) if '"' in line else line
+    opened = bare.count("{") + bare.count("(") + bare.count("[")
+    return opened - bare.count("}") - bare.count(")") - bare.count("]")
 
 
 def _shape_end(text: str) -> int:
