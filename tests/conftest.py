@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,13 @@ import pytest
 from typer.testing import CliRunner, Result
 
 IN_PROCESS_DEVICES = 8
+
+# A suite started in the background of a script (`.ci/run` runs both at once with `&`) inherits SIGINT
+# ignored, and so would every shardcli it starts, which then keeps an ignored Ctrl-C ignored as any
+# background job does: the tests that press Ctrl-C need a terminal's SIGINT. Python's own handler
+# here means a child gets the default disposition at exec, as from a shell prompt.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 jax.config.update("jax_num_cpu_devices", IN_PROCESS_DEVICES)
 jax.config.update("jax_platforms", "cpu")
