@@ -155,3 +155,10 @@ _PROGRESS_LINE = re.compile(r"^shardcli \w+: compiling \d+/\d+")
 def error_lines(stderr: str) -> list[str]:
     """stderr's lines less the progress lines a command writes where stderr is no terminal."""
     return [line for line in stderr.splitlines() if not _PROGRESS_LINE.match(line)]
+
+
+@pytest.fixture
+def plan_cache(tmp_path, monkeypatch):
+    """A cache directory of the test's own (plan's is `plan/` beside JAX's)."""
+    monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path / "jax"))
+    return tmp_path / "plan"

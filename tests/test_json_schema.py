@@ -264,6 +264,17 @@ PINNED_KEYS = {
 # 6: plan's config.model.attention (dot, or flash: cuDNN's fused kernel on GPU targets), config.mesh;
 # every other kind's keys as in 5
 PINNED_KEYS[6] = {**PINNED_KEYS[5], "plan": "0926e87d87839fba"}
+# 7: a program's memory has host_bytes and host_transfer_bytes, its step_time a host term (einsum,
+# reshard, inspect, plan --program's inspect); plan's compiled figures host_bytes and
+# host_transfer_bytes, its estimate t_host_s
+PINNED_KEYS[7] = {
+    **PINNED_KEYS[6],
+    "einsum": "873994b5e09024e5",
+    "reshard": "55fbb93c5231a3c8",
+    "inspect": "e1b28a0bb61d01ff",
+    "plan": "d56466f62a8efbf7",
+    "plan-program": "b2aedc0dea157506",
+}
 
 
 def key_tree(shape: shapes.Shape) -> Any:

@@ -210,13 +210,6 @@ def test_the_train_step_learns_on_cpu():
 # --- through the TPU compiler ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def plan_cache(tmp_path, monkeypatch):
-    """A cache directory of the test's own (plan's is `plan/` beside JAX's)."""
-    monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path / "jax"))
-    return tmp_path / "plan"
-
-
 def _json(cli, args, code=0):
     out = cli(
         ["plan", *args, "--format", "json"], env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]}

@@ -105,11 +105,27 @@ class MemoryUse:
     temp_bytes: int
     alias_bytes: int
     code_bytes: int
+    # in the host's memory (memory kind pinned_host): remat's offloaded activations (temporaries),
+    # arguments and outputs placed there
+    host_temp_bytes: int = 0
+    host_argument_bytes: int = 0
+    host_output_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
         """Arguments + outputs + temporaries + code, less the outputs that alias arguments."""
         return self.argument_bytes + self.output_bytes + self.temp_bytes + self.code_bytes - self.alias_bytes
+
+    @property
+    def host_bytes(self) -> int:
+        """What the program keeps in the host's memory: temporaries, arguments and outputs."""
+        return self.host_temp_bytes + self.host_argument_bytes + self.host_output_bytes
+
+    @property
+    def host_transfer_bytes(self) -> int:
+        """Bytes moved between the device and the host in one run: each host temporary (an offloaded
+        activation) written once and read back once, each host argument read and each output written."""
+        return 2 * self.host_temp_bytes + self.host_argument_bytes + self.host_output_bytes
 
 
 @dataclass(frozen=True)
@@ -136,6 +152,7 @@ class ProgramAnalysis:
     dot_dtype: str | None = None  # the dtype most of its dots and convolutions run in (NumPy's name)
     kernels: KernelCalls = KernelCalls((), ())  # library kernels (cuBLAS, cuDNN): in flops and bytes
     launches: Launches | None = None  # on a GPU: kernels launched, loop trips, buffers per run
+    host_transfer_bytes: float = 0.0  # between the device and the host per run (`MemoryUse`)
 
     def by_kind(self) -> tuple[HloCollective, ...]:
         """Per kind of collective: how many ops the program holds and their result bytes."""
@@ -289,6 +306,7 @@ def analyze_text(
         dot_dtype=_dot_dtype(module, kernels),
         kernels=kernels,
         launches=launches_of(module, runs, text),
+        host_transfer_bytes=float(memory.host_transfer_bytes) if memory is not None else 0.0,
     )
 
 
@@ -352,6 +370,9 @@ def read_memory(compiled: Any) -> MemoryUse | None:
         temp_bytes=int(getattr(stats, "temp_size_in_bytes", 0) or 0),
         alias_bytes=int(getattr(stats, "alias_size_in_bytes", 0) or 0),
         code_bytes=int(getattr(stats, "generated_code_size_in_bytes", 0) or 0),
+        host_temp_bytes=int(getattr(stats, "host_temp_size_in_bytes", 0) or 0),
+        host_argument_bytes=int(getattr(stats, "host_argument_size_in_bytes", 0) or 0),
+        host_output_bytes=int(getattr(stats, "host_output_size_in_bytes", 0) or 0),
     )
 
 

@@ -8,8 +8,11 @@ axis lies on the hardware:
 - T_hbm  = bytes accessed / HBM bandwidth;
 - T_comm = for each mesh axis (or set of axes) collectives run over, the bytes each device sends
   over it / that axis's bandwidth; summed over the axes (one collective after another);
-- bound  = max(T_math, T_hbm, T_comm): perfect overlap; no-overlap sum = max(T_math, T_hbm) +
-  T_comm (the memory roofline overlaps the maths within each op, communication overlaps nothing);
+- T_host = bytes moved between the device and the host's memory (remat's offloaded activations:
+  written in the forward pass and read back in the backward, `MemoryUse.host_transfer_bytes`) / the
+  chip's PCIe link, one way; absent where nothing is offloaded;
+- bound  = max(T_math, T_hbm, T_comm, T_host): perfect overlap; no-overlap sum = max(T_math, T_hbm) +
+  T_comm + T_host (the memory roofline overlaps the maths within each op, transfers overlap nothing);
 - the estimate = bound / efficiency, where `efficiency` (default 1.0) is the one calibration
   figure, named with its source where it is not 1 (a TPU: `shardcli.hardware.calibration.CALIBRATION`).
 
@@ -133,6 +136,7 @@ class StepEstimate:
     compiler_note: str = "not given"
     notes: tuple[str, ...] = ()  # what the figures leave out (loops of unknown trips, ...)
     ops: OpRoofline | None = None  # a GPU: the estimate is the per-op roofline (max with T_comm)
+    host: Term | None = None  # transfers to and from the host's memory; None where there are none
 
     @property
     def method(self) -> str:
@@ -148,7 +152,13 @@ class StepEstimate:
     def _known(self) -> list[tuple[str, float]]:
         terms = [(self.math.name, self.math.seconds), (self.hbm.name, self.hbm.seconds)]
         terms.append(("communication", self.t_comm_s))
+        if self.host is not None:
+            terms.append((self.host.name, self.host.seconds))
         return [(name, s) for name, s in terms if s is not None]
+
+    @property
+    def t_host_s(self) -> float:
+        return (self.host.seconds or 0.0) if self.host is not None else 0.0
 
     @property
     def bound_s(self) -> float | None:
@@ -159,10 +169,10 @@ class StepEstimate:
 
     @property
     def sum_s(self) -> float | None:
-        """max(T_math, T_hbm) + T_comm: no communication hidden behind compute."""
+        """max(T_math, T_hbm) + T_comm + T_host: no communication hidden behind compute."""
         if self.math.seconds is None or self.t_comm_s is None:
             return None
-        return max(self.math.seconds, self.hbm.seconds or 0.0) + self.t_comm_s
+        return max(self.math.seconds, self.hbm.seconds or 0.0) + self.t_comm_s + self.t_host_s
 
     @property
     def dominant(self) -> str | None:
@@ -175,6 +185,7 @@ class StepEstimate:
                 ("hbm", self.ops.hbm_s),
                 ("communication", self.t_comm_s or 0.0),
                 ("launch", self.ops.launch_s),
+                ("host", self.t_host_s),
             ]
             if self.ops is not None
             else self._known()
@@ -187,11 +198,11 @@ class StepEstimate:
     @property
     def estimate_s(self) -> float | None:
         """The bound divided by the calibrated efficiency; on a GPU the per-op roofline, or the
-        communication where that takes longer."""
+        communication or the host transfers where they take longer."""
         if self.bound_s is None:
             return None
         if self.ops is not None:
-            return max(self.ops.seconds, self.t_comm_s or 0.0)
+            return max(self.ops.seconds, self.t_comm_s or 0.0, self.t_host_s)
         return self.bound_s / self.efficiency
 
 
@@ -356,7 +367,19 @@ def estimate_step(
         compiler_note=_compiler_note(analysis, chip),
         notes=tuple(notes),
         ops=ops,
+        host=_host_term(analysis, chip, per_chip),
     )
+
+
+def _host_term(analysis: ProgramAnalysis, chip: Chip | None, per_chip: int) -> Term | None:
+    """T_host: the bytes moved to and from the host's memory over the chip's PCIe link (shared by
+    the devices of a chip); None where the program moves none."""
+    moved = analysis.host_transfer_bytes
+    if not moved:
+        return None
+    rate = chip.host_bytes_per_s if chip is not None else None
+    share = f", shared by the {per_chip} devices of a chip" if per_chip > 1 else ""
+    return _term("host", moved, rate, per_chip, share, "no host link figure for this device")
 
 
 def op_roofline(

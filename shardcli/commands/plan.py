@@ -84,7 +84,10 @@ Remat = Annotated[
     str | None,
     typer.Option(
         "--remat",
-        help="Remat policies to try, comma-separated: none, minimal, full. \\[default: none,minimal,full]",
+        help="Remat policies to try, comma-separated, MaxText's names: none, minimal, full, "
+        "minimal_offloaded (offloaded to the host's memory), save_dot_except_mlpwi, ... (a wrong name "
+        "lists them all), or custom:NAME=device|offload|remat+... (query_proj=offload+context=device). "
+        "\\[default: none,minimal,full]",
         show_default=False,
     ),
 ]
@@ -335,21 +338,19 @@ def _refuse_decoder_flags(program: str, flags: Mapping[str, object]) -> None:
 
 
 def _remat_policies(text: str | None) -> tuple[str, ...]:
-    """`--remat none,minimal` -> ("none", "minimal"), each once; not given: every policy.
+    """`--remat none,minimal_offloaded` -> ("none", "minimal_offloaded"), each once, a custom policy
+    in its one spelling; not given: the policies the search tries (`specs.remat.SEARCHED`).
 
     Raises:
-        ShardcliError: a name that is no policy, or none at all.
+        ShardcliError: a word that names no policy, or none at all.
     """
-    from shardcli.specs.decoder import REMAT_POLICIES
+    from shardcli.specs.remat import SEARCHED, parse_policy, valid_words
 
     if text is None:
-        return REMAT_POLICIES
-    remats = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
-    for r in remats:
-        if r not in REMAT_POLICIES:
-            raise ShardcliError(f"--remat {r!r} is not a policy; choose from {', '.join(REMAT_POLICIES)}")
+        return SEARCHED
+    remats = tuple(dict.fromkeys(parse_policy(r).name for r in text.split(",") if r.strip()))
     if not remats:
-        raise ShardcliError(f"--remat {text!r} names no policy; choose from {', '.join(REMAT_POLICIES)}")
+        raise ShardcliError(f"--remat {text!r} names no policy; choose from {valid_words()}")
     return remats
 
 

@@ -15,10 +15,14 @@ Sources (checked in 2026):
   and direction (4.5e10 B/s on v4 and v5e, 9e10 on v5p and v6e), which is what a ring collective
   along one torus dimension moves per direction; v5e/v6e slices wrap around only along a full
   16-chip dimension.
+- The same page, on each chip's PCIe link to its host (what remat's offloaded activations cross):
+  "typically around 1.5e10 bytes/second per chip", 16 GB/s each way on TPU v4, and "Trillium (TPU
+  v6e) has 32GB/s, about 2x higher than v5".
 - NVIDIA H100 and H200 SXM datasheets (dense, no sparsity): bf16 989 TFLOP/s, TF32 495, FP64 67;
   HBM 80 GB at 3.35 TB/s (H100) and 141 GB at 4.8 TB/s (H200); NVLink 4 900 GB/s per GPU both
-  directions together (450 one way), 8 GPUs per HGX board; NVIDIA DGX H100/H200: one 400 Gb/s
-  ConnectX-7 port per GPU between hosts (50 GB/s one way).
+  directions together (450 one way), 8 GPUs per HGX board; PCIe Gen5 128 GB/s both ways (64 one
+  way) to the host; NVIDIA DGX H100/H200: one 400 Gb/s ConnectX-7 port per GPU between hosts
+  (50 GB/s one way).
 - A GPU's memory is what its driver reports (nvidia-smi, 2026-11): 81,559 MiB on an H100 SXM and
   143,771 MiB on an H200 SXM, the total JAX's GPU allocator takes its fraction of
   (`shardcli.hardware.gpu_memory`); the datasheets' 80 GB and 141 GB stay in the figures' sources.
@@ -74,6 +78,7 @@ class Chip:
     wrap: str  # when an axis of a slice wraps around, in words
     f64_flops: Figure | None = None
     network_bytes_per_s: Figure | None = None
+    host_bytes_per_s: Figure | None = None  # one chip's link to its host's memory (PCIe), one way
     unlike: tuple[str, ...] = ()  # device_kind substrings this entry does not describe
 
     @property
@@ -137,6 +142,8 @@ def _tpu(
     largest: tuple[int, ...],
     max_chips: int,
     example: str,
+    pcie_gbps: float,
+    pcie_note: str,
 ) -> Chip:
     cloud = _CLOUD.format(gen=label)
     return Chip(
@@ -158,6 +165,7 @@ def _tpu(
         link_bytes_per_s=Figure(
             ici_gbps * 1e9, "B/s", f"{_BOOK}: ICI {ici_gbps:g} GB/s per link, one way; {ici_note}"
         ),
+        host_bytes_per_s=Figure(pcie_gbps * 1e9, "B/s", f"{_BOOK}: PCIe to the host {pcie_note}"),
         torus_rank=rank,
         max_topology=largest,
         max_chips=max_chips,
@@ -199,6 +207,9 @@ def _gpu(name: str, label: str, match: str, *, hbm_gb: int, smi_mib: int, hbm_tb
         network_bytes_per_s=Figure(
             50e9, "B/s", f"NVIDIA DGX {label.split()[0]}: one 400 Gb/s ConnectX-7 port per GPU between hosts"
         ),
+        host_bytes_per_s=Figure(
+            64e9, "B/s", f"{sheet}: PCIe Gen5 128 GB/s both ways, 64 one way, to the host"
+        ),
         torus_rank=None,
         max_topology=(1024, 8),
         max_chips=8192,
@@ -224,6 +235,8 @@ CHIPS: dict[str, Chip] = {
             largest=(16, 16, 16),
             max_chips=4096,
             example="2x2x2",
+            pcie_gbps=16,
+            pcie_note="16 GB/s each way on TPU v4",
         ),
         _tpu(
             "tpu-v5e",
@@ -239,6 +252,8 @@ CHIPS: dict[str, Chip] = {
             largest=(16, 16),
             max_chips=256,
             example="4x4",
+            pcie_gbps=15,
+            pcie_note="about 1.5e10 B/s per chip",
         ),
         _tpu(
             "tpu-v5p",
@@ -254,6 +269,8 @@ CHIPS: dict[str, Chip] = {
             largest=(16, 16, 24),
             max_chips=6144,
             example="4x4x4",
+            pcie_gbps=15,
+            pcie_note="about 1.5e10 B/s per chip",
         ),
         _tpu(
             "tpu-v6e",
@@ -269,6 +286,8 @@ CHIPS: dict[str, Chip] = {
             largest=(16, 16),
             max_chips=256,
             example="8x8",
+            pcie_gbps=32,
+            pcie_note="32 GB/s on Trillium, about 2x v5",
         ),
         _gpu("gpu-h100", "H100 SXM", "h100", hbm_gb=80, smi_mib=81_559, hbm_tbps=3.35),
         _gpu("gpu-h200", "H200 SXM", "h200", hbm_gb=141, smi_mib=143_771, hbm_tbps=4.8),

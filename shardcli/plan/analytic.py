@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from shardcli.analysis.kernels import causal_share
 from shardcli.plan.candidates import Candidate
 from shardcli.specs.decoder import SPLASH_BLOCK, DecoderConfig
+from shardcli.specs.remat import RematPolicy, parse_policy
 
 HEADROOM = 0.95  # a modelled layout needing more than this share of usable memory is called a no-fit
 
@@ -40,6 +41,7 @@ class ChipFigures:
     usable_bytes: int  # what one program may use: the chip's HBM, a GPU's JAX pool
     usable_source: str
     network_bytes_per_s: float | None = None  # GPU hosts: one GPU's share of the network, one way
+    host_bytes_per_s: float | None = None  # the chip's PCIe link to its host's memory, one way
 
     @property
     def gpus_per_host(self) -> int | None:
@@ -69,13 +71,15 @@ class Modelled:
     t_math_s: float
     t_comm_s: tuple[tuple[str, float], ...]  # (mesh axis, seconds)
     fits: bool
+    t_host_s: float = 0.0  # remat's offloaded activations to the host's memory and back
 
     @property
     def t_rank_s(self) -> float:
         """What candidates are ranked by: the bound plus a quarter of what it assumes hidden (the
         roofline alone ties every compute-bound layout; real steps overlap communication only in part)."""
         t_comm = sum(t for _, t in self.t_comm_s)
-        return max(self.t_math_s, t_comm) + 0.25 * min(self.t_math_s, t_comm)
+        t_other = max(t_comm, self.t_host_s)
+        return max(self.t_math_s, t_other) + 0.25 * min(self.t_math_s, t_other)
 
     def rank_tokens_per_s_per_chip(self, seq: int) -> float:
         c = self.candidate
@@ -83,13 +87,16 @@ class Modelled:
 
     @property
     def t_bound_s(self) -> float:
-        """max(T_math, the axes' T_comm summed), as the step-time estimate bounds a step."""
-        return max(self.t_math_s, sum(t for _, t in self.t_comm_s))
+        """max(T_math, the axes' T_comm summed, T_host), as the step-time estimate bounds a step."""
+        return max(self.t_math_s, sum(t for _, t in self.t_comm_s), self.t_host_s)
 
     @property
     def bound(self) -> str:
         axis, _ = max(self.t_comm_s, key=lambda x: x[1], default=("", 0.0))
-        return "math" if self.t_math_s >= sum(t for _, t in self.t_comm_s) else axis
+        t_comm = sum(t for _, t in self.t_comm_s)
+        if self.t_host_s > max(self.t_math_s, t_comm):
+            return "host"
+        return "math" if self.t_math_s >= t_comm else axis
 
     def tokens_per_s_per_chip(self, seq: int) -> float:
         c = self.candidate
@@ -134,18 +141,22 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     act_embed = d / tp if c.rule_set == "fsdp-tp-sp" else d
     qkv = (cfg.heads / heads_split + 2 * cfg.kv_heads / kv_split) * hd
     mlp = f * (2 if cfg.gated else 1) / tp
+    policy = parse_policy(c.remat)
+    widths = _activation_widths(cfg, act_embed, heads_split, kv_split, tp)
     # Saved per token and layer (elements, bf16). Each layer's input is kept under any policy; the
     # counts were fitted to compiles of 7B (none) and 32B (minimal) on v5p-128 and 22B (full) on v4-128.
-    if c.remat == "full":
-        saved = act_embed
-    elif c.remat == "minimal":  # the matmul outputs: q, k, v, the MLP's, wo's and w_down's
-        saved = qkv + mlp + 3 * act_embed
-    else:  # everything, the norms' gathered outputs whole where the residual is split
+    if not policy.remat:  # everything, the norms' gathered outputs whole where the residual is split
         split_residual = c.rule_set == "fsdp-tp-sp"
         residual = d + 8 * d / tp if split_residual else 10 * d
         # the MLP's gate, up, activation and its derivative's inputs: about 6 of width f / tensor
         saved = qkv + 6 * f / tp + cfg.heads / heads_split * hd + residual
+        offloaded = 0.0
+    else:  # the layer's input, and what the policy keeps (`minimal`: every projection, qkv + mlp + 3 x embed)
+        offloaded = sum(w for name, w in widths.items() if policy.on_host(name))
+        saved = sum(w for name, w in widths.items() if policy.kept(name) and name != "decoder_layer_input")
+        saved += 0.0 if policy.on_host("decoder_layer_input") else act_embed
     activations = 2 * tokens * saved * cfg.layers
+    host_bytes = 2 * (2 * tokens * offloaded * cfg.layers)  # written in the forward, read in the backward
     working = tokens * (qkv + 2 * mlp + 4 * d) * 2  # one layer's intermediates, bf16
     logits = 4 * tokens * cfg.vocab / tp  # the f32 logits (their gradient fused where it is made)
     gathered = 2 * 2 * layer / tp  # one layer's weights gathered in bf16, and the next one's
@@ -163,17 +174,18 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
         causal = (blocks + 1) / (2 * blocks)
     attention = 4 * cfg.layers * cfg.heads * hd * cfg.seq * causal  # forward, per token
     forward = 2 * params + attention
-    recompute = {"full": forward, "minimal": attention + 0.05 * forward, "none": attention}[c.remat]
+    recompute = _recompute(cfg, policy, attention, forward)
     flops = (3 * forward + recompute) * c.global_batch * cfg.seq / c.chips
 
     comm: dict[str, float] = {}
     if fs > 1:  # weights gathered forward (and again for remat's backward), gradients reduce-scattered
-        gathers = 1 if c.remat == "none" else 2
+        gathers = 2 if policy.remat else 1
         comm["fsdp"] = (2 * gathers + 4) * params / tp * (fs - 1) / fs
     if dp > 1:
         comm["data"] = 2 * 4 * params / weight_split * (dp - 1) / dp
     if tp > 1:
-        passes = 4 if c.remat == "none" else (6 if c.remat == "full" else 5)
+        passes = 5 if policy.remat else 4
+        passes += 1 if policy.name == "full" else 0
         comm["tensor"] = passes * 2 * (tp - 1) / tp * tokens * d * 2 * cfg.layers
     if sp > 1:
         comm["sequence"] = 3 * 2 * tokens * 2 * cfg.kv_heads / kv_split * hd * (sp - 1) * cfg.layers
@@ -194,7 +206,55 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
         t_math_s=flops / chip.peak_flops / efficiency,
         t_comm_s=tuple(t_comm),
         fits=memory <= HEADROOM * chip.usable_bytes,
+        t_host_s=host_bytes / chip.host_bytes_per_s / efficiency
+        if host_bytes and chip.host_bytes_per_s
+        else 0.0,
     )
+
+
+def _activation_widths(
+    cfg: DecoderConfig, act_embed: float, heads_split: int, kv_split: int, tp: int
+) -> dict[str, float]:
+    """Each named activation's elements per token and layer on one chip (`specs.remat.ACTIVATION_NAMES`)."""
+    q = cfg.heads / heads_split * cfg.head_dim
+    kv = cfg.kv_heads / kv_split * cfg.head_dim
+    mlp = (
+        {"mlpwi_0": cfg.mlp_dim / tp, "mlpwi_1": cfg.mlp_dim / tp}
+        if cfg.gated
+        else {"mlpwi": cfg.mlp_dim / tp}
+    )
+    return {
+        "decoder_layer_input": act_embed,
+        "query_proj": q,
+        "key_proj": kv,
+        "value_proj": kv,
+        "context": q,
+        "out_proj": act_embed,
+        **mlp,
+        "mlpwo": act_embed,
+    }
+
+
+def _recompute(cfg: DecoderConfig, policy: RematPolicy, attention: float, forward: float) -> float:
+    """FLOPs per token the backward pass recomputes: the attention always (its kernels, or its
+    recomputed blocks, redo the scores), and the projections the policy neither keeps nor offloads
+    (`full`: the whole forward; `minimal`: 5% of it, the norms and activations)."""
+    if not policy.remat:
+        return attention
+    if policy.name == "full":
+        return forward
+    d, hd = cfg.d_model, cfg.head_dim
+    dots = {
+        "query_proj": 2 * d * cfg.heads * hd,
+        "key_proj": 2 * d * cfg.kv_heads * hd,
+        "value_proj": 2 * d * cfg.kv_heads * hd,
+        "out_proj": 2 * cfg.heads * hd * d,
+        **({"mlpwi_0": 2 * d * cfg.mlp_dim, "mlpwi_1": 2 * d * cfg.mlp_dim} if cfg.gated else {}),
+        **({} if cfg.gated else {"mlpwi": 2 * d * cfg.mlp_dim}),
+        "mlpwo": 2 * cfg.mlp_dim * d,
+    }
+    redone = sum(f for name, f in dots.items() if not policy.kept(name) and not policy.on_host(name))
+    return attention + 0.05 * forward + redone * cfg.layers
 
 
 def chip_figures(
@@ -228,6 +288,7 @@ def chip_figures(
             usable_bytes=pool.limit_bytes(hbm),
             usable_source=pool.words(chip.label, hbm),
             network_bytes_per_s=chip.network_bytes_per_s.value,
+            host_bytes_per_s=chip.host_bytes_per_s.value if chip.host_bytes_per_s else None,
         )
     return ChipFigures(
         **rates,
@@ -236,4 +297,5 @@ def chip_figures(
         wraparound=tuple(chip.wraps(d, topology) for d in topology),
         usable_bytes=hbm,
         usable_source=chip.hbm_bytes.source,
+        host_bytes_per_s=chip.host_bytes_per_s.value if chip.host_bytes_per_s else None,
     )

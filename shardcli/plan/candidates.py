@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 
 from shardcli.errors import ShardcliError
-from shardcli.specs.decoder import REMAT_POLICIES, Rules, rules_text
+from shardcli.specs.decoder import Rules, rules_text
+from shardcli.specs.remat import SEARCHED
 
 MESH_AXES = ("data", "fsdp", "sequence", "tensor")  # outermost first: tensor varies fastest
 SHORT = {"data": "dp", "fsdp": "fsdp", "sequence": "sp", "tensor": "tp"}
@@ -203,7 +204,7 @@ def enumerate_candidates(
     *,
     global_batch: int | None,
     per_device_batch: int | None,
-    remats: tuple[str, ...] = REMAT_POLICIES,
+    remats: tuple[str, ...] = SEARCHED,
     rule_sets: tuple[str, ...] = tuple(RULE_SETS),
     sequence: bool = False,
     seq_len: int,

@@ -38,7 +38,9 @@ from shardcli.specs.runs import RunOptions
 # 4: cuDNN's fused attention counted from its scores' shape, its backward whole, a causal mask's share.
 # 5: TPU splash attention's kernels counted; instructions printed on several lines read; the TPU's
 # async-collective wrappers and ConcatBitcast are data movement, not calls of unknown cost.
-CACHE_FORMAT = "shardcli-plan/5"
+# 6: remat policies by MaxText's names (the decoder's activations named); the bytes kept in the host's
+# memory and moved to and from it.
+CACHE_FORMAT = "shardcli-plan/6"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
 # gather split into a loop of permutes hides which weights move (JAX_NOTES: real programs).
@@ -90,6 +92,8 @@ class CompiledFigures:
     notes: tuple[str, ...] = field(default_factory=tuple)
     kernels: tuple[KernelCost, ...] = ()  # a GPU's library kernels (in flops and bytes_accessed)
     launches: tuple[int, int, int] | None = None  # on a GPU: kernels launched, loop trips, buffers
+    host_bytes: int = 0  # kept in the host's memory (remat's offloaded activations)
+    host_transfer_bytes: float = 0.0  # moved between the chip and the host per step
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,6 +232,8 @@ _FIELD_KINDS: dict[str, tuple[type, ...]] = {
     "compile_s": _NUMBER,
     "fit_text": (str,),
     "refused": (str, type(None)),
+    "host_bytes": (int,),
+    "host_transfer_bytes": _NUMBER,
 }
 _FIELDS = {*_FIELD_KINDS, "traffic", "method", "notes", "kernels", "launches"}
 
@@ -491,6 +497,8 @@ def figures_of(result: Any, target: TargetSpec, method: str, seconds: float) -> 
         notes=tuple(analysis.missing) if analysis is not None else (),
         kernels=_kernels(analysis) if analysis is not None else (),
         launches=_launches(analysis),
+        host_bytes=memory.host_bytes if memory is not None else 0,
+        host_transfer_bytes=analysis.host_transfer_bytes if analysis is not None else 0.0,
     )
 
 

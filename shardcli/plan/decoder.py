@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -33,6 +34,7 @@ from shardcli.specs.decoder import (
     partition_spec_args,
     resolve_axes,
 )
+from shardcli.specs.remat import RematPolicy, parse_policy
 
 COMPUTE = jnp.bfloat16
 PARAM = jnp.float32
@@ -49,14 +51,29 @@ class StepProgram:
     layers: int  # layers the program holds (the model's, or an unrolled copy's)
 
 
-def remat_policy(name: str) -> Any:
-    """none: keep every activation; minimal: keep matmul results without batch dims (MaxText's
-    `minimal`); full: keep only each layer's input."""
+def remat_policy(policy: RematPolicy) -> Any:
+    """The `jax.checkpoint` policy of a remat policy (`shardcli.specs.remat`), MaxText's way:
+    named activations kept or offloaded to pinned host memory, matmul outputs without batch
+    dimensions kept or offloaded (`minimal`, `minimal_offloaded`); None: keep only what the
+    layer's function is given (`full`)."""
     policies = jax.checkpoint_policies
-    return {
-        "minimal": policies.checkpoint_dots_with_no_batch_dims,
-        "full": policies.nothing_saveable,
-    }.get(name)
+    named = None
+    if policy.saved or policy.offloaded:
+        named = policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=list(policy.saved),
+            names_which_can_be_offloaded=list(policy.offloaded),
+            offload_src="device",
+            offload_dst="pinned_host",
+        )
+    dots = {
+        "save": policies.checkpoint_dots_with_no_batch_dims,
+        "offload": policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+        if policy.dots == "offload"
+        else None,
+    }.get(policy.dots or "")
+    if named is not None and dots is not None:
+        return policies.save_from_both_policies(dots, named)
+    return named if named is not None else dots
 
 
 class _Layout:
@@ -178,25 +195,39 @@ def _splash_attention(q: Any, k: Any, v: Any, layout: _Layout, kv_axis: str) -> 
 
 
 def _layer(cfg: DecoderConfig, layout: _Layout, x: Any, p: dict[str, Any]) -> Any:
-    """One decoder layer on the residual stream x [batch, length, embed]."""
+    """One decoder layer on the residual stream x [batch, length, embed]; its activations named as
+    MaxText names them (`shardcli.specs.remat.ACTIVATION_NAMES`), for the remat policies."""
     w = {k: v.astype(COMPUTE) for k, v in p.items()}
+    x = checkpoint_name(x, "decoder_layer_input")
     h = _rms_norm(x, p["attn_norm"])
-    q = layout.constrain(jnp.einsum("bsd,dnh->bsnh", h, w["wq"]), "batch", "length", "act_heads", None)
-    k = layout.constrain(jnp.einsum("bsd,dnh->bsnh", h, w["wk"]), "batch", "length", "act_kv_heads", None)
-    v = layout.constrain(jnp.einsum("bsd,dnh->bsnh", h, w["wv"]), "batch", "length", "act_kv_heads", None)
-    attended = (_flash_attention if cfg.attention == "flash" else _attention)(q, k, v, layout)
-    x = x + layout.constrain(jnp.einsum("bsnh,nhd->bsd", attended, w["wo"]), "batch", "length", "act_embed")
+    q, k, v = (
+        checkpoint_name(
+            layout.constrain(jnp.einsum("bsd,dnh->bsnh", h, w[weight]), "batch", "length", heads, None), name
+        )
+        for weight, heads, name in (
+            ("wq", "act_heads", "query_proj"),
+            ("wk", "act_kv_heads", "key_proj"),
+            ("wv", "act_kv_heads", "value_proj"),
+        )
+    )
+    attended = checkpoint_name(
+        (_flash_attention if cfg.attention == "flash" else _attention)(q, k, v, layout), "context"
+    )
+    out = layout.constrain(jnp.einsum("bsnh,nhd->bsd", attended, w["wo"]), "batch", "length", "act_embed")
+    x = x + checkpoint_name(out, "out_proj")
     h = _rms_norm(x, p["mlp_norm"])
-    up = jnp.einsum("bsd,df->bsf", h, w["w_up"])
+    up = checkpoint_name(
+        jnp.einsum("bsd,df->bsf", h, w["w_up"]), "mlpwi" if cfg.activation == "relu" else "mlpwi_1"
+    )
     if cfg.activation == "relu":
         hidden = jax.nn.relu(up)
     else:
-        gate = jnp.einsum("bsd,df->bsf", h, w["w_gate"])
+        gate = checkpoint_name(jnp.einsum("bsd,df->bsf", h, w["w_gate"]), "mlpwi_0")
         act = jax.nn.silu if cfg.activation == "swiglu" else jax.nn.gelu
         hidden = act(gate) * up
     hidden = layout.constrain(hidden, "batch", "length", "act_mlp")
     out = layout.constrain(jnp.einsum("bsf,fd->bsd", hidden, w["w_down"]), "batch", "length", "act_embed")
-    return layout.constrain(x + out, "batch", "length", "act_embed")
+    return layout.constrain(x + checkpoint_name(out, "mlpwo"), "batch", "length", "act_embed")
 
 
 def _loss(
@@ -208,10 +239,11 @@ def _loss(
     )
     x = jnp.einsum("bsv,vd->bsd", one_hot, params["embed"].astype(COMPUTE))
     x = layout.constrain(x, "batch", "length", "act_embed")
+    policy = parse_policy(remat)
     layer = jax.checkpoint(
-        lambda x, p: _layer(cfg, layout, x, p), policy=remat_policy(remat), prevent_cse=unrolled is not None
+        lambda x, p: _layer(cfg, layout, x, p), policy=remat_policy(policy), prevent_cse=unrolled is not None
     )
-    if remat == "none":
+    if not policy.remat:
         layer = lambda x, p: _layer(cfg, layout, x, p)  # noqa: E731 - the same signature as the remat one
     if unrolled is None:
         x, _ = jax.lax.scan(lambda x, p: (layer(x, p), None), x, params["layers"])

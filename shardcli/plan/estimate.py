@@ -31,7 +31,8 @@ from shardcli.plan.compiles import CompiledFigures
 
 def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
     """The figures `step_time` reads, as a ProgramAnalysis: each set of mesh axes' bytes per step as
-    one point-to-point transfer (whose bytes sent are its bytes), and a GPU's library kernels."""
+    one point-to-point transfer (whose bytes sent are its bytes), a GPU's library kernels, and the
+    bytes moved to and from the host's memory."""
     collectives = tuple(
         CollectiveOp(
             kind="collective-permute",
@@ -62,6 +63,7 @@ def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
         bytes_accessed=figures.bytes_accessed,
         kernels=kernels,
         launches=Launches(*figures.launches) if figures.launches is not None else None,
+        host_transfer_bytes=figures.host_transfer_bytes,
     )
 
 

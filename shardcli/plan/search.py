@@ -35,7 +35,8 @@ from shardcli.plan.compiles import (
 )
 from shardcli.plan.estimate import CALIBRATION, Calibration, estimate_of
 from shardcli.plan.selection import CandidateSelector
-from shardcli.specs.decoder import REMAT_POLICIES, DecoderConfig
+from shardcli.specs.decoder import DecoderConfig
+from shardcli.specs.remat import SEARCHED
 from shardcli.specs.runs import RunOptions
 
 
@@ -47,7 +48,7 @@ class PlanRequest:
     target: TargetSpec
     global_batch: int | None = None
     per_device_batch: int | None = None
-    remats: tuple[str, ...] = REMAT_POLICIES
+    remats: tuple[str, ...] = SEARCHED
     rule_sets: tuple[str, ...] = ("fsdp-tp", "fsdp-tp-sp")
     sequence: bool = False
     mesh: tuple[tuple[str, int], ...] | None = None  # --mesh: only this mesh (`parse_named_mesh`)

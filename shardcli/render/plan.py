@@ -18,6 +18,7 @@ from shardcli.plan.user_program import inspect_command as program_inspect_comman
 from shardcli.render.console import Clauses, DataTable, emit, make_console
 from shardcli.results import bodies, documents
 from shardcli.specs.decoder import rules_text
+from shardcli.specs.remat import parse_policy
 from shardcli.specs.runs import RunOptions
 from shardcli.specs.values import format_bytes
 
@@ -128,7 +129,18 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
     row = result.winner
     if row is None:
         where = "JAX's pool on each GPU" if result.chip.network_bytes_per_s is not None else "the chips' HBM"
-        return [Text(f"no compiled layout fits {where}", style="red bold")]
+        refused: list[RenderableType | CommandLine] = [
+            Text(f"no compiled layout fits {where}", style="red bold")
+        ]
+        if not any(parse_policy(r).offloads for r in result.request.remats):
+            refused.append(
+                Text(
+                    "to fit: --remat minimal_offloaded keeps the projections in the host's memory "
+                    "(custom:decoder_layer_input=offload the layers' inputs); or a smaller --batch, "
+                    "or more chips"
+                )
+            )
+        return refused
     c, est, f = row.candidate, row.estimate, row.compiled
     assert est is not None and f is not None
     comm = ", ".join(f"{t.name} {_seconds(t.seconds)}" for t in est.comm[:3]) or "none"
@@ -168,6 +180,7 @@ def _terms(est: StepEstimate, comm: str) -> list[str]:
             f"T_math {_seconds(est.math.seconds)}",
             f"T_hbm {_seconds(est.hbm.seconds)}",
             f"T_comm {comm}",
+            *([f"T_host {_seconds(est.host.seconds)}"] if est.host is not None else []),
             f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.2f}",
         ]
     ops = est.ops
@@ -176,6 +189,7 @@ def _terms(est: StepEstimate, comm: str) -> list[str]:
         f"{_seconds(ops.kernels_math_s + ops.kernels_hbm_s)}, other ops {_seconds(ops.other_s)} "
         f"({ops.other_bound})",
         f"T_comm {comm}",
+        *([f"T_host {_seconds(est.host.seconds)}"] if est.host is not None else []),
         f"bound {est.dominant}",
     ]
 
@@ -284,6 +298,8 @@ def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
         capacity_bytes=f.capacity_bytes,
         argument_bytes=f.argument_bytes,
         temp_bytes=f.temp_bytes,
+        host_bytes=f.host_bytes,
+        host_transfer_bytes=f.host_transfer_bytes,
         flops=f.flops,
         bytes_accessed=f.bytes_accessed,
         traffic=[
@@ -310,6 +326,7 @@ def _estimate_json(e: StepEstimate | None) -> dict[str, Any] | None:
         step_s=e.estimate_s,
         t_math_s=e.math.seconds,
         t_hbm_s=e.hbm.seconds,
+        t_host_s=e.host.seconds if e.host is not None else None,
         t_comm_s={t.name: t.seconds for t in e.comm},
         bound=e.dominant,
         t_bound_s=e.bound_s,

@@ -102,6 +102,7 @@ def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
         math=term(step.math),
         hbm=term(step.hbm),
         comm=[term(t) for t in step.comm],
+        host=term(step.host) if step.host is not None else None,
         t_comm_s=step.t_comm_s,
         bound_s=step.bound_s,
         sum_s=step.sum_s,
@@ -129,6 +130,7 @@ def step_clauses(step: StepEstimate) -> list[str]:
     roofline (library kernels, other ops), or a TPU's roofline terms and no-overlap sum."""
     assert step.estimate_s is not None
     comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
+    host = [f"host transfers {format_seconds(step.host.seconds)}"] if step.host is not None else []
     head = f"{format_seconds(step.estimate_s)}, {step.dominant}-bound on {step.chip}"
     if step.ops is not None:
         ops = step.ops
@@ -146,12 +148,13 @@ def step_clauses(step: StepEstimate) -> list[str]:
                 f"launches {format_seconds(ops.launch_s)} ({n.kernels:,} kernels, {n.loop_trips:,} loop "
                 f"trips, {n.buffers:,} buffers)"
             ]
-        return [head, f"per op: {per_op[0]}", *per_op[1:], *launched, f"communication {comm}"]
+        return [head, f"per op: {per_op[0]}", *per_op[1:], *launched, f"communication {comm}", *host]
     clauses = [
         head,
         f"math {format_seconds(step.math.seconds)}",
         f"HBM {format_seconds(step.hbm.seconds)}",
         f"communication {comm}",
+        *host,
         f"no overlap {format_seconds(step.sum_s)}",
     ]
     if step.efficiency != 1.0:
@@ -189,6 +192,8 @@ def memory_json(memory: MemoryUse | None) -> dict[str, Any] | None:
         alias_bytes=memory.alias_bytes,
         code_bytes=memory.code_bytes,
         total_bytes=memory.total_bytes,
+        host_bytes=memory.host_bytes,
+        host_transfer_bytes=memory.host_transfer_bytes,
     )
 
 
@@ -309,7 +314,8 @@ def memory_text(memory: MemoryUse | None) -> str:
         parts.append(f"code {format_bytes(memory.code_bytes)}")
     if memory.alias_bytes:
         parts.append(f"aliased -{format_bytes(memory.alias_bytes)}")
-    return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)})"
+    host = f"; {format_bytes(memory.host_bytes)} in the host's memory" if memory.host_bytes else ""
+    return f"{format_bytes(memory.total_bytes)} per device ({', '.join(parts)}){host}"
 
 
 def _figures(hw: Hardware) -> list[RenderableType]:

@@ -58,8 +58,11 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # collective carries the user's frames that led to it (stack, innermost first; source is the first);
 # a GPU's per-op estimate has the least its launches take (step_time.ops.launch_s and its counts);
 # plan's config.rank (its order), its chip's usable_bytes and network_bytes_per_s. 6: plan's
-# config.model.attention (dot or flash) and config.mesh (--mesh).
-SCHEMA_VERSION = 6
+# config.model.attention (dot or flash) and config.mesh (--mesh). 7: a program's memory has
+# host_bytes and host_transfer_bytes (remat's activations offloaded to the host), the step-time
+# estimate its host term (T_host); plan's compiled figures host_bytes and host_transfer_bytes, its
+# estimate t_host_s.
+SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,16 @@ PROGRAM_COLLECTIVE = Record(
     "operand",  # the argument (pytree path) whose value it moves, or null where it moves a computed one
     "stack",  # the user's frames that led to it, "file:line", innermost first (source first)
 )
-MEMORY = Record("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "code_bytes", "total_bytes")
+MEMORY = Record(
+    "argument_bytes",
+    "output_bytes",
+    "temp_bytes",
+    "alias_bytes",
+    "code_bytes",
+    "total_bytes",
+    "host_bytes",  # in the host's memory (pinned_host): offloaded activations, arguments, outputs
+    "host_transfer_bytes",  # moved between the device and the host per run
+)
 PROGRAM_LOOP = Record("name", "trips", "runs", "body_flops", "body_bytes", "op_name", "source")
 # One group of library kernel calls (analysis/kernels.py): cuBLAS GEMMs, cuDNN attention, convolutions.
 PROGRAM_KERNELS = Record("target", "kind", "dtype", "calls", "flops", "bytes_accessed")
@@ -147,6 +156,7 @@ STEP_TIME = Record(
     ("math", STEP_TERM),
     ("hbm", STEP_TERM),
     ("comm", ListOf(STEP_TERM)),
+    ("host", Maybe(STEP_TERM)),  # transfers to and from the host's memory; null where none
     "t_comm_s",
     "bound_s",
     "sum_s",

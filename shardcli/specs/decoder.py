@@ -16,7 +16,6 @@ from typing import Any
 from shardcli.errors import ShardcliError
 
 ACTIVATIONS = ("swiglu", "geglu", "relu")  # gated SiLU (Llama), gated GELU (Gemma), plain ReLU (MaxText 2023)
-REMAT_POLICIES = ("none", "minimal", "full")
 # How attention is computed: "dot" writes the scores to HBM as XLA fuses the einsums and the softmax
 # (MaxText's `dot_product`); "flash" is a fused kernel whose scores never leave the chip (on GPUs
 # cuDNN's flash attention, MaxText's `cudnn_flash_te`; on TPUs Pallas splash attention, MaxText's

@@ -1,0 +1,221 @@
+"""Remat policies by MaxText's names: what each keeps, offloads and recomputes, compiled for a TPU,
+against a hand AOT compile of the same step and the analytic model."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from shardcli.analysis.program import ProgramAnalysis
+from shardcli.analysis.step_time import estimate_step
+from shardcli.errors import ShardcliError
+from shardcli.hardware.chips import CHIPS
+from shardcli.specs.remat import ACTIVATION_NAMES, POLICIES, SEARCHED, parse_policy
+
+DOTS = ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo")
+
+
+# --- the policies, table-driven -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "kept", "on_host"),
+    [
+        ("none", ACTIVATION_NAMES, ()),
+        ("full", (), ()),
+        ("minimal", DOTS, ()),
+        ("minimal_flash", (*DOTS, "context"), ()),
+        ("minimal_offloaded", (), DOTS),
+        (
+            "save_dot_with_context_except_mlp",
+            ("query_proj", "key_proj", "value_proj", "context", "out_proj"),
+            (),
+        ),
+        ("save_dot_except_mlpwi", ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"), ()),
+        ("save_dot_except_mlp", ("query_proj", "key_proj", "value_proj", "out_proj"), ()),
+        ("save_qkv_proj", ("query_proj", "key_proj", "value_proj"), ()),
+        ("qkv_proj_offloaded", (), ("query_proj", "key_proj", "value_proj")),
+        ("save_out_proj", ("out_proj",), ()),
+        (
+            "custom:decoder_layer_input=offload+context=device+mlpwo=remat",
+            ("context",),
+            ("decoder_layer_input",),
+        ),
+    ],
+)
+def test_each_policy_keeps_and_offloads_what_maxtext_names(name, kept, on_host):
+    policy = parse_policy(name)
+    assert tuple(n for n in ACTIVATION_NAMES if policy.kept(n)) == tuple(
+        n for n in ACTIVATION_NAMES if n in kept
+    )
+    assert tuple(n for n in ACTIVATION_NAMES if policy.on_host(n)) == tuple(
+        n for n in ACTIVATION_NAMES if n in on_host
+    )
+    assert policy.offloads == bool(on_host)
+
+
+def test_the_search_tries_the_three_it_always_did_and_every_name_is_a_policy():
+    assert SEARCHED == ("none", "minimal", "full")
+    assert all(parse_policy(name) is policy for name, policy in POLICIES.items())
+
+
+@pytest.mark.parametrize(
+    ("spelling", "name"),
+    [
+        (
+            "custom:query_proj=offload+decoder_layer_input=offload",
+            "custom:decoder_layer_input=offload+query_proj=offload",
+        ),
+        (" custom:context=device+query_proj=remat ", "custom:context=device"),
+        ("custom:query_proj=remat", "full"),  # every named activation recomputed: what full is
+        ("custom:query_proj=offload+query_proj=offload", "custom:query_proj=offload"),
+    ],
+)
+def test_a_custom_policy_has_one_spelling(spelling, name):
+    assert parse_policy(spelling).name == name
+
+
+@pytest.mark.parametrize(
+    ("word", "message"),
+    [
+        ("some", "--remat 'some' is not a policy; choose from none, minimal, full, minimal_flash"),
+        ("custom:q=offload", "'q' names no activation; name one of decoder_layer_input, query_proj"),
+        ("custom:query_proj=host", "query_proj='host' is no place; write query_proj=device|offload|remat"),
+        ("custom:query_proj", "query_proj='' is no place"),
+        ("custom:query_proj=offload+query_proj=device", "places query_proj twice (offload and device)"),
+    ],
+)
+def test_a_word_that_names_no_policy_is_one_clear_error(word, message):
+    with pytest.raises(ShardcliError, match=None) as raised:
+        parse_policy(word)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+# --- the estimate's host term -----------------------------------------------------------------------
+
+
+def _program(host_bytes: float) -> ProgramAnalysis:
+    return ProgramAnalysis(
+        collectives=(),
+        memory=None,
+        flops=3.94e12,  # 20 ms at v5e's 197 TFLOP/s
+        bytes_accessed=8.19e9,  # 10 ms at 819 GB/s
+        host_transfer_bytes=host_bytes,
+    )
+
+
+@pytest.mark.parametrize(
+    ("host_bytes", "t_host", "dominant", "bound"),
+    [
+        (0.0, None, "math", 0.020),
+        (1.5e8, 0.010, "math", 0.020),  # 10 ms over v5e's 15 GB/s PCIe: hidden behind the maths
+        (4.5e8, 0.030, "host", 0.030),  # 30 ms: the host link bounds the step
+    ],
+)
+def test_host_transfers_are_a_term_of_the_roofline(host_bytes, t_host, dominant, bound):
+    step = estimate_step(_program(host_bytes), CHIPS["tpu-v5e"], {}, "bfloat16")
+    if t_host is None:
+        assert step.host is None and step.sum_s == pytest.approx(0.020)
+    else:
+        assert step.host is not None and step.host.seconds == pytest.approx(t_host)
+        assert "PCIe" in step.host.source and step.sum_s == pytest.approx(0.020 + t_host)
+    assert (step.dominant, step.bound_s) == (dominant, pytest.approx(bound))
+
+
+def test_every_chip_names_its_host_link():
+    for chip in CHIPS.values():
+        assert chip.host_bytes_per_s is not None and "PCIe" in chip.host_bytes_per_s.source
+
+
+# --- compiled for a TPU: offloading as the compiler does it -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def v5e_session():
+    pytest.importorskip("libtpu", reason="libtpu (the tpu extra) compiles for TPU targets without a TPU")
+    from shardcli.analysis.target import open_target_session
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan.compiles import set_cost_flags
+    from shardcli.specs.runs import RunOptions
+
+    set_cost_flags()
+    target = parse_target("tpu-v5e:2x2")
+    return target, open_target_session(target, "4", "fsdp", RunOptions())
+
+
+CFG_SHAPE = {"layers": 4, "seq": 256, "d_model": 256, "mlp_dim": 512}
+
+
+def _compiled(session, remat: str):
+    """shardcli's analysis of the decoder's step with `remat`, and a hand AOT compile of it."""
+    import jax
+
+    from shardcli.analysis.program import analyze_compiled
+    from shardcli.plan.candidates import RULE_SETS
+    from shardcli.plan.decoder import build_train_step
+    from shardcli.specs.decoder import PRESETS
+
+    cfg = replace(PRESETS["tiny"], **CFG_SHAPE)
+    program = build_train_step(cfg, RULE_SETS["fsdp-tp"], session.mesh, remat=remat, global_batch=8)
+    with jax.set_mesh(session.mesh):
+        compiled = jax.jit(program.fn).lower(*program.args).compile()
+    return cfg, analyze_compiled(compiled, session.mesh), compiled.memory_analysis()
+
+
+def test_offloaded_activations_live_in_the_hosts_memory_and_cost_no_flops(v5e_session):
+    _, session = v5e_session
+    _, on_chip, _ = _compiled(session, "minimal")
+    cfg, offloaded, hand = _compiled(session, "minimal_offloaded")
+    assert on_chip.memory.host_temp_bytes == 0 and on_chip.host_transfer_bytes == 0
+    # what the compiler's memory_analysis() says, as a hand compile reads it
+    assert offloaded.memory.host_temp_bytes == hand.host_temp_size_in_bytes > 0
+    assert offloaded.host_transfer_bytes == 2 * hand.host_temp_size_in_bytes
+    # the projections of every layer, each sequence's tokens on its chip (8 x 256 over 4), bf16
+    tokens = 8 * cfg.seq // 4
+    projections = (
+        4 * 16 + 2 * (2 * 16) + cfg.mlp_dim * 2 + cfg.d_model
+    )  # q, k, v, the MLP's, one of embed width
+    assert offloaded.memory.host_temp_bytes >= cfg.layers * tokens * projections * 2
+    # offloading moves bytes; it recomputes nothing minimal does not
+    assert offloaded.flops == pytest.approx(on_chip.flops, rel=0.01)
+
+
+def test_the_layers_inputs_offloaded_are_their_bytes(v5e_session):
+    _, session = v5e_session
+    cfg, analysis, _ = _compiled(session, "custom:decoder_layer_input=offload")
+    layer = 8 * cfg.seq // 4 * cfg.d_model * 2  # one layer's input on a chip, bf16
+    # every layer's (4 layers: exactly; a 2-layer loop had one buffer more)
+    assert cfg.layers * layer <= analysis.memory.host_temp_bytes <= (cfg.layers + 1) * layer
+
+
+def test_the_analytic_model_offloads_what_the_compiler_does(v5e_session):
+    from shardcli.plan.analytic import chip_figures, model_candidate
+    from shardcli.plan.candidates import Candidate, MeshChoice
+
+    _, session = v5e_session
+    chip = chip_figures("tpu-v5e", (2, 2))
+    for remat in ("minimal_offloaded", "custom:decoder_layer_input=offload", "qkv_proj_offloaded"):
+        cfg, analysis, _ = _compiled(session, remat)
+        modelled = model_candidate(
+            cfg, Candidate(MeshChoice((("fsdp", 4),), True), "fsdp-tp", remat, 8, 4), chip, 1.0
+        )
+        moved = modelled.t_host_s * chip.host_bytes_per_s
+        assert moved == pytest.approx(analysis.host_transfer_bytes, rel=0.2), remat
+
+
+def test_plan_compiles_an_offloaded_layout_and_times_its_host_transfers(cli, plan_cache):
+    pytest.importorskip("libtpu", reason="libtpu (the tpu extra) compiles for TPU targets without a TPU")
+    args = ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "2", "--mesh", "fsdp=4"]
+    env = {"SHARDCLI_CACHE_DIR": str(plan_cache.parent / "jax")}
+    out = cli([*args, "--remat", "minimal_offloaded"], env=env)
+    assert out.exit_code == 0, out.output
+    assert "minimal_offloaded" in out.stdout and "T_host" in out.stdout
+    custom = "custom:query_proj=offload+decoder_layer_input=offload"
+    doc = json.loads(cli([*args, "--remat", custom, "--format", "json"], env=env).stdout)
+    (row,) = [c for c in doc["candidates"] if c["compiled"] is not None]
+    assert row["remat"] == "custom:decoder_layer_input=offload+query_proj=offload"  # its one spelling
+    compiled, estimate = row["compiled"], row["estimate"]
+    assert compiled["host_bytes"] > 0 and compiled["host_transfer_bytes"] == 2 * compiled["host_bytes"]
+    assert estimate["t_host_s"] == pytest.approx(compiled["host_transfer_bytes"] / 15e9)
