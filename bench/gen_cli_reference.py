@@ -211,6 +211,9 @@ EXAMPLES: dict[str, str | list[str]] = {
     ],
     # a tiny decoder on 4 chips: three compiles of a few seconds (a 7B model's are minutes each)
     "readme-plan": "shardcli plan --preset tiny --target tpu-v5e:2x2 --batch 2 --compile 3",
+    # remat policies by MaxText's names, two of them offloading to the host's memory: three compiles
+    "tutorial-plan-remat": "shardcli plan --preset tiny --target tpu-v5e:2x2 --mesh fsdp=4 --batch 2 "
+    "--remat minimal,minimal_offloaded,custom:decoder_layer_input=offload --compile 3 --no-color",
     # the same on two GPU hosts of 4 (XLA's GPU compiler, no GPU): each compile some seconds
     "tutorial-plan-gpu": "shardcli plan --preset tiny --target gpu-h100:2x4 --batch 2 --remat full "
     "--compile 3",
@@ -323,6 +326,7 @@ VOLATILE = {
     "example-model",
     "example-compare",
     "readme-plan",  # compile seconds
+    "tutorial-plan-remat",
     "tutorial-plan-program",
     "tutorial-plan-gpu",
     "tutorial-plan-published",
@@ -336,6 +340,7 @@ STATED = {"tutorial-pipeline-launch"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
 NEEDS_TPU = {
     "readme-plan",
+    "tutorial-plan-remat",
     "tutorial-plan-program",
     "readme-tpu",
     "readme-step-time",

@@ -282,14 +282,16 @@ def main() -> None:
         parser.error("no rows: name some with --rows, or add --held-out")
     sessions: dict = {}  # type: ignore[type-arg]
     results = []
+    refused: list[Row] = []
     for row in rows:
         start = time.perf_counter()
         try:
             result = run_row(
                 row, pick=not args.no_pick and not args.quick, sessions=sessions, attention=args.attention
             )
-        except Refused as refused:
-            print(f"# {refused}", flush=True)
+        except Refused as why:
+            print(f"# {why}", flush=True)
+            refused.append(row)
             continue
         results.append(result)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -323,13 +325,16 @@ def main() -> None:
         )
     for title, group in (("calibration rows", ROWS), ("held-out rows", HELD_OUT)):
         judged = [r for r in measured if r.row in group and r.measured_s]
+        refused_here = [row.name for row in refused if row in group]
         if not judged:
             continue
+        fit = "yes" if all(r.fits for r in judged) and not refused_here else "no"
+        fit += f" (refused: {', '.join(refused_here)})" if refused_here else ""
         ratios = [(r.roofline_s / eff) / r.measured_s for r in judged]
         print(
             f"\n{title}: median |est/measured - 1| = {statistics.median(abs(x - 1) for x in ratios):.1%}; "
             f"every row within 0.8-1.25x: {'yes' if all(0.8 <= x <= 1.25 for x in ratios) else 'no'}; "
-            f"published layouts fit: {'yes' if all(r.fits for r in judged) else 'no'}"
+            f"published layouts fit: {fit}"
         )
 
 

@@ -305,6 +305,8 @@ def test_the_docs_table_holds_the_hardware_tables_figures():
         row = rows[name]
         assert f"{chip.bf16_flops.value / 1e12:g} TFLOP/s" in row
         assert f"{chip.link_bytes_per_s.value / 1e9:g} GB/s" in row
+        assert chip.host_bytes_per_s is not None
+        assert f"| {chip.host_bytes_per_s.value / 1e9:g} GB/s |" in row
         hbm = chip.hbm_bytes_per_s.value
         assert (f"{hbm / 1e9:g} GB/s" if chip.platform == "tpu" else f"{hbm / 1e12:g} TB/s") in row
         if chip.torus_rank:
