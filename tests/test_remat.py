@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -145,7 +146,7 @@ def v5e_session():
     return target, open_target_session(target, "4", "fsdp", RunOptions())
 
 
-CFG_SHAPE = {"layers": 4, "seq": 256, "d_model": 256, "mlp_dim": 512}
+CFG_SHAPE: dict[str, Any] = {"layers": 4, "seq": 256, "d_model": 256, "mlp_dim": 512}
 
 
 def _compiled(session, remat: str):
