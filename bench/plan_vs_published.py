@@ -123,9 +123,9 @@ HELD_OUT = (
     Row("128B-v5e", "maxtext-128b", "tpu-v5e:16x16", (("fsdp", 16), ("tensor", 16)), 1, "minimal_offloaded",
         110.0, "v5e/128b.sh"),
     Row("70B-v5p", "llama2-70b", "tpu-v5p:8x8x8", (("fsdp", 512),), 4, "full", None, "tiering.md v5p", 692.0),
-    # The 8B's own remat (row 8B-v6e-custom) does not fit shardcli's decoder: 34.0 GiB of 31.2, as its
-    # logits are float32 (16 GiB per chip at 32,768 tokens x 128,256) where MaxText's are bfloat16;
-    # row 8B-v6e runs with remat full, which keeps less on the chip and recomputes more.
+    # The 8B's own remat (row 8B-v6e-custom) does not fit shardcli's decoder: 34.4 GiB of 31.2 (its
+    # float32 logits are 15.7 GiB a chip; with q/k/v/out offloaded about 0.44 GiB a layer stays on the
+    # chip beside the 0.625 offloaded: docs/tutorials/plan.md); row 8B-v6e runs with remat full.
     Row("8B-v6e", "llama3-8b", "tpu-v6e:16x16", (("fsdp", 256),), 4, "full", None, "tiering.md v6e", 7207.0),
     Row("8B-v6e-custom", "llama3-8b", "tpu-v6e:16x16", (("fsdp", 256),), 4, LLAMA3_8B_V6E_REMAT, None,
         "tiering.md v6e", 7207.0),
