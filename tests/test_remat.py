@@ -220,3 +220,46 @@ def test_plan_compiles_an_offloaded_layout_and_times_its_host_transfers(cli, pla
     compiled, estimate = row["compiled"], row["estimate"]
     assert compiled["host_bytes"] > 0 and compiled["host_transfer_bytes"] == 2 * compiled["host_bytes"]
     assert estimate["t_host_s"] == pytest.approx(compiled["host_transfer_bytes"] / 15e9)
+
+
+OFFLOADING_PROGRAM = """
+import jax, jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+def layer(x, w):
+    return jnp.tanh(checkpoint_name(jnp.tanh(x @ w), "h") @ w.T)
+
+POLICY = jax.checkpoint_policies.save_and_offload_only_these_names(
+    names_which_can_be_saved=[], names_which_can_be_offloaded=["h"],
+    offload_src="device", offload_dst="pinned_host")
+
+def loss(ws, x):
+    f = jax.checkpoint(layer, policy=POLICY)
+    return jnp.sum(jax.lax.scan(lambda x, w: (f(x, w), None), x, ws)[0] ** 2)
+
+step = jax.grad(loss)
+
+def inputs():  # no shardings: jit puts them on the first device, as on the target's own host
+    return (jax.ShapeDtypeStruct((8, 512, 512), jnp.float32), jax.ShapeDtypeStruct((1024, 512), jnp.float32))
+"""
+
+
+def test_inspect_a_users_offloading_program_on_a_target(cli, tmp_path):
+    """A user's scan whose `h` is offloaded: every layer's h (8 x 1024 x 512 float32) in the host's
+    memory, T_host its bytes twice over the chip's PCIe link, compiled for the TPU even though its
+    arguments carry no sharding (they had been compiled for this machine's CPU)."""
+    pytest.importorskip("libtpu", reason="libtpu (the tpu extra) compiles for TPU targets without a TPU")
+    (tmp_path / "off.py").write_text(OFFLOADING_PROGRAM)
+    program = str(tmp_path / "off.py")
+    args = [f"{program}:step", "--inputs", f"{program}:inputs", "--target", "tpu-v5e:2x2", "--mesh", "4"]
+    out = cli(["inspect", *args, "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    memory, host = doc["program"]["memory"], doc["step_time"]["host"]
+    assert memory["host_bytes"] == 8 * 1024 * 512 * 4 and memory["code_bytes"] > 0
+    assert host["amount"] == 2 * memory["host_bytes"] and host["seconds"] == pytest.approx(
+        host["amount"] / 15e9
+    )
+    assert doc["step_time"]["dominant"] == "host"
+    text = cli(["inspect", *args, "--no-color"]).stdout
+    assert "16 MiB in the host's memory" in text and "host transfers" in text

@@ -108,11 +108,15 @@ def compile_program(
     quiet: contextlib.AbstractContextManager[list[str]] = (
         quiet_native_logs() if target is not None else contextlib.nullcontext([])
     )
+    # An argument with no sharding goes where jit puts it on the target's own host: its first device
+    # (without this, on the CPU this machine defaults to, and the program compiled for the CPU).
+    placed = jax.default_device(mesh.devices.flat[0]) if target is not None else contextlib.nullcontext()
     try:
         # Not from the persistent compile cache: a program compiled before from another copy of the
         # same file would bring that copy's source lines (the cache key leaves locations out).
         with (
             quiet,
+            placed,
             guarded(f"tracing {what}"),
             jax_config.enable_compilation_cache(False),
             unreadable_entries_compiled_again(),
