@@ -263,3 +263,37 @@ def test_inspect_a_users_offloading_program_on_a_target(cli, tmp_path):
     assert doc["step_time"]["dominant"] == "host"
     text = cli(["inspect", *args, "--no-color"]).stdout
     assert "16 MiB in the host's memory" in text and "host transfers" in text
+
+
+# --- a TPU's matrix unit pads a kernel's narrow matmuls -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chip", "narrowest", "math_s"),
+    [
+        ("tpu-v6e", 128, 2 * 0.010),  # the head dim fills half of v6e's 256-wide MXU: twice as long
+        ("tpu-v6e", 64, 4 * 0.010),
+        ("tpu-v6e", 256, 0.010),
+        ("tpu-v6e", None, 0.010),  # not read: taken at the peak
+        ("tpu-v5e", 128, 9.18e12 / 197e12),  # 128 fills v5e's 128-wide MXU
+    ],
+)
+def test_a_kernels_narrow_matmuls_are_padded_to_the_mxu(chip, narrowest, math_s):
+    from shardcli.analysis.kernels import KernelCall, KernelCalls
+
+    splash = KernelCall(
+        "k", "c", "tpu_custom_call", "attention", 9.18e11, 0.0, "bfloat16", "DEFAULT", 10, narrowest
+    )
+    program = ProgramAnalysis(
+        collectives=(), memory=None, flops=9.18e12, bytes_accessed=0.0, kernels=KernelCalls((splash,), ())
+    )
+    step = estimate_step(program, CHIPS[chip], {}, "bfloat16")
+    assert step.math.seconds == pytest.approx(math_s)
+    assert step.math.amount == 9.18e12  # the FLOPs stay what the program does
+    padded = "MXU padding" in step.math.source
+    assert padded == (math_s > 9.18e12 / CHIPS[chip].bf16_flops.value * 1.001)
+
+
+def test_every_tpu_names_its_matrix_unit():
+    widths = {name: c.mxu_width.value for name, c in CHIPS.items() if c.mxu_width is not None}
+    assert widths == {"tpu-v4": 128, "tpu-v5e": 128, "tpu-v5p": 128, "tpu-v6e": 256}

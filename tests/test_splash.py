@@ -297,6 +297,8 @@ def test_splash_attention_compiled_for_a_tpu_is_counted_kernel_by_kernel(mask_ki
     )
     assert analysis.kernels.unknown == ()
     assert analysis.flops > analysis.kernels.flops > 0.5 * analysis.flops
+    # each kernel's matmuls are as narrow as its head dim (what a TPU's matrix unit pads)
+    assert {c.narrowest for c in analysis.kernels.calls if c.target == "tpu_custom_call"} == {D}
 
 
 SPLASH_PROGRAM = """

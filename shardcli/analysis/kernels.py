@@ -75,6 +75,9 @@ class KernelCall:
     dtype: str | None  # the dtype its maths runs in (NumPy's name; float32 at TF32 on a GPU by default)
     precision: str  # the operands' precision: "DEFAULT", "HIGHEST", ...
     runs: int  # per execution of the program, loops counted per trip
+    # the narrowest dimension its matmuls contract or produce (splash attention: the head dim), which
+    # a TPU's matrix unit pads to its width; None where not read
+    narrowest: int | None = None
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,7 @@ def _splash_call(
         dtype=NUMPY_NAMES.get(q[0], q[0]),
         precision="DEFAULT",
         runs=times,
+        narrowest=q[1][-1] if q[1] else None,
     )
 
 

@@ -4,7 +4,10 @@ From a `ProgramAnalysis` (FLOPs and bytes accessed with loops counted per trip, 
 their mesh axes, bytes sent and runs), the chip's entry in the hardware table and how each mesh
 axis lies on the hardware:
 
-- T_math = FLOPs / peak FLOP/s (the peak for the dtype the program's dots run in, per device);
+- T_math = FLOPs / peak FLOP/s (the peak for the dtype the program's dots run in, per device); on
+  a TPU plus the padding its matrix unit adds to library kernels whose matmuls have a dimension
+  narrower than the MXU (splash attention's head dim of 128 fills half of v6e's 256-wide MXU): a
+  kernel's FLOPs times (width / dimension - 1);
 - T_hbm  = bytes accessed / HBM bandwidth;
 - T_comm = for each mesh axis (or set of axes) collectives run over, the bytes each device sends
   over it / that axis's bandwidth; summed over the axes (one collective after another);
@@ -342,6 +345,8 @@ def estimate_step(
     hbm = hbm or (chip.hbm_bytes_per_s if chip else None)
     share = f", shared by the {per_chip} devices of a chip" if per_chip > 1 else ""
     math_term = _term("math", analysis.flops, peak, per_chip, share, f"no {dtype_name} peak for this device")
+    if op_efficiency is None and not peak_given:
+        math_term = _padded(math_term, analysis, chip)
     hbm_term = _term("hbm", analysis.bytes_accessed, hbm, per_chip, share, "no HBM bandwidth for this device")
     notes = list(analysis.missing)
     if analysis.unknown_trips:
@@ -369,6 +374,28 @@ def estimate_step(
         ops=ops,
         host=_host_term(analysis, chip, per_chip),
     )
+
+
+def _padded(term: Term, analysis: ProgramAnalysis, chip: Chip | None) -> Term:
+    """T_math with the MXU padding of library kernels whose matmuls are narrower than a TPU's matrix
+    unit: each such call's FLOPs x (width / its narrowest dimension - 1) more at the same peak."""
+    width = chip.mxu_width if chip is not None else None
+    if width is None or term.seconds is None or term.rate is None:
+        return term
+    padding: dict[int, float] = {}
+    for call in analysis.kernels.calls:
+        if call.narrowest is not None and 0 < call.narrowest < width.value:
+            extra = call.flops * call.runs * (width.value / call.narrowest - 1)
+            padding[call.narrowest] = padding.get(call.narrowest, 0.0) + extra
+    if not padding:
+        return term
+    total = sum(padding.values())
+    dims = ", ".join(str(d) for d in sorted(padding))
+    source = (
+        f"{term.source}; + {total:.3g} FLOPs of MXU padding (library kernels' matmul dimension {dims} on "
+        f"{width.value:g}-wide matrix units: {width.source})"
+    )
+    return Term(term.name, term.amount, term.rate, term.seconds + total / term.rate, source)
 
 
 def _host_term(analysis: ProgramAnalysis, chip: Chip | None, per_chip: int) -> Term | None:

@@ -15,6 +15,9 @@ Sources (checked in 2026):
   and direction (4.5e10 B/s on v4 and v5e, 9e10 on v5p and v6e), which is what a ring collective
   along one torus dimension moves per direction; v5e/v6e slices wrap around only along a full
   16-chip dimension.
+- The same page, on the matrix units: "TPU v6e (Trillium) has a 256x256 MXU, while all previous
+  generations use 128x128", and "weight matrices need to be padded to at least size 128 (256 on TPU
+  v6) in all dimensions to fill up the MXU".
 - The same page, on each chip's PCIe link to its host (what remat's offloaded activations cross):
   "typically around 1.5e10 bytes/second per chip", 16 GB/s each way on TPU v4, and "Trillium (TPU
   v6e) has 32GB/s, about 2x higher than v5".
@@ -79,6 +82,9 @@ class Chip:
     f64_flops: Figure | None = None
     network_bytes_per_s: Figure | None = None
     host_bytes_per_s: Figure | None = None  # one chip's link to its host's memory (PCIe), one way
+    # a TPU's matrix unit: a systolic array this many elements wide, which pads a narrower matmul
+    # dimension to its width (None on a GPU)
+    mxu_width: Figure | None = None
     unlike: tuple[str, ...] = ()  # device_kind substrings this entry does not describe
 
     @property
@@ -144,6 +150,7 @@ def _tpu(
     example: str,
     pcie_gbps: float,
     pcie_note: str,
+    mxu: int = 128,
 ) -> Chip:
     cloud = _CLOUD.format(gen=label)
     return Chip(
@@ -166,6 +173,12 @@ def _tpu(
             ici_gbps * 1e9, "B/s", f"{_BOOK}: ICI {ici_gbps:g} GB/s per link, one way; {ici_note}"
         ),
         host_bytes_per_s=Figure(pcie_gbps * 1e9, "B/s", f"{_BOOK}: PCIe to the host {pcie_note}"),
+        mxu_width=Figure(
+            mxu,
+            "elements",
+            f"{_BOOK}: {label} multiplies on {mxu}x{mxu} systolic arrays (MXUs); a matmul "
+            f"dimension under {mxu} is padded to it",
+        ),
         torus_rank=rank,
         max_topology=largest,
         max_chips=max_chips,
@@ -288,6 +301,7 @@ CHIPS: dict[str, Chip] = {
             example="8x8",
             pcie_gbps=32,
             pcie_note="32 GB/s on Trillium, about 2x v5",
+            mxu=256,
         ),
         _gpu("gpu-h100", "H100 SXM", "h100", hbm_gb=80, smi_mib=81_559, hbm_tbps=3.35),
         _gpu("gpu-h200", "H200 SXM", "h200", hbm_gb=141, smi_mib=143_771, hbm_tbps=4.8),

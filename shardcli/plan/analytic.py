@@ -42,6 +42,7 @@ class ChipFigures:
     usable_source: str
     network_bytes_per_s: float | None = None  # GPU hosts: one GPU's share of the network, one way
     host_bytes_per_s: float | None = None  # the chip's PCIe link to its host's memory, one way
+    mxu_width: int | None = None  # a TPU's matrix unit, which pads narrower matmul dimensions
 
     @property
     def gpus_per_host(self) -> int | None:
@@ -176,6 +177,9 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     forward = 2 * params + attention
     recompute = _recompute(cfg, policy, attention, forward)
     flops = (3 * forward + recompute) * c.global_batch * cfg.seq / c.chips
+    padding = 0.0  # splash attention's matmuls over the head dim, padded to a wider MXU (v6e's 256)
+    if cfg.attention == "flash" and chip.mxu_width and hd < chip.mxu_width:
+        padding = 4 * attention * (chip.mxu_width / hd - 1) * c.global_batch * cfg.seq / c.chips
 
     comm: dict[str, float] = {}
     if fs > 1:  # weights gathered forward (and again for remat's backward), gradients reduce-scattered
@@ -203,7 +207,7 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
         activation_bytes=int(activations),
         flops=flops,
         comm_bytes=tuple(comm.items()),
-        t_math_s=flops / chip.peak_flops / efficiency,
+        t_math_s=(flops + padding) / chip.peak_flops / efficiency,
         t_comm_s=tuple(t_comm),
         fits=memory <= HEADROOM * chip.usable_bytes,
         t_host_s=host_bytes / chip.host_bytes_per_s / efficiency
@@ -298,4 +302,5 @@ def chip_figures(
         usable_bytes=hbm,
         usable_source=chip.hbm_bytes.source,
         host_bytes_per_s=chip.host_bytes_per_s.value if chip.host_bytes_per_s else None,
+        mxu_width=int(chip.mxu_width.value) if chip.mxu_width else None,
     )

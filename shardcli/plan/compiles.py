@@ -39,8 +39,8 @@ from shardcli.specs.runs import RunOptions
 # 5: TPU splash attention's kernels counted; instructions printed on several lines read; the TPU's
 # async-collective wrappers and ConcatBitcast are data movement, not calls of unknown cost.
 # 6: remat policies by MaxText's names (the decoder's activations named); the bytes kept in the host's
-# memory and moved to and from it.
-CACHE_FORMAT = "shardcli-plan/6"
+# memory and moved to and from it. 7: each kernel's narrowest matmul dimension (a TPU's MXU padding).
+CACHE_FORMAT = "shardcli-plan/7"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
 # gather split into a loop of permutes hides which weights move (JAX_NOTES: real programs).
@@ -71,6 +71,7 @@ class KernelCost:
     bytes_accessed: float  # one call
     dtype: str | None
     runs: int  # calls per step
+    narrowest: int | None = None  # its matmuls' narrowest dimension (splash: the head dim)
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,7 @@ _KERNEL_KINDS: dict[str, tuple[type, ...]] = {
     "bytes_accessed": _NUMBER,
     "dtype": (str, type(None)),
     "runs": (int,),
+    "narrowest": (int, type(None)),
 }
 
 
@@ -459,11 +461,11 @@ def _traffic(analysis: Any) -> tuple[AxisTraffic, ...]:
 
 def _kernels(analysis: Any) -> tuple[KernelCost, ...]:
     """The program's library kernels, calls of one kind, cost and dtype added together."""
-    runs: dict[tuple[str, float, float, str | None], int] = {}
+    runs: dict[tuple[str, float, float, str | None, int | None], int] = {}
     for call in analysis.kernels.calls:
-        key = (call.kind, call.flops, call.bytes_accessed, call.dtype)
+        key = (call.kind, call.flops, call.bytes_accessed, call.dtype, call.narrowest)
         runs[key] = runs.get(key, 0) + call.runs
-    return tuple(KernelCost(k, f, b, d, n) for (k, f, b, d), n in runs.items())
+    return tuple(KernelCost(k, f, b, d, n, w) for (k, f, b, d, w), n in runs.items())
 
 
 def _inspect(session: Any, cfg: DecoderConfig, c: Candidate, target: TargetSpec, unrolled: int | None) -> Any:
@@ -571,12 +573,13 @@ def _extrapolate_kernels(
     one: tuple[KernelCost, ...], two: tuple[KernelCost, ...], layers: int
 ) -> tuple[KernelCost, ...]:
     """Each kernel's calls per step, c(L) = c1 + (L - 1)(c2 - c1)."""
-    runs1 = {(k.kind, k.flops, k.bytes_accessed, k.dtype): k.runs for k in one}
-    runs2 = {(k.kind, k.flops, k.bytes_accessed, k.dtype): k.runs for k in two}
+    runs1 = {(k.kind, k.flops, k.bytes_accessed, k.dtype, k.narrowest): k.runs for k in one}
+    runs2 = {(k.kind, k.flops, k.bytes_accessed, k.dtype, k.narrowest): k.runs for k in two}
     out = []
     for key in dict.fromkeys([*runs2, *runs1]):
         a, b = runs1.get(key, 0), runs2.get(key, 0)
         runs = a + (layers - 1) * (b - a)
         if runs > 0:
-            out.append(KernelCost(*key, runs))
+            kind, flops, accessed, dtype, narrowest = key
+            out.append(KernelCost(kind, flops, accessed, dtype, runs, narrowest))
     return tuple(out)

@@ -51,7 +51,9 @@ def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
     )
     kernels = KernelCalls(
         tuple(
-            KernelCall(k.kind, "", k.kind, k.kind, k.flops, k.bytes_accessed, k.dtype, "DEFAULT", k.runs)
+            KernelCall(
+                k.kind, "", k.kind, k.kind, k.flops, k.bytes_accessed, k.dtype, "DEFAULT", k.runs, k.narrowest
+            )
             for k in figures.kernels
         ),
         (),
