@@ -42,7 +42,7 @@ class ChipFigures:
     usable_source: str
     network_bytes_per_s: float | None = None  # GPU hosts: one GPU's share of the network, one way
     host_bytes_per_s: float | None = None  # the chip's PCIe link to its host's memory, one way
-    mxu_width: int | None = None  # a TPU's matrix unit, which pads narrower matmul dimensions
+    mxu_width: float | None = None  # a TPU's matrix unit (elements), which pads narrower matmul dimensions
 
     @property
     def gpus_per_host(self) -> int | None:
@@ -302,5 +302,5 @@ def chip_figures(
         usable_bytes=hbm,
         usable_source=chip.hbm_bytes.source,
         host_bytes_per_s=chip.host_bytes_per_s.value if chip.host_bytes_per_s else None,
-        mxu_width=int(chip.mxu_width.value) if chip.mxu_width else None,
+        mxu_width=chip.mxu_width.value if chip.mxu_width else None,
     )
