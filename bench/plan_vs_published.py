@@ -327,6 +327,8 @@ def main() -> None:
         judged = [r for r in measured if r.row in group and r.measured_s]
         refused_here = [row.name for row in refused if row in group]
         if not judged:
+            if refused_here:
+                print(f"\n{title}: every row refused ({', '.join(refused_here)})")
             continue
         fit = "yes" if all(r.fits for r in judged) and not refused_here else "no"
         fit += f" (refused: {', '.join(refused_here)})" if refused_here else ""

@@ -266,13 +266,13 @@ PINNED_KEYS = {
 PINNED_KEYS[6] = {**PINNED_KEYS[5], "plan": "0926e87d87839fba"}
 # 7: a program's memory has host_bytes and host_transfer_bytes, its step_time a host term (einsum,
 # reshard, inspect, plan --program's inspect); plan's compiled figures host_bytes and
-# host_transfer_bytes, its estimate t_host_s
+# host_transfer_bytes, its estimate and its model t_host_s
 PINNED_KEYS[7] = {
     **PINNED_KEYS[6],
     "einsum": "873994b5e09024e5",
     "reshard": "55fbb93c5231a3c8",
     "inspect": "e1b28a0bb61d01ff",
-    "plan": "d56466f62a8efbf7",
+    "plan": "4ee130c9d586b637",
     "plan-program": "b2aedc0dea157506",
 }
 

@@ -312,6 +312,18 @@ def test_no_layout_fits_exits_1(cli, plan_cache):
             "--remat 'some' is not a policy; choose from none, minimal, full",
             id="remat",
         ),
+        pytest.param(
+            [*TINY, "--remat", "minimal,custom:mlpwi=offload"],
+            "--remat 'custom:mlpwi=offload': this model makes no mlpwi (its MLP is gated: mlpwi_0 (gate) and "
+            "mlpwi_1 (up))",
+            id="remat-custom-absent-name",
+        ),
+        pytest.param(
+            [*TINY, "--remat", "custom:query_proj=host"],
+            "--remat 'custom:query_proj=host': query_proj='host' is no place; write "
+            "query_proj=device|offload|remat",
+            id="remat-custom-place",
+        ),
         pytest.param([*TINY, "--batch", "0"], "--batch 0 must be a positive whole number", id="batch"),
         pytest.param(
             [*TINY, "--global-batch", "8"], "give --global-batch or --batch (per chip), not both", id="both"

@@ -71,6 +71,8 @@ def test_the_search_tries_the_three_it_always_did_and_every_name_is_a_policy():
         ),
         (" custom:context=device+query_proj=remat ", "custom:context=device"),
         ("custom:query_proj=remat", "full"),  # every named activation recomputed: what full is
+        ("custom:decoder_layer_input=device", "full"),  # the layer's input stays under every policy
+        ("custom:decoder_layer_input=device+context=device", "custom:context=device"),
         ("custom:query_proj=offload+query_proj=offload", "custom:query_proj=offload"),
     ],
 )
@@ -185,6 +187,17 @@ def test_offloaded_activations_live_in_the_hosts_memory_and_cost_no_flops(v5e_se
     assert offloaded.memory.host_temp_bytes >= cfg.layers * tokens * projections * 2
     # offloading moves bytes; it recomputes nothing minimal does not
     assert offloaded.flops == pytest.approx(on_chip.flops, rel=0.01)
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_every_named_policy_compiles(v5e_session, name):
+    """Each of MaxText's names builds a jax.checkpoint policy JAX takes (minimal_flash mixes a dots
+    policy with a names one, which JAX's save_from_both_policies takes only as yes-or-no policies);
+    the host's memory holds something exactly where the policy offloads."""
+    _, session = v5e_session
+    _, analysis, _ = _compiled(session, name)
+    assert analysis.flops and analysis.memory.argument_bytes > 0
+    assert (analysis.memory.host_temp_bytes > 0) == parse_policy(name).offloads
 
 
 def test_the_layers_inputs_offloaded_are_their_bytes(v5e_session):

@@ -110,6 +110,7 @@ class MemoryUse:
     host_temp_bytes: int = 0
     host_argument_bytes: int = 0
     host_output_bytes: int = 0
+    host_alias_bytes: int = 0  # host outputs that are host arguments (donated)
 
     @property
     def total_bytes(self) -> int:
@@ -118,8 +119,11 @@ class MemoryUse:
 
     @property
     def host_bytes(self) -> int:
-        """What the program keeps in the host's memory: temporaries, arguments and outputs."""
-        return self.host_temp_bytes + self.host_argument_bytes + self.host_output_bytes
+        """What the program keeps in the host's memory: temporaries, arguments and outputs, less the
+        outputs that alias arguments."""
+        return (
+            self.host_temp_bytes + self.host_argument_bytes + self.host_output_bytes - self.host_alias_bytes
+        )
 
     @property
     def host_transfer_bytes(self) -> int:
@@ -373,6 +377,7 @@ def read_memory(compiled: Any) -> MemoryUse | None:
         host_temp_bytes=int(getattr(stats, "host_temp_size_in_bytes", 0) or 0),
         host_argument_bytes=int(getattr(stats, "host_argument_size_in_bytes", 0) or 0),
         host_output_bytes=int(getattr(stats, "host_output_size_in_bytes", 0) or 0),
+        host_alias_bytes=int(getattr(stats, "host_alias_size_in_bytes", 0) or 0),
     )
 
 

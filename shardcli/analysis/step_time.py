@@ -165,7 +165,7 @@ class StepEstimate:
 
     @property
     def bound_s(self) -> float | None:
-        """max(T_math, T_hbm, T_comm) over the terms known; None without T_math."""
+        """max(T_math, T_hbm, T_comm, T_host) over the terms known; None without T_math."""
         if self.math.seconds is None:
             return None
         return max(s for _, s in self._known())

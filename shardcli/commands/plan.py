@@ -244,7 +244,8 @@ def plan(
     _check_sizes(cfg, target_spec.chips, global_batch, batch)
     request = PlanRequest(
         model=cfg, target=target_spec, global_batch=global_batch, mesh=named,
-        per_device_batch=batch, remats=_remat_policies(remat), sequence=sequence, compile_n=compile_n,
+        per_device_batch=batch, remats=_remat_policies(remat, cfg.gated), sequence=sequence,
+        compile_n=compile_n,
         method=method if method is not None else "scan", use_cache=not no_cache, options=options, rank=rank,
     )  # fmt: skip
     with terminate_as_interrupt() as stop, _progress(options) as update:
@@ -337,18 +338,31 @@ def _refuse_decoder_flags(program: str, flags: Mapping[str, object]) -> None:
         )
 
 
-def _remat_policies(text: str | None) -> tuple[str, ...]:
+def _remat_policies(text: str | None, gated: bool) -> tuple[str, ...]:
     """`--remat none,minimal_offloaded` -> ("none", "minimal_offloaded"), each once, a custom policy
     in its one spelling; not given: the policies the search tries (`specs.remat.SEARCHED`).
 
     Raises:
-        ShardcliError: a word that names no policy, or none at all.
+        ShardcliError: a word that names no policy, a custom one naming an activation this model does
+            not make (`mlpwi` of a gated MLP, `mlpwi_0`/`mlpwi_1` of a plain one), or none at all.
     """
     from shardcli.specs.remat import SEARCHED, parse_policy, valid_words
 
     if text is None:
         return SEARCHED
-    remats = tuple(dict.fromkeys(parse_policy(r).name for r in text.split(",") if r.strip()))
+    policies = [parse_policy(r) for r in text.split(",") if r.strip()]
+    for policy in policies:
+        absent = [
+            n
+            for n in (*policy.saved, *policy.offloaded)
+            if n in (("mlpwi",) if gated else ("mlpwi_0", "mlpwi_1"))
+        ]
+        if absent:
+            mlp = "gated: mlpwi_0 (gate) and mlpwi_1 (up)" if gated else "not gated: mlpwi"
+            raise ShardcliError(
+                f"--remat {policy.name!r}: this model makes no {absent[0]} (its MLP is {mlp})"
+            )
+    remats = tuple(dict.fromkeys(p.name for p in policies))
     if not remats:
         raise ShardcliError(f"--remat {text!r} names no policy; choose from {valid_words()}")
     return remats

@@ -144,8 +144,9 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     mlp = f * (2 if cfg.gated else 1) / tp
     policy = parse_policy(c.remat)
     widths = _activation_widths(cfg, act_embed, heads_split, kv_split, tp)
-    # Saved per token and layer (elements, bf16). Each layer's input is kept under any policy; the
-    # counts were fitted to compiles of 7B (none) and 32B (minimal) on v5p-128 and 22B (full) on v4-128.
+    # Saved per token and layer (elements, bf16). Each layer's input is kept under any policy but one
+    # that offloads it (decoder_layer_input=offload); the counts were fitted to compiles of 7B (none)
+    # and 32B (minimal) on v5p-128 and 22B (full) on v4-128.
     if not policy.remat:  # everything, the norms' gathered outputs whole where the residual is split
         split_residual = c.rule_set == "fsdp-tp-sp"
         residual = d + 8 * d / tp if split_residual else 10 * d

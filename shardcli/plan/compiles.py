@@ -150,9 +150,11 @@ def keyed(what: dict[str, Any]) -> str:
 
 
 def _program_digest() -> str:
-    """A digest of the decoder's source: a change to the program compiles again (the parameters' shapes
-    and axes are in the model's fields and the layout's rules)."""
-    return hashlib.sha256((Path(__file__).parent / "decoder.py").read_bytes()).hexdigest()[:16]
+    """A digest of the decoder's source and of what each remat policy keeps and offloads: a change to
+    the program compiles again (the parameters' shapes and axes are in the model's fields and the
+    layout's rules)."""
+    sources = (Path(__file__).parent / "decoder.py", Path(__file__).parent.parent / "specs" / "remat.py")
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
 
 
 MAX_ENTRY_BYTES = 1 << 20  # an entry is a few KiB; anything larger is not one of ours

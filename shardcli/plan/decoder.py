@@ -58,22 +58,26 @@ def remat_policy(policy: RematPolicy) -> Any:
     layer's function is given (`full`)."""
     policies = jax.checkpoint_policies
     named = None
-    if policy.saved or policy.offloaded:
+    if policy.offloaded:
         named = policies.save_and_offload_only_these_names(
             names_which_can_be_saved=list(policy.saved),
             names_which_can_be_offloaded=list(policy.offloaded),
             offload_src="device",
             offload_dst="pinned_host",
         )
+    elif policy.saved:
+        named = policies.save_only_these_names(*policy.saved)
     dots = {
         "save": policies.checkpoint_dots_with_no_batch_dims,
         "offload": policies.offload_dot_with_no_batch_dims("device", "pinned_host")
         if policy.dots == "offload"
         else None,
     }.get(policy.dots or "")
-    if named is not None and dots is not None:
-        return policies.save_from_both_policies(dots, named)
-    return named if named is not None else dots
+    if named is None or dots is None:
+        return named if named is not None else dots
+    # MaxText's minimal_flash: the dots and named ones kept, both policies answering yes or no (no
+    # policy both offloads and keeps dots: JAX's save_from_both_policies takes no offloading one)
+    return policies.save_from_both_policies(dots, named)
 
 
 class _Layout:

@@ -109,7 +109,8 @@ def compile_program(
         quiet_native_logs() if target is not None else contextlib.nullcontext([])
     )
     # An argument with no sharding goes where jit puts it on the target's own host: its first device
-    # (without this, on the CPU this machine defaults to, and the program compiled for the CPU).
+    # (without this, on the CPU this machine defaults to, and the program compiled for the CPU). JAX
+    # takes the default device only where no sharding, constraint or context mesh names devices.
     placed = jax.default_device(mesh.devices.flat[0]) if target is not None else contextlib.nullcontext()
     try:
         # Not from the persistent compile cache: a program compiled before from another copy of the

@@ -355,6 +355,7 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
             flops=m.flops,
             t_math_s=m.t_math_s,
             t_comm_s=dict(m.t_comm_s),
+            t_host_s=m.t_host_s,
             comm_bytes=dict(m.comm_bytes),
             bound=m.bound,
         ),

@@ -367,7 +367,9 @@ PLAN_CHIP = Record(
     "usable_bytes",  # what one program may use: the HBM, or on a GPU JAX's memory pool
     "network_bytes_per_s",  # GPUs: one GPU's share of the network between hosts; null on a TPU
 )
-PLAN_MODELLED = Record("memory_bytes", "fits", "flops", "t_math_s", "t_comm_s", "comm_bytes", "bound")
+PLAN_MODELLED = Record(
+    "memory_bytes", "fits", "flops", "t_math_s", "t_comm_s", "t_host_s", "comm_bytes", "bound"
+)
 PLAN_TRAFFIC = Record("axes", "sent_bytes", "collectives", "top_kind", "top_op")
 PLAN_COMPILED = Record(
     "fits",

@@ -61,7 +61,7 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # config.model.attention (dot or flash) and config.mesh (--mesh). 7: a program's memory has
 # host_bytes and host_transfer_bytes (remat's activations offloaded to the host), the step-time
 # estimate its host term (T_host); plan's compiled figures host_bytes and host_transfer_bytes, its
-# estimate t_host_s.
+# estimate t_host_s, its model t_host_s.
 SCHEMA_VERSION = 7
 
 

@@ -122,11 +122,12 @@ def parse_policy(text: str) -> RematPolicy:
         if name in places and places[name] != where:
             raise ShardcliError(f"--remat {word!r} places {name} twice ({places[name]} and {where})")
         places[name] = where
-    saved = tuple(n for n in ACTIVATION_NAMES if places.get(n) == "device")
+    # the layer's input stays on the chip under every policy: `decoder_layer_input=device` changes nothing
+    saved = tuple(n for n in ACTIVATION_NAMES if places.get(n) == "device" and n != "decoder_layer_input")
     offloaded = tuple(n for n in ACTIVATION_NAMES if places.get(n) == "offload")
     if not saved and not offloaded:
         return POLICIES["full"]  # every named activation recomputed: what `full` is
     # one spelling (the layer's order, `remat` places left out): two spellings of one policy share
     # a label and a cache entry
-    name = CUSTOM + "+".join(f"{n}={places[n]}" for n in ACTIVATION_NAMES if n in saved or n in offloaded)
+    name = CUSTOM + "+".join(f"{n}={places[n]}" for n in ACTIVATION_NAMES if n in (*saved, *offloaded))
     return RematPolicy(name, saved=saved, offloaded=offloaded)
