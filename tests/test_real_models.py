@@ -231,6 +231,13 @@ def assert_same_program(doc: dict[str, Any], hand: Any, mesh: Any, loops: bool) 
         "alias_bytes": memory.alias_size_in_bytes,
         "code_bytes": 0,
         "total_bytes": 0,
+        "host_bytes": memory.host_temp_size_in_bytes
+        + memory.host_argument_size_in_bytes
+        + memory.host_output_size_in_bytes
+        - memory.host_alias_size_in_bytes,
+        "host_transfer_bytes": 2 * memory.host_temp_size_in_bytes
+        + memory.host_argument_size_in_bytes
+        + memory.host_output_size_in_bytes,
     }
     assert doc["program"]["flops_per_device"] == analyze_compiled(hand, mesh).flops
     assert doc["program"]["xla_flops_per_device"] == hand.cost_analysis()["flops"]  # XLA's raw figure
