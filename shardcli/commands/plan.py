@@ -346,17 +346,13 @@ def _remat_policies(text: str | None, gated: bool) -> tuple[str, ...]:
         ShardcliError: a word that names no policy, a custom one naming an activation this model does
             not make (`mlpwi` of a gated MLP, `mlpwi_0`/`mlpwi_1` of a plain one), or none at all.
     """
-    from shardcli.specs.remat import SEARCHED, parse_policy, valid_words
+    from shardcli.specs.remat import SEARCHED, mlp_names, parse_policy, valid_words
 
     if text is None:
         return SEARCHED
     policies = [parse_policy(r) for r in text.split(",") if r.strip()]
     for policy in policies:
-        absent = [
-            n
-            for n in (*policy.saved, *policy.offloaded)
-            if n in (("mlpwi",) if gated else ("mlpwi_0", "mlpwi_1"))
-        ]
+        absent = [n for n in (*policy.saved, *policy.offloaded) if n in mlp_names(not gated)]
         if absent:
             mlp = "gated: mlpwi_0 (gate) and mlpwi_1 (up)" if gated else "not gated: mlpwi"
             raise ShardcliError(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from shardcli.analysis.kernels import causal_share
 from shardcli.plan.candidates import Candidate
 from shardcli.specs.decoder import SPLASH_BLOCK, DecoderConfig
-from shardcli.specs.remat import RematPolicy, parse_policy
+from shardcli.specs.remat import RematPolicy, mlp_names, parse_policy
 
 HEADROOM = 0.95  # a modelled layout needing more than this share of usable memory is called a no-fit
 
@@ -223,11 +223,7 @@ def _activation_widths(
     """Each named activation's elements per token and layer on one chip (`specs.remat.ACTIVATION_NAMES`)."""
     q = cfg.heads / heads_split * cfg.head_dim
     kv = cfg.kv_heads / kv_split * cfg.head_dim
-    mlp = (
-        {"mlpwi_0": cfg.mlp_dim / tp, "mlpwi_1": cfg.mlp_dim / tp}
-        if cfg.gated
-        else {"mlpwi": cfg.mlp_dim / tp}
-    )
+    mlp = dict.fromkeys(mlp_names(cfg.gated), cfg.mlp_dim / tp)
     return {
         "decoder_layer_input": act_embed,
         "query_proj": q,
@@ -254,8 +250,7 @@ def _recompute(cfg: DecoderConfig, policy: RematPolicy, attention: float, forwar
         "key_proj": 2 * d * cfg.kv_heads * hd,
         "value_proj": 2 * d * cfg.kv_heads * hd,
         "out_proj": 2 * cfg.heads * hd * d,
-        **({"mlpwi_0": 2 * d * cfg.mlp_dim, "mlpwi_1": 2 * d * cfg.mlp_dim} if cfg.gated else {}),
-        **({} if cfg.gated else {"mlpwi": 2 * d * cfg.mlp_dim}),
+        **dict.fromkeys(mlp_names(cfg.gated), 2 * d * cfg.mlp_dim),
         "mlpwo": 2 * cfg.mlp_dim * d,
     }
     redone = sum(f for name, f in dots.items() if not policy.kept(name) and not policy.on_host(name))
@@ -280,6 +275,7 @@ def chip_figures(
         "hbm_bytes_per_s": chip.hbm_bytes_per_s.value,
         "link_bytes_per_s": chip.link_bytes_per_s.value,
     }
+    host = chip.host_bytes_per_s.value if chip.host_bytes_per_s else None
     if chip.platform == "cuda":
         from shardcli.hardware.gpu_memory import read_gpu_pool
 
@@ -293,7 +289,7 @@ def chip_figures(
             usable_bytes=pool.limit_bytes(hbm),
             usable_source=pool.words(chip.label, hbm),
             network_bytes_per_s=chip.network_bytes_per_s.value,
-            host_bytes_per_s=chip.host_bytes_per_s.value if chip.host_bytes_per_s else None,
+            host_bytes_per_s=host,
         )
     return ChipFigures(
         **rates,
@@ -302,6 +298,6 @@ def chip_figures(
         wraparound=tuple(chip.wraps(d, topology) for d in topology),
         usable_bytes=hbm,
         usable_source=chip.hbm_bytes.source,
-        host_bytes_per_s=chip.host_bytes_per_s.value if chip.host_bytes_per_s else None,
+        host_bytes_per_s=host,
         mxu_width=chip.mxu_width.value if chip.mxu_width else None,
     )

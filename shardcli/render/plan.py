@@ -175,12 +175,13 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
 
 def _terms(est: StepEstimate, comm: str) -> list[str]:
     """The estimate's terms: the roofline's, or on a GPU the per-op roofline's parts."""
+    host = [f"T_host {_seconds(est.host.seconds)}"] if est.host is not None else []
     if est.ops is None:
         return [
             f"T_math {_seconds(est.math.seconds)}",
             f"T_hbm {_seconds(est.hbm.seconds)}",
             f"T_comm {comm}",
-            *([f"T_host {_seconds(est.host.seconds)}"] if est.host is not None else []),
+            *host,
             f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.2f}",
         ]
     ops = est.ops
@@ -189,7 +190,7 @@ def _terms(est: StepEstimate, comm: str) -> list[str]:
         f"{_seconds(ops.kernels_math_s + ops.kernels_hbm_s)}, other ops {_seconds(ops.other_s)} "
         f"({ops.other_bound})",
         f"T_comm {comm}",
-        *([f"T_host {_seconds(est.host.seconds)}"] if est.host is not None else []),
+        *host,
         f"bound {est.dominant}",
     ]
 

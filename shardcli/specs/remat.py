@@ -45,6 +45,11 @@ _QKV = ("query_proj", "key_proj", "value_proj")
 _ALL_DOTS = ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo")
 
 
+def mlp_names(gated: bool) -> tuple[str, ...]:
+    """The MLP's input projections a model makes: gate and up of a gated MLP, one of a plain one."""
+    return ("mlpwi_0", "mlpwi_1") if gated else ("mlpwi",)
+
+
 @dataclass(frozen=True)
 class RematPolicy:
     """What one policy keeps (`saved`), offloads to the host (`offloaded`) and recomputes.
