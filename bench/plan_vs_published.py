@@ -4,10 +4,10 @@ Each row builds shardcli's decoder at a published MaxText size and layout (the D
 scaled by global_parameter_scale; sequence 2048), compiles it for the TPU topology through the same
 path `shardcli plan` and `shardcli inspect --target` take (`plan_compile.compile_candidate`: the
 program as it trains, its scanned layers counted per trip; `--method layers` adds 1- and 2-layer
-copies extrapolated per layer), and compares the roofline
-max(T_math, T_hbm, T_comm per axis) with the measured step time. The measured step time is derived
-from the published TFLOP/s/chip with MaxText's own FLOP count (`calculate_tflops_training_per_device`,
-Dec 2023: 6 x parameters + causal attention per token): step = FLOPs per chip / (TFLOP/s x 1e12).
+copies extrapolated per layer), and compares the roofline max(T_math, T_hbm, T_comm summed over the
+axes + T_host) with the measured step time. The measured step time is derived from the published
+TFLOP/s/chip with MaxText's own FLOP count (`calculate_tflops_training_per_device`, Dec 2023: 6 x
+parameters + causal attention per token): step = FLOPs per chip / (TFLOP/s x 1e12).
 
 Attention: Pallas splash attention (`--attention flash`, plan's default on TPUs), as the published
 runs computed it: MaxText's `attention: flash` on TPUs. Its kernels' FLOPs are counted from their
@@ -66,8 +66,7 @@ class Row:
     tokens_per_s_per_chip: float | None = None  # published instead of TFLOP/s (MaxText's tiering table)
 
 
-# MaxText's `custom` remat of its Llama 3.1 8B v6e-256 run (maxtext_trillium_model_configs.py): row
-# 8B-v6e-custom; its comment says why row 8B-v6e runs with remat full.
+# MaxText's `custom` remat of its Llama 3.1 8B v6e-256 run (maxtext_trillium_model_configs.py): row 8B-v6e.
 LLAMA3_8B_V6E_REMAT = "custom:" + "+".join(
     f"{name}=offload" for name in ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj")
 )
@@ -123,11 +122,9 @@ HELD_OUT = (
     Row("128B-v5e", "maxtext-128b", "tpu-v5e:16x16", (("fsdp", 16), ("tensor", 16)), 1, "minimal_offloaded",
         110.0, "v5e/128b.sh"),
     Row("70B-v5p", "llama2-70b", "tpu-v5p:8x8x8", (("fsdp", 512),), 4, "full", None, "tiering.md v5p", 692.0),
-    # The 8B's own remat (row 8B-v6e-custom) does not fit shardcli's decoder: 34.4 GiB of 31.2 (its
-    # float32 logits are 15.7 GiB a chip; with q/k/v/out offloaded about 0.44 GiB a layer stays on the
-    # chip beside the 0.625 offloaded: docs/tutorials/plan.md); row 8B-v6e runs with remat full.
-    Row("8B-v6e", "llama3-8b", "tpu-v6e:16x16", (("fsdp", 256),), 4, "full", None, "tiering.md v6e", 7207.0),
-    Row("8B-v6e-custom", "llama3-8b", "tpu-v6e:16x16", (("fsdp", 256),), 4, LLAMA3_8B_V6E_REMAT, None,
+    # The 8B with its own remat: the layer input and q/k/v/out offloaded (it needs 34.4 GiB of 31.2 while
+    # shardcli's decoder made its logits in float32, not in bfloat16 cast to float32 as MaxText does).
+    Row("8B-v6e", "llama3-8b", "tpu-v6e:16x16", (("fsdp", 256),), 4, LLAMA3_8B_V6E_REMAT, None,
         "tiering.md v6e", 7207.0),
 )
 # fmt: on

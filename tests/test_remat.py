@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from shardcli.analysis.collectives import CollectiveOp
 from shardcli.analysis.program import ProgramAnalysis
-from shardcli.analysis.step_time import estimate_step
+from shardcli.analysis.step_time import AxisLink, estimate_step
 from shardcli.errors import ShardcliError
 from shardcli.hardware.chips import CHIPS
 from shardcli.specs.remat import ACTIVATION_NAMES, POLICIES, SEARCHED, parse_policy
@@ -99,9 +100,10 @@ def test_a_word_that_names_no_policy_is_one_clear_error(word, message):
 # --- the estimate's host term -----------------------------------------------------------------------
 
 
-def _program(host_bytes: float) -> ProgramAnalysis:
+def _program(host_bytes: float, sent_bytes: int = 0) -> ProgramAnalysis:
+    sent = CollectiveOp("collective-permute", "", sent_bytes, ("data",), 2, 1, True, None, None, False)
     return ProgramAnalysis(
-        collectives=(),
+        collectives=(sent,) if sent_bytes else (),
         memory=None,
         flops=3.94e12,  # 20 ms at v5e's 197 TFLOP/s
         bytes_accessed=8.19e9,  # 10 ms at 819 GB/s
@@ -109,21 +111,30 @@ def _program(host_bytes: float) -> ProgramAnalysis:
     )
 
 
+DATA = {"data": AxisLink("data", 2, 1e11, "test", "a test link")}  # 100 GB/s: 1e9 bytes sent take 10 ms
+
+
 @pytest.mark.parametrize(
-    ("host_bytes", "t_host", "dominant", "bound"),
+    ("host_bytes", "sent_bytes", "t_host", "dominant", "bound"),
     [
-        (0.0, None, "math", 0.020),
-        (1.5e8, 0.010, "math", 0.020),  # 10 ms over v5e's 15 GB/s PCIe: hidden behind the maths
-        (4.5e8, 0.030, "host", 0.030),  # 30 ms: the host link bounds the step
+        (0.0, 0, None, "math", 0.020),
+        (1.5e8, 0, 0.010, "math", 0.020),  # 10 ms over v5e's 15 GB/s PCIe: hidden behind the maths
+        (4.5e8, 0, 0.030, "host", 0.030),  # 30 ms: the host link bounds the step
+        # 10 ms of collectives and 10 ms to the host: one after another, as long as the maths
+        (1.5e8, 1_000_000_000, 0.010, "math", 0.020),
+        # 15 ms + 10 ms: each hides behind the maths alone, together they bound the step; the larger names it
+        (1.5e8, 1_500_000_000, 0.010, "data", 0.025),
+        (2.25e8, 1_000_000_000, 0.015, "host", 0.025),
     ],
 )
-def test_host_transfers_are_a_term_of_the_roofline(host_bytes, t_host, dominant, bound):
-    step = estimate_step(_program(host_bytes), CHIPS["tpu-v5e"], {}, "bfloat16")
+def test_host_transfers_are_a_term_of_the_roofline(host_bytes, sent_bytes, t_host, dominant, bound):
+    step = estimate_step(_program(host_bytes, sent_bytes), CHIPS["tpu-v5e"], DATA, "bfloat16")
+    t_comm = sent_bytes / 1e11
     if t_host is None:
         assert step.host is None and step.sum_s == pytest.approx(0.020)
     else:
         assert step.host is not None and step.host.seconds == pytest.approx(t_host)
-        assert "PCIe" in step.host.source and step.sum_s == pytest.approx(0.020 + t_host)
+        assert "PCIe" in step.host.source and step.sum_s == pytest.approx(0.020 + t_comm + t_host)
     assert (step.dominant, step.bound_s) == (dominant, pytest.approx(bound))
 
 
@@ -151,8 +162,19 @@ def v5e_session():
 CFG_SHAPE: dict[str, Any] = {"layers": 4, "seq": 256, "d_model": 256, "mlp_dim": 512}
 
 
+_COMPILES: dict[tuple[int, str], Any] = {}  # (the session, the policy): each compiled once in a run
+
+
 def _compiled(session, remat: str):
-    """shardcli's analysis of the decoder's step with `remat`, and a hand AOT compile of it."""
+    """shardcli's analysis of the decoder's step with `remat`, and a hand AOT compile of it (kept for
+    the next test that asks for the same policy)."""
+    key = (id(session), remat)
+    if key not in _COMPILES:
+        _COMPILES[key] = _compile(session, remat)
+    return _COMPILES[key]
+
+
+def _compile(session, remat: str):
     import jax
 
     from shardcli.analysis.program import analyze_compiled
@@ -189,15 +211,45 @@ def test_offloaded_activations_live_in_the_hosts_memory_and_cost_no_flops(v5e_se
     assert offloaded.flops == pytest.approx(on_chip.flops, rel=0.01)
 
 
+# One policy of each way `plan.decoder.remat_policy` builds a JAX policy is compiled; the others of a
+# way (names kept with save_only_these_names) are traced and lowered, which is where JAX refuses one.
+COMPILED = (
+    "none",
+    "full",
+    "minimal",
+    "minimal_flash",
+    "minimal_offloaded",
+    "qkv_proj_offloaded",
+    "save_out_proj",
+)
+
+
 @pytest.mark.parametrize("name", list(POLICIES))
-def test_every_named_policy_compiles(v5e_session, name):
+def test_every_named_policy_builds(v5e_session, name):
     """Each of MaxText's names builds a jax.checkpoint policy JAX takes (minimal_flash mixes a dots
     policy with a names one, which JAX's save_from_both_policies takes only as yes-or-no policies);
     the host's memory holds something exactly where the policy offloads."""
     _, session = v5e_session
+    if name not in COMPILED:
+        assert not parse_policy(name).offloads and parse_policy(name).saved
+        assert _lowered(session, name)
+        return
     _, analysis, _ = _compiled(session, name)
     assert analysis.flops and analysis.memory.argument_bytes > 0
     assert (analysis.memory.host_temp_bytes > 0) == parse_policy(name).offloads
+
+
+def _lowered(session, remat: str) -> str:
+    import jax
+
+    from shardcli.plan.candidates import RULE_SETS
+    from shardcli.plan.decoder import build_train_step
+    from shardcli.specs.decoder import PRESETS
+
+    cfg = replace(PRESETS["tiny"], **CFG_SHAPE)
+    program = build_train_step(cfg, RULE_SETS["fsdp-tp"], session.mesh, remat=remat, global_batch=8)
+    with jax.set_mesh(session.mesh):
+        return jax.jit(program.fn).lower(*program.args).as_text()
 
 
 def test_the_layers_inputs_offloaded_are_their_bytes(v5e_session):

@@ -14,8 +14,10 @@ axis lies on the hardware:
 - T_host = bytes moved between the device and the host's memory (remat's offloaded activations:
   written in the forward pass and read back in the backward, `MemoryUse.host_transfer_bytes`) / the
   chip's PCIe link, one way; absent where nothing is offloaded;
-- bound  = max(T_math, T_hbm, T_comm, T_host): perfect overlap; no-overlap sum = max(T_math, T_hbm) +
-  T_comm + T_host (the memory roofline overlaps the maths within each op, transfers overlap nothing);
+- bound  = max(T_math, T_hbm, T_comm + T_host): the transfers hidden behind the compute, one after
+  another as the collectives of different axes are (a chip's DMA engines move both, from and to
+  the same HBM); no-overlap sum = max(T_math, T_hbm) + T_comm + T_host (the memory roofline
+  overlaps the maths within each op, transfers overlap nothing);
 - the estimate = bound / efficiency, where `efficiency` (default 1.0) is the one calibration
   figure, named with its source where it is not 1 (a TPU: `shardcli.hardware.calibration.CALIBRATION`).
 
@@ -23,7 +25,7 @@ On a GPU one global max(T_math, T_hbm) cannot fit both a pure GEMM (60-70% of th
 training step (27%): the estimate there is the sum over the program's ops of each op's own roofline
 (`OpRoofline`): each library kernel (cuBLAS GEMM, cuDNN attention or convolution) max(FLOPs / (peak
 for its dtype x dot efficiency), bytes / (HBM x HBM efficiency)), plus the same for every other op
-together from XLA's FLOPs and bytes; communication adds nothing hidden (max with T_comm). The
+together from XLA's FLOPs and bytes; the transfers add nothing hidden (max with T_comm + T_host). The
 efficiencies are `shardcli.hardware.calibration.GPU_OPS`, measured.
 
 The bandwidth of a mesh axis (`AxisLink`):
@@ -153,10 +155,10 @@ class StepEstimate:
         return sum(t.seconds or 0.0 for t in self.comm)
 
     def _known(self) -> list[tuple[str, float]]:
+        """The bound's terms: T_math, T_hbm, and the transfers (T_comm + T_host, one after another)."""
         terms = [(self.math.name, self.math.seconds), (self.hbm.name, self.hbm.seconds)]
-        terms.append(("communication", self.t_comm_s))
-        if self.host is not None:
-            terms.append((self.host.name, self.host.seconds))
+        if self.t_comm_s is not None or self.host is not None:
+            terms.append(("transfers", (self.t_comm_s or 0.0) + self.t_host_s))
         return [(name, s) for name, s in terms if s is not None]
 
     @property
@@ -165,7 +167,7 @@ class StepEstimate:
 
     @property
     def bound_s(self) -> float | None:
-        """max(T_math, T_hbm, T_comm, T_host) over the terms known; None without T_math."""
+        """max(T_math, T_hbm, T_comm + T_host) over the terms known; None without T_math."""
         if self.math.seconds is None:
             return None
         return max(s for _, s in self._known())
@@ -179,33 +181,36 @@ class StepEstimate:
 
     @property
     def dominant(self) -> str | None:
-        """The largest term: "math", "hbm", or the mesh axes of the largest communication term."""
+        """The largest term: "math", "hbm" ("launch" on a GPU), or where the transfers bound the step
+        the largest of them: "host", or the mesh axes of the largest communication term."""
         if self.bound_s is None:
             return None
         terms = (
             [
                 ("math", self.ops.math_s),
                 ("hbm", self.ops.hbm_s),
-                ("communication", self.t_comm_s or 0.0),
+                ("transfers", (self.t_comm_s or 0.0) + self.t_host_s),
                 ("launch", self.ops.launch_s),
-                ("host", self.t_host_s),
             ]
             if self.ops is not None
             else self._known()
         )
         name, _ = max(terms, key=lambda t: t[1])
-        if name == "communication" and self.comm:
-            return max(self.comm, key=lambda t: t.seconds or 0.0).name
-        return name
+        if name != "transfers":
+            return name
+        largest = max(self.comm, key=lambda t: t.seconds or 0.0, default=None)
+        if largest is None or self.t_host_s >= (largest.seconds or 0.0):
+            return "host"
+        return largest.name
 
     @property
     def estimate_s(self) -> float | None:
         """The bound divided by the calibrated efficiency; on a GPU the per-op roofline, or the
-        communication or the host transfers where they take longer."""
+        transfers (communication, then the host's) where they take longer."""
         if self.bound_s is None:
             return None
         if self.ops is not None:
-            return max(self.ops.seconds, self.t_comm_s or 0.0, self.t_host_s)
+            return max(self.ops.seconds, (self.t_comm_s or 0.0) + self.t_host_s)
         return self.bound_s / self.efficiency
 
 

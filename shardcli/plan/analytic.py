@@ -78,8 +78,7 @@ class Modelled:
     def t_rank_s(self) -> float:
         """What candidates are ranked by: the bound plus a quarter of what it assumes hidden (the
         roofline alone ties every compute-bound layout; real steps overlap communication only in part)."""
-        t_comm = sum(t for _, t in self.t_comm_s)
-        t_other = max(t_comm, self.t_host_s)
+        t_other = sum(t for _, t in self.t_comm_s) + self.t_host_s
         return max(self.t_math_s, t_other) + 0.25 * min(self.t_math_s, t_other)
 
     def rank_tokens_per_s_per_chip(self, seq: int) -> float:
@@ -88,16 +87,15 @@ class Modelled:
 
     @property
     def t_bound_s(self) -> float:
-        """max(T_math, the axes' T_comm summed, T_host), as the step-time estimate bounds a step."""
-        return max(self.t_math_s, sum(t for _, t in self.t_comm_s), self.t_host_s)
+        """max(T_math, the axes' T_comm summed + T_host), as the step-time estimate bounds a step."""
+        return max(self.t_math_s, sum(t for _, t in self.t_comm_s) + self.t_host_s)
 
     @property
     def bound(self) -> str:
-        axis, _ = max(self.t_comm_s, key=lambda x: x[1], default=("", 0.0))
-        t_comm = sum(t for _, t in self.t_comm_s)
-        if self.t_host_s > max(self.t_math_s, t_comm):
-            return "host"
-        return "math" if self.t_math_s >= t_comm else axis
+        axis, largest = max(self.t_comm_s, key=lambda x: x[1], default=("", 0.0))
+        if self.t_math_s >= sum(t for _, t in self.t_comm_s) + self.t_host_s:
+            return "math"
+        return "host" if self.t_host_s >= largest else axis
 
     def tokens_per_s_per_chip(self, seq: int) -> float:
         c = self.candidate

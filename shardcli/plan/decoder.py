@@ -256,8 +256,10 @@ def _loss(
             x = layer(x, p)
     h = _rms_norm(x, params["final_norm"])
     unembed = params["embed"].T if cfg.tied_embeddings else params["unembed"]
-    logits = jnp.einsum("bsd,dv->bsv", h, unembed.astype(COMPUTE), preferred_element_type=jnp.float32)
-    logits = layout.constrain(logits, "batch", "length", "act_vocab")
+    # MaxText's defaults (logits_dot_in_fp32 false, cast_logits_to_fp32 true): the dot in the compute
+    # dtype, its result cast to float32 for the loss, so what backward keeps is the bfloat16 logits
+    logits = jnp.einsum("bsd,dv->bsv", h, unembed.astype(COMPUTE))
+    logits = layout.constrain(logits, "batch", "length", "act_vocab").astype(jnp.float32)
     # logsumexp - the target's logit: no [batch, length, vocab] log-probabilities kept beside the logits
     picked = jnp.sum(logits * jax.nn.one_hot(targets, cfg.vocab, dtype=jnp.float32), axis=-1)
     return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
