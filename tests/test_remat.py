@@ -11,7 +11,7 @@ import pytest
 
 from shardcli.analysis.collectives import CollectiveOp
 from shardcli.analysis.program import ProgramAnalysis
-from shardcli.analysis.step_time import AxisLink, estimate_step
+from shardcli.analysis.step_time import AxisLink, OpRoofline, StepEstimate, Term, estimate_step
 from shardcli.errors import ShardcliError
 from shardcli.hardware.chips import CHIPS
 from shardcli.specs.remat import ACTIVATION_NAMES, POLICIES, SEARCHED, parse_policy
@@ -136,6 +136,67 @@ def test_host_transfers_are_a_term_of_the_roofline(host_bytes, sent_bytes, t_hos
         assert step.host is not None and step.host.seconds == pytest.approx(t_host)
         assert "PCIe" in step.host.source and step.sum_s == pytest.approx(0.020 + t_comm + t_host)
     assert (step.dominant, step.bound_s) == (dominant, pytest.approx(bound))
+
+
+def _step(comm: dict[str, float | None], host: float, ops_math: float | None = None) -> StepEstimate:
+    """A StepEstimate of 0.6 s of maths and 0.2 s of HBM (TPU: terms; GPU: ops), `comm` per axis."""
+    from shardcli.hardware.calibration import GPU_OPS
+
+    ops = None
+    if ops_math is not None:
+        ops = OpRoofline(1, ops_math, 0.0, 0.0, 0.0, 0.2, "hbm", GPU_OPS)
+    return StepEstimate(
+        chip="test",
+        math=Term("math", None, None, 0.6, "test"),
+        hbm=Term("hbm", None, None, 0.2, "test"),
+        comm=tuple(Term(axis, None, None, s, "test") for axis, s in comm.items()),
+        host=Term("host", None, None, host, "test") if host else None,
+        ops=ops,
+    )
+
+
+@pytest.mark.parametrize(
+    ("comm", "host", "ops_math", "dominant", "estimate"),
+    [
+        ({"fsdp": 0.4}, 0.3, None, "fsdp", 0.7),  # TPU: 0.7 s of transfers over 0.6 s of maths
+        ({"fsdp": 0.2}, 0.3, None, "math", 0.6),
+        # an axis of unknown bandwidth: the transfers known are the host's alone, and name it
+        ({"fsdp": 0.5, "data": None}, 0.02, None, "math", 0.6),
+        ({"fsdp": 0.5, "data": None}, 0.9, None, "host", 0.9),
+        # GPU: the per-op roofline (0.6 + 0.2 s) against the transfers; the larger's largest part names it
+        ({"fsdp": 0.4}, 0.3, 0.6, "math", 0.8),
+        ({"fsdp": 0.5}, 0.4, 0.6, "fsdp", 0.9),
+        ({"fsdp": 0.1}, 0.8, 0.1, "host", 0.9),
+    ],
+)
+def test_the_step_is_set_by_its_largest_term_or_by_its_transfers_queued(
+    comm, host, ops_math, dominant, estimate
+):
+    step = _step(comm, host, ops_math)
+    assert step.dominant == dominant
+    assert step.estimate_s == pytest.approx(estimate)
+
+
+@pytest.mark.parametrize(
+    ("t_math", "t_comm", "t_host", "bound", "t_bound"),
+    [
+        (0.6, {"fsdp": 0.2}, 0.3, "math", 0.6),
+        (0.6, {"fsdp": 0.4}, 0.3, "fsdp", 0.7),
+        (0.6, {"fsdp": 0.1, "tensor": 0.2}, 0.4, "host", 0.7),
+        (0.6, {}, 0.0, "math", 0.6),
+    ],
+)
+def test_the_analytic_model_queues_the_transfers_as_the_estimate_does(t_math, t_comm, t_host, bound, t_bound):
+    """plan's pre-filter bounds a layout as `analysis.step_time` does: max(T_math, T_comm + T_host),
+    the largest transfer naming it; its rank adds a quarter of what the bound takes as hidden."""
+    from shardcli.plan.analytic import Modelled
+
+    m = Modelled(None, 0, 0, 0, 0.0, (), t_math, tuple(t_comm.items()), True, t_host)
+    assert (m.bound, m.t_bound_s) == (bound, pytest.approx(t_bound))
+    hidden = min(t_math, sum(t_comm.values()) + t_host)
+    assert m.t_rank_s == pytest.approx(t_bound + 0.25 * hidden)
+    step = _step(t_comm, t_host)
+    assert (step.dominant, step.bound_s) == (bound, pytest.approx(t_bound))
 
 
 def test_every_chip_names_its_host_link():

@@ -140,7 +140,7 @@ class StepEstimate:
     compiler_seconds: float | None = None  # the TPU compiler's optimal_seconds, where positive
     compiler_note: str = "not given"
     notes: tuple[str, ...] = ()  # what the figures leave out (loops of unknown trips, ...)
-    ops: OpRoofline | None = None  # a GPU: the estimate is the per-op roofline (max with T_comm)
+    ops: OpRoofline | None = None  # a GPU: the estimate is the per-op roofline (max with T_comm + T_host)
     host: Term | None = None  # transfers to and from the host's memory; None where there are none
 
     @property
@@ -181,25 +181,23 @@ class StepEstimate:
 
     @property
     def dominant(self) -> str | None:
-        """The largest term: "math", "hbm" ("launch" on a GPU), or where the transfers bound the step
-        the largest of them: "host", or the mesh axes of the largest communication term."""
+        """The term that sets the estimate: "math", "hbm" ("launch" on a GPU), or where the transfers
+        take longer the largest of them: "host", or the mesh axes of the largest communication term."""
         if self.bound_s is None:
             return None
-        terms = (
-            [
-                ("math", self.ops.math_s),
-                ("hbm", self.ops.hbm_s),
-                ("transfers", (self.t_comm_s or 0.0) + self.t_host_s),
-                ("launch", self.ops.launch_s),
-            ]
-            if self.ops is not None
-            else self._known()
-        )
-        name, _ = max(terms, key=lambda t: t[1])
-        if name != "transfers":
-            return name
+        if self.ops is not None:  # the per-op roofline, or the transfers where they take longer
+            if (self.t_comm_s or 0.0) + self.t_host_s > self.ops.seconds:
+                return self._largest_transfer()
+            parts = [("math", self.ops.math_s), ("hbm", self.ops.hbm_s), ("launch", self.ops.launch_s)]
+            return max(parts, key=lambda t: t[1])[0]
+        name, _ = max(self._known(), key=lambda t: t[1])
+        return self._largest_transfer() if name == "transfers" else name
+
+    def _largest_transfer(self) -> str:
+        """ "host", or the mesh axes of the largest communication term (T_comm unknown: only T_host
+        is counted, so "host")."""
         largest = max(self.comm, key=lambda t: t.seconds or 0.0, default=None)
-        if largest is None or self.t_host_s >= (largest.seconds or 0.0):
+        if self.t_comm_s is None or largest is None or self.t_host_s >= (largest.seconds or 0.0):
             return "host"
         return largest.name
 

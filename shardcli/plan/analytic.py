@@ -158,7 +158,9 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     activations = 2 * tokens * saved * cfg.layers
     host_bytes = 2 * (2 * tokens * offloaded * cfg.layers)  # written in the forward, read in the backward
     working = tokens * (qkv + 2 * mlp + 4 * d) * 2  # one layer's intermediates, bf16
-    logits = 4 * tokens * cfg.vocab / tp  # the f32 logits (their gradient fused where it is made)
+    # the bf16 logits kept for the backward pass and their bf16 gradient (the float32 cast is fused
+    # into the loss; MaxText's logits_dot_in_fp32 False): 4 bytes an element, as compiled
+    logits = 4 * tokens * cfg.vocab / tp
     gathered = 2 * 2 * layer / tp  # one layer's weights gathered in bf16, and the next one's
     memory = int(weights + activations + working + logits + gathered)
 

@@ -240,7 +240,8 @@ def _hardware_clauses(result: PlanResult) -> list[str]:
         f"{chip.usable_source} ({format_bytes(chip.usable_bytes)})",
         f"NVLink {chip.link_bytes_per_s / 1e9:g} GB/s within a host, network {net / 1e9:g} GB/s per GPU "
         "between hosts",
-        f"estimate = {result.calibration.provenance}, or the communication where it takes longer",
+        f"estimate = {result.calibration.provenance}, or the transfers (communication, then the host's) "
+        "where they take longer",
     ]
 
 
