@@ -1948,9 +1948,28 @@ def one_plan_entry(cli, tmp_path_factory) -> tuple[dict, dict, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", list(_ENTRY_DAMAGE))
+def test_a_damaged_plan_cache_entry_is_not_read(one_plan_entry, tmp_path, monkeypatch, damage):
+    """`[]` was exit 3, a FIFO hung, `"fits": "no"` showed as fitting: each entry is now checked,
+    and one that fails reads as no entry (at once: the FIFO's read does not block)."""
+    import shutil
+
+    from shardcli.plan.compiles import read_cached
+
+    _, entry, folder = one_plan_entry
+    cache = tmp_path / "cache"
+    shutil.copytree(folder, cache, symlinks=True)
+    (path,) = (cache / "plan").glob("*.json")
+    monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(cache / "jax"))
+    assert read_cached(path.stem) is not None  # the control: the entry as written is read
+    _ENTRY_DAMAGE[damage](entry, path)
+    assert read_cached(path.stem) is None
+
+
+# Whatever the damage, plan goes on the same way: the entry ignored, the layout compiled again, its
+# entry written anew (a folder in its place cannot be replaced). One compile each, so a few of them.
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["a-json-list", "fits-no", "truncated", "a-fifo", "a-folder"])
 def test_a_damaged_plan_cache_entry_is_compiled_again(cli, one_plan_entry, tmp_path, damage):
-    """`[]` was exit 3, a FIFO hung, `"fits": "no"` showed as fitting: each entry is now checked
-    and one that fails is ignored, the layout compiled again (and its entry written anew)."""
     import shutil
 
     first, entry, folder = one_plan_entry
@@ -1964,7 +1983,7 @@ def test_a_damaged_plan_cache_entry_is_compiled_again(cli, one_plan_entry, tmp_p
     assert doc["summary"]["cached"] == 0, doc["summary"]
     assert doc["summary"]["fits"] == first["summary"]["fits"], (doc["summary"], first["summary"])
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
-    if damage != "a-folder":  # a folder in its place cannot be replaced: the plan goes on without it
+    if damage != "a-folder":
         assert json.loads(path.read_text()) == {**entry, "figures": {**entry["figures"], "compile_s": ANY}}
 
 
