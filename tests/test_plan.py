@@ -924,6 +924,12 @@ def test_plan_lays_the_decoder_out_on_gpu_hosts(cli, plan_cache, cuda_plugin):
         traffic = {t["axes"]: t["sent_bytes"] for t in c["compiled"]["traffic"]}
         if c["mesh"].get("data") == 2 and "data" in traffic:  # data over the 2 hosts
             assert c["estimate"]["t_comm_s"]["data"] == pytest.approx(traffic["data"] / net.value)
+    # the tiny step is bound by launching its kernels: the winner's line says so, beside the ops' rooflines
+    assert all(c["estimate"]["bound"] == "launch" for c in compiled)
+    text = cli(["plan", "--preset", "tiny", "--target", "gpu-h100:2x2", "--batch", "2", "--remat", "full",
+                "-n", "3", "--no-color"]).stdout  # fmt: skip
+    launches = next(line for line in text.splitlines() if line.startswith("launches "))
+    assert "kernels), longer than the per-op roofline" in launches and "library kernel calls" in launches
 
 
 @pytest.mark.parametrize(

@@ -68,10 +68,14 @@ def test_target_names(text, name, libtpu, chips, hbm):
             "--target 'tpu-v9:4x4' is not a known target; choose a generation and its topology: tpu-v4:2x2x2",
         ),
         ("h100:8", "is not a known target"),
-        ("gpu-h100:8x8x8", "needs a topology after the ':', GPUS or HOSTSxGPUS, such as gpu-h100:8"),
+        ("gpu-h100:8x8x8", "has topology '8x8x8', which is not GPUS or HOSTSxGPUS (whole numbers from 1)"),
+        ("gpu-h100:0", "has topology '0', which is not GPUS or HOSTSxGPUS (whole numbers from 1), such as"),
         ("tpu-v5e", "needs a topology after the ':', two or three sizes, such as tpu-v5e:4x4"),
-        ("tpu-v5e:4x", "needs a topology after the ':', two or three sizes, such as tpu-v5e:4x4"),
-        ("tpu-v5e:0x4", "needs a topology after the ':', two or three sizes, such as tpu-v5e:4x4"),
+        ("tpu-v5e:4x", "has topology '4x', which is not two or three sizes (whole numbers from 1)"),
+        (
+            "tpu-v5e:0x4",
+            "has topology '0x4', which is not two or three sizes (whole numbers from 1), such as tpu-v5e:4x4",
+        ),
     ],
 )
 def test_bad_target_names_are_one_line(text, message):

@@ -206,7 +206,8 @@ def plan(
 
     Rule sets: fsdp-tp (MaxText's default: weights' embed dim over fsdp; heads, mlp, vocab over
     tensor; batch over data and fsdp) and fsdp-tp-sp (also the activations' embed dim over tensor,
-    `+sp` in a layout). The bound is the estimate's largest term: math or hbm, or where the transfers
+    `+sp` in a layout). The bound is the estimate's largest term: math or hbm (on a GPU also launch:
+    a step of small kernels takes as long as launching them), or where the transfers
     (the collectives and the host's, one after another) take longer, the largest of them: the mesh
     axis whose collectives take longest (`fsdp`: bound by communication over fsdp), or `host`.
 

@@ -125,9 +125,14 @@ def parse_target(text: str, flag: str = "--target") -> TargetSpec:
         )
     if not sep or not _TOPOLOGY_RE[generation.platform].match(topology):
         shape = "GPUS or HOSTSxGPUS" if generation.platform == "cuda" else "two or three sizes"
+        what = (
+            f"has topology {topology!r}, which is not {shape} (whole numbers from 1)"
+            if topology
+            else f"needs a topology after the ':', {shape}"
+        )
         raise ShardcliError(
-            f"{flag} {text!r} needs a topology after the ':', {shape}, such as "
-            f"{generation.name}:{generation.example}; known: {known_targets()}"
+            f"{flag} {text!r} {what}, such as {generation.name}:{generation.example}; "
+            f"known: {known_targets()}"
         )
     sizes = tuple(int(d) for d in topology.split("x"))
     problem = generation.hardware.topology_problem(sizes)

@@ -182,13 +182,19 @@ def _terms(est: StepEstimate, comm: str) -> list[str]:
             f"T_hbm {_seconds(est.hbm.seconds)}",
             f"T_comm {comm}",
             *host,
-            f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.2f}",
+            f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.4g}",
         ]
     ops = est.ops
+    parts = (
+        f"{ops.kernels} library kernel calls {_seconds(ops.kernels_math_s + ops.kernels_hbm_s)}, "
+        f"other ops {_seconds(ops.other_s)} ({ops.other_bound})"
+    )
+    kernels = f" ({ops.launches.kernels:,} kernels)" if ops.launches is not None else ""
     return [
-        f"per-op roofline {_seconds(ops.seconds)}: {ops.kernels} library kernel calls "
-        f"{_seconds(ops.kernels_math_s + ops.kernels_hbm_s)}, other ops {_seconds(ops.other_s)} "
-        f"({ops.other_bound})",
+        f"launches {_seconds(ops.launch_s)}{kernels}, longer than the per-op roofline "
+        f"{_seconds(ops.roofline_s)}: {parts}"
+        if ops.launch_bound
+        else f"per-op roofline {_seconds(ops.seconds)}: {parts}",
         f"T_comm {comm}",
         *host,
         f"bound {est.dominant}",
