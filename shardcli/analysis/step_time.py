@@ -154,11 +154,16 @@ class StepEstimate:
             return None
         return sum(t.seconds or 0.0 for t in self.comm)
 
+    @property
+    def t_transfers_s(self) -> float:
+        """T_comm + T_host: the transfers, one after another (an axis of unknown bandwidth adds 0)."""
+        return (self.t_comm_s or 0.0) + self.t_host_s
+
     def _known(self) -> list[tuple[str, float]]:
         """The bound's terms: T_math, T_hbm, and the transfers (T_comm + T_host, one after another)."""
         terms = [(self.math.name, self.math.seconds), (self.hbm.name, self.hbm.seconds)]
         if self.t_comm_s is not None or self.host is not None:
-            terms.append(("transfers", (self.t_comm_s or 0.0) + self.t_host_s))
+            terms.append(("transfers", self.t_transfers_s))
         return [(name, s) for name, s in terms if s is not None]
 
     @property
@@ -186,7 +191,7 @@ class StepEstimate:
         if self.bound_s is None:
             return None
         if self.ops is not None:  # the per-op roofline, or the transfers where they take longer
-            if (self.t_comm_s or 0.0) + self.t_host_s > self.ops.seconds:
+            if self.t_transfers_s > self.ops.seconds:
                 return self._largest_transfer()
             parts = [("math", self.ops.math_s), ("hbm", self.ops.hbm_s), ("launch", self.ops.launch_s)]
             return max(parts, key=lambda t: t[1])[0]
@@ -208,7 +213,7 @@ class StepEstimate:
         if self.bound_s is None:
             return None
         if self.ops is not None:
-            return max(self.ops.seconds, (self.t_comm_s or 0.0) + self.t_host_s)
+            return max(self.ops.seconds, self.t_transfers_s)
         return self.bound_s / self.efficiency
 
 

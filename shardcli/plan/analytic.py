@@ -78,22 +78,26 @@ class Modelled:
     def t_rank_s(self) -> float:
         """What candidates are ranked by: the bound plus a quarter of what it assumes hidden (the
         roofline alone ties every compute-bound layout; real steps overlap communication only in part)."""
-        t_other = sum(t for _, t in self.t_comm_s) + self.t_host_s
-        return max(self.t_math_s, t_other) + 0.25 * min(self.t_math_s, t_other)
+        return self.t_bound_s + 0.25 * min(self.t_math_s, self.t_transfers_s)
 
     def rank_tokens_per_s_per_chip(self, seq: int) -> float:
         c = self.candidate
         return c.global_batch * seq / c.chips / self.t_rank_s
 
     @property
+    def t_transfers_s(self) -> float:
+        """The axes' T_comm summed + T_host: the transfers one after another, as the estimate queues them."""
+        return sum(t for _, t in self.t_comm_s) + self.t_host_s
+
+    @property
     def t_bound_s(self) -> float:
-        """max(T_math, the axes' T_comm summed + T_host), as the step-time estimate bounds a step."""
-        return max(self.t_math_s, sum(t for _, t in self.t_comm_s) + self.t_host_s)
+        """max(T_math, T_comm + T_host), as the step-time estimate bounds a step."""
+        return max(self.t_math_s, self.t_transfers_s)
 
     @property
     def bound(self) -> str:
         axis, largest = max(self.t_comm_s, key=lambda x: x[1], default=("", 0.0))
-        if self.t_math_s >= sum(t for _, t in self.t_comm_s) + self.t_host_s:
+        if self.t_math_s >= self.t_transfers_s:
             return "math"
         return "host" if self.t_host_s >= largest else axis
 
