@@ -235,22 +235,31 @@ def _compiled(session, remat: str):
     return _COMPILES[key]
 
 
-def _compile(session, remat: str):
+def _lowered_step(session, remat: str):
+    """(the tiny decoder's config, its train step with `remat` lowered on the session's mesh)."""
     import jax
 
-    from shardcli.analysis.program import analyze_compiled
     from shardcli.plan.candidates import RULE_SETS
     from shardcli.plan.decoder import build_train_step
     from shardcli.specs.decoder import PRESETS
 
     cfg = replace(PRESETS["tiny"], **CFG_SHAPE)
     program = build_train_step(cfg, RULE_SETS["fsdp-tp"], session.mesh, remat=remat, global_batch=8)
+    with jax.set_mesh(session.mesh):
+        return cfg, jax.jit(program.fn).lower(*program.args)
+
+
+def _compile(session, remat: str):
+    import jax
+
+    from shardcli.analysis.program import analyze_compiled
     from shardcli.runtime.cache import unreadable_entries_compiled_again
 
+    cfg, lowered = _lowered_step(session, remat)
     # once an earlier test used JAX's persistent cache, JAX reads it for every compile, and an entry
     # written for a compile-only target cannot be loaded back: JAX compiles again (and warns)
     with jax.set_mesh(session.mesh), unreadable_entries_compiled_again():
-        compiled = jax.jit(program.fn).lower(*program.args).compile()
+        compiled = lowered.compile()
     return cfg, analyze_compiled(compiled, session.mesh), compiled.memory_analysis()
 
 
@@ -293,24 +302,11 @@ def test_every_named_policy_builds(v5e_session, name):
     _, session = v5e_session
     if name not in COMPILED:
         assert not parse_policy(name).offloads and parse_policy(name).saved
-        assert _lowered(session, name)
+        assert _lowered_step(session, name)[1].as_text()
         return
     _, analysis, _ = _compiled(session, name)
     assert analysis.flops and analysis.memory.argument_bytes > 0
     assert (analysis.memory.host_temp_bytes > 0) == parse_policy(name).offloads
-
-
-def _lowered(session, remat: str) -> str:
-    import jax
-
-    from shardcli.plan.candidates import RULE_SETS
-    from shardcli.plan.decoder import build_train_step
-    from shardcli.specs.decoder import PRESETS
-
-    cfg = replace(PRESETS["tiny"], **CFG_SHAPE)
-    program = build_train_step(cfg, RULE_SETS["fsdp-tp"], session.mesh, remat=remat, global_batch=8)
-    with jax.set_mesh(session.mesh):
-        return jax.jit(program.fn).lower(*program.args).as_text()
 
 
 def test_the_layers_inputs_offloaded_are_their_bytes(v5e_session):
