@@ -42,7 +42,9 @@ class InspectReport(JupyterMixin):
     @property
     def findings(self) -> tuple[str, ...]:
         """The classic mistakes found, one sentence each (empty for a clean program)."""
-        return tuple(f.message for f in self.result.findings)
+        from shardcli.analysis.findings import finding_text
+
+        return tuple(finding_text(f) for f in self.result.findings)
 
     @property
     def collectives(self) -> tuple[Any, ...]:
@@ -167,6 +169,14 @@ def inspect(
     specs = tuple(ShardingSpec(entries_of_spec(spec, len(tuple(spec)))) for spec in outs)
     name = getattr(fn, "__name__", None) or type(fn).__name__
     result = inspect_program(
-        session, name, fn, tuple(args), outs=specs, peak_tflops=peak_tflops, link_gbps=link_gbps, run=run
+        session,
+        name,
+        fn,
+        tuple(args),
+        outs=specs,
+        peak_tflops=peak_tflops,
+        link_gbps=link_gbps,
+        run=run,
+        fixes=True,
     )
     return InspectReport(result)

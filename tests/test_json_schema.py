@@ -275,6 +275,14 @@ PINNED_KEYS[7] = {
     "plan": "4ee130c9d586b637",
     "plan-program": "b2aedc0dea157506",
 }
+# 8: a program's collective and inspect's collective groups carry their role; inspect's findings
+# their checked fix (einsum and reshard list a program's collectives)
+PINNED_KEYS[8] = {
+    **PINNED_KEYS[7],
+    "einsum": "d75a169ff9ea122e",
+    "reshard": "8ac8895e19004c7f",
+    "inspect": "566c6b7eb07dd814",
+}
 
 
 def key_tree(shape: shapes.Shape) -> Any:

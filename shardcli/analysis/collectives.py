@@ -100,6 +100,8 @@ class CollectiveOp:
     operand_parameter: int | None = None
     # The user's frames that led to it ("file.py:LINE", innermost first; `source` is the first)
     stack: tuple[str, ...] = ()
+    # What it is for in the program (a key of `roles.ROLES`); None until `roles.assign_roles`
+    role: str | None = None
 
     @property
     def sent_bytes(self) -> int:
@@ -338,6 +340,16 @@ def _one_step_back(
     if op.opcode == "tuple" and pending:
         k = pending.pop()
         return (where, op.operands[k]) if k < len(op.operands) else None
+    if op.opcode == "while" and pending and op.operands:
+        # element k of a loop's result is its input's element k where the body passes it on
+        return (where, op.operands[0]) if _passed_through(module, op, pending[-1]) else None
+    if pending and op.opcode.endswith("-start"):  # (operands..., results...): the first are its operands
+        k = pending.pop()
+        return (where, op.operands[k]) if k < len(op.operands) else None
+    if pending and _is_async_start(module, op):  # a TPU async collective fusion: the same, inside it
+        started = _started_collective(module, op)
+        k = pending.pop()
+        return (started[0], started[1].operands[k]) if started and k < len(started[1].operands) else None
     if op.opcode == "optimization-barrier" and op.operands:
         return where, op.operands[0]
     callee = re.search(r"\b(?:calls|to_apply)=%([\w.\-]+)", op.attributes)
@@ -351,6 +363,58 @@ def _one_step_back(
     # a loop body's one parameter is its loop tuple, the while's one operand
     k = 0 if site[1].opcode == "while" else int(number)
     return (site[0], site[1].operands[k]) if k < len(site[1].operands) else None
+
+
+def _passed_through(module: HloModuleText, loop: Instruction, k: int) -> bool:
+    """Whether a while loop's body hands its loop tuple's element k on unchanged (a scan's stacked
+    weights, carried through the forward loop into the backward one)."""
+    body = re.search(r"\bbody=%([\w.\-]+)", loop.attributes)
+    called = module.computations.get(body.group(1)) if body is not None else None
+    if called is None or not called.root:
+        return False
+    root = called.instructions.get(called.root)
+    if root is None or root.opcode != "tuple" or k >= len(root.operands):
+        return False
+    at = called.instructions.get(root.operands[k])
+    for _ in range(64):
+        if at is None:
+            return False
+        if at.opcode in ("copy", "bitcast", "optimization-barrier") and at.operands:
+            at = called.instructions.get(at.operands[0])
+            continue
+        element = re.search(r"\bindex=(\d+)", at.attributes)
+        source = called.instructions.get(at.operands[0]) if at.operands else None
+        return (
+            at.opcode == "get-tuple-element"
+            and element is not None
+            and int(element.group(1)) == k
+            and source is not None
+            and source.opcode == "parameter"
+        )
+    return False
+
+
+def _is_async_start(module: HloModuleText, op: Instruction) -> bool:
+    """A TPU async collective fusion: its computation's root is an `AsyncCollectiveStart`."""
+    return op.opcode == "fusion" and "AsyncCollectiveStart" in _root_text(module, op)
+
+
+def _root_text(module: HloModuleText, op: Instruction) -> str:
+    callee = re.search(r"\bcalls=%([\w.\-]+)", op.attributes)
+    called = module.computations.get(callee.group(1)) if callee is not None else None
+    root = called.instructions.get(called.root) if called is not None and called.root else None
+    return root.attributes if root is not None else ""
+
+
+def _started_collective(module: HloModuleText, op: Instruction) -> tuple[str, Instruction] | None:
+    """(computation, the collective) that a TPU async collective fusion's root starts."""
+    callee = re.search(r"\bcalls=%([\w.\-]+)", op.attributes)
+    called = module.computations.get(callee.group(1)) if callee is not None else None
+    root = called.instructions.get(called.root) if called is not None and called.root else None
+    if called is None or root is None or not root.operands:
+        return None
+    inner = called.instructions.get(root.operands[0])
+    return (called.name, inner) if inner is not None else None
 
 
 def _call_site(module: HloModuleText, callee: str) -> tuple[str, Instruction] | None:

@@ -1,10 +1,11 @@
-"""The classic sharding mistakes in an inspected program, and the argument facts they judge.
+"""The classic sharding mistakes in an inspected program.
 
-`program.inspect` describes every argument and result leaf as an `ArrayFact` and reads the compiled
-program through `program_analysis`; `find_mistakes` names what looks wrong in them, one finding per
-distinct cause (with how many arguments or collectives share it), each naming the pytree paths and
-the user's line. A collective is tied to an argument by identity: program_analysis follows its
-operand back to the entry parameter it copies or slices, never by a shape that happens to match.
+`program.inspect` describes every argument and result leaf as an `ArrayFact` (`arguments`) and reads
+the compiled program through `program_analysis`; `find_mistakes` names what looks wrong in them, one
+finding per distinct cause (with how many arguments or collectives share it), each naming the pytree
+paths and the user's line. Collectives are judged by their role (`roles`): FSDP's gathers, gradient
+reductions, partial sums and cross-shard reductions are the layout's design; a reshard is a
+mistake. A collective is tied to an argument by identity, never by a shape that happens to match.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shardcli.analysis.arguments import HLO_DTYPE, ArrayFact, moved_argument
+from shardcli.analysis.fixes import Fix
 from shardcli.analysis.program import CollectiveOp, ProgramAnalysis
+from shardcli.analysis.roles import assign_roles
 from shardcli.specs.meshes import ShardingSpec
 from shardcli.specs.values import format_bytes
-from shardcli.tile_math import ShardingLayout
-
-Entries = tuple[tuple[str, ...], ...]
 
 # Fully replicated arguments are named when together they hold at least this much per device and
 # this share of the device's memory: a few small ones (biases, scales, step counters) are
@@ -28,39 +29,6 @@ LARGE_REPLICATED_BYTES = 1 << 20
 LARGE_REPLICATED_SHARE = 0.05
 # How many paths a finding's message names; the finding (and JSON) holds them all.
 NAMED_PATHS = 3
-# The JAX operations whose collectives compute something; others only move data between layouts.
-COMPUTING_OPS = ("dot_general", "conv_general_dilated", "reduce_sum", "reduce_max", "reduce_min", "cumsum")
-HLO_DTYPE = {
-    "float32": "f32",
-    "bfloat16": "bf16",
-    "float16": "f16",
-    "float64": "f64",
-    "int8": "s8",
-    "int16": "s16",
-    "int32": "s32",
-    "int64": "s64",
-    "uint8": "u8",
-    "uint32": "u32",
-    "bool": "pred",
-}
-
-
-@dataclass(frozen=True)
-class ArrayFact:
-    """One argument or result leaf: its name, type, sharding and bytes."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    entries: Entries | None  # mesh axes per dim; None where the sharding has no PartitionSpec
-    spec: str  # as people read it
-    layout: ShardingLayout
-    bytes_global: int
-    bytes_per_device: int
-
-    @property
-    def replicated(self) -> bool:
-        return self.layout.replication > 1 and len(self.layout.tiles) == 1
 
 
 @dataclass(frozen=True)
@@ -73,10 +41,19 @@ class Finding:
     """
 
     kind: str  # "replicated", "gathered-whole", "reshard", "result-sharding"
-    message: str
+    message: str  # what is wrong (`text` adds the advice where no fix gives the change)
     count: int = 1
     paths: tuple[str, ...] = ()
     source: str | None = None
+    axes: tuple[str, ...] = ()  # the mesh axes its collectives run over (gathered-whole, reshard)
+    advice: str | None = None  # what to do in words, where no fix says it with a spec
+    fix: Fix | None = None  # the change that helps, checked by a compile (`program.fix_check`)
+    no_fix: str | None = None  # why no fix is offered, where this kind can have one
+
+
+def finding_text(f: Finding) -> str:
+    """The message, with its advice in words where no checked fix names the change."""
+    return f"{f.message}; {f.advice}" if f.advice and f.fix is None else f.message
 
 
 def _hlo_type(fact: ArrayFact) -> str:
@@ -104,16 +81,6 @@ def _named(paths: Sequence[str]) -> str:
     return f"{shown} and {len(paths) - NAMED_PATHS} more" if len(paths) > NAMED_PATHS else shown
 
 
-def moved_argument(c: CollectiveOp, arguments: Sequence[ArrayFact]) -> ArrayFact | None:
-    """The argument whose value the collective moves (its operand is a copy or slice of it): by
-    JAX's name of the entry parameter, else by its number where JAX gave no name."""
-    if c.operand is not None:
-        return next((a for a in arguments if a.name == c.operand), None)
-    if c.operand_parameter is not None and c.operand_parameter < len(arguments):
-        return arguments[c.operand_parameter]
-    return None
-
-
 def find_mistakes(
     arguments: tuple[ArrayFact, ...],
     results: tuple[ArrayFact, ...],
@@ -121,8 +88,12 @@ def find_mistakes(
     asked: tuple[ShardingSpec, ...],
     devices: int,
 ) -> tuple[Finding, ...]:
-    """The classic sharding mistakes, one finding per distinct cause."""
+    """The classic sharding mistakes, one finding per distinct cause. Collectives are judged by
+    their role (`roles.assign_roles`, assigned here where the analysis has none yet): only a
+    reshard, or a weight gathered whole that the layout did not mean to gather, is a mistake."""
     collectives = analysis.collectives if analysis is not None else ()
+    if any(c.role is None for c in collectives):
+        collectives = assign_roles(collectives, arguments, results)
     memory = analysis.memory.total_bytes if analysis is not None and analysis.memory is not None else None
     return (
         *_replicated(arguments, devices, memory),
@@ -143,27 +114,28 @@ def _replicated(arguments: Sequence[ArrayFact], devices: int, memory: int | None
         (a,) = leaves
         message = (
             f"argument {a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_global)}) is fully "
-            f"replicated: each of the {devices} devices holds all of it; shard one of its dims "
-            f"over a mesh axis"
+            f"replicated: each of the {devices} devices holds all of it"
         )
+        advice = "shard one of its dims over a mesh axis"
     else:
         biggest = [f"{a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_per_device)})" for a in leaves]
         message = (
             f"{len(leaves)} fully replicated arguments hold {format_bytes(held)} per device "
             f"({held / per_device:.0%} of the {format_bytes(per_device)} each device needs): each of the "
-            f"{devices} devices holds all of them; the largest: {_named(biggest)}; shard the largest over "
-            f"a mesh axis"
+            f"{devices} devices holds all of them; the largest: {_named(biggest)}"
         )
-    return [Finding("replicated", message, len(leaves), tuple(a.name for a in leaves))]
+        advice = "shard the largest over a mesh axis"
+    return [Finding("replicated", message, len(leaves), tuple(a.name for a in leaves), advice=advice)]
 
 
 def _gathered_whole(arguments: Sequence[ArrayFact], collectives: Sequence[CollectiveOp]) -> list[Finding]:
-    """Arguments all-gathered whole, by (mesh axes, line). A slice of one gathered (a stacked
-    layer's weight inside the layer loop, FSDP's design) is not whole and not named."""
+    """Arguments all-gathered whole, by (mesh axes, line). Left out: FSDP's gathers (a weight
+    sharded over the batch axes, gathered for its layer: the layout's design) and a slice of one
+    gathered (a stacked layer's weight inside the layer loop)."""
     causes: dict[tuple[str, str | None], tuple[CollectiveOp, dict[str, ArrayFact]]] = {}
     for c in collectives:
         a = moved_argument(c, arguments) if c.kind == "all-gather" else None
-        if a is None or a.replicated or _elements(c.shape) != math.prod(a.shape):
+        if a is None or a.replicated or c.role == "fsdp-gather" or _elements(c.shape) != math.prod(a.shape):
             continue
         causes.setdefault((c.axes_text, c.source), (c, {}))[1][a.name] = a
     found = []
@@ -180,7 +152,9 @@ def _gathered_whole(arguments: Sequence[ArrayFact], collectives: Sequence[Collec
                 f"{len(names)} arguments ({format_bytes(held)}) are all-gathered whole over {c.axes_text} "
                 f"at {_where(c)}: {_named(names)}; every device holds all of each while it is used"
             )
-        found.append(Finding("gathered-whole", message, len(names), tuple(names), c.source))
+        found.append(
+            Finding("gathered-whole", message, len(names), tuple(names), c.source, axes=c.mesh_axes or ())
+        )
     return found
 
 
@@ -193,21 +167,16 @@ def _elements(shape: str) -> int | None:
 
 
 def _reshards(arguments: Sequence[ArrayFact], collectives: Sequence[CollectiveOp]) -> list[Finding]:
-    """Collectives that only move data between two operations' layouts, one finding per cause: the
-    user's line (whatever operations, kinds and axes the compiler chose there; the JAX operation
-    where no line is known), the most bytes sent first.
-
-    Left out: what the program asked for itself (shard_map), and an argument all-gathered for use
-    (whole, named above, or a slice of it in a layer loop: FSDP)."""
+    """Collectives whose role is a reshard (a layout change between two operations that neither
+    needs), one finding per cause: the user's line (whatever operations, kinds and axes the
+    compiler chose there; the JAX operation where no line is known), the most bytes sent first.
+    An argument gathered whole is named above, not here."""
     causes: dict[tuple[str | None, str | None], list[CollectiveOp]] = {}
     for c in collectives:
-        if c.op_name and "shard_map" in c.op_name:
+        if c.role != "reshard":
             continue
-        op = c.op_name.rsplit("/", 1)[-1] if c.op_name else None
-        moves = c.kind == "all-to-all" or (
-            c.kind in ("all-gather", "collective-permute") and op not in COMPUTING_OPS
-        )
-        if not moves or (c.kind == "all-gather" and moved_argument(c, arguments) is not None):
+        moved = moved_argument(c, arguments) if c.kind == "all-gather" else None
+        if moved is not None and _elements(c.shape) == math.prod(moved.shape):
             continue
         causes.setdefault((c.source, None if c.source else c.op), []).append(c)
     found = []
@@ -228,7 +197,8 @@ def _reshards(arguments: Sequence[ArrayFact], collectives: Sequence[CollectiveOp
             f"the compiler added {what}{f', {runs} runs' if runs > 1 else ''}) to reshard between "
             f"operations{f' (moving {_named(moved)})' if moved else ''}, at {_where(*group)}"
         )
-        found.append((sent, Finding("reshard", message, len(group), moved, source)))
+        axes = tuple(dict.fromkeys(a for g in group for a in g.mesh_axes or ()))
+        found.append((sent, Finding("reshard", message, len(group), moved, source, axes=axes)))
     return [f for _, f in sorted(found, key=lambda pair: -pair[0])]
 
 

@@ -12,13 +12,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardcli.analysis.findings import ArrayFact
+from shardcli.analysis.arguments import ArrayFact
 from shardcli.analysis.program import CollectiveOp
 
 
 @dataclass(frozen=True)
 class CollectiveGroup:
-    """The collectives of one (kind, mesh axes, source line): how many, how often, what they send."""
+    """The collectives of one (kind, mesh axes, source line, role): how many, how often, what they
+    send."""
 
     kind: str
     mesh_axes: tuple[str, ...] | None  # None: groups that follow no mesh axes
@@ -30,6 +31,7 @@ class CollectiveGroup:
     runs_known: bool  # False where a loop's trip count is unknown (then one trip is counted)
     sent_bytes: int  # what each device sends in one execution, over all of them and their runs
     result_bytes: int  # their results' bytes per device, one run of each
+    role: str | None = None  # what they are for (a key of `roles.ROLES`); None where not assigned
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,13 @@ class ArgumentRanking:
 
 
 def group_collectives(collectives: Sequence[CollectiveOp]) -> tuple[CollectiveGroup, ...]:
-    """Collectives grouped by (kind, mesh axes, source line), the most bytes sent first (then the
-    most ops, then program order)."""
-    groups: dict[tuple[str, str, str | None], list[CollectiveOp]] = {}
+    """Collectives grouped by (kind, mesh axes, source line, role), the most bytes sent first (then
+    the most ops, then program order)."""
+    groups: dict[tuple[str, str, str | None, str | None], list[CollectiveOp]] = {}
     for c in collectives:
-        groups.setdefault((c.kind, c.axes_text, c.source), []).append(c)
+        groups.setdefault((c.kind, c.axes_text, c.source, c.role), []).append(c)
     out = []
-    for (kind, axes, source), members in groups.items():
+    for (kind, axes, source, role), members in groups.items():
         ops = Counter(c.op for c in members if c.op is not None)
         out.append(
             CollectiveGroup(
@@ -64,6 +66,7 @@ def group_collectives(collectives: Sequence[CollectiveOp]) -> tuple[CollectiveGr
                 runs_known=all(c.runs_known for c in members),
                 sent_bytes=sum(c.sent_bytes * c.runs for c in members),
                 result_bytes=sum(c.result_bytes for c in members),
+                role=role,
             )
         )
     order = {id(g): i for i, g in enumerate(out)}

@@ -50,6 +50,25 @@ Rules = Annotated[
         "embed=fsdp,mlp=tensor,batch=data+fsdp (what `shardcli plan` prints for its winner).",
     ),
 ]
+Spec = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--spec",
+        help="PATH=SPEC: lay out the argument at PATH (as the report names it: "
+        "'state.params.w_in', \"params['w']\") so, over the layout --inputs or --arg gave it, e.g. "
+        "--spec 'state.params.w_in=None,fsdp,tensor' (an empty SPEC: replicated); what a finding's fix "
+        "prints. Repeat it for several arguments.",
+        show_default=False,
+    ),
+]
+Fixes = Annotated[
+    bool,
+    typer.Option(
+        "--fixes/--no-fixes",
+        help="Compile the program again with each finding's proposed change and show the ones that "
+        "help, before -> after (at most 3 more compiles); --no-fixes: the findings alone.",
+    ),
+]
 Out = Annotated[
     list[str] | None,
     typer.Option(
@@ -97,6 +116,8 @@ def inspect(
     arg: Arg = None,
     inputs: Inputs = None,
     rules: Rules = None,
+    spec: Spec = None,
+    fixes: Fixes = True,
     out: Out = None,
     run: Run = False,
     warmup: Warmup = 2,
@@ -153,6 +174,8 @@ def inspect(
         options=options,
         compile_target=compile_target,
         mode_given=ctx is not None and _typed(ctx, "mode"),
+        specs=spec or [],
+        fixes=fixes,
     )
     from shardcli.program.inspect import run_inspect
     from shardcli.program.module import inspect_module

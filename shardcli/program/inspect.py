@@ -13,10 +13,11 @@ import contextlib
 import inspect as pyinspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shardcli.analysis.findings import ArrayFact, Entries, Finding, find_mistakes
+from shardcli.analysis.arguments import ArrayFact, Entries
+from shardcli.analysis.findings import Finding, find_mistakes
 from shardcli.analysis.program import (
     ProgramAnalysis,
     analyze_compiled,
@@ -60,6 +61,8 @@ class InspectRequest:
     axes_text: str | None = None
     mode_given: bool = False  # --mode typed: it overrides the axis types of the inputs' own mesh
     rules: Rules | None = None  # --rules: the --inputs laid out by their logical axis names
+    specs: tuple[tuple[str, Entries], ...] = ()  # --spec PATH=SPEC: those arguments laid out anew
+    fixes: bool = True  # compile each finding's proposed fix to check it (--no-fixes: not)
 
     @property
     def module_path(self) -> str | None:
@@ -164,22 +167,29 @@ def fact_of(name: str, struct: Any, default_sharding: Any = None, *, sharding: A
     )
 
 
-def _leaf_names(
+def argument_trees(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
 ) -> list[tuple[str, Any]]:
-    """(`params['w1']`, leaf) for every array leaf; positional arguments named by the function's
-    parameters, keyword ones by their keywords. Other leaves (Python numbers, an equinox module's
-    functions) take no device memory and are left out."""
-    import jax
-
+    """(name, pytree) of every argument: positional ones named by the function's parameters
+    (`arg3` past them), keyword ones by their keywords."""
     try:
         params = pyinspect.signature(fn).parameters.values()
         names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         names = []
-    out = []
     named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(args)]
-    for base, arg in [*named, *(kwargs or {}).items()]:
+    return [*named, *(kwargs or {}).items()]
+
+
+def _leaf_names(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> list[tuple[str, Any]]:
+    """(`params['w1']`, leaf) for every array leaf (`argument_trees` names the arguments). Other
+    leaves (Python numbers, an equinox module's functions) take no device memory and are left out."""
+    import jax
+
+    out = []
+    for base, arg in argument_trees(fn, args, kwargs):
         for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
             if is_array_leaf(leaf):
                 out.append((base + path_text(path), leaf))
@@ -226,10 +236,13 @@ def inspect_program(
     target: TargetSpec | None = None,
     mode: str | None = None,
     mesh_given: bool = True,
+    fixes: bool = False,
 ) -> InspectResult:
     """Lower and compile `fn` on abstract `args` and read what the compiler made of it.
 
     Args:
+        fixes: compile the program again with each finding's proposed change (`fix_check`) and keep
+            the changes that help.
         mode: "auto" or "explicit" axes for the mesh (--mode typed); None: as the arguments' mesh
             has them.
         mesh_given: the session's mesh was asked for (--mesh, --axes); else arguments on an abstract
@@ -303,10 +316,40 @@ def inspect_program(
             lambda: _dump_again(built, session.mesh, target),
             user_files=roots,
         )
+    analysis = with_roles(analysis, arguments, results)
     timing, donation = None, None
     if run:
         timing, donation = time_step(
             built, name, warmup=warmup, iters=iters, process_timing=process_timing, compile_s=built.compile_s
+        )
+    dtype = analysis.dot_dtype or (biggest.dtype if biggest else "float32")
+    step = step_time_for(analysis, session, dtype, peak_tflops, link_gbps)
+    findings = find_mistakes(arguments, results, analysis, outs, session.mesh.size)
+    if fixes:
+        from shardcli.program.fix_check import checked_findings
+
+        findings = checked_findings(
+            findings,
+            analysis,
+            step,
+            arguments,
+            results,
+            {str(axis): int(size) for axis, size in session.mesh.shape.items()},
+            lambda change: _compiled_with(
+                change,
+                fn,
+                args,
+                kwargs,
+                roots,
+                name,
+                session,
+                target,
+                dtype,
+                peak_tflops,
+                link_gbps,
+                arguments,
+                results,
+            ),
         )
     return InspectResult(
         session=session,
@@ -316,20 +359,62 @@ def inspect_program(
         analysis=analysis,
         model=program_cost(analysis, hardware),
         hardware=hardware,
-        findings=find_mistakes(arguments, results, analysis, outs, session.mesh.size),
+        findings=findings,
         lower_s=built.lower_s,
         compile_s=built.compile_s,
         timing=timing,
         donation=donation,
         fit=judge_fit(analysis.memory, target) if target is not None else None,
-        step=step_time_for(
-            analysis,
-            session,
-            analysis.dot_dtype or (biggest.dtype if biggest else "float32"),
-            peak_tflops,
-            link_gbps,
-        ),
+        step=step,
     )
+
+
+def _compiled_with(
+    change: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    roots: tuple[str, ...],
+    name: str,
+    session: Session,
+    target: TargetSpec | None,
+    dtype: str,
+    peak_tflops: float | None,
+    link_gbps: float | None,
+    arguments: tuple[ArrayFact, ...],
+    results: tuple[ArrayFact, ...],
+) -> Any:
+    """The figures of the program compiled again with a fix's change (`fix_check.Figures`).
+
+    Raises:
+        ShardcliError: the change cannot be compiled, or does not fit the target.
+    """
+    from shardcli.analysis.roles import assign_roles, find_batch
+    from shardcli.program.fix_check import figures_of, relaid
+
+    new_args, new_kwargs = relaid(fn, args, kwargs, dict(change.specs), session.mesh)
+    try:
+        built = compile_program(fn, new_args, roots, name, session.mesh, target, new_kwargs)
+    except DoesNotFit as refused:
+        raise ShardcliError(
+            f"it does not fit the target ({refused.verdict.advice or 'out of memory'})"
+        ) from None
+    analysis = analyze_compiled(built.compiled, session.mesh, user_files=roots)
+    batch = find_batch(arguments, results)
+    analysis = replace(
+        analysis, collectives=assign_roles(analysis.collectives, arguments, results, batch=batch)
+    )
+    step = step_time_for(analysis, session, dtype, peak_tflops, link_gbps)
+    return figures_of(analysis, step.estimate_s if step is not None else None)
+
+
+def with_roles(
+    analysis: ProgramAnalysis, arguments: tuple[ArrayFact, ...], results: tuple[ArrayFact, ...]
+) -> ProgramAnalysis:
+    """The analysis with each collective's role (`analysis.roles`) named."""
+    from shardcli.analysis.roles import assign_roles
+
+    return replace(analysis, collectives=assign_roles(analysis.collectives, arguments, results))
 
 
 def _check_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> None:
@@ -469,7 +554,11 @@ def run_inspect(request: InspectRequest) -> InspectResult:
                 args, kwargs = _laid_out_by_rules(request, maker.value, fn, args, kwargs, session)
         else:
             args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
-    return inspect_program(
+        if request.specs:
+            from shardcli.program.fix_check import relaid
+
+            args, kwargs = relaid(fn, args, kwargs, dict(request.specs), session.mesh)
+    result = inspect_program(
         session,
         request.target,
         fn,
@@ -486,7 +575,63 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         target=request.compile_target,
         mode=str(request.options.mode) if request.mode_given or request.inputs is None else None,
         mesh_given=request.mesh_text is not None or request.axes_text is not None,
+        fixes=request.fixes,
     )
+    return _with_fix_commands(result, request, fn, args, kwargs)
+
+
+def _with_fix_commands(
+    result: InspectResult, request: InspectRequest, fn: Callable[..., Any], args: Any, kwargs: Any
+) -> InspectResult:
+    """Each fix with the shardcli command line that applies it: this one, with the change's
+    `--spec`s (or, for --arg programs, the changed `--arg`s)."""
+    if not any(f.fix is not None for f in result.findings):
+        return result
+    names = [n for n, _ in argument_trees(getattr(fn, "__wrapped__", fn), args, kwargs)]
+    findings = tuple(
+        replace(f, fix=replace(f.fix, command=fix_command(request, f.fix.change, names)))
+        if f.fix is not None
+        else f
+        for f in result.findings
+    )
+    return replace(result, findings=findings)
+
+
+def fix_command(request: InspectRequest, change: Any, names: list[str]) -> str:
+    """`shardcli inspect ...` as the user ran it, with `change` applied.
+
+    Args:
+        names: the program's arguments' names (`argument_trees`), for --arg programs.
+    """
+    import shlex
+
+    from shardcli.analysis.fixes import spec_text
+    from shardcli.specs.arguments import AbstractArg
+    from shardcli.specs.meshes import ShardingSpec
+
+    words = ["shardcli", "inspect", request.target]
+    changed = dict(change.specs)
+    if request.inputs is not None:
+        words += ["--inputs", request.inputs]
+    for i, a in enumerate(request.args):
+        name = names[i] if i < len(names) else f"arg{i}"
+        given = AbstractArg(a.dtype, a.shape, ShardingSpec(changed.pop(name))) if name in changed else a
+        words += ["--arg", given.describe()]
+    if request.rules is not None:
+        from shardcli.specs.decoder import rules_text
+
+        words += ["--rules", rules_text(request.rules)]
+    for flag, value in (
+        ("--target", request.compile_target.name if request.compile_target else None),
+        ("--mesh", request.mesh_text),
+        ("--axes", request.axes_text),
+    ):
+        if value is not None:
+            words += [flag, value]
+    specs = {**dict(request.specs), **changed}
+    for name, entries in specs.items():
+        words += ["--spec", f"{name}={spec_text(entries)}"]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _laid_out_by_rules(

@@ -22,7 +22,14 @@ from shardcli.analysis.hlo.header import (
 from shardcli.analysis.program import analyze_text, program_cost
 from shardcli.errors import ShardcliError
 from shardcli.hardware.targets import TargetSpec
-from shardcli.program.inspect import InspectRequest, InspectResult, ModuleFacts, hardware_for, step_time_for
+from shardcli.program.inspect import (
+    InspectRequest,
+    InspectResult,
+    ModuleFacts,
+    hardware_for,
+    step_time_for,
+    with_roles,
+)
 
 PLATFORM_WORDS = {"cuda": "a GPU", "tpu": "a TPU", "cpu": "the CPU"}  # "compiled for a GPU"
 # The one line of what a module's text cannot say.
@@ -117,7 +124,7 @@ def inspect_module(request: InspectRequest) -> InspectResult:
         text_source=f"read from {path}",
         user_files=(),
     )
-
+    analysis = with_roles(analysis, (), ())
     dtype = analysis.dot_dtype or "float32"
     hardware = hardware_for(session, dtype, request.peak_tflops, request.link_gbps)
     return InspectResult(

@@ -6,10 +6,13 @@ import re
 from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from shardcli.analysis.findings import Finding
+from shardcli.analysis.findings import Finding, finding_text
+from shardcli.analysis.fixes import Figures, Fix
+from shardcli.analysis.roles import ROLES
 from shardcli.analysis.summary import CollectiveGroup, group_collectives, rank_arguments
 from shardcli.program.inspect import ArrayFact, InspectResult
 from shardcli.program.module import PLATFORM_WORDS
@@ -19,6 +22,7 @@ from shardcli.render.console import (
     Clauses,
     DataTable,
     format_flops,
+    format_seconds,
     make_console,
     prints_here,
     show_warnings,
@@ -76,11 +80,41 @@ def _group_json(g: CollectiveGroup) -> dict[str, Any]:
         runs_known=g.runs_known,
         sent_bytes=g.sent_bytes,
         result_bytes=g.result_bytes,
+        role=g.role,
     )
 
 
 def _finding_json(f: Finding) -> dict[str, Any]:
-    return bodies.FINDING(kind=f.kind, message=f.message, count=f.count, paths=list(f.paths), source=f.source)
+    return bodies.FINDING(
+        kind=f.kind,
+        message=finding_text(f),
+        count=f.count,
+        paths=list(f.paths),
+        source=f.source,
+        fix=_fix_json(f.fix) if f.fix is not None else None,
+    )
+
+
+def _fix_json(fix: Fix) -> dict[str, Any]:
+    return bodies.FIX(
+        change=fix.change.what,
+        arguments=[{"path": name, "spec": jsonout.spec_json(entries)} for name, entries in fix.change.specs],
+        jax=list(fix.change.jax_lines()),
+        command=fix.command,
+        before=_figures_json(fix.before),
+        checked=_figures_json(fix.checked),
+    )
+
+
+def _figures_json(f: Figures) -> dict[str, Any]:
+    return bodies.FIX_FIGURES(
+        total_bytes=f.total_bytes,
+        argument_bytes=f.argument_bytes,
+        temp_bytes=f.temp_bytes,
+        collectives=f.collectives,
+        sent_bytes=f.sent_bytes,
+        step_s=f.step_s,
+    )
 
 
 def inspect_json(result: InspectResult) -> dict[str, Any]:
@@ -192,8 +226,8 @@ def full_view(result: InspectResult, *, quiet: bool, pictures: bool) -> list[Ren
                 )
     a = result.analysis
     if a is not None:
-        rows = [("", c) for c in a.collectives]
-        section("collectives the compiler inserted", collectives_table(rows, label=""))
+        rows = [(role_label(c.role), c) for c in a.collectives]
+        section("collectives the compiler inserted", collectives_table(rows, label="role"))
         section("per device", Group(memory_clauses("memory", a.memory, style=""), _work_clauses(result)))
     if not quiet and result.model is not None:
         section(
@@ -214,7 +248,7 @@ def full_view(result: InspectResult, *, quiet: bool, pictures: bool) -> list[Ren
         parts.append(step_time_text(result.step))
     if result.fit is not None:
         parts.append(verdict_text(result.fit))
-    parts.extend(_findings_lines(result, result.findings))
+    parts.extend(_findings_lines(result, result.findings, full=True))
     return parts
 
 
@@ -250,7 +284,7 @@ def first_screen(result: InspectResult) -> list[RenderableType]:
         title = Clauses(
             [
                 f"collectives: {_count(len(a.collectives), 'op')} in {_count(len(groups), 'group')} "
-                "(kind, mesh axes, line)",
+                "(kind, mesh axes, role, line)",
                 "by bytes sent",
             ],
             sep=", ",
@@ -364,6 +398,14 @@ def _step_clauses(result: InspectResult) -> list[str]:
     return [f"unknown ({why})", f"{flops} and {format_bytes(a.sent_bytes)} sent per device"]
 
 
+ACTIONABLE = frozenset(name for name, role in ROLES.items() if role.actionable)
+
+
+def role_label(role: str | None) -> str:
+    """A role as the tables show it (`FSDP gather`); `?` where none was assigned."""
+    return ROLES[role].label if role in ROLES else "?"
+
+
 def groups_table(groups: tuple[CollectiveGroup, ...]) -> RenderableType:
     """One row per group of collectives: kind, mesh axes, how many, how often, what each device
     sends in one step, and the JAX operation and user's line they come from."""
@@ -373,6 +415,7 @@ def groups_table(groups: tuple[CollectiveGroup, ...]) -> RenderableType:
     for name, priority in (
         ("collective", 0),
         ("mesh axes", 0),
+        ("role", 0),
         ("ops", 2),
         ("runs", 3),
         ("sent/device", 0),
@@ -385,6 +428,7 @@ def groups_table(groups: tuple[CollectiveGroup, ...]) -> RenderableType:
         table.add_row(
             g.kind,
             g.axes_text,
+            Text(role_label(g.role), style="yellow" if g.role in ACTIONABLE else ""),
             f"{g.count:,}",
             f"{g.runs:,}" if g.runs_known else f"{g.runs:,}?",
             format_bytes(g.sent_bytes),
@@ -493,17 +537,58 @@ def _donation_json(d: Donation | None) -> dict[str, Any] | None:
     )
 
 
-def _findings_lines(result: InspectResult, findings: tuple[Finding, ...]) -> list[RenderableType]:
-    """One warning line per finding (its count where it covers several), or that there is none."""
+def _findings_lines(
+    result: InspectResult, findings: tuple[Finding, ...], *, full: bool = False
+) -> list[RenderableType]:
+    """One warning per finding (its count where it covers several), each with its checked fix
+    (the whole command line in the full view), or that there is none."""
     parts: list[RenderableType] = []
     for finding in findings:
         times = f" x{finding.count}" if finding.count > 1 else ""
         parts.append(
-            Clauses(figure_words(f"warning ({finding.kind}){times}: {finding.message}"), " ", "yellow")
+            Clauses(figure_words(f"warning ({finding.kind}){times}: {finding_text(finding)}"), " ", "yellow")
         )
+        if finding.fix is not None:
+            parts.extend(_fix_lines(finding.fix, full=full))
+        elif finding.no_fix is not None and full:
+            no_fix = Clauses(figure_words(f"no fix offered: {finding.no_fix}"), " ", "dim")
+            parts.append(Padding(no_fix, (0, 0, 0, 2), expand=False))
     if not result.findings and result.module is None:
         parts.append(Text("no classic sharding mistakes found", style="green"))
     return parts
+
+
+def _fix_lines(fix: Fix, *, full: bool) -> list[RenderableType]:
+    """`  fix: ...` (the change and its first --spec), `  checked: ...` (before -> after, from a
+    compile), and in the full view the command line that applies it."""
+    flags = fix.change.spec_flags()
+    shown = f"--spec '{flags[0]}'" + (f" and {len(flags) - 1} more" if len(flags) > 1 else "")
+    lines: list[RenderableType] = [
+        Clauses(figure_words(f"fix: {fix.change.what}: {shown}"), " ", "green"),
+        Clauses(["checked by a compile:", *fix_figure_clauses(fix)], " ", "green"),
+    ]
+    if full and fix.command is not None:
+        lines.append(Clauses([fix.command], " ", "green"))
+    elif fix.command is not None:
+        lines.append(Text("--wide or --format json: the command that applies it", style="dim"))
+    return [Padding(line, (0, 0, 0, 2), expand=False) for line in lines]
+
+
+def fix_figure_clauses(fix: Fix) -> list[str]:
+    """`memory 1.2 MiB -> 400 KiB per device,`, `sent 0 B -> 96 KiB,`, `step 2 us -> 1 us`."""
+    a, b = fix.before, fix.checked
+    clauses = []
+    if a.total_bytes is not None and b.total_bytes is not None:
+        clauses.append(f"memory {format_bytes(a.total_bytes)} -> {format_bytes(b.total_bytes)} per device")
+    clauses.append(
+        f"sent {format_bytes(a.sent_bytes)} -> {format_bytes(b.sent_bytes)} by "
+        f"{a.collectives} -> {b.collectives} collectives"
+    )
+    if a.reshard_bytes != b.reshard_bytes:
+        clauses.append(f"resharded {format_bytes(a.reshard_bytes)} -> {format_bytes(b.reshard_bytes)}")
+    if a.step_s is not None and b.step_s is not None:
+        clauses.append(f"step {format_seconds(a.step_s)} -> {format_seconds(b.step_s)}")
+    return [c + ("," if i < len(clauses) - 1 else "") for i, c in enumerate(clauses)]
 
 
 def render_inspect(result: InspectResult, options: RunOptions) -> None:

@@ -179,6 +179,7 @@ def collective_json(c: CollectiveOp) -> dict[str, Any]:
         source=c.source,
         operand=c.operand,
         stack=list(c.stack),
+        role=c.role,
     )
 
 

@@ -285,9 +285,13 @@ EINSUM_SUMMARY = Record("wrong", ("refused", ListOf(EINSUM_REFUSED)), ("fit", Ma
 EINSUM_BODY = Record(("config", EINSUM_CONFIG), ("sizes", ListOf(EINSUM_SIZE)), ("summary", EINSUM_SUMMARY))
 
 INSPECT_ARRAY = Record("name", "dtype", "shape", "spec", "bytes", "bytes_per_device", "replication")
-FINDING = Record("kind", "message", "count", "paths", "source")
+# A finding's fix: the change it proposes, the shardcli command line that applies it, and the
+# figures of the program compiled again with it (null where no fix is offered).
+FIX_FIGURES = Record("total_bytes", "argument_bytes", "temp_bytes", "collectives", "sent_bytes", "step_s")
+FIX = Record("change", "arguments", "jax", "command", ("before", FIX_FIGURES), ("checked", FIX_FIGURES))
+FINDING = Record("kind", "message", "count", "paths", "source", ("fix", Maybe(FIX)))
 INSPECT_COLLECTIVE_GROUP = Record(
-    "kind", "mesh_axes", "source", "op", "count", "runs", "runs_known", "sent_bytes", "result_bytes"
+    "kind", "mesh_axes", "source", "op", "count", "runs", "runs_known", "sent_bytes", "result_bytes", "role"
 )
 # inspect PATH.hlo.txt: what a compiled module's text says of itself (null for a program compiled here).
 INSPECT_MODULE = Record("path", "platform", "partitions", "argument_count", "argument_bytes_per_device")

@@ -61,8 +61,10 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # config.model.attention (dot or flash) and config.mesh (--mesh). 7: a program's memory has
 # host_bytes and host_transfer_bytes (remat's activations offloaded to the host), the step-time
 # estimate its host term (T_host); plan's compiled figures host_bytes and host_transfer_bytes, its
-# estimate t_host_s, its model t_host_s.
-SCHEMA_VERSION = 7
+# estimate t_host_s, its model t_host_s. 8: a program's collective and inspect's collective groups
+# carry their role (analysis.roles); inspect's findings their fix (the change, the command that
+# applies it, and the figures before and after a compile with it), or null.
+SCHEMA_VERSION = 8
 
 
 @dataclass(frozen=True)

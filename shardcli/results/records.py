@@ -100,6 +100,7 @@ PROGRAM_COLLECTIVE = Record(
     "source",
     "operand",  # the argument (pytree path) whose value it moves, or null where it moves a computed one
     "stack",  # the user's frames that led to it, "file:line", innermost first (source first)
+    "role",  # what it is for (analysis.roles.ROLES: fsdp-gather, partial-sum, reshard, ...), or null
 )
 MEMORY = Record(
     "argument_bytes",

@@ -26,6 +26,7 @@ def _check_module_flags(
     outs: list[str],
     run: bool,
     compile_target: str | None,
+    specs: list[str],
 ) -> None:
     """`inspect PATH.hlo.txt`: a compiled module is read as it is, on the hardware it was compiled for.
 
@@ -41,6 +42,7 @@ def _check_module_flags(
             ("--rules", rules),
             ("--out", outs),
             ("--run", run),
+            ("--spec", specs),
         )
         if value
     ]
@@ -74,6 +76,8 @@ def build_inspect_request(
     compile_target: str | None = None,
     mode_given: bool = False,
     rules: str | None = None,
+    specs: list[str] | None = None,
+    fixes: bool = True,
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.program.inspect import InspectRequest, is_module_path
@@ -82,7 +86,7 @@ def build_inspect_request(
     from shardcli.specs.runs import check_cost_figures
 
     if is_module_path(target):
-        _check_module_flags(target, args, inputs, rules, outs, run, compile_target)
+        _check_module_flags(target, args, inputs, rules, outs, run, compile_target, specs or [])
 
     if rules is not None and inputs is None:
         raise ShardcliError(
@@ -108,4 +112,40 @@ def build_inspect_request(
         axes_text=axes,
         mode_given=mode_given,
         rules=parse_rules(rules) if rules is not None else None,
+        specs=parse_spec_flags(specs or []),
+        fixes=fixes,
     )
+
+
+def parse_spec_flags(texts: list[str]) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
+    """`--spec 'state.params.w=None,fsdp'`: (argument path, mesh axes per dim) each. The axes are
+    checked against the mesh the program meets (its inputs may bring their own).
+
+    Raises:
+        ShardcliError: no `=`, an empty path, an empty entry, a path given twice.
+    """
+    from shardcli.specs.meshes import RESERVED_SPEC_WORDS
+
+    out: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for text in texts:
+        name, equals, spec = text.rpartition("=")
+        name = name.strip()
+        if not equals or not name:
+            raise ShardcliError(
+                f"--spec {text!r} is not PATH=SPEC; give an argument's path as inspect names it and its spec, "
+                'such as "state.params.w=None,fsdp" (an empty SPEC: replicated)'
+            )
+        if name in out:
+            raise ShardcliError(f"--spec names {name!r} twice; give each argument once")
+        entries = []
+        for dim, raw in enumerate(spec.split(",") if spec.strip() else []):
+            entry = raw.strip()
+            axes = () if entry in RESERVED_SPEC_WORDS else tuple(a.strip() for a in entry.split("+"))
+            if not entry or any(not a.isidentifier() for a in axes):
+                raise ShardcliError(
+                    f"--spec {text!r} has no mesh axis at position {dim} ({entry!r}); give axis names joined "
+                    "by + or None for a dim that is not sharded"
+                )
+            entries.append(axes)
+        out[name] = tuple(entries)
+    return tuple(out.items())

@@ -1,0 +1,204 @@
+"""What each collective is for in the program: its role.
+
+A compiled train step holds dozens of collectives, and almost all of them are the layout's own
+design: FSDP gathers each weight before its layer uses it (inside the layer scan and again in the
+rematerialised backward) and reduce-scatters its gradient; data parallelism all-reduces gradients;
+tensor parallelism sums partial matmul results; an argmax or a softmax over a sharded dimension
+combines the shards' candidates. Only a reshard, a layout change between two operations that
+neither needs, is something a user changes. `assign_roles` names the role of every collective from
+what the compiled program shows:
+
+- the argument a collective moves (followed back through copies, casts, the scan's slicing of
+  stacked weights, loop tuples and async collective fusions: `collectives._argument_fed`);
+- the JAX operation it was inserted for (`dot_general`, `argmax`, `reduce_max`, ...) and whether
+  it runs in the backward pass (`transpose(...)` in its op_name, the rematerialised forward
+  included);
+- the batch axes: the mesh axes that shard the leading dimension of the data the step consumes
+  (its arguments that do not come back as results, where several do, as a train step's state
+  does; else its integer arguments: token ids and labels; else none: a plain function's argument
+  gathers are weight gathers, not FSDP's).
+
+No JAX import; tested on the collectives of small programs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from shardcli.analysis.arguments import ArrayFact, moved_argument
+from shardcli.analysis.collectives import CollectiveOp
+
+
+@dataclass(frozen=True)
+class Role:
+    """One role a collective can play: its name in JSON, its words on the screen, and whether a
+    user would change the program for it (only those become warnings)."""
+
+    name: str
+    label: str  # as the tables show it
+    meaning: str  # one sentence for the docs and --help
+    actionable: bool = False
+
+
+ROLES: dict[str, Role] = {
+    r.name: r
+    for r in (
+        Role(
+            "fsdp-gather",
+            "FSDP gather",
+            "a weight sharded over the batch axes, gathered before its layer uses it (in or out of a loop)",
+        ),
+        Role(
+            "weight-gather",
+            "weight gather",
+            "an argument sharded over axes that do not shard the batch, gathered before use",
+        ),
+        Role(
+            "gradient-reduce-scatter",
+            "FSDP grad reduce-scatter",
+            "a gradient summed over the batch axes and left sharded, as FSDP keeps its weights",
+        ),
+        Role(
+            "gradient-reduction",
+            "grad reduction",
+            "a gradient summed over the batch axes (data parallelism)",
+        ),
+        Role(
+            "partial-sum",
+            "partial sum",
+            "a matmul's partial results summed over the axes its contracting dimension is sharded over "
+            "(tensor parallelism)",
+        ),
+        Role(
+            "matmul-operand",
+            "matmul operand",
+            "an activation moved into the layout a sharded matmul is computed in (tensor or sequence "
+            "parallelism)",
+        ),
+        Role(
+            "cross-shard-reduction",
+            "cross-shard reduce",
+            "the shards' partial answers of a reduction over a sharded dimension combined (argmax, top-k, "
+            "sort, cumsum, a max or sum such as a softmax's normaliser)",
+        ),
+        Role(
+            "pipeline-transfer",
+            "pipeline transfer",
+            "activations handed to the next pipeline stage (a ppermute over a stage axis in shard_map)",
+        ),
+        Role("program", "shard_map's own", "a collective the program itself asks for inside shard_map"),
+        Role(
+            "reshard",
+            "reshard",
+            "a layout change between two operations that neither needs: the compiler met two layouts "
+            "that do not agree",
+            actionable=True,
+        ),
+    )
+}
+
+# The JAX operations that reduce over a dimension: where that dimension is sharded, the shards'
+# partial answers are combined by a collective (variadic `reduce` is how argmax and argmin lower).
+REDUCING_OPS = frozenset(
+    {
+        "reduce",
+        "argmax",
+        "argmin",
+        "reduce_max",
+        "reduce_min",
+        "reduce_sum",
+        "reduce_prod",
+        "reduce_and",
+        "reduce_or",
+        "reduce_xor",
+        "top_k",
+        "approx_top_k",
+        "sort",
+        "argsort",
+        "cumsum",
+        "cumprod",
+        "cummax",
+        "cummin",
+        "cumlogsumexp",
+        "logsumexp",
+        "softmax",
+        "log_softmax",
+    }
+)
+MATMUL_OPS = frozenset({"dot_general", "conv_general_dilated", "einsum", "dot", "matmul"})
+# Mesh axes that name pipeline stages, as MaxText, praxis and the JAX pipelining examples name them.
+STAGE_AXES = re.compile(r"^(stage|stages|pipeline|pipe|pp)$")
+
+
+def is_backward(c: CollectiveOp) -> bool:
+    """Whether JAX traced it in the backward pass (`transpose(jvp(...))`), the rematerialised
+    forward included."""
+    return bool(c.op_name) and "transpose(" in (c.op_name or "")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The data a program consumes (argument names) and the mesh axes that shard its leading
+    (batch) dimension."""
+
+    data: frozenset[str]
+    axes: frozenset[str]
+
+
+def find_batch(arguments: Sequence[ArrayFact], results: Sequence[ArrayFact]) -> Batch:
+    """The data are the arguments that do not come back as results (of the same type and layout),
+    where several do (a train step returns its state: one result shaped like one argument is no
+    sign of a state); else the integer arguments (token ids, labels); else none, and no gather is
+    taken for FSDP's."""
+    returned = {(r.dtype, r.shape, r.entries) for r in results}
+    state = {a.name for a in arguments if (a.dtype, a.shape, a.entries) in returned}
+    data = [a for a in arguments if a.shape and a.name not in state] if len(state) >= 2 else []
+    if not data:
+        data = [a for a in arguments if a.shape and a.dtype.startswith(("int", "uint"))]
+    return Batch(
+        data=frozenset(a.name for a in data),
+        axes=frozenset(axis for a in data if a.entries for axis in a.entries[0]),
+    )
+
+
+def role_of(c: CollectiveOp, moved: ArrayFact | None, batch: Batch) -> str:
+    """The role (a key of ROLES) of one collective, given the argument it moves and the batch."""
+    axes = set(c.mesh_axes or ())
+    op = c.op
+    if c.op_name and "shard_map" in c.op_name:
+        stage = any(STAGE_AXES.match(a) for a in axes)
+        return "pipeline-transfer" if c.kind == "collective-permute" and stage else "program"
+    over_batch = bool(axes) and axes <= batch.axes
+    if c.kind == "all-gather" and moved is not None and moved.name not in batch.data:
+        return "fsdp-gather" if over_batch else "weight-gather"
+    if c.kind == "all-gather" and moved is None and c.operand_parameter is not None and not batch.axes:
+        return "weight-gather"  # an entry parameter gathered, where nothing says what the batch is
+    if c.kind == "reduce-scatter":
+        return "gradient-reduce-scatter" if over_batch and is_backward(c) else "partial-sum"
+    if c.kind == "all-reduce":
+        if op in REDUCING_OPS and not is_backward(c):
+            return "cross-shard-reduction"
+        # a gradient's sum over the batch: in the backward, or inserted with no operation of its own
+        if over_batch and (is_backward(c) or op is None):
+            return "gradient-reduction"
+        return "cross-shard-reduction" if op in REDUCING_OPS else "partial-sum"
+    if op in REDUCING_OPS and c.kind == "all-gather":
+        return "cross-shard-reduction"
+    if op in MATMUL_OPS and c.kind in ("all-gather", "collective-permute"):
+        return "matmul-operand"
+    return "reshard"
+
+
+def assign_roles(
+    collectives: Sequence[CollectiveOp],
+    arguments: Sequence[ArrayFact] = (),
+    results: Sequence[ArrayFact] = (),
+    *,
+    batch: Batch | None = None,
+) -> tuple[CollectiveOp, ...]:
+    """The collectives, each with its `role` set (`batch`: found from the arguments and results
+    where not given)."""
+    batch = batch if batch is not None else find_batch(arguments, results)
+    return tuple(replace(c, role=role_of(c, moved_argument(c, arguments), batch)) for c in collectives)
