@@ -7,6 +7,9 @@ The user's arguments carry logical axis names, the Flax/MaxText convention:
 - NNX variables made with `nnx.with_partitioning(init, ("embed", "mlp"))`, under `nnx.eval_shape`,
   `nnx.split` or `nnx.state` (the names are the variable's `out_sharding` metadata in flax 0.12,
   `sharding_names` before it);
+  A box with fewer names than dimensions (lm1b's (embed, heads, head_dim) kernel named
+  ('embed', 'kv')) is padded with None at the end, as Flax's `PartitionSpec(*names)` leaves the
+  dims past the last name whole;
 - plain leaves named by a table `LOGICAL_AXES = {"params['w1']": ("embed", "mlp"), "batch": ("batch",
   None)}` in the inputs' file (paths as `named_leaves` gives them: the function's parameter name,
   then the pytree path).
@@ -129,8 +132,12 @@ def named_leaves(
                 continue  # a Python number, a function: no memory, no layout
             name = base + jax.tree_util.keystr(path)
             names = names_of(leaf)
-            names = names if names is not None else table.get(name)
             shape = tuple(value_of(leaf).shape)
+            if names is not None and len(names) < len(shape):
+                # Flax's spec of a box is PartitionSpec(*names), which leaves the dims past the
+                # last name whole: the names are padded with None at the end, as JAX pads a spec.
+                names = tuple(names) + (None,) * (len(shape) - len(names))
+            names = names if names is not None else table.get(name)
             if names is not None and len(names) != len(shape):
                 raise ShardcliError(
                     f"{name} has {len(shape)} dimension(s) {shape} but {len(names)} logical axis "
@@ -261,3 +268,214 @@ def effective_rules(rules: Rules, names: tuple[str, ...], axes: tuple[str, ...])
     table = dict(rules)  # parse_rules refuses a name given twice
     kept = ((name, tuple(a for a in table[name] if a in axes)) for name in table if name in names)
     return tuple((name, mesh_axes) for name, mesh_axes in kept if mesh_axes)
+
+
+# --- a program that lays itself out by its own rules ----------------------------------------------
+
+RULES_NAME = "LOGICAL_AXIS_RULES"  # the inputs' file's own rules (MaxText's `logical_axis_rules`)
+RULES_KEYWORD = "rules"  # def inputs(mesh, rules=LOGICAL_AXIS_RULES)
+
+FlaxRules = tuple[tuple[str, Any], ...]  # Flax's format: (name, mesh axis | tuple of them | None)
+
+
+def own_shardings(fn: Any) -> bool:
+    """Whether `fn` is a `jax.jit` given its own in_shardings or out_shardings (MaxText's train step,
+    flax lm1b's): it fixes its arguments' layout, so their logical names cannot move them."""
+    from jax.sharding import Sharding
+
+    info = getattr(fn, "_jit_info", None)  # jax's PjitInfo; absent: not a jit, or a jax to come
+    if info is None:
+        return False
+    leaves = (*getattr(info, "in_shardings_leaves", ()), *getattr(info, "out_shardings_leaves", ()))
+    return any(isinstance(s, Sharding) for s in leaves)
+
+
+def lays_itself_out(fn: Any, maker: Any) -> str:
+    """Why a program lays its arguments out itself, in words (its step is a jax.jit with its own
+    in_shardings, or its inputs' function can be handed rules), or "" where its logical names do."""
+    if own_shardings(fn):
+        return "a jax.jit with its own in_shardings"
+    reach = rules_reach(maker)
+    if reach == "keyword":
+        return f"its inputs take {RULES_KEYWORD}="
+    if reach == "module":
+        return f"its inputs' file defines {RULES_NAME}"
+    return ""
+
+
+def call_inputs_with_rules(maker: Any, flag: str, mesh: Any, rules: Rules | None) -> Any:
+    """`inputs.call_inputs` of a program that lays itself out, on `mesh`, handed `rules` followed by
+    its own for the names they do not map (None: its own, as written).
+
+    Raises:
+        ShardcliError: `rules` given to a program whose rules cannot be reached (`rules_reach`).
+        UserCodeError: the user's code raised.
+    """
+    from shardcli.program.inputs import call_inputs
+    from shardcli.program.user_code import UserObject
+
+    if rules is not None and rules_reach(maker.value) is None:
+        raise ShardcliError(
+            f"--inputs {flag} lays the arguments out by rules shardcli cannot reach; give it a "
+            f"{RULES_KEYWORD}= keyword (def inputs(mesh, {RULES_KEYWORD}=RULES)) or define {RULES_NAME} in "
+            "its file"
+        )
+    merged = None if rules is None else merged_rules(rules, own_rules(maker.value))
+    with handing_rules(maker.value, merged) as value:
+        return call_inputs(UserObject(maker.target, value, maker.roots), flag, mesh)
+
+
+def rules_reach(maker: Any) -> str | None:
+    """How plan can hand the inputs' function a rule set: "keyword" (it takes `rules`), "module"
+    (its file defines LOGICAL_AXIS_RULES, read when it is called), or None (it cannot)."""
+    import inspect as pyinspect
+    import sys
+
+    try:
+        params = dict(pyinspect.signature(maker).parameters)
+    except (TypeError, ValueError):
+        params = {}
+    if RULES_KEYWORD in params and params[RULES_KEYWORD].kind != pyinspect.Parameter.POSITIONAL_ONLY:
+        return "keyword"
+    module = sys.modules.get(getattr(maker, "__module__", "") or "")
+    return "module" if hasattr(module, RULES_NAME) else None
+
+
+def own_rules(maker: Any) -> Rules | None:
+    """The program's own rules, as its inputs' function uses them when called with the mesh alone:
+    the `rules` keyword's default, else LOGICAL_AXIS_RULES in its file; None where there are none.
+
+    Raises:
+        ShardcliError: they are not rules in Flax's format.
+    """
+    import inspect as pyinspect
+    import sys
+
+    where = rules_reach(maker)
+    if where == "keyword":
+        default = pyinspect.signature(maker).parameters[RULES_KEYWORD].default
+        if default is pyinspect.Parameter.empty:
+            return None
+        return rules_of_flax(default, f"the default of {RULES_KEYWORD}= in {maker.__name__}")
+    if where == "module":
+        module = sys.modules[maker.__module__]
+        return rules_of_flax(getattr(module, RULES_NAME), f"{RULES_NAME} in {module.__file__}")
+    return None
+
+
+def rules_of_flax(value: Any, where: str) -> Rules:
+    """Flax's rules ((name, "fsdp"), (name, ("data", "fsdp")), (name, None)) as shardcli's.
+
+    Raises:
+        ShardcliError: an entry that is not (name, mesh axis, tuple of them, or None).
+    """
+    example = "e.g. (('embed', 'fsdp'), ('batch', ('data', 'fsdp')), ('kv', None))"
+    if not isinstance(value, (tuple, list)):
+        raise ShardcliError(f"{where} is a {type(value).__name__}; give Flax's logical axis rules, {example}")
+    out = []
+    for entry in value:
+        ok = isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str)
+        axes = entry[1] if ok else None
+        axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+        if not ok or not isinstance(axes, (tuple, list)) or not all(isinstance(a, str) for a in axes):
+            raise ShardcliError(
+                f"{where} has the entry {entry!r}; give (logical name, mesh axis or tuple of them or "
+                f"None), {example}"
+            )
+        out.append((entry[0], tuple(axes)))
+    return tuple(out)
+
+
+def flax_rules(rules: Rules) -> FlaxRules:
+    """shardcli's rules in Flax's format: one mesh axis as its name, several as a tuple, none as None."""
+    return tuple((name, axes[0] if len(axes) == 1 else (tuple(axes) or None)) for name, axes in rules)
+
+
+def merged_rules(rules: Rules, own: Rules | None) -> Rules:
+    """`rules` first, then the program's own for every name `rules` do not map (Flax reads rules in
+    order, the first that applies wins)."""
+    given = {name for name, _ in rules}
+    return rules + tuple(r for r in own or () if r[0] not in given)
+
+
+@contextlib.contextmanager
+def handing_rules(maker: Any, rules: Rules | None) -> Iterator[Any]:
+    """The inputs' function, to be called with `rules` (None: as written): with its `rules` keyword
+    bound, or with its file's LOGICAL_AXIS_RULES set to them while it runs (restored after)."""
+    import functools
+    import sys
+
+    where = rules_reach(maker) if rules is not None else None
+    if where is None or rules is None:
+        yield maker
+        return
+    given = flax_rules(rules)
+    if where == "keyword":
+        yield functools.wraps(maker)(functools.partial(maker, **{RULES_KEYWORD: given}))
+        return
+    module = sys.modules[maker.__module__]
+    before = getattr(module, RULES_NAME)
+    setattr(module, RULES_NAME, given)
+    try:
+        yield maker
+    finally:
+        setattr(module, RULES_NAME, before)
+
+
+def jit_in_shardings(fn: Any, args: tuple[Any, ...]) -> list[Any]:
+    """Per array leaf of `args` (flattened as jax.jit flattens them), the sharding the jit's own
+    in_shardings give it, or None (none given, or a structure this cannot follow)."""
+    import jax
+    from jax.sharding import Sharding
+
+    count = len(jax.tree_util.tree_leaves(args))
+    info = getattr(fn, "_jit_info", None)
+    if info is None or not own_shardings(fn):
+        return [None] * count
+    given = jax.tree_util.tree_unflatten(info.in_shardings_treedef, info.in_shardings_leaves)
+    tree = tuple(given) if isinstance(given, (tuple, list)) else (given,) * len(args)
+    if len(tree) != len(args):
+        return [None] * count  # static arguments: left to JAX to check
+    out: list[Any] = []
+
+    def each(sharding: Any, part: Any) -> None:
+        n = len(jax.tree_util.tree_leaves(part))
+        out.extend([sharding if isinstance(sharding, Sharding) else None] * n)
+
+    try:
+        jax.tree_util.tree_map(
+            each,
+            tree,
+            tuple(args),
+            is_leaf=lambda x: x is None or isinstance(x, Sharding) or type(x).__name__ == "UnspecifiedValue",
+        )
+    except (ValueError, TypeError):
+        return [None] * count
+    return out if len(out) == count else [None] * count
+
+
+def argument_leaves(fn: Any, args: tuple[Any, ...]) -> list[tuple[str, Any]]:
+    """(path, leaf) for every leaf of the positional arguments as jax.jit flattens them (a box's
+    array is a leaf of its own), named by the function's parameters (`params['w1']`)."""
+    import inspect as pyinspect
+
+    import jax
+
+    try:
+        params = list(pyinspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    out = []
+    for i, arg in enumerate(args):
+        base = params[i] if i < len(params) else f"arg{i}"
+        out += [(base + jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(arg)[0]]
+    return out
+
+
+def same_mesh(a: Any, b: Any) -> bool:
+    """Whether two concrete meshes are one: the same axis names over the same devices in order."""
+    return (
+        tuple(a.axis_names) == tuple(b.axis_names)
+        and a.devices.shape == b.devices.shape
+        and all(x.id == y.id for x, y in zip(a.devices.flat, b.devices.flat, strict=True))
+    )
