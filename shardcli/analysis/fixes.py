@@ -13,8 +13,8 @@ Which kinds have fixes, and why:
 - `gathered-whole` (a weight gathered whole over axes that do not shard the batch): shard it over
   those axes on another dimension, the one the compiler's partitioning of its user can keep; it
   helps when fewer bytes are sent and the memory does not grow.
-- `reshard` of an argument (it arrives in a layout its first user does not take): its spec without
-  the axes it was resharded over, or with them moved to another dimension; it helps when fewer
+- `reshard` of an argument (it arrives in a layout its first user does not take): its spec with the
+  axes it was resharded over moved to another dimension, else without them; it helps when fewer
   bytes are resharded and no more are sent.
 - A reshard of a computed value has no fix here: the change is a `with_sharding_constraint` inside
   the program, which no flag can make. `result-sharding` has none either: the layout asked for is
@@ -33,7 +33,7 @@ from shardcli.analysis.arguments import ArrayFact, Entries
 
 # A replicated finding's change covers its largest arguments, up to this share of their bytes and
 # this many of them: the few that hold the memory, not every bias and step counter.
-REPLICATED_SHARE = 0.9
+REPLICATED_SHARE = 0.99
 MAX_CHANGED = 24
 
 
@@ -64,6 +64,7 @@ class Figures:
     sent_bytes: int  # per device, one execution, every run counted
     reshard_bytes: int  # of which by collectives whose role is a reshard
     step_s: float | None  # the step-time estimate, where the hardware has figures
+    fits: bool = True  # False: the target's compiler refused it as too big (`total_bytes`: its need)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Fix:
     before: Figures
     checked: Figures
     command: str | None = None  # the shardcli command line that applies it
+    flags: tuple[str, ...] = ()  # its flags that carry the change (`--arg '...'`, `--spec '...'`)
 
 
 def spec_text(entries: Entries) -> str:
@@ -117,6 +119,8 @@ def proposals(
 
 def helps(kind: str, before: Figures, after: Figures) -> bool:
     """Whether a change helped the finding it was made for (see the module's docstring)."""
+    if not before.fits:  # whatever else: a change after which it fits the target helps
+        return after.fits
     if kind == "replicated":
         return (
             before.total_bytes is not None
@@ -160,7 +164,7 @@ def _shard_replicated(facts: list[ArrayFact], sizes: Mapping[str, int], batch: S
             if dim is not None:
                 specs.append((a.name, tuple(axes if d == dim else () for d in range(len(a.shape)))))
         if specs:
-            words = "argument" if len(specs) == 1 else f"{len(specs)} arguments"
+            words = specs[0][0] if len(specs) == 1 else f"{len(specs)} arguments"
             changes.append(Change(tuple(specs), f"shard {words} over {'+'.join(axes)}"))
     return changes
 
@@ -169,7 +173,7 @@ def _move_axes(
     facts: list[ArrayFact], axes: Sequence[str], sizes: Mapping[str, int], *, drop: bool
 ) -> list[Change]:
     """Each argument's spec with `axes` moved to another dimension (each that divides), or, for a
-    reshard, first without them."""
+    reshard, at last without them."""
     moved = [a for a in axes if a in sizes]
     if not moved or not facts:
         return []
@@ -178,18 +182,22 @@ def _move_axes(
     for a in facts:
         assert a.entries is not None
         kept = tuple(tuple(x for x in e if x not in moved) for e in a.entries)
-        options: list[Entries] = [kept] if drop and kept != a.entries else []
+        options: list[Entries] = []
         for d, size in enumerate(a.shape):
             if kept[d] or size % n or a.entries[d] and set(a.entries[d]) >= set(moved):
                 continue
             options.append(tuple(tuple(moved) if i == d else e for i, e in enumerate(kept)))
+        if drop and kept != a.entries:  # last: it keeps the whole argument on every device of `axes`
+            options.append(kept)
         per_fact.append(options)
     changes = []
     for k in range(max((len(o) for o in per_fact), default=0)):
         specs = tuple((a.name, o[k]) for a, o in zip(facts, per_fact, strict=True) if k < len(o))
         if specs:
             first = specs[0][1]
-            words = f"lay {specs[0][0]} out as {spec_text(first) or 'P()'}"
+            words = (
+                f"lay {specs[0][0]} out as {spec_text(first)}" if any(first) else f"replicate {specs[0][0]}"
+            )
             if len(specs) > 1:
                 words += f" (and {len(specs) - 1} more alike)"
             changes.append(Change(specs, words))

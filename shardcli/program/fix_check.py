@@ -16,13 +16,14 @@ from shardcli.analysis.arguments import ArrayFact, Entries
 from shardcli.analysis.findings import Finding
 from shardcli.analysis.fixes import Change, Figures, Fix, helps, proposals, spec_text
 from shardcli.analysis.program import ProgramAnalysis
-from shardcli.analysis.roles import find_batch
+from shardcli.analysis.roles import Batch
 from shardcli.errors import ShardcliError
 
 MAX_FIX_COMPILES = 3
 
 
 def figures_of(analysis: ProgramAnalysis, step_s: float | None) -> Figures:
+    """A compiled program's figures for a fix's before -> after."""
     memory = analysis.memory
     return Figures(
         total_bytes=memory.total_bytes if memory is not None else None,
@@ -35,38 +36,38 @@ def figures_of(analysis: ProgramAnalysis, step_s: float | None) -> Figures:
     )
 
 
+def refused_figures(needed_bytes: int | None) -> Figures:
+    """The figures of a program the target's compiler refused as too big: what it said it needs."""
+    return Figures(
+        total_bytes=needed_bytes,
+        argument_bytes=None,
+        temp_bytes=None,
+        collectives=0,
+        sent_bytes=0,
+        reshard_bytes=0,
+        step_s=None,
+        fits=False,
+    )
+
+
 def checked_findings(
     findings: Sequence[Finding],
-    analysis: ProgramAnalysis,
-    step: Any,
-    arguments: Sequence[ArrayFact],
-    results: Sequence[ArrayFact],
-    sizes: Mapping[str, int],
-    compile_with: Callable[[Change], Figures],
-) -> tuple[Finding, ...]:
-    """`check_fixes` for an inspected program, from its analysis and step estimate as they are."""
-    before = figures_of(analysis, step.estimate_s if step is not None else None)
-    return check_fixes(findings, arguments, results, sizes, before, compile_with)
-
-
-def check_fixes(
-    findings: Sequence[Finding],
-    arguments: Sequence[ArrayFact],
-    results: Sequence[ArrayFact],
-    sizes: Mapping[str, int],
     before: Figures,
+    arguments: Sequence[ArrayFact],
+    batch: Batch,
+    sizes: Mapping[str, int],
     compile_with: Callable[[Change], Figures],
 ) -> tuple[Finding, ...]:
     """The findings, each with the first proposed change that helps (or why none is offered).
 
     Args:
-        sizes: the mesh's axis sizes, in mesh order.
         before: the figures of the program as it is.
+        batch: the program's batch (`roles.find_batch`): a replicated weight is sharded over its axes.
+        sizes: the mesh's axis sizes, in mesh order.
         compile_with: compiles the program with a change and returns its figures; raises
             ShardcliError where the change cannot be compiled (a step whose own in_shardings fix
-            that argument's layout).
+            that argument's layout) or does not fit the target.
     """
-    batch = find_batch(arguments, results)
     batch_axes = [a for a in sizes if a in batch.axes]
     budget = MAX_FIX_COMPILES
     out = []

@@ -277,9 +277,25 @@ def inspect_program(
         raise ShardcliError(f"the arguments of {name} cannot be laid out on this mesh: {reason}") from None
     biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
     hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
+    recompile = _Recompile(fn, args, kwargs, roots, name, session, target, peak_tflops, link_gbps)
     try:
         built = compile_program(fn, args, roots, name, session.mesh, target, kwargs)
     except DoesNotFit as refused:
+        findings = find_mistakes(arguments, (), None, outs, session.mesh.size)
+        if fixes:  # the fix that makes it fit
+            from shardcli.analysis.roles import find_batch
+            from shardcli.program.fix_check import checked_findings, refused_figures
+
+            batch = find_batch(arguments, ())
+            dtype = biggest.dtype if biggest else "float32"
+            findings = checked_findings(
+                findings,
+                refused_figures(refused.verdict.needed_bytes),
+                arguments,
+                batch,
+                _axis_sizes(session),
+                lambda change: recompile.figures(change, dtype, batch),
+            )
         return InspectResult(
             session=session,
             target=name,
@@ -288,7 +304,7 @@ def inspect_program(
             analysis=None,
             model=None,
             hardware=hardware,
-            findings=find_mistakes(arguments, (), None, outs, session.mesh.size),
+            findings=findings,
             lower_s=refused.lower_s,
             compile_s=0.0,
             fit=refused.verdict,
@@ -326,30 +342,17 @@ def inspect_program(
     step = step_time_for(analysis, session, dtype, peak_tflops, link_gbps)
     findings = find_mistakes(arguments, results, analysis, outs, session.mesh.size)
     if fixes:
-        from shardcli.program.fix_check import checked_findings
+        from shardcli.analysis.roles import find_batch
+        from shardcli.program.fix_check import checked_findings, figures_of
 
+        batch = find_batch(arguments, results)
         findings = checked_findings(
             findings,
-            analysis,
-            step,
+            figures_of(analysis, step.estimate_s if step is not None else None),
             arguments,
-            results,
-            {str(axis): int(size) for axis, size in session.mesh.shape.items()},
-            lambda change: _compiled_with(
-                change,
-                fn,
-                args,
-                kwargs,
-                roots,
-                name,
-                session,
-                target,
-                dtype,
-                peak_tflops,
-                link_gbps,
-                arguments,
-                results,
-            ),
+            batch,
+            _axis_sizes(session),
+            lambda change: recompile.figures(change, dtype, batch),
         )
     return InspectResult(
         session=session,
@@ -369,43 +372,45 @@ def inspect_program(
     )
 
 
-def _compiled_with(
-    change: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    roots: tuple[str, ...],
-    name: str,
-    session: Session,
-    target: TargetSpec | None,
-    dtype: str,
-    peak_tflops: float | None,
-    link_gbps: float | None,
-    arguments: tuple[ArrayFact, ...],
-    results: tuple[ArrayFact, ...],
-) -> Any:
-    """The figures of the program compiled again with a fix's change (`fix_check.Figures`).
+@dataclass(frozen=True)
+class _Recompile:
+    """The program as `inspect_program` compiles it, to compile again with a fix's change."""
 
-    Raises:
-        ShardcliError: the change cannot be compiled, or does not fit the target.
-    """
-    from shardcli.analysis.roles import assign_roles, find_batch
-    from shardcli.program.fix_check import figures_of, relaid
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    roots: tuple[str, ...]
+    name: str
+    session: Session
+    target: TargetSpec | None
+    peak_tflops: float | None
+    link_gbps: float | None
 
-    new_args, new_kwargs = relaid(fn, args, kwargs, dict(change.specs), session.mesh)
-    try:
-        built = compile_program(fn, new_args, roots, name, session.mesh, target, new_kwargs)
-    except DoesNotFit as refused:
-        raise ShardcliError(
-            f"it does not fit the target ({refused.verdict.advice or 'out of memory'})"
-        ) from None
-    analysis = analyze_compiled(built.compiled, session.mesh, user_files=roots)
-    batch = find_batch(arguments, results)
-    analysis = replace(
-        analysis, collectives=assign_roles(analysis.collectives, arguments, results, batch=batch)
-    )
-    step = step_time_for(analysis, session, dtype, peak_tflops, link_gbps)
-    return figures_of(analysis, step.estimate_s if step is not None else None)
+    def figures(self, change: Any, dtype: str, batch: Any) -> Any:
+        """The figures (`fix_check.Figures`) of the program compiled with `change`; its collectives'
+        roles judged with the program's own batch (`roles.Batch`).
+
+        Raises:
+            ShardcliError: the change cannot be compiled, or does not fit the target.
+        """
+        from shardcli.analysis.roles import assign_roles
+        from shardcli.program.fix_check import figures_of, relaid
+
+        args, kwargs = relaid(self.fn, self.args, self.kwargs, dict(change.specs), self.session.mesh)
+        try:
+            built = compile_program(
+                self.fn, args, self.roots, self.name, self.session.mesh, self.target, kwargs
+            )
+        except DoesNotFit as refused:
+            raise ShardcliError(f"it does not fit either ({refused.verdict.text})") from None
+        analysis = analyze_compiled(built.compiled, self.session.mesh, user_files=self.roots)
+        analysis = replace(analysis, collectives=assign_roles(analysis.collectives, batch=batch))
+        step = step_time_for(analysis, self.session, dtype, self.peak_tflops, self.link_gbps)
+        return figures_of(analysis, step.estimate_s if step is not None else None)
+
+
+def _axis_sizes(session: Session) -> dict[str, int]:
+    return {str(axis): int(size) for axis, size in session.mesh.shape.items()}
 
 
 def with_roles(
@@ -589,7 +594,7 @@ def _with_fix_commands(
         return result
     names = [n for n, _ in argument_trees(getattr(fn, "__wrapped__", fn), args, kwargs)]
     findings = tuple(
-        replace(f, fix=replace(f.fix, command=fix_command(request, f.fix.change, names)))
+        replace(f, fix=replace(f.fix, **fix_command(request, f.fix.change, names)))
         if f.fix is not None
         else f
         for f in result.findings
@@ -597,8 +602,9 @@ def _with_fix_commands(
     return replace(result, findings=findings)
 
 
-def fix_command(request: InspectRequest, change: Any, names: list[str]) -> str:
-    """`shardcli inspect ...` as the user ran it, with `change` applied.
+def fix_command(request: InspectRequest, change: Any, names: list[str]) -> dict[str, Any]:
+    """`shardcli inspect ...` as the user ran it, with `change` applied (`command`), and the flags
+    that carry the change (`flags`).
 
     Args:
         names: the program's arguments' names (`argument_trees`), for --arg programs.
@@ -611,12 +617,15 @@ def fix_command(request: InspectRequest, change: Any, names: list[str]) -> str:
 
     words = ["shardcli", "inspect", request.target]
     changed = dict(change.specs)
+    flags = []
     if request.inputs is not None:
         words += ["--inputs", request.inputs]
     for i, a in enumerate(request.args):
         name = names[i] if i < len(names) else f"arg{i}"
         given = AbstractArg(a.dtype, a.shape, ShardingSpec(changed.pop(name))) if name in changed else a
         words += ["--arg", given.describe()]
+        if given is not a:
+            flags.append(f"--arg {shlex.quote(given.describe())}")
     if request.rules is not None:
         from shardcli.specs.decoder import rules_text
 
@@ -631,7 +640,8 @@ def fix_command(request: InspectRequest, change: Any, names: list[str]) -> str:
     specs = {**dict(request.specs), **changed}
     for name, entries in specs.items():
         words += ["--spec", f"{name}={spec_text(entries)}"]
-    return " ".join(shlex.quote(w) for w in words)
+    flags += [f"--spec {shlex.quote(f'{name}={spec_text(entries)}')}" for name, entries in changed.items()]
+    return {"command": " ".join(shlex.quote(w) for w in words), "flags": tuple(flags)}
 
 
 def _laid_out_by_rules(

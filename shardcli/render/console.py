@@ -369,18 +369,21 @@ class Clauses:
     wider than the console, when it wraps at its words.
     """
 
-    def __init__(self, clauses: Sequence[str | Text], sep: str = "; ", style: str = "") -> None:
+    def __init__(
+        self, clauses: Sequence[str | Text], sep: str = "; ", style: str = "", indent: int = 0
+    ) -> None:
         self.clauses = [c if isinstance(c, Text) else Text(c) for c in clauses if c]
-        self.sep, self.style = sep, style
+        self.sep, self.style, self.indent = sep, style, indent
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         lines: list[Text] = []
+        width = max(options.max_width - self.indent, 1)  # every line starts with `indent` spaces
         line = Text()
         tail = self.sep.rstrip()  # what ends a line that more clauses follow (`,` of `, `)
         for n, clause in enumerate(self.clauses):
             # a clause that more follow must fit with that mark too (`0 B,` must not part `0` from `B`)
             mark = tail if n < len(self.clauses) - 1 else ""
-            if line and cell_len(line.plain + self.sep + clause.plain + mark) > options.max_width:
+            if line and cell_len(line.plain + self.sep + clause.plain + mark) > width:
                 line.append(self.sep.rstrip())
                 lines.append(line)
                 line = Text()
@@ -388,7 +391,7 @@ class Clauses:
                 line.append(self.sep)
             line.append_text(clause)
         lines.append(line)
-        text = Text("\n", style=self.style).join(lines)
+        text = Text("\n", style=self.style).join(Text(" " * self.indent) + line for line in lines)
         text.stylize(self.style)
         yield from console.render(text, options)
 
@@ -396,6 +399,7 @@ class Clauses:
         # at most one line of every clause; at least the longest clause (with its mark)
         whole = cell_len(self.sep.join(c.plain for c in self.clauses))
         longest = max((cell_len(c.plain) for c in self.clauses), default=0) + len(self.sep.rstrip())
+        longest, whole = longest + self.indent, whole + self.indent
         return Measurement(min(longest, options.max_width), min(whole, options.max_width))
 
 

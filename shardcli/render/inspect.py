@@ -6,7 +6,6 @@ import re
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -551,34 +550,36 @@ def _findings_lines(
         if finding.fix is not None:
             parts.extend(_fix_lines(finding.fix, full=full))
         elif finding.no_fix is not None and full:
-            no_fix = Clauses(figure_words(f"no fix offered: {finding.no_fix}"), " ", "dim")
-            parts.append(Padding(no_fix, (0, 0, 0, 2), expand=False))
+            parts.append(Clauses(figure_words(f"no fix offered: {finding.no_fix}"), " ", "dim", indent=2))
     if not result.findings and result.module is None:
         parts.append(Text("no classic sharding mistakes found", style="green"))
     return parts
 
 
 def _fix_lines(fix: Fix, *, full: bool) -> list[RenderableType]:
-    """`  fix: ...` (the change and its first --spec), `  checked: ...` (before -> after, from a
-    compile), and in the full view the command line that applies it."""
-    flags = fix.change.spec_flags()
-    shown = f"--spec '{flags[0]}'" + (f" and {len(flags) - 1} more" if len(flags) > 1 else "")
+    """`  fix: ...` (the change and its first flag), `  checked by a compile: ...` (before -> after),
+    and in the full view the command line that applies it."""
+    flags = fix.flags or tuple(f"--spec '{flag}'" for flag in fix.change.spec_flags())
+    shown = flags[0] + (f" and {len(flags) - 1} more" if len(flags) > 1 else "")
     lines: list[RenderableType] = [
-        Clauses(figure_words(f"fix: {fix.change.what}: {shown}"), " ", "green"),
-        Clauses(["checked by a compile:", *fix_figure_clauses(fix)], " ", "green"),
+        Clauses(figure_words(f"fix: {fix.change.what}: {shown}"), " ", "green", indent=2),
+        Clauses(["checked by a compile:", *fix_figure_clauses(fix)], " ", "green", indent=2),
     ]
     if full and fix.command is not None:
-        lines.append(Clauses([fix.command], " ", "green"))
+        lines.append(Clauses(fix.command.split(" "), " ", "green", indent=4))
     elif fix.command is not None:
-        lines.append(Text("--wide or --format json: the command that applies it", style="dim"))
-    return [Padding(line, (0, 0, 0, 2), expand=False) for line in lines]
+        lines.append(Text("  --wide or --format json: the command that applies it", style="dim"))
+    return lines
 
 
 def fix_figure_clauses(fix: Fix) -> list[str]:
     """`memory 1.2 MiB -> 400 KiB per device,`, `sent 0 B -> 96 KiB,`, `step 2 us -> 1 us`."""
     a, b = fix.before, fix.checked
     clauses = []
-    if a.total_bytes is not None and b.total_bytes is not None:
+    if not a.fits and b.total_bytes is not None:
+        needed = f" (needs {format_bytes(a.total_bytes)})" if a.total_bytes is not None else ""
+        clauses.append(f"memory does not fit{needed} -> {format_bytes(b.total_bytes)} per device, fits")
+    elif a.total_bytes is not None and b.total_bytes is not None:
         clauses.append(f"memory {format_bytes(a.total_bytes)} -> {format_bytes(b.total_bytes)} per device")
     clauses.append(
         f"sent {format_bytes(a.sent_bytes)} -> {format_bytes(b.sent_bytes)} by "

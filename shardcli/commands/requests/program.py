@@ -132,8 +132,8 @@ def parse_spec_flags(texts: list[str]) -> tuple[tuple[str, tuple[tuple[str, ...]
         name = name.strip()
         if not equals or not name:
             raise ShardcliError(
-                f"--spec {text!r} is not PATH=SPEC; give an argument's path as inspect names it and its spec, "
-                'such as "state.params.w=None,fsdp" (an empty SPEC: replicated)'
+                f"--spec {text!r} is not PATH=SPEC (PATH: an argument as inspect names it); e.g. "
+                '"state.params.w=None,fsdp" (an empty SPEC: replicated)'
             )
         if name in out:
             raise ShardcliError(f"--spec names {name!r} twice; give each argument once")
