@@ -118,13 +118,17 @@ EXAMPLES: dict[str, str | list[str]] = {
     "--inputs examples/transformer.py:inputs --mesh 2x4 --axes data,model --no-color -q",
     "tutorial-inspect-mistakes": [
         "shardcli inspect examples/mistakes.py:matmul --mesh 8 --axes data --arg 'f32[64,1024]@data,None' "
-        "--arg 'f32[1024,1024]@data,None' --no-color -q | tail -3",
+        "--arg 'f32[1024,1024]@data,None' --no-color -q | sed -n '/^warning/,$p'",
         "shardcli inspect examples/mistakes.py:layout_change --mesh 2x4 --axes data,model "
-        "--arg 'f32[64,64]@data,None' --no-color -q | tail -3",
+        "--arg 'f32[64,64]@data,None' --no-color -q --wide | sed -n '/^warning/,$p'",
         "shardcli inspect examples/mistakes.py:matmul --mesh 2x4 --axes data,model --arg "
         "'f32[64,1024]@data,None' "
-        "--arg 'f32[1024,1024]' --no-color -q | tail -2",
+        "--arg 'f32[1024,1024]' --no-color -q | sed -n '/^warning/,$p'",
     ],
+    # a finding with its fix, checked by a compile: the program that does not fit a TPU, and the
+    # change after which it fits
+    "readme-fix": "shardcli inspect examples/mistakes.py:matmul --inputs examples/mistakes.py:replicated "
+    "--target tpu-v5e:4x4 --axes data,model --no-color -q --wide | sed -n '/^warning/,$p'",
     "readme-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
     "examples/llama.py:tiny_inputs --axes data,model --no-color -q | head -8",
     "tutorial-inspect-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
@@ -339,6 +343,7 @@ CHARTS = {"example-collective-sweep", "example-pipeline", "tutorial-pipeline-lau
 STATED = {"tutorial-pipeline-launch"}
 # Examples that need the `tpu` extra (libtpu): where it cannot be installed, --check skips them.
 NEEDS_TPU = {
+    "readme-fix",
     "readme-plan",
     "tutorial-plan-remat",
     "tutorial-plan-program",

@@ -8,6 +8,7 @@ shape that happens to match.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,16 @@ from shardcli.analysis.collectives import CollectiveOp
 from shardcli.tile_math import ShardingLayout
 
 Entries = tuple[tuple[str, ...], ...]
+# A string key that reads as an attribute: `['layers']` is shown `.layers`
+_DICT_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]")
+
+
+def shown_path(path: str) -> str:
+    """A pytree path as every screen shows it: string keys written as attributes
+    (`state['params']['w']` is `state.params.w`); JSON keeps `jax.tree_util.keystr`'s own."""
+    return _DICT_KEY.sub(r".\1", path)
+
+
 HLO_DTYPE = {
     "float32": "f32",
     "bfloat16": "bf16",

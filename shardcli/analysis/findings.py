@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardcli.analysis.arguments import HLO_DTYPE, ArrayFact, moved_argument
+from shardcli.analysis.arguments import HLO_DTYPE, ArrayFact, moved_argument, shown_path
 from shardcli.analysis.fixes import Fix
 from shardcli.analysis.program import CollectiveOp, ProgramAnalysis
 from shardcli.analysis.roles import assign_roles
@@ -76,8 +76,8 @@ def shown_source(source: str) -> str:
 
 
 def _named(paths: Sequence[str]) -> str:
-    """`a, b, c and 4 more`: the first few of many paths."""
-    shown = ", ".join(paths[:NAMED_PATHS])
+    """`a, b, c and 4 more`: the first few of many paths, as screens show them."""
+    shown = ", ".join(shown_path(p) for p in paths[:NAMED_PATHS])
     return f"{shown} and {len(paths) - NAMED_PATHS} more" if len(paths) > NAMED_PATHS else shown
 
 
@@ -113,12 +113,14 @@ def _replicated(arguments: Sequence[ArrayFact], devices: int, memory: int | None
     if len(leaves) == 1:
         (a,) = leaves
         message = (
-            f"argument {a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_global)}) is fully "
+            f"argument {shown_path(a.name)} ({_hlo_type(a)}, {format_bytes(a.bytes_global)}) is fully "
             f"replicated: each of the {devices} devices holds all of it"
         )
         advice = "shard one of its dims over a mesh axis"
     else:
-        biggest = [f"{a.name} ({_hlo_type(a)}, {format_bytes(a.bytes_per_device)})" for a in leaves]
+        biggest = [
+            f"{shown_path(a.name)} ({_hlo_type(a)}, {format_bytes(a.bytes_per_device)})" for a in leaves
+        ]
         message = (
             f"{len(leaves)} fully replicated arguments hold {format_bytes(held)} per device "
             f"({held / per_device:.0%} of the {format_bytes(per_device)} each device needs): each of the "
@@ -143,8 +145,8 @@ def _gathered_whole(arguments: Sequence[ArrayFact], collectives: Sequence[Collec
         names = sorted(gathered, key=lambda n: -gathered[n].bytes_global)
         if len(names) == 1:
             message = (
-                f"{names[0]} ({c.shape}) is all-gathered whole over {c.axes_text} at {_where(c)}: "
-                f"every device holds all of it while it is used"
+                f"{shown_path(names[0])} ({c.shape}) is all-gathered whole over {c.axes_text} at "
+                f"{_where(c)}: every device holds all of it while it is used"
             )
         else:
             held = sum(a.bytes_global for a in gathered.values())
@@ -213,7 +215,9 @@ def _result_shardings(results: Sequence[ArrayFact], asked: Sequence[ShardingSpec
     found = []
     for (came, wanted), names in causes.items():
         subject = (
-            f"result {names[0]} came" if len(names) == 1 else f"{len(names)} results ({_named(names)}) came"
+            f"result {shown_path(names[0])} came"
+            if len(names) == 1
+            else f"{len(names)} results ({_named(names)}) came"
         )
         message = f"{subject} out {came} but --out asked for {wanted}: moving it there is one more reshard"
         found.append(Finding("result-sharding", message, len(names), tuple(names)))

@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from shardcli.analysis.arguments import ArrayFact, Entries
+from shardcli.analysis.arguments import ArrayFact, Entries, shown_path
 
 # A replicated finding's change covers its largest arguments, up to this share of their bytes and
 # this many of them: the few that hold the memory, not every bias and step counter.
@@ -46,11 +46,13 @@ class Change:
 
     def spec_flags(self) -> tuple[str, ...]:
         """`--spec 'NAME=SPEC'`'s values."""
-        return tuple(f"{name}={spec_text(entries)}" for name, entries in self.specs)
+        return tuple(f"{shown_path(name)}={spec_text(entries)}" for name, entries in self.specs)
 
     def jax_lines(self) -> tuple[str, ...]:
         """The `jax.sharding` line per argument: `NAME: NamedSharding(mesh, P('fsdp', None))`."""
-        return tuple(f"{name}: NamedSharding(mesh, {partition_spec_text(e)})" for name, e in self.specs)
+        return tuple(
+            f"{shown_path(name)}: NamedSharding(mesh, {partition_spec_text(e)})" for name, e in self.specs
+        )
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def _shard_replicated(facts: list[ArrayFact], sizes: Mapping[str, int], batch: S
             if dim is not None:
                 specs.append((a.name, tuple(axes if d == dim else () for d in range(len(a.shape)))))
         if specs:
-            words = specs[0][0] if len(specs) == 1 else f"{len(specs)} arguments"
+            words = shown_path(specs[0][0]) if len(specs) == 1 else f"{len(specs)} arguments"
             changes.append(Change(tuple(specs), f"shard {words} over {'+'.join(axes)}"))
     return changes
 

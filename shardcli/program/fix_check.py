@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from shardcli.analysis.arguments import ArrayFact, Entries
+from shardcli.analysis.arguments import ArrayFact, Entries, shown_path
 from shardcli.analysis.findings import Finding
 from shardcli.analysis.fixes import Change, Figures, Fix, helps, proposals, spec_text
 from shardcli.analysis.program import ProgramAnalysis
@@ -115,6 +115,7 @@ def relaid(
     from shardcli.program.inputs import is_array_leaf, path_text
     from shardcli.program.inspect import argument_trees
 
+    wanted = {shown_path(name): entries for name, entries in specs.items()}  # either notation
     trees = argument_trees(getattr(fn, "__wrapped__", fn), args, kwargs)
     known: list[str] = []
     rebuilt = []
@@ -122,12 +123,12 @@ def relaid(
         leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
         new = []
         for path, leaf in leaves:
-            name = base + path_text(path) if is_array_leaf(leaf) else None
+            name = shown_path(base + path_text(path)) if is_array_leaf(leaf) else None
             if name is not None:
                 known.append(name)
-            new.append(_placed(name, leaf, specs[name], mesh) if name in specs else leaf)
+            new.append(_placed(name, leaf, wanted[name], mesh) if name in wanted else leaf)
         rebuilt.append(jax.tree_util.tree_unflatten(treedef, new))
-    for name in specs:
+    for name in map(shown_path, specs):
         if name not in known:
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.5) or known[:3]
             raise ShardcliError(

@@ -268,13 +268,7 @@ def inspect_program(
         _check_call(fn, args, kwargs, name)
     named = _leaf_names(getattr(fn, "__wrapped__", fn), args, kwargs)
     unplaced = NamedSharding(session.mesh, PartitionSpec())  # until the compiler says otherwise
-    try:
-        arguments = tuple(fact_of(n, leaf, unplaced) for n, leaf in named)
-    except ShardcliError:
-        raise
-    except Exception as error:  # noqa: BLE001 - a sharding that does not divide its array, say
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise ShardcliError(f"the arguments of {name} cannot be laid out on this mesh: {reason}") from None
+    arguments = tuple(_laid_out_fact(name, n, leaf, unplaced) for n, leaf in named)
     biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
     hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
     recompile = _Recompile(fn, args, kwargs, roots, name, session, target, peak_tflops, link_gbps)
@@ -420,6 +414,26 @@ def with_roles(
     from shardcli.analysis.roles import assign_roles
 
     return replace(analysis, collectives=assign_roles(analysis.collectives, arguments, results))
+
+
+def _laid_out_fact(program: str, name: str, leaf: Any, unplaced: Any) -> ArrayFact:
+    """`fact_of` one argument leaf.
+
+    Raises:
+        ShardcliError: its sharding does not divide it (one line naming the argument).
+    """
+    try:
+        return fact_of(name, leaf, unplaced)
+    except ShardcliError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a sharding that does not divide its array, say
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        spec = getattr(getattr(leaf, "sharding", None), "spec", None)
+        laid = f" laid out {spec}" if spec is not None else ""
+        raise ShardcliError(
+            f"argument {name} of {program} ({leaf.dtype}{list(leaf.shape)}){laid} cannot be laid out on this "
+            f"mesh: {reason}"
+        ) from None
 
 
 def _check_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> None:
@@ -611,6 +625,7 @@ def fix_command(request: InspectRequest, change: Any, names: list[str]) -> dict[
     """
     import shlex
 
+    from shardcli.analysis.arguments import shown_path
     from shardcli.analysis.fixes import spec_text
     from shardcli.specs.arguments import AbstractArg
     from shardcli.specs.meshes import ShardingSpec
@@ -639,8 +654,8 @@ def fix_command(request: InspectRequest, change: Any, names: list[str]) -> dict[
             words += [flag, value]
     specs = {**dict(request.specs), **changed}
     for name, entries in specs.items():
-        words += ["--spec", f"{name}={spec_text(entries)}"]
-    flags += [f"--spec {shlex.quote(f'{name}={spec_text(entries)}')}" for name, entries in changed.items()]
+        words += ["--spec", f"{shown_path(name)}={spec_text(entries)}"]
+    flags += [f"--spec {shlex.quote(f'{shown_path(n)}={spec_text(e)}')}" for n, e in changed.items()]
     return {"command": " ".join(shlex.quote(w) for w in words), "flags": tuple(flags)}
 
 

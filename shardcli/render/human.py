@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli import __version__
+from shardcli.analysis.arguments import shown_path
 from shardcli.render.console import (
     Clauses,
     ColumnBlocks,
@@ -324,7 +325,6 @@ def section(console: Console, title: str, body: RenderableType) -> None:
 
 # A pytree path's parts: its head (an argument's name), then `.attr`, `[0]` or `['key']` entries.
 _PATH_PART = re.compile(r"\.[^.\[]+|\[[^\]]*\]")
-_DICT_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]")
 
 
 def shorten_paths(paths: Sequence[str], width: int) -> list[str]:
@@ -333,7 +333,7 @@ def shorten_paths(paths: Sequence[str], width: int) -> list[str]:
     (`.layers`), then the parts after the head left out from the left (`state….mu.layers.kernel`)
     as far as the paths stay distinct. A path is never cut inside a part; one that cannot be made
     short enough without two paths reading alike stays longer."""
-    compact = [_DICT_KEY.sub(r".\1", p) for p in paths]
+    compact = [shown_path(p) for p in paths]
     parts = [_path_parts(p) for p in compact]
 
     def shown(i: int, dropped: int) -> str:

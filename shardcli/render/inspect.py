@@ -581,10 +581,13 @@ def fix_figure_clauses(fix: Fix) -> list[str]:
         clauses.append(f"memory does not fit{needed} -> {format_bytes(b.total_bytes)} per device, fits")
     elif a.total_bytes is not None and b.total_bytes is not None:
         clauses.append(f"memory {format_bytes(a.total_bytes)} -> {format_bytes(b.total_bytes)} per device")
-    clauses.append(
-        f"sent {format_bytes(a.sent_bytes)} -> {format_bytes(b.sent_bytes)} by "
-        f"{a.collectives} -> {b.collectives} collectives"
-    )
+    if (a.sent_bytes, a.collectives) == (b.sent_bytes, b.collectives):
+        clauses.append(f"collectives unchanged ({a.collectives}, {format_bytes(a.sent_bytes)} sent)")
+    else:
+        clauses.append(
+            f"sent {format_bytes(a.sent_bytes)} -> {format_bytes(b.sent_bytes)} by "
+            f"{a.collectives} -> {b.collectives} collectives"
+        )
     if a.reshard_bytes != b.reshard_bytes:
         clauses.append(f"resharded {format_bytes(a.reshard_bytes)} -> {format_bytes(b.reshard_bytes)}")
     if a.step_s is not None and b.step_s is not None:

@@ -504,7 +504,9 @@ def program_parts(result: ProgramPlanResult, quiet: bool = False) -> list[Render
             Clauses(
                 [
                     _compiler_text(req.target),
-                    f"{result.named_leaves} of {result.leaves} argument leaves carry logical axis names",
+                    f"lays itself out ({result.own_layout}): its inputs called on each layout's mesh"
+                    if result.own_layout
+                    else f"{result.named_leaves} of {result.leaves} argument leaves carry logical axis names",
                     "HFU: the compiled FLOPs over the estimated step at the chip's peak",
                 ],
                 style="dim",
