@@ -633,10 +633,19 @@ def test_inspect_wide_shows_every_argument_and_collective(large):
         pytest.param(
             ["state.opt.mu.layers.kernel", "state.opt.nu.layers.kernel"],
             16,
-            ["state….mu.layers.kernel", "state….nu.layers.kernel"],
-            id="left-out-as-far-as-told-apart",
+            ["state.mu….kernel", "state.nu….kernel"],
+            id="left-out-as-far-as-told-apart-the-moment-kept",
         ),
-        pytest.param(["state.opt.mu.layers.kernel"], 12, ["state….kernel"], id="head-and-last-part-stay"),
+        pytest.param(["state.opt.w.layers.kernel"], 12, ["state….kernel"], id="head-and-last-part-stay"),
+        pytest.param(
+            [
+                "state.params['MlpBlock_0']['Dense_0']['kernel']",
+                "state.opt_state[0].mu['MlpBlock_0']['Dense_0']['kernel']",
+            ],
+            24,
+            ["state.params….kernel", "state.mu….Dense_0.kernel"],
+            id="a-parameter-and-its-moment-read-apart",
+        ),
     ],
 )
 def test_paths_are_shortened_at_their_parts_and_stay_distinct(paths, width, shown):

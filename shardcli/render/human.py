@@ -327,18 +327,30 @@ def section(console: Console, title: str, body: RenderableType) -> None:
 _PATH_PART = re.compile(r"\.[^.\[]+|\[[^\]]*\]")
 
 
+# The parts of a path that say what kind of array it is (a parameter, an optimizer moment, a
+# gradient): kept where the parts around them are left out, so `state.params…Dense_0.kernel` and
+# `state.mu…Dense_0.kernel` still read as a weight and its first moment.
+STATE_PARTS = frozenset(
+    {"params", "param", "mu", "nu", "m", "v", "momentum", "trace", "ema", "grads", "batch_stats", "cache"}
+)
+
+
 def shorten_paths(paths: Sequence[str], width: int) -> list[str]:
     """Pytree paths (`state.opt_state[0].mu['layers']['kernel'].value`) shortened towards `width`
     cells each, every one still told apart from the others: string keys written as attributes
-    (`.layers`), then the parts after the head left out from the left (`state….mu.layers.kernel`)
-    as far as the paths stay distinct. A path is never cut inside a part; one that cannot be made
+    (`.layers`), then the parts after the head left out from the left (`state.mu….kernel`), those
+    that name a parameter or an optimizer moment kept (STATE_PARTS), as far as the paths stay
+    distinct. A path is never cut inside a part; one that cannot be made
     short enough without two paths reading alike stays longer."""
     compact = [shown_path(p) for p in paths]
     parts = [_path_parts(p) for p in compact]
 
     def shown(i: int, dropped: int) -> str:
         head, rest = parts[i][0], parts[i][1:]
-        return head + ("…" + "".join(rest[dropped:]) if dropped else "".join(rest))
+        if not dropped:
+            return head + "".join(rest)
+        kept = "".join(p for p in rest[:dropped] if p.lstrip(".") in STATE_PARTS)
+        return head + kept + "…" + "".join(rest[dropped:])
 
     drops = []
     for i in range(len(compact)):
