@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,27 @@ BACKWARD = "jit(step)/transpose(jvp(dot_general))"
             op("all-gather", ("tensor",), "jit(step)/dot_general"), None, "matmul-operand", id="sp-gather"
         ),
         pytest.param(op("all-to-all", ("fsdp",), "jit(step)/mul"), None, "reshard", id="all-to-all"),
+        pytest.param(
+            op("all-to-all", ("fsdp",), "jit(step)/jvp()/gather"), None, "table-lookup", id="embedding-lookup"
+        ),
+        pytest.param(
+            op("all-to-all", ("fsdp",), "jit(step)/transpose(jvp())/scatter-add"),
+            None,
+            "table-lookup",
+            id="embedding-gradient",
+        ),
+        pytest.param(
+            replace(op("all-gather", ("fsdp",), "jit(step)/jvp()/broadcast_in_dim"), shape="s32[8,128,1]"),
+            None,
+            "table-lookup",
+            id="lookup-ids",
+        ),
+        pytest.param(
+            op("all-gather", ("data",), "jit(step)/embed/jit(_take)/reduce_and"),
+            None,
+            "table-lookup",
+            id="take",
+        ),
         pytest.param(op("all-gather", ("data",), "jit(step)/mul"), None, "reshard", id="gather-for-mul"),
         pytest.param(
             op("collective-permute", ("stage",), "jit(step)/shard_map/ppermute"),
@@ -122,6 +144,14 @@ def test_each_collective_has_the_role_of_what_it_does(collective, moved, role):
     assert role_of(collective, moved, BATCH) == role
 
 
+def test_a_weight_of_a_step_whose_data_come_in_replicated_is_gathered_for_fsdp():
+    """nanodo hands its batch in replicated and lays it out inside the step: no batch axes show."""
+    state = Batch(data=frozenset({"tokens"}), axes=frozenset(), state=frozenset({"params['w']"}))
+    gather = op("all-gather", ("data",), "jit(step)/convert_element_type")
+    assert role_of(gather, WEIGHT, state) == "fsdp-gather"
+    assert role_of(gather, WEIGHT, Batch(frozenset(), frozenset())) == "weight-gather"  # a plain function
+
+
 def test_only_a_reshard_is_actionable():
     assert [name for name, r in ROLES.items() if r.actionable] == ["reshard"]
 
@@ -132,11 +162,21 @@ def test_only_a_reshard_is_actionable():
         pytest.param(
             (WEIGHT, fact("mu", "float32", (8, 8), (("fsdp",), ())), TOKENS),
             (WEIGHT, fact("mu", "float32", (8, 8), (("fsdp",), ()))),
-            Batch(frozenset({"tokens"}), frozenset({"data", "fsdp"})),
+            Batch(frozenset({"tokens"}), frozenset({"data", "fsdp"}), frozenset({"params['w']", "mu"})),
             id="train-step-state-returned",
         ),
         pytest.param(
             (WEIGHT, TOKENS), (), Batch(frozenset({"tokens"}), frozenset({"data", "fsdp"})), id="token-ids"
+        ),
+        pytest.param(
+            (
+                fact("x", "float32", (2, 8, 16), ((), ("data",), ())),
+                fact("w", "float32", (8, 8), ((), ("data",))),
+                fact("m", "float32", (8, 8), ((), ("data",))),
+            ),
+            (fact("w", "float32", (8, 8), ((), ("data",))), fact("m", "float32", (8, 8), ((), ("data",)))),
+            Batch(frozenset({"x"}), frozenset({"data"}), frozenset({"w", "m"})),
+            id="microbatches-second-dimension",
         ),
         pytest.param(
             (fact("x", "float32", (8, 8), (("data",), ())), fact("w", "float32", (8, 8), (("data",), ()))),

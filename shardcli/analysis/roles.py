@@ -13,10 +13,11 @@ what the compiled program shows:
 - the JAX operation it was inserted for (`dot_general`, `argmax`, `reduce_max`, ...) and whether
   it runs in the backward pass (`transpose(...)` in its op_name, the rematerialised forward
   included);
-- the batch axes: the mesh axes that shard the leading dimension of the data the step consumes
-  (its arguments that do not come back as results, where several do, as a train step's state
-  does; else its integer arguments: token ids and labels; else none: a plain function's argument
-  gathers are weight gathers, not FSDP's).
+- the batch axes: the mesh axes that shard the data the step consumes (its arguments that do not
+  come back as results, where several do, as a train step's state does; else its integer
+  arguments: token ids and labels; else none: a plain function's argument gathers are weight
+  gathers, not FSDP's). A train step whose data come in replicated (laid out inside the step) shows
+  no batch axes: there a weight of its state gathered for use is taken for FSDP's.
 
 No JAX import; tested on the collectives of small programs.
 """
@@ -24,6 +25,7 @@ No JAX import; tested on the collectives of small programs.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -84,6 +86,12 @@ ROLES: dict[str, Role] = {
             "sort, cumsum, a max or sum such as a softmax's normaliser)",
         ),
         Role(
+            "table-lookup",
+            "table lookup",
+            "a lookup into a table sharded on another dimension (an embedding, take_along_axis): the ids "
+            "gathered, the rows exchanged into the batch's layout, and the gradient's scatter-add back",
+        ),
+        Role(
             "pipeline-transfer",
             "pipeline transfer",
             "activations handed to the next pipeline stage (a ppermute over a stage axis in shard_map)",
@@ -128,6 +136,11 @@ REDUCING_OPS = frozenset(
     }
 )
 MATMUL_OPS = frozenset({"dot_general", "conv_general_dilated", "einsum", "dot", "matmul"})
+# The operations of a lookup into a sharded table (`jnp.take`, `x[ids]`, `.at[ids].get()`, and their
+# gradient's scatter-add): the last part of the op name.
+LOOKUP_OPS = frozenset({"gather", "scatter-add", "scatter_add", "scatter", "take", "take_along_axis"})
+# A lookup's ids, broadcast to index vectors and bounds-checked before the gather (`s32[8,128,1]`).
+_INDEX_OPS = frozenset({"broadcast_in_dim", "reduce_and", "clamp", "lt", "ge", "select_n"})
 # Mesh axes that name pipeline stages, as MaxText, praxis and the JAX pipelining examples name them.
 STAGE_AXES = re.compile(r"^(stage|stages|pipeline|pipe|pp)$")
 
@@ -145,21 +158,29 @@ class Batch:
 
     data: frozenset[str]
     axes: frozenset[str]
+    state: frozenset[str] = frozenset()  # the arguments a train step returns (its weights, moments)
 
 
 def find_batch(arguments: Sequence[ArrayFact], results: Sequence[ArrayFact]) -> Batch:
     """The data are the arguments that do not come back as results (of the same type and layout),
     where several do (a train step returns its state: one result shaped like one argument is no
     sign of a state); else the integer arguments (token ids, labels); else none, and no gather is
-    taken for FSDP's."""
-    returned = {(r.dtype, r.shape, r.entries) for r in results}
-    state = {a.name for a in arguments if (a.dtype, a.shape, a.entries) in returned}
+    taken for FSDP's. The batch axes are every mesh axis that shards the data (a microbatched
+    step's batch is its second dimension)."""
+    returned = Counter((r.dtype, r.shape, r.entries) for r in results)
+    state = set()
+    for a in arguments:  # each result stands for one argument
+        key = (a.dtype, a.shape, a.entries)
+        if returned[key] > 0:
+            returned[key] -= 1
+            state.add(a.name)
     data = [a for a in arguments if a.shape and a.name not in state] if len(state) >= 2 else []
     if not data:
         data = [a for a in arguments if a.shape and a.dtype.startswith(("int", "uint"))]
     return Batch(
         data=frozenset(a.name for a in data),
-        axes=frozenset(axis for a in data if a.entries for axis in a.entries[0]),
+        axes=frozenset(axis for a in data if a.entries for entry in a.entries for axis in entry),
+        state=frozenset(state) if len(state) >= 2 else frozenset(),
     )
 
 
@@ -172,7 +193,10 @@ def role_of(c: CollectiveOp, moved: ArrayFact | None, batch: Batch) -> str:
         return "pipeline-transfer" if c.kind == "collective-permute" and stage else "program"
     over_batch = bool(axes) and axes <= batch.axes
     if c.kind == "all-gather" and moved is not None and moved.name not in batch.data:
-        return "fsdp-gather" if over_batch else "weight-gather"
+        # a train step's weight, where the data come in replicated (and are laid out inside the step):
+        # the batch's axes cannot be seen, and a weight gathered for use is FSDP's
+        unseen = not batch.axes and moved.name in batch.state
+        return "fsdp-gather" if over_batch or unseen else "weight-gather"
     if c.kind == "all-gather" and moved is None and c.operand_parameter is not None and not batch.axes:
         return "weight-gather"  # an entry parameter gathered, where nothing says what the batch is
     if c.kind == "reduce-scatter":
@@ -184,11 +208,22 @@ def role_of(c: CollectiveOp, moved: ArrayFact | None, batch: Batch) -> str:
         if over_batch and (is_backward(c) or op is None):
             return "gradient-reduction"
         return "cross-shard-reduction" if op in REDUCING_OPS else "partial-sum"
+    if _is_lookup(c, op):
+        return "table-lookup"
     if op in REDUCING_OPS and c.kind == "all-gather":
         return "cross-shard-reduction"
     if op in MATMUL_OPS and c.kind in ("all-gather", "collective-permute"):
         return "matmul-operand"
     return "reshard"
+
+
+def _is_lookup(c: CollectiveOp, op: str | None) -> bool:
+    """A collective of a lookup into a sharded table: inserted for a gather or scatter (`jit(_take)`
+    included), or an integer or boolean array of ids moved for one."""
+    name = c.op_name or ""
+    if name.rsplit("/", 1)[-1] in LOOKUP_OPS or "jit(_take)" in name or "take_along_axis" in name:
+        return True
+    return op in _INDEX_OPS and c.shape.startswith(("s32", "s64", "u32", "pred"))
 
 
 def assign_roles(
