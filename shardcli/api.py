@@ -42,9 +42,7 @@ class InspectReport(JupyterMixin):
     @property
     def findings(self) -> tuple[str, ...]:
         """The classic mistakes found, one sentence each (empty for a clean program)."""
-        from shardcli.analysis.findings import finding_text
-
-        return tuple(finding_text(f) for f in self.result.findings)
+        return tuple(f.text for f in self.result.findings)
 
     @property
     def collectives(self) -> tuple[Any, ...]:

@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
+from shardcli.analysis.arguments import shown_path
 from shardcli.render.console import Clauses, DataTable
 
 # Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
@@ -608,7 +609,7 @@ def test_inspect_first_screen_of_a_large_program(large, columns):
     assert "arguments: 6,730 leaves" in text and "and 6,722 more:" in text
     largest = sorted(doc["arguments"], key=lambda a: -a["bytes_per_device"])[:8]
     for a in largest:
-        assert any(line.startswith(" " + a["name"] + " ") for line in lines), (a["name"], text)
+        assert any(line.startswith(" " + shown_path(a["name"]) + " ") for line in lines), (a["name"], text)
     rows = [
         line for line in lines if re.match(r" (all-reduce|all-gather|all-to-all|collective-permute) ", line)
     ]
@@ -621,7 +622,7 @@ def test_inspect_wide_shows_every_argument_and_collective(large):
     doc, result = large
     text = "\n".join(render(report_renderable(result, full=True, pictures=False), 100, wide=True))
     for a in doc["arguments"][:: len(doc["arguments"]) // 50]:
-        assert f" {a['name']} " in text
+        assert f" {shown_path(a['name'])} " in text
     assert text.count("large_model.py:") >= len(doc["program"]["collectives"]) - 5
 
 

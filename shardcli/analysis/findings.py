@@ -50,10 +50,15 @@ class Finding:
     fix: Fix | None = None  # the change that helps, checked by a compile (`program.fix_check`)
     no_fix: str | None = None  # why no fix is offered, where this kind can have one
 
+    @property
+    def text(self) -> str:
+        """The message, with its advice in words where no checked fix names the change."""
+        return f"{self.message}; {self.advice}" if self.advice and self.fix is None else self.message
+
 
 def finding_text(f: Finding) -> str:
     """The message, with its advice in words where no checked fix names the change."""
-    return f"{f.message}; {f.advice}" if f.advice and f.fix is None else f.message
+    return f.text
 
 
 def _hlo_type(fact: ArrayFact) -> str:
@@ -177,8 +182,8 @@ def _reshards(arguments: Sequence[ArrayFact], collectives: Sequence[CollectiveOp
     for c in collectives:
         if c.role != "reshard":
             continue
-        moved = moved_argument(c, arguments) if c.kind == "all-gather" else None
-        if moved is not None and _elements(c.shape) == math.prod(moved.shape):
+        gathered = moved_argument(c, arguments) if c.kind == "all-gather" else None
+        if gathered is not None and _elements(c.shape) == math.prod(gathered.shape):
             continue
         causes.setdefault((c.source, None if c.source else c.op), []).append(c)
     found = []

@@ -143,7 +143,8 @@ def _shard_replicated(facts: list[ArrayFact], sizes: Mapping[str, int], batch: S
     """Over the batch axes together, then over the largest other mesh axis."""
     leaves = sorted((a for a in facts if a.shape), key=lambda a: -a.bytes_global)
     total = sum(a.bytes_global for a in leaves)
-    chosen, held = [], 0
+    chosen: list[ArrayFact] = []
+    held = 0
     for a in leaves:
         if held >= REPLICATED_SHARE * total or len(chosen) >= MAX_CHANGED:
             break

@@ -112,8 +112,7 @@ def relaid(
 
     import jax
 
-    from shardcli.program.inputs import is_array_leaf, path_text
-    from shardcli.program.inspect import argument_trees
+    from shardcli.program.inputs import argument_trees, is_array_leaf, path_text
 
     wanted = {shown_path(name): entries for name, entries in specs.items()}  # either notation
     trees = argument_trees(getattr(fn, "__wrapped__", fn), args, kwargs)

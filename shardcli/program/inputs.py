@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -483,3 +483,19 @@ def on_program_mesh(
     )
     mesh = with_axis_types(mesh, explicit)
     return session_on(session, mesh), bind_to_mesh(tree, mesh)
+
+
+def argument_trees(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> list[tuple[str, Any]]:
+    """(name, pytree) of every argument: positional ones named by the function's parameters
+    (`arg3` past them), keyword ones by their keywords."""
+    import inspect as pyinspect
+
+    try:
+        params = pyinspect.signature(fn).parameters.values()
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(args)]
+    return [*named, *(kwargs or {}).items()]

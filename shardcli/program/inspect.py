@@ -29,7 +29,7 @@ from shardcli.analysis.target import FitVerdict, judge_fit
 from shardcli.errors import ShardcliError
 from shardcli.hardware.costmodel import CostEstimate, Hardware, table_hardware
 from shardcli.hardware.targets import TargetSpec
-from shardcli.program.inputs import abstract_args, as_abstract, is_array_leaf, path_text
+from shardcli.program.inputs import abstract_args, argument_trees, as_abstract, is_array_leaf, path_text
 from shardcli.program.jit import Compiled, DoesNotFit, compile_program, input_shardings_of
 from shardcli.program.step_run import Donation, time_step
 from shardcli.runtime.session import Session
@@ -165,20 +165,6 @@ def fact_of(name: str, struct: Any, default_sharding: Any = None, *, sharding: A
         bytes_global=math.prod(shape) * itemsize,
         bytes_per_device=math.prod(layout.local_shape) * itemsize if shape else itemsize,
     )
-
-
-def argument_trees(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
-) -> list[tuple[str, Any]]:
-    """(name, pytree) of every argument: positional ones named by the function's parameters
-    (`arg3` past them), keyword ones by their keywords."""
-    try:
-        params = pyinspect.signature(fn).parameters.values()
-        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        names = []
-    named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(args)]
-    return [*named, *(kwargs or {}).items()]
 
 
 def _leaf_names(

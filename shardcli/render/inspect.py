@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from shardcli.analysis.arguments import shown_path
 from shardcli.analysis.findings import Finding, finding_text
 from shardcli.analysis.fixes import Figures, Fix
 from shardcli.analysis.roles import ROLES
@@ -172,7 +173,7 @@ def arrays_table(result: InspectResult) -> Table:
         for f in facts:
             table.add_row(
                 kind,
-                f.name,
+                shown_path(f.name),
                 f"{f.dtype}[{','.join(map(str, f.shape))}]",
                 f.spec,
                 format_bytes(f.bytes_global),
@@ -221,7 +222,8 @@ def full_view(result: InspectResult, *, quiet: bool, pictures: bool) -> list[Ren
         for f in (*result.arguments, *result.results)[:MAX_PICTURES]:
             if f.shape:
                 section(
-                    f"{f.name}: {f.dtype}{list(f.shape)}, spec {f.spec}", human.sharding_picture(f.layout)
+                    f"{shown_path(f.name)}: {f.dtype}{list(f.shape)}, spec {f.spec}",
+                    human.sharding_picture(f.layout),
                 )
     a = result.analysis
     if a is not None:
@@ -436,12 +438,29 @@ def groups_table(groups: tuple[CollectiveGroup, ...]) -> RenderableType:
     return table
 
 
+def _compiled_arguments_clause(result: InspectResult, total: int) -> str:
+    """Why the memory line's arguments differ from the leaves' sum, where they differ by over 1%:
+    the compiler's layouts pad them to its tiles (a TPU's), or jit left out the ones the program does
+    not use."""
+    memory = result.analysis.memory if result.analysis is not None else None
+    if memory is None or not total or abs(memory.argument_bytes - total) <= total // 100:
+        return ""
+    why = (
+        "the compiler's layouts pad them to its tiles"
+        if memory.argument_bytes > total
+        else "jit leaves out the arguments the program does not use"
+    )
+    return f" ({format_bytes(memory.argument_bytes)} as compiled: {why})"
+
+
 def _arguments_part(result: InspectResult) -> list[RenderableType]:
     """The largest arguments by pytree path with their specs, a line for the rest, one for results."""
     ranking = rank_arguments(result.arguments, TOP_ARGUMENTS)
     title = (
         f"arguments: {_count(ranking.total, 'leaf')}".replace("leafs", "leaves")
-        + f", {format_bytes(ranking.total_bytes_per_device)} per device; the largest"
+        + f", {format_bytes(ranking.total_bytes_per_device)} per device"
+        + _compiled_arguments_clause(result, ranking.total_bytes_per_device)
+        + "; the largest"
     )
     table = DataTable(box=None, header_style="bold")
     for name, priority in (("argument", 0), ("spec", 0), ("per device", 0), ("type", 1), ("copies", 2)):
@@ -453,7 +472,7 @@ def _arguments_part(result: InspectResult) -> list[RenderableType]:
         )
     for f in ranking.largest:
         table.add_row(
-            f.name,
+            shown_path(f.name),
             f.spec,
             format_bytes(f.bytes_per_device),
             f"{f.dtype}[{','.join(map(str, f.shape))}]",
