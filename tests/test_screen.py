@@ -626,6 +626,29 @@ def test_inspect_wide_shows_every_argument_and_collective(large):
     assert text.count("large_model.py:") >= len(doc["program"]["collectives"]) - 5
 
 
+def test_paths_that_only_their_middles_tell_apart_are_broken_between_parts_not_stacked():
+    """penzai's paths: rows told apart only deep inside; the table keeps them rows, each a few lines
+    tall, broken between parts (never inside one), where it had stacked every row as a record."""
+    from shardcli.render import human
+
+    deep = "stateless_model.body.sublayers[{b}].sublayers[1].delta.sublayers[1].sublayers[0].branches[{r}]"
+    paths = [deep.format(b=b, r=r) + ".sublayers[0].weights.value.data_array" for b in (3, 4) for r in (0, 1)]
+    table = DataTable(box=None, header_style="bold")
+    for name, priority in (("argument", 0), ("spec", 0), ("per device", 0), ("type", 1)):
+        table.add_column(
+            name, priority=priority, shorten=human.paths_in_cells if name == "argument" else None
+        )
+    for p in paths:
+        table.add_row(p, "None,x", "64 KiB", "bfloat16[256,1024]")
+    lines = render(table, 100)
+    assert len(lines) <= 1 + 2 * len(paths) + 1, "\n".join(lines)  # header, two lines a row, a note
+    assert all(len(line) <= 100 for line in lines)
+    text = "\n".join(line.strip() for line in lines)
+    for b, r in ((3, 0), (3, 1), (4, 0), (4, 1)):
+        assert f"[{b}].sublayers[1].delta.sublayers[1].sublayers[0].branches[{r}]" in text, text
+    assert "\n.sublayers[0].weights.value.data_array" in text  # the break falls between two parts
+
+
 @pytest.mark.parametrize(
     ("paths", "width", "shown"),
     [

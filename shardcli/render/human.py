@@ -341,7 +341,7 @@ def shorten_paths(paths: Sequence[str], width: int) -> list[str]:
     (`.layers`), then the parts after the head left out from the left (`state.mu….kernel`), those
     that name a parameter or an optimizer moment kept (STATE_PARTS), as far as the paths stay
     distinct. A path is never cut inside a part; one that cannot be made
-    short enough without two paths reading alike stays longer."""
+    short enough without two paths reading alike stays longer (`paths_in_cells` breaks it into lines)."""
     compact = [shown_path(p) for p in paths]
     parts = [_path_parts(p) for p in compact]
 
@@ -369,6 +369,29 @@ def shorten_paths(paths: Sequence[str], width: int) -> list[str]:
             return names
         for i in clashing:
             drops[i] -= 1
+
+
+def paths_in_cells(paths: Sequence[str], width: int) -> list[str]:
+    """`shorten_paths` for a table's cells: a path still wider than `width` (where only its middle
+    tells it from the others: penzai's `sublayers[3]...branches[0]`) broken into lines between its
+    parts, so the row stays a row a few lines tall."""
+    return [_wrapped_at_parts(p, width) for p in shorten_paths(paths, width)]
+
+
+_PART_START = re.compile(r"(?=[.\[…])")
+
+
+def _wrapped_at_parts(path: str, width: int) -> str:
+    """A path still wider than `width` broken into lines between its parts (never inside one), so a
+    table keeps its rows a few lines tall where no shorter name tells them apart."""
+    if cell_len(path) <= width:
+        return path
+    lines = [""]
+    for part in (p for p in _PART_START.split(path) if p):
+        if lines[-1] and cell_len(lines[-1] + part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
 
 
 def _path_parts(path: str) -> list[str]:

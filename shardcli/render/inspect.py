@@ -468,7 +468,7 @@ def _arguments_part(result: InspectResult) -> list[RenderableType]:
             name,
             justify="right" if name in ("per device", "copies") else "left",
             priority=priority,
-            shorten=human.shorten_paths if name == "argument" else None,
+            shorten=human.paths_in_cells if name == "argument" else None,
         )
     for f in ranking.largest:
         table.add_row(
