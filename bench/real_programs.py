@@ -5,7 +5,8 @@ one subfolder per repository (maxtext, flax, penzai, nanodo, midGPT, ...), and e
 `--wrappers DIR` (default bench/real_programs/) imports the modules that define its program's model
 and train step from there (the folder reaches it as CORPUS_SRC) and builds the step and its abstract
 arguments as that project builds them. A wrapper names, at top level and without being imported,
-`SOURCE, MESH, AXES = "maxtext", "8", "fsdp"`: the subfolder it needs and the mesh it runs on.
+`SOURCE, MESH, AXES = "maxtext", "8", "fsdp"`: the subfolder it needs and the mesh it runs on
+(and `MODE = "explicit"` where the program makes an Explicit-axes mesh: inspect gets `--mode explicit`).
 
 For each wrapper, in fresh subprocesses:
 - shardcli: `python -m shardcli inspect W.py:step --inputs W.py:inputs --mesh M --axes A --format json`;
@@ -14,7 +15,8 @@ For each wrapper, in fresh subprocesses:
   `jit(step).lower(*args).compile()`, then `memory_analysis()` and `cost_analysis()['flops']`.
 The table: program, memory equal (argument, output, temp and alias bytes), XLA's FLOPs equal
 (shardcli's `xla_flops_per_device` against the hand compile's raw figure; shardcli's own FLOPs
-multiply loop bodies by their trip counts), and shardcli's findings as kind x count.
+multiply loop bodies by their trip counts), and shardcli's findings as kind x count; --json also
+keeps each finding's message and fix (change, command, before, checked) and the collectives' roles.
 
 `--quick` (CI, where no sources exist): with no --sources folder, runs bench/real_programs/_quick_mlp.py
 (examples/mlp.py's step) through the same path, and exits 0.
@@ -96,6 +98,13 @@ def wrapper_meta(path: str) -> tuple[str, str, str] | None:
     return found.groups() if found else None  # type: ignore[return-value]
 
 
+def wrapper_mode(path: str) -> str | None:
+    """MODE = "explicit" where the program makes its mesh with Explicit axes (flax gemma)."""
+    with open(path, encoding="utf-8") as f:
+        found = re.search(r'^MODE = "([a-z]+)"', f.read(), re.M)
+    return found.group(1) if found else None
+
+
 def last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
@@ -128,9 +137,11 @@ def compare(name: str, path: str, mesh: str, axes: str, sources: str | None) -> 
     env.pop("JAX_PLATFORMS", None)
     row: dict = {"program": name, "mesh": f"{mesh} ({axes})"}
     target = f"{path}:step"
+    mode = wrapper_mode(path)
     rc, out, err = run(
         [sys.executable, "-m", "shardcli", "inspect", target, "--inputs", f"{path}:inputs"]
-        + ["--mesh", mesh, "--axes", axes, "--format", "json"],
+        + ["--mesh", mesh, "--axes", axes, "--format", "json"]
+        + (["--mode", mode] if mode else []),
         env,
     )
     report = parse_json(out) if rc == 0 else None
@@ -153,9 +164,20 @@ def compare(name: str, path: str, mesh: str, axes: str, sources: str | None) -> 
         kinds[finding.get("kind", "?")] += int(finding.get("count", 1) or 1)
     row["findings"] = dict(kinds)
     row["finding_messages"] = [
-        {"kind": f.get("kind"), "message": f.get("message"), "source": f.get("source")}
+        {
+            "kind": f.get("kind"),
+            "message": f.get("message"),
+            "source": f.get("source"),
+            "fix": {k: (f.get("fix") or {}).get(k) for k in ("change", "command", "before", "checked")}
+            if f.get("fix")
+            else None,
+        }
         for f in report.get("findings", [])
     ]
+    roles: collections.Counter = collections.Counter()
+    for group in report.get("collective_groups", []):
+        roles[group.get("role", "?")] += int(group.get("count", 1) or 1)
+    row["roles"] = dict(roles)
     return row
 
 
