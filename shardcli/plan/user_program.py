@@ -349,7 +349,7 @@ def own_rows(
             session, given, full = _call_own_inputs(request, program, mesh, rules, other, sessions)
             fn = given.fn or program.fn
             check_own_layout(request, fn, given, session.mesh)
-            layout, nbytes = own_layout_of(fn, given)
+            layout, nbytes, problem = own_layout_of(fn, given)
             if layout in seen:
                 continue  # the same layout as a rule set before it
             seen.add(layout)
@@ -358,6 +358,8 @@ def own_rows(
             carried |= {n for b in boxes for n in logical.names_of(b) or () if n is not None}
             fits = nbytes <= HEADROOM * hbm_bytes
             status, why = ("modelled", "") if fits else ("pruned", "arguments do not fit")
+            if problem:
+                status, why = "pruned", problem
             row_rules = rules if rules is not None else own
             rows.append(ProgramRow(mesh, name, row_rules, nbytes, status, why, mesh_axes=full))
             calls[(mesh, name)] = (session, given)
@@ -440,10 +442,11 @@ def argument_leaves_of(given: Any) -> list[Any]:
     return [x for x in jax.tree_util.tree_leaves((given.args, given.kwargs)) if is_array_leaf(x)]
 
 
-def own_layout_of(fn: Any, given: Any) -> tuple[Any, int]:
+def own_layout_of(fn: Any, given: Any) -> tuple[Any, int, str]:
     """What a program that lays itself out gave: its layout (each array's shape and spec, from the
     jit's in_shardings where it has them, else the array's own, and the jit's out_shardings), to tell
-    rule sets apart, and the arguments' bytes per chip."""
+    rule sets apart; the arguments' bytes per chip; and why the layout cannot be (an argument its
+    sharding does not divide), or ""."""
     import math
 
     import jax
@@ -452,25 +455,35 @@ def own_layout_of(fn: Any, given: Any) -> tuple[Any, int]:
     from shardcli.program.inputs import is_array_leaf
 
     placed = [
-        (leaf, from_jit or getattr(leaf, "sharding", None))
-        for (_, leaf), from_jit in zip(
+        (path, leaf, from_jit or getattr(leaf, "sharding", None))
+        for (path, leaf), from_jit in zip(
             logical.argument_leaves(fn, given.args), logical.jit_in_shardings(fn, given.args), strict=True
         )
     ]
-    placed += [(leaf, getattr(leaf, "sharding", None)) for leaf in jax.tree_util.tree_leaves(given.kwargs)]
-    layout, nbytes = [], 0
-    for leaf, sharding in placed:
+    placed += [
+        (f"{name}{jax.tree_util.keystr(p)}", leaf, getattr(leaf, "sharding", None))
+        for name, value in given.kwargs.items()
+        for p, leaf in jax.tree_util.tree_flatten_with_path(value)[0]
+    ]
+    layout, nbytes, problem = [], 0, ""
+    for path, leaf, sharding in placed:
         if not is_array_leaf(leaf):
             continue
         shape = tuple(leaf.shape)
-        local = (
-            shape if sharding is None or not hasattr(sharding, "shard_shape") else sharding.shard_shape(shape)
-        )
+        try:
+            local = (
+                shape
+                if sharding is None or not hasattr(sharding, "shard_shape")
+                else sharding.shard_shape(shape)
+            )
+        except ValueError:  # JAX's IndivisibleError: the program's rules split a dim it does not divide
+            problem = problem or f"{path} {shape} does not split as {getattr(sharding, 'spec', sharding)}"
+            local = shape
         nbytes += math.prod(local) * int(getattr(leaf.dtype, "itemsize", 4))
         layout.append((shape, _spec_key(sharding, len(shape))))
     info = getattr(fn, "_jit_info", None)
     outs = tuple(_spec_key(s, None) for s in getattr(info, "out_shardings_leaves", ()))
-    return (tuple(layout), outs), nbytes
+    return (tuple(layout), outs), nbytes, problem
 
 
 def _spec_key(sharding: Any, rank: int | None) -> Any:
