@@ -98,6 +98,31 @@ BACKWARD = "jit(step)/transpose(jvp(dot_general))"
         pytest.param(op("all-reduce", ("fsdp",), None), None, "gradient-reduction", id="grads-no-op"),
         pytest.param(op("all-reduce", ("tensor",), BACKWARD), None, "partial-sum", id="tp-backward"),
         pytest.param(
+            replace(
+                op("all-reduce", ("tensor",), "jit(step)/jvp()/reduce_sum"), shape="(f32[16,128,1024], f32[])"
+            ),
+            None,
+            "partial-sum",
+            id="combined-all-reduce-not-by-its-scalar",
+        ),
+        pytest.param(
+            replace(
+                op("all-reduce", ("data",), "jit(step)/reduce_sum"), shape="(f32[256,4,64], f32[16,128])"
+            ),
+            None,
+            "gradient-reduction",
+            id="combined-gradients-over-the-batch",
+        ),
+        pytest.param(
+            op("all-reduce", ("tensor",), "jit(step)/Embed_0/jit(_take)/gather"),
+            None,
+            "table-lookup",
+            id="rows-of-a-vocab-sharded-table",
+        ),
+        pytest.param(
+            op("collective-permute", ("fsdp", "tensor"), "jit(step)/dot_general"), None, "reshard", id="swap"
+        ),
+        pytest.param(
             op("reduce-scatter", ("fsdp",), BACKWARD), None, "gradient-reduce-scatter", id="fsdp-grads"
         ),
         pytest.param(

@@ -88,8 +88,9 @@ ROLES: dict[str, Role] = {
         Role(
             "table-lookup",
             "table lookup",
-            "a lookup into a table sharded on another dimension (an embedding, take_along_axis): the ids "
-            "gathered, the rows exchanged into the batch's layout, and the gradient's scatter-add back",
+            "a lookup into a sharded table (an embedding, take_along_axis): sharded on its rows, each "
+            "shard's rows summed (the others masked); on another dimension, the ids gathered and the rows "
+            "exchanged into the batch's layout; and the gradient's scatter-add back",
         ),
         Role(
             "pipeline-transfer",
@@ -202,19 +203,33 @@ def role_of(c: CollectiveOp, moved: ArrayFact | None, batch: Batch) -> str:
     if c.kind == "reduce-scatter":
         return "gradient-reduce-scatter" if over_batch and is_backward(c) else "partial-sum"
     if c.kind == "all-reduce":
-        if op in REDUCING_OPS and not is_backward(c):
-            return "cross-shard-reduction"
-        # a gradient's sum over the batch: in the backward, or inserted with no operation of its own
-        if over_batch and (is_backward(c) or op is None):
-            return "gradient-reduction"
-        return "cross-shard-reduction" if op in REDUCING_OPS else "partial-sum"
+        return _all_reduce_role(c, op, over_batch)
     if _is_lookup(c, op):
         return "table-lookup"
     if op in REDUCING_OPS and c.kind == "all-gather":
         return "cross-shard-reduction"
-    if op in MATMUL_OPS and c.kind in ("all-gather", "collective-permute"):
+    if op in MATMUL_OPS and c.kind == "all-gather":
         return "matmul-operand"
+    # a collective-permute for a matmul moves blocks between devices in the same shape: the operand
+    # arrived on other devices than the matmul is partitioned over (lm1b's fsdp<->tensor swaps)
     return "reshard"
+
+
+def _all_reduce_role(c: CollectiveOp, op: str | None, over_batch: bool) -> str:
+    """An all-reduce sums: a gradient over the batch, a matmul's partial results, a reduction's
+    partial answers, or a lookup into a table sharded on its rows (each shard's rows, the others
+    masked). One that XLA combined from several (a tuple) carries one part's op name: judged by
+    where it runs and over which axes, not by that op."""
+    combined = c.shape.startswith("(") and c.shape.count("[") > 1
+    backward = is_backward(c)
+    if not combined and not backward and _is_lookup(c, op):
+        return "table-lookup"
+    if op in REDUCING_OPS and not backward and not combined:
+        return "cross-shard-reduction"
+    # a gradient's sum over the batch: in the backward, or inserted with no operation of its own
+    if over_batch and (backward or op is None or combined):
+        return "gradient-reduction"
+    return "cross-shard-reduction" if op in REDUCING_OPS and not combined else "partial-sum"
 
 
 def _is_lookup(c: CollectiveOp, op: str | None) -> bool:
