@@ -103,7 +103,7 @@ EXAMPLES: dict[str, str | list[str]] = {
     "tutorial-inspect-llama": "shardcli inspect examples/llama.py:train_step "
     "--inputs examples/llama.py:inputs --mesh 2x4 --axes data,model --no-color -q",
     "readme-inspect": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
-    f"--mesh 2x4 --axes data,model --no-color -q {_NO_ARGUMENTS} | sed '/^and [0-9]* more groups/,$d'",
+    f"--mesh 2x4 --axes data,model --no-color -q {_NO_ARGUMENTS} | head -11",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     f"--target tpu-v5e:4x4 --axes data,model --no-color -q {_NO_ARGUMENTS}",
     "readme-step-time": "shardcli inspect examples/layers.py:train_step --inputs examples/layers.py:inputs "
@@ -128,7 +128,7 @@ EXAMPLES: dict[str, str | list[str]] = {
     # a finding with its fix, checked by a compile: the program that does not fit a TPU, and the
     # change after which it fits
     "readme-fix": "shardcli inspect examples/mistakes.py:matmul --inputs examples/mistakes.py:replicated "
-    "--target tpu-v5e:4x4 --axes data,model --no-color -q --wide | sed -n '/^warning/,$p'",
+    "--target tpu-v5e:4x4 --axes data,model --no-color -q | sed -n '/^warning/,$p'",
     "readme-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
     "examples/llama.py:tiny_inputs --axes data,model --no-color -q | head -8",
     "tutorial-inspect-real-model": "shardcli inspect examples/llama.py:train_step --inputs "
