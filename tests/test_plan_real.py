@@ -202,7 +202,9 @@ def unreachable(mesh):
             [
                 "plan {path}:step: argument w carries its own sharding, on a mesh no layout can change: "
                 "the jit's in_shardings give it NamedSharding(mesh=Mesh('batch': 4",  # JAX's repr, whole
-                "not on the mesh plan hands --inputs {path}:fixed (1x1x4 (data, fsdp, tensor)); build the "
+                # the first mesh plan hands over is its 4 chips in a row, as the program's own: the
+                # next one is not
+                "not on the mesh plan hands --inputs {path}:fixed (1x2x2 (data, fsdp, tensor)); build the "
                 "jit inside inputs(mesh) from that mesh",
             ],
             id="jit-on-its-own-mesh",
@@ -229,3 +231,45 @@ def test_a_layout_that_cannot_move_is_one_line(cli, tmp_path, inputs, args, mess
         assert part.format(path=path) in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "Traceback" not in out.output
+
+
+REFUSES = """
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def step(w, x):
+    return x @ w
+
+
+def inputs(mesh):
+    if mesh.shape.get("tensor", 1) > 1:
+        raise ValueError("4 heads cannot split over tensor")
+    w = NamedSharding(mesh, P("fsdp", None))
+    x = NamedSharding(mesh, P(("data", "fsdp"), None))
+    return jax.jit(step, in_shardings=(w, x)), (
+        jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=w),
+        jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=x),
+    )
+"""
+
+
+def test_a_layout_the_program_refuses_is_pruned_with_its_reason(cli, plan_cache, tmp_path):
+    """MaxText refuses 4 KV heads over tensor=8: that mesh's row says why; the others are laid out."""
+    pytest.importorskip("libtpu")
+    path = tmp_path / "refuses.py"
+    path.write_text(REFUSES)
+    out = cli(
+        ["plan", f"{path}:step", "--inputs", f"{path}:inputs", *V5E, "-n", "1", "--format", "json"],
+        env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]},
+    )
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    refused = {c["layout"]: c["why"] for c in doc["candidates"] if "tensor" in c["mesh"]}
+    assert refused and all(
+        why == f"the program refuses it: --inputs {path}:inputs raised ValueError: 4 heads cannot split over "
+        "tensor"
+        for why in refused.values()
+    ), refused
+    assert "tensor" not in _row(doc, doc["winner"]["layout"])["mesh"]

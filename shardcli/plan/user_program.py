@@ -336,6 +336,7 @@ def own_rows(
         UserCodeError: the user's code raised.
     """
     from shardcli.program import logical_axes as logical
+    from shardcli.program.user_code import UserCodeError
 
     sets, warnings = own_rule_sets(request, program.maker.value)
     own = logical.own_rules(program.maker.value) or ()
@@ -343,10 +344,19 @@ def own_rows(
     rows: list[ProgramRow] = []
     calls: dict[tuple[MeshChoice, str], tuple[Any, Any]] = {}
     named, leaves, carried = 0, 0, set()
+    refused: list[UserCodeError] = []
     for mesh in meshes:
         seen: set[Any] = set()
         for name, rules in sets.items():
-            session, given, full = _call_own_inputs(request, program, mesh, rules, other, sessions)
+            try:
+                session, given, full = _call_own_inputs(request, program, mesh, rules, other, sessions)
+            except UserCodeError as error:  # the program refuses this layout (4 heads over tensor=8)
+                refused.append(error)
+                rules_shown = rules if rules is not None else own
+                rows.append(
+                    ProgramRow(mesh, name, rules_shown, 0, "pruned", f"the program refuses it: {error}")
+                )
+                continue
             fn = given.fn or program.fn
             check_own_layout(request, fn, given, session.mesh)
             layout, nbytes, problem = own_layout_of(fn, given)
@@ -363,6 +373,8 @@ def own_rows(
             row_rules = rules if rules is not None else own
             rows.append(ProgramRow(mesh, name, row_rules, nbytes, status, why, mesh_axes=full))
             calls[(mesh, name)] = (session, given)
+    if refused and not calls:
+        raise refused[0]  # no layout at all: the program's error is the answer
     if other:
         warnings.append(
             f"the program's shardings name mesh axis {', '.join(map(repr, other))}, which plan does not "
@@ -502,8 +514,9 @@ def _spec_key(sharding: Any, rank: int | None) -> Any:
 
 def check_own_layout(request: ProgramPlanRequest, fn: Any, given: Any, mesh: Any) -> None:
     """Raises: ShardcliError (one line, naming the argument) where an argument's sharding (its own or
-    the jit's in_shardings) is on a mesh other than the one its inputs were handed (a jit built on a
-    mesh of the program's own: no layout can move it), or the two disagree."""
+    the jit's in_shardings) is on a mesh that does not follow the one its inputs were handed (a jit
+    built on a mesh of the program's own: no layout can move it), or the two disagree. A mesh of its
+    own axis names over the handed mesh's devices and sizes (`follows_mesh`) follows it."""
     from jax.sharding import AbstractMesh, NamedSharding
 
     from shardcli.program import logical_axes as logical
@@ -519,7 +532,7 @@ def check_own_layout(request: ProgramPlanRequest, fn: Any, given: Any, mesh: Any
         own = getattr(leaf, "sharding", None)
         for sharding, whose in ((from_jit, "the jit's in_shardings give"), (own, "--inputs gives")):
             its = getattr(sharding, "mesh", None)
-            if its is None or isinstance(its, AbstractMesh) or logical.same_mesh(its, mesh):
+            if its is None or isinstance(its, AbstractMesh) or logical.follows_mesh(its, mesh):
                 continue
             raise ShardcliError(
                 f"plan {request.program}: argument {path} carries its own sharding, on a mesh no layout can "

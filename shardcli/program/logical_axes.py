@@ -479,3 +479,13 @@ def same_mesh(a: Any, b: Any) -> bool:
         and a.devices.shape == b.devices.shape
         and all(x.id == y.id for x, y in zip(a.devices.flat, b.devices.flat, strict=True))
     )
+
+
+def follows_mesh(a: Any, b: Any) -> bool:
+    """Whether mesh `a` is `b` renamed: the same devices, and the same sizes once axes of size 1 are
+    left out (MaxText's mesh of a dozen axes made from the sizes of the mesh it was handed)."""
+    import numpy as np
+
+    squeezed = (np.squeeze(np.asarray(m.devices)) for m in (a, b))
+    x, y = squeezed
+    return x.shape == y.shape and {d.id for d in x.flat} == {d.id for d in y.flat}
