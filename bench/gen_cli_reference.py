@@ -103,7 +103,7 @@ EXAMPLES: dict[str, str | list[str]] = {
     "tutorial-inspect-llama": "shardcli inspect examples/llama.py:train_step "
     "--inputs examples/llama.py:inputs --mesh 2x4 --axes data,model --no-color -q",
     "readme-inspect": "shardcli inspect examples/llama.py:train_step --inputs examples/llama.py:inputs "
-    f"--mesh 2x4 --axes data,model --no-color -q {_NO_ARGUMENTS} | head -11",
+    f"--mesh 2x4 --axes data,model --no-color -q {_NO_ARGUMENTS} | head -9",
     "readme-tpu": "shardcli inspect examples/transformer.py:block --inputs examples/transformer.py:inputs "
     f"--target tpu-v5e:4x4 --axes data,model --no-color -q {_NO_ARGUMENTS}",
     "readme-step-time": "shardcli inspect examples/layers.py:train_step --inputs examples/layers.py:inputs "
