@@ -114,6 +114,26 @@ BACKWARD = "jit(step)/transpose(jvp(dot_general))"
             id="combined-gradients-over-the-batch",
         ),
         pytest.param(
+            replace(
+                op("all-reduce", ("tensor",), "jit(step)/reduce_sum"), shape="(f32[16,128], f32[16,128])"
+            ),
+            None,
+            "cross-shard-reduction",
+            id="combined-norm-mean-and-variance",
+        ),
+        pytest.param(
+            replace(op("all-reduce", ("data",), "jit(step)/reduce_sum"), shape="(f32[], f32[], f32[])"),
+            None,
+            "cross-shard-reduction",
+            id="combined-metric-scalars-over-the-batch",
+        ),
+        pytest.param(
+            replace(op("all-reduce", ("tensor",), "jit(step)/reduce_sum"), shape="(f32[16,64], f32[16])"),
+            None,
+            "partial-sum",
+            id="combined-partial-sums-under-a-reductions-name",
+        ),
+        pytest.param(
             op("all-reduce", ("tensor",), "jit(step)/Embed_0/jit(_take)/gather"),
             None,
             "table-lookup",

@@ -218,18 +218,21 @@ def role_of(c: CollectiveOp, moved: ArrayFact | None, batch: Batch) -> str:
 def _all_reduce_role(c: CollectiveOp, op: str | None, over_batch: bool) -> str:
     """An all-reduce sums: a gradient over the batch, a matmul's partial results, a reduction's
     partial answers, or a lookup into a table sharded on its rows (each shard's rows, the others
-    masked). One that XLA combined from several (a tuple) carries one part's op name: judged by
-    where it runs and over which axes, not by that op."""
-    combined = c.shape.startswith("(") and c.shape.count("[") > 1
+    masked). One that XLA combined from parts of different shapes carries one part's op name (a
+    loss scalar's beside the logits' partial sums): judged by where it runs and over which axes, not
+    by that op; parts all of one shape (a norm's mean and variance, metric scalars) are one thing."""
+    parts = re.findall(r"[a-z0-9]+\[[0-9,]*\]", c.shape)
+    mixed = len(set(parts)) > 1
     backward = is_backward(c)
-    if not combined and not backward and _is_lookup(c, op):
+    if not mixed and not backward and _is_lookup(c, op):
         return "table-lookup"
-    if op in REDUCING_OPS and not backward and not combined:
+    if op in REDUCING_OPS and not backward and not mixed:
         return "cross-shard-reduction"
-    # a gradient's sum over the batch: in the backward, or inserted with no operation of its own
-    if over_batch and (backward or op is None or combined):
+    # a gradient's sum over the batch: in the backward, inserted with no operation of its own, or
+    # combined with parts of other shapes (weights' gradients under a norm's op name)
+    if over_batch and (backward or op is None or mixed):
         return "gradient-reduction"
-    return "cross-shard-reduction" if op in REDUCING_OPS and not combined else "partial-sum"
+    return "cross-shard-reduction" if op in REDUCING_OPS and not mixed else "partial-sum"
 
 
 def _is_lookup(c: CollectiveOp, op: str | None) -> bool:
