@@ -163,6 +163,9 @@ def test_a_rule_set_handed_to_the_program_is_what_it_compiles(cli, plan_cache):
     memory = step.lower(*args).compile().memory_analysis()
     assert row["compiled"]["argument_bytes"] == memory.argument_size_in_bytes == row["argument_bytes"]
     assert row["compiled"]["temp_bytes"] == memory.temp_size_in_bytes
+    # the winner's inspect command hands the same rules to the program: the same figures
+    words = _reproduced(cli, doc)
+    assert "--rules" in words
 
 
 FIXED = """

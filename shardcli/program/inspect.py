@@ -508,7 +508,7 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         UserCodeError: the user's code raised.
     """
     from shardcli.program.inputs import call_inputs, call_inputs_on_their_axes
-    from shardcli.program.logical_axes import names_only
+    from shardcli.program.logical_axes import call_inputs_with_rules, lays_itself_out, names_only
     from shardcli.program.user_code import load
     from shardcli.runtime.devices import import_jax_quietly
     from shardcli.runtime.session import open_session
@@ -548,14 +548,18 @@ def run_inspect(request: InspectRequest) -> InspectResult:
             other_file = request.inputs.rpartition(":")[0] != request.target.rpartition(":")[0]
             maker = load(request.inputs, flag="--inputs", what="NAME", fresh=fresh and other_file)
             roots = tuple(dict.fromkeys(roots + maker.roots))
-            given = (
-                call_inputs_on_their_axes(maker, request.inputs, session.mesh)
-                if request.rules is not None
-                else call_inputs(maker, request.inputs, session.mesh)
-            )
+            # --rules for a program that lays itself out (its own in_shardings, inputs(mesh, rules=)):
+            # handed to its inputs, as `plan` hands each rule set, not laid out by logical names
+            own = request.rules is not None and lays_itself_out(function.value, maker.value)
+            if own:
+                given = call_inputs_with_rules(maker, request.inputs, session.mesh, request.rules)
+            elif request.rules is not None:
+                given = call_inputs_on_their_axes(maker, request.inputs, session.mesh)
+            else:
+                given = call_inputs(maker, request.inputs, session.mesh)
             fn, args, kwargs = given.fn or fn, given.args, given.kwargs
             _check_input_leaves(args, request.inputs)
-            if request.rules is not None:
+            if request.rules is not None and not own:
                 args, kwargs = _laid_out_by_rules(request, maker.value, fn, args, kwargs, session)
         else:
             args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
