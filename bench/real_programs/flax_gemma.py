@@ -63,7 +63,9 @@ def explicit(mesh):
     """The mesh with Explicit axes (train_and_evaluate's jax.make_mesh default), the same devices."""
     if all(t == AxisType.Explicit for t in mesh.axis_types):
         return mesh
-    return jax.sharding.Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * mesh.devices.ndim)
+    return jax.sharding.Mesh(
+        mesh.devices, mesh.axis_names, axis_types=(AxisType.Explicit,) * mesh.devices.ndim
+    )
 
 
 def _build(mesh):
@@ -76,7 +78,9 @@ def _build(mesh):
 
     def build():
         rngs = nnx.Rngs(params=c.seed, dropout=c.seed)
-        model = transformer_lib.Transformer(model_config, rngs=rngs, sow_config=sow_lib.SowConfig(**c.sow_config))
+        model = transformer_lib.Transformer(
+            model_config, rngs=rngs, sow_config=sow_lib.SowConfig(**c.sow_config)
+        )
         optimizer = nnx.Optimizer(
             model,
             tx=optax.adamw(lr_fn, b1=0.9, b2=0.98, eps=1e-9, weight_decay=c.weight_decay),

@@ -64,8 +64,20 @@ from lib.multihost_utils.shard_model_params import sharding_mp  # noqa: E402
 
 BATCH, MAX_LEN, N_ACCUMULATION = 6, 128, 8  # train.py: batch_size 6, n_accumulation_steps 8
 TINY = ModelConfig(
-    d_ff=1024, d_k=64, d_model=256, d_v=64, n_heads_kv=8, n_layers=2, n_rep_kv=1, rms_norm_eps=1e-6,
-    token_id_bos=1, token_id_eos=2, token_id_pad=0, vocab_size=1024, dropout_rate=0.1, return_kv_cache=False,
+    d_ff=1024,
+    d_k=64,
+    d_model=256,
+    d_v=64,
+    n_heads_kv=8,
+    n_layers=2,
+    n_rep_kv=1,
+    rms_norm_eps=1e-6,
+    token_id_bos=1,
+    token_id_eos=2,
+    token_id_pad=0,
+    vocab_size=1024,
+    dropout_rate=0.1,
+    return_kv_cache=False,
 )
 
 # train.py's main(): the optimizer and the module globals its train_step reads.
