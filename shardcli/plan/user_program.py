@@ -627,40 +627,17 @@ def inspect_command(result: ProgramPlanResult, row: ProgramRow) -> str:
     from shardcli.program.logical_axes import effective_rules
 
     req = result.request
+    words = ["shardcli", "inspect", req.program, "--inputs", req.inputs, "--target", req.target.name]
     if row.mesh_axes:  # the program lays itself out: its inputs called on this mesh
-        words = [
-            "shardcli",
-            "inspect",
-            req.program,
-            "--inputs",
-            req.inputs,
-            "--target",
-            req.target.name,
-            "--mesh",
-            "x".join(str(s) for _, s in row.mesh_axes),
-            "--axes",
-            ",".join(a for a, _ in row.mesh_axes),
-        ]
+        words += ["--mesh", "x".join(str(s) for _, s in row.mesh_axes)]
+        words += ["--axes", ",".join(a for a, _ in row.mesh_axes)]
         if row.rule_set != "own":  # inspect hands them over the same way, its own rules after them
             handed = handed_rules(row.rule_set, req)
             words += ["--rules", ",".join(f"{n}={'+'.join(a) or 'None'}" for n, a in handed)]
-        return " ".join(shlex.quote(w) for w in words)
-    rules = effective_rules(row.rules, result.names_used, row.mesh.axes)
-    words = [
-        "shardcli",
-        "inspect",
-        req.program,
-        "--inputs",
-        req.inputs,
-        "--target",
-        req.target.name,
-        "--mesh",
-        "x".join(map(str, row.mesh.shape)),
-        "--axes",
-        ",".join(row.mesh.axes),
-        "--rules",
-        rules_text(rules),
-    ]
+    else:
+        rules = effective_rules(row.rules, result.names_used, row.mesh.axes)
+        words += ["--mesh", "x".join(map(str, row.mesh.shape)), "--axes", ",".join(row.mesh.axes)]
+        words += ["--rules", rules_text(rules)]
     return " ".join(shlex.quote(w) for w in words)
 
 

@@ -586,67 +586,9 @@ def run_inspect(request: InspectRequest) -> InspectResult:
         mesh_given=request.mesh_text is not None or request.axes_text is not None,
         fixes=request.fixes,
     )
-    return _with_fix_commands(result, request, fn, args, kwargs)
+    from shardcli.program.fix_commands import with_fix_commands
 
-
-def _with_fix_commands(
-    result: InspectResult, request: InspectRequest, fn: Callable[..., Any], args: Any, kwargs: Any
-) -> InspectResult:
-    """Each fix with the shardcli command line that applies it: this one, with the change's
-    `--spec`s (or, for --arg programs, the changed `--arg`s)."""
-    if not any(f.fix is not None for f in result.findings):
-        return result
-    names = [n for n, _ in argument_trees(getattr(fn, "__wrapped__", fn), args, kwargs)]
-    findings = tuple(
-        replace(f, fix=replace(f.fix, **fix_command(request, f.fix.change, names)))
-        if f.fix is not None
-        else f
-        for f in result.findings
-    )
-    return replace(result, findings=findings)
-
-
-def fix_command(request: InspectRequest, change: Any, names: list[str]) -> dict[str, Any]:
-    """`shardcli inspect ...` as the user ran it, with `change` applied (`command`), and the flags
-    that carry the change (`flags`).
-
-    Args:
-        names: the program's arguments' names (`argument_trees`), for --arg programs.
-    """
-    import shlex
-
-    from shardcli.analysis.arguments import shown_path
-    from shardcli.analysis.fixes import spec_text
-    from shardcli.specs.arguments import AbstractArg
-    from shardcli.specs.meshes import ShardingSpec
-
-    words = ["shardcli", "inspect", request.target]
-    changed = dict(change.specs)
-    flags = []
-    if request.inputs is not None:
-        words += ["--inputs", request.inputs]
-    for i, a in enumerate(request.args):
-        name = names[i] if i < len(names) else f"arg{i}"
-        given = AbstractArg(a.dtype, a.shape, ShardingSpec(changed.pop(name))) if name in changed else a
-        words += ["--arg", given.describe()]
-        if given is not a:
-            flags.append(f"--arg {shlex.quote(given.describe())}")
-    if request.rules is not None:
-        from shardcli.specs.decoder import rules_text
-
-        words += ["--rules", rules_text(request.rules)]
-    for flag, value in (
-        ("--target", request.compile_target.name if request.compile_target else None),
-        ("--mesh", request.mesh_text),
-        ("--axes", request.axes_text),
-    ):
-        if value is not None:
-            words += [flag, value]
-    specs = {**dict(request.specs), **changed}
-    for name, entries in specs.items():
-        words += ["--spec", f"{shown_path(name)}={spec_text(entries)}"]
-    flags += [f"--spec {shlex.quote(f'{shown_path(n)}={spec_text(e)}')}" for n, e in changed.items()]
-    return {"command": " ".join(shlex.quote(w) for w in words), "flags": tuple(flags)}
+    return with_fix_commands(result, request, fn, args, kwargs)
 
 
 def _laid_out_by_rules(
