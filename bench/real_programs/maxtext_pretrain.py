@@ -6,6 +6,11 @@ optimizer and the train step are imported; data loaders and cloud clients are st
 
     shardcli inspect wrappers/maxtext_pretrain.py:step --inputs wrappers/maxtext_pretrain.py:inputs \
         --mesh 8 --axes fsdp
+    shardcli plan wrappers/maxtext_pretrain.py:step --inputs wrappers/maxtext_pretrain.py:inputs \
+        --target tpu-v5e:2x4
+
+The mesh handed over sets MaxText's ici_{data,fsdp,tensor}_parallelism (as a user sets them in its
+config), so `plan` moves the layout by handing each candidate mesh to `inputs`.
 """
 
 from __future__ import annotations
@@ -82,15 +87,17 @@ OVERRIDES = [
 _BUILT: dict = {}
 
 
-def build(mesh_devices):
+def build(mesh_devices, sizes=None):
     """train_compile.main's steps up to jit, with MaxText's own mesh over the given devices."""
     with contextlib.redirect_stdout(sys.stderr):
-        return _build(mesh_devices)
+        return _build(mesh_devices, sizes)
 
 
-def _build(mesh_devices):
+def _build(mesh_devices, sizes=None):
+    extra = [f"ici_{a}_parallelism={n}" for a, n in (sizes or {}).items()]
+    overrides = [o for o in OVERRIDES if not (sizes and o.startswith("ici_fsdp"))] + extra
     config = pyconfig.initialize(
-        ["train_compile.py", os.path.join(SRC, "maxtext/src/maxtext/configs/base.yml"), *OVERRIDES]
+        ["train_compile.py", os.path.join(SRC, "maxtext/src/maxtext/configs/base.yml"), *overrides]
     )
     devices = maxtext_utils.create_device_mesh(config, list(mesh_devices))
     mesh = Mesh(devices, config.mesh_axes, axis_types=(AxisType.Auto,) * len(config.mesh_axes))
@@ -121,7 +128,8 @@ def step(*args):
 
 
 def inputs(mesh):
-    jitted, args, _, _ = build(mesh.devices.flatten())
+    sizes = {a: n for a, n in mesh.shape.items() if a in ("data", "fsdp", "tensor")}
+    jitted, args, _, _ = build(mesh.devices.flatten(), sizes or None)
     _BUILT["fn"] = jitted
     return {"fn": jitted, "args": args}
 
