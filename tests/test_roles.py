@@ -197,6 +197,16 @@ def test_a_weight_of_a_step_whose_data_come_in_replicated_is_gathered_for_fsdp()
     assert role_of(gather, WEIGHT, Batch(frozenset(), frozenset())) == "weight-gather"  # a plain function
 
 
+def test_an_array_a_wrapped_step_is_handed_is_its_argument():
+    """A haliax named_jit (Levanter's) or equinox step is handed its arrays as `arrays[i]`."""
+    from shardcli.analysis.arguments import moved_argument
+
+    gathered = op("all-gather", ("fsdp",), "jit(step)/while/body/squeeze", operand="arrays[1]")
+    assert moved_argument(gathered, [TOKENS, WEIGHT]) is WEIGHT
+    assert moved_argument(replace(gathered, operand="arrays[2]"), [TOKENS, WEIGHT]) is None
+    assert moved_argument(replace(gathered, operand="tokens"), [TOKENS, WEIGHT]) is TOKENS
+
+
 def test_only_a_reshard_is_actionable():
     assert [name for name, r in ROLES.items() if r.actionable] == ["reshard"]
 

@@ -16,6 +16,8 @@ from shardcli.analysis.collectives import CollectiveOp
 from shardcli.tile_math import ShardingLayout
 
 Entries = tuple[tuple[str, ...], ...]
+# shardcli's own name for the i-th array it hands a step it wraps (`jit_of`'s `call(*arrays)`)
+_WRAPPED_ARRAY = re.compile(r"arrays\[(\d+)\]")
 # A string key that reads as an attribute: `['layers']` is shown `.layers`
 _DICT_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]")
 
@@ -61,9 +63,15 @@ class ArrayFact:
 
 def moved_argument(c: CollectiveOp, arguments: Sequence[ArrayFact]) -> ArrayFact | None:
     """The argument whose value the collective moves (its operand is a copy or slice of it): by
-    JAX's name of the entry parameter, else by its number where JAX gave no name."""
+    JAX's name of the entry parameter, else by its number where JAX gave no name. `arrays[i]` is the
+    i-th array leaf, as `program.inputs.jit_of` hands a haliax `named_jit` or equinox step its
+    arrays."""
     if c.operand is not None:
-        return next((a for a in arguments if a.name == c.operand), None)
+        named = next((a for a in arguments if a.name == c.operand), None)
+        index = _WRAPPED_ARRAY.fullmatch(c.operand)
+        if named is None and index is not None and int(index.group(1)) < len(arguments):
+            return arguments[int(index.group(1))]
+        return named
     if c.operand_parameter is not None and c.operand_parameter < len(arguments):
         return arguments[c.operand_parameter]
     return None
