@@ -132,10 +132,12 @@ def inspect(
     options: RunOptions,
 ) -> None:
     """Show what the compiler did with your own jitted function: each argument's and result's
-    sharding, every collective it inserted (kind, mesh axes, bytes per device, how often, the JAX
-    operation and your source line), memory and FLOPs per device, the cost model, and the classic
-    sharding mistakes. It is compiled from abstract shapes, so nothing of the arguments' size is
-    allocated; nothing runs unless --run asks.
+    sharding, every collective it inserted (kind, mesh axes, its role: FSDP gather, gradient
+    reduction, partial sum, cross-shard reduction, table lookup, reshard, ...; bytes per device, how
+    often, the JAX operation and your source line), memory and FLOPs per device, the cost model, and
+    the classic sharding mistakes, each with the change that mends it where one helps: the program
+    compiled again with it, before -> after (--spec PATH=SPEC applies it). It is compiled from
+    abstract shapes, so nothing of the arguments' size is allocated; nothing runs unless --run asks.
 
     inspect imports and runs the named file as `python FILE.py` would (its folder first on the
     Python path): only inspect code you trust.
