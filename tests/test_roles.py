@@ -128,6 +128,12 @@ BACKWARD = "jit(step)/transpose(jvp(dot_general))"
             id="combined-metric-scalars-over-the-batch",
         ),
         pytest.param(
+            replace(op("all-reduce", ("data",), "jit(step)/dot_general"), shape="(f32[64,256], f32[64,256])"),
+            None,
+            "gradient-reduction",
+            id="combined-gradients-of-one-shape-under-a-forward-name",
+        ),
+        pytest.param(
             replace(op("all-reduce", ("tensor",), "jit(step)/reduce_sum"), shape="(f32[16,64], f32[16])"),
             None,
             "partial-sum",

@@ -220,17 +220,18 @@ def _all_reduce_role(c: CollectiveOp, op: str | None, over_batch: bool) -> str:
     partial answers, or a lookup into a table sharded on its rows (each shard's rows, the others
     masked). One that XLA combined from parts of different shapes carries one part's op name (a
     loss scalar's beside the logits' partial sums): judged by where it runs and over which axes, not
-    by that op; parts all of one shape (a norm's mean and variance, metric scalars) are one thing."""
+    by that op; parts all of one shape under a reduction's name (a norm's mean and variance, metric
+    scalars) are that reduction."""
     parts = re.findall(r"[a-z0-9]+\[[0-9,]*\]", c.shape)
-    mixed = len(set(parts)) > 1
+    combined, mixed = len(parts) > 1, len(set(parts)) > 1
     backward = is_backward(c)
     if not mixed and not backward and _is_lookup(c, op):
         return "table-lookup"
     if op in REDUCING_OPS and not backward and not mixed:
         return "cross-shard-reduction"
     # a gradient's sum over the batch: in the backward, inserted with no operation of its own, or
-    # combined with parts of other shapes (weights' gradients under a norm's op name)
-    if over_batch and (backward or op is None or mixed):
+    # combined with others (weights' gradients under a forward or a norm's op name)
+    if over_batch and (backward or op is None or combined):
         return "gradient-reduction"
     return "cross-shard-reduction" if op in REDUCING_OPS and not mixed else "partial-sum"
 
