@@ -363,7 +363,9 @@ def test_replicated_arguments_are_judged_in_total(cli, tmp_path):
     assert found["message"].startswith(
         f"41 fully replicated arguments hold 1.3 MiB per device ({held / memory:.0%} of the "
     ), found["message"]
-    assert "the largest: params['scales'][0] (f32[8,1024], 32 KiB)" in found["message"]
+    # paths as every screen writes them (string keys as attributes); JSON's `paths` keep keystr's
+    assert "the largest: params.scales[0] (f32[8,1024], 32 KiB)" in found["message"]
+    assert "params['scales'][0]" in found["paths"]
 
 
 LIBRARY = """

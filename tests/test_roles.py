@@ -54,6 +54,8 @@ def fact(name: str, dtype: str, shape: tuple[int, ...], entries) -> ArrayFact:
 WEIGHT = fact("params['w']", "float32", (8, 8), (("fsdp",), ()))
 TOKENS = fact("tokens", "int32", (8, 16), (("data", "fsdp"), ()))
 BATCH = Batch(data=frozenset({"tokens"}), axes=frozenset({"data", "fsdp"}))
+MU = fact("mu", "float32", (8, 8), (("fsdp",), ()))
+NU = fact("nu", "float32", (8, 8), (("fsdp",), ()))
 BACKWARD = "jit(step)/transpose(jvp(dot_general))"
 
 
@@ -221,9 +223,9 @@ def test_only_a_reshard_is_actionable():
     ("arguments", "results", "batch"),
     [
         pytest.param(
-            (WEIGHT, fact("mu", "float32", (8, 8), (("fsdp",), ())), TOKENS),
-            (WEIGHT, fact("mu", "float32", (8, 8), (("fsdp",), ()))),
-            Batch(frozenset({"tokens"}), frozenset({"data", "fsdp"}), frozenset({"params['w']", "mu"})),
+            (WEIGHT, MU, NU, TOKENS),
+            (WEIGHT, MU, NU),
+            Batch(frozenset({"tokens"}), frozenset({"data", "fsdp"}), frozenset({"params['w']", "mu", "nu"})),
             id="train-step-state-returned",
         ),
         pytest.param(
@@ -234,9 +236,10 @@ def test_only_a_reshard_is_actionable():
                 fact("x", "float32", (2, 8, 16), ((), ("data",), ())),
                 fact("w", "float32", (8, 8), ((), ("data",))),
                 fact("m", "float32", (8, 8), ((), ("data",))),
+                fact("v", "float32", (8, 8), ((), ("data",))),
             ),
-            (fact("w", "float32", (8, 8), ((), ("data",))), fact("m", "float32", (8, 8), ((), ("data",)))),
-            Batch(frozenset({"x"}), frozenset({"data"}), frozenset({"w", "m"})),
+            tuple(fact(n, "float32", (8, 8), ((), ("data",))) for n in "wmv"),
+            Batch(frozenset({"x"}), frozenset({"data"}), frozenset({"w", "m", "v"})),
             id="microbatches-second-dimension",
         ),
         pytest.param(
@@ -244,6 +247,16 @@ def test_only_a_reshard_is_actionable():
             (fact("y", "float32", (8, 8), (("data",), ())),),
             Batch(frozenset(), frozenset()),
             id="a-plain-function-has-no-batch",
+        ),
+        pytest.param(
+            (
+                fact("x", "float32", (32, 8), (("data",), ())),
+                fact("w", "float32", (8, 8), (("data",), ())),
+                fact("m", "float32", (8, 8), (("data",), ())),
+            ),
+            (fact("y", "float32", (32, 8), (("data",), ())), fact("m2", "float32", (8, 8), (("data",), ()))),
+            Batch(frozenset(), frozenset()),
+            id="two-results-shaped-like-arguments-are-no-state",
         ),
     ],
 )

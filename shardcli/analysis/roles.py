@@ -152,6 +152,11 @@ def is_backward(c: CollectiveOp) -> bool:
     return bool(c.op_name) and "transpose(" in (c.op_name or "")
 
 
+# A train step returns at least its weights and two optimizer moments: fewer arguments that come back
+# as results (`f(x, w) -> (x @ w, ...)` whose results happen to be shaped as two of them) are no state.
+MIN_STATE = 3
+
+
 @dataclass(frozen=True)
 class Batch:
     """The data a program consumes (argument names) and the mesh axes that shard its leading
@@ -164,10 +169,10 @@ class Batch:
 
 def find_batch(arguments: Sequence[ArrayFact], results: Sequence[ArrayFact]) -> Batch:
     """The data are the arguments that do not come back as results (of the same type and layout),
-    where several do (a train step returns its state: one result shaped like one argument is no
-    sign of a state); else the integer arguments (token ids, labels); else none, and no gather is
-    taken for FSDP's. The batch axes are every mesh axis that shards the data (a microbatched
-    step's batch is its second dimension)."""
+    where at least MIN_STATE do (a train step returns its weights and moments: a result or two
+    shaped like arguments is no sign of a state); else the integer arguments (token ids, labels);
+    else none, and no gather is taken for FSDP's. The batch axes are every mesh axis that shards
+    the data (a microbatched step's batch is its second dimension)."""
     returned = Counter((r.dtype, r.shape, r.entries) for r in results)
     state = set()
     for a in arguments:  # each result stands for one argument
@@ -175,13 +180,13 @@ def find_batch(arguments: Sequence[ArrayFact], results: Sequence[ArrayFact]) -> 
         if returned[key] > 0:
             returned[key] -= 1
             state.add(a.name)
-    data = [a for a in arguments if a.shape and a.name not in state] if len(state) >= 2 else []
+    data = [a for a in arguments if a.shape and a.name not in state] if len(state) >= MIN_STATE else []
     if not data:
         data = [a for a in arguments if a.shape and a.dtype.startswith(("int", "uint"))]
     return Batch(
         data=frozenset(a.name for a in data),
         axes=frozenset(axis for a in data if a.entries for entry in a.entries for axis in entry),
-        state=frozenset(state) if len(state) >= 2 else frozenset(),
+        state=frozenset(state) if len(state) >= MIN_STATE else frozenset(),
     )
 
 
