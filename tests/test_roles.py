@@ -55,6 +55,7 @@ WEIGHT = fact("params['w']", "float32", (8, 8), (("fsdp",), ()))
 TOKENS = fact("tokens", "int32", (8, 16), (("data", "fsdp"), ()))
 BATCH = Batch(data=frozenset({"tokens"}), axes=frozenset({"data", "fsdp"}))
 MU = fact("mu", "float32", (8, 8), (("fsdp",), ()))
+TP_WEIGHT = fact("params['wo']", "float32", (8, 8), ((), ("tensor",)))
 NU = fact("nu", "float32", (8, 8), (("fsdp",), ()))
 BACKWARD = "jit(step)/transpose(jvp(dot_general))"
 
@@ -76,7 +77,19 @@ BACKWARD = "jit(step)/transpose(jvp(dot_general))"
             id="fsdp-in-the-rematerialised-backward",
         ),
         pytest.param(
-            op("all-gather", ("tensor",), "jit(step)/dot_general"), WEIGHT, "weight-gather", id="tp-weight"
+            op("all-gather", ("tensor",), "jit(step)/dot_general"), TP_WEIGHT, "weight-gather", id="tp-weight"
+        ),
+        pytest.param(
+            op("collective-permute", ("fsdp", "tensor"), "jit(step)/dot_general"),
+            WEIGHT,
+            "fsdp-gather",
+            id="fsdp-weight-gathered-in-steps-on-a-tpu",
+        ),
+        pytest.param(
+            op("all-gather", ("tensor",), "jit(step)/dot_general"),
+            WEIGHT,
+            "fsdp-gather",
+            id="fsdp-weight-gathered-over-another-axis",
         ),
         pytest.param(
             op("all-gather", ("data",), "jit(step)/dot_general"), TOKENS, "matmul-operand", id="data-arg"

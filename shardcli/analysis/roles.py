@@ -50,7 +50,8 @@ ROLES: dict[str, Role] = {
         Role(
             "fsdp-gather",
             "FSDP gather",
-            "a weight sharded over the batch axes, gathered before its layer uses it (in or out of a loop)",
+            "a weight sharded over the batch axes, gathered before its layer uses it (in or out of a loop; "
+            "a TPU may gather it in steps: its blocks permuted, then gathered over another axis)",
         ),
         Role(
             "weight-gather",
@@ -198,11 +199,14 @@ def role_of(c: CollectiveOp, moved: ArrayFact | None, batch: Batch) -> str:
         stage = any(STAGE_AXES.match(a) for a in axes)
         return "pipeline-transfer" if c.kind == "collective-permute" and stage else "program"
     over_batch = bool(axes) and axes <= batch.axes
-    if c.kind == "all-gather" and moved is not None and moved.name not in batch.data:
-        # a train step's weight, where the data come in replicated (and are laid out inside the step):
-        # the batch's axes cannot be seen, and a weight gathered for use is FSDP's
+    if c.kind in ("all-gather", "collective-permute") and moved is not None and moved.name not in batch.data:
+        # A weight moved for use: FSDP's where it is sharded over the batch axes (a TPU gathers one
+        # in steps: its blocks permuted over data+model, then gathered over model), or where the
+        # data come in replicated (laid out inside the step, so no batch axis shows) and it is part
+        # of a train step's state.
+        own = {axis for entry in moved.entries or () for axis in entry}
         unseen = not batch.axes and moved.name in batch.state
-        return "fsdp-gather" if over_batch or unseen else "weight-gather"
+        return "fsdp-gather" if over_batch or own & batch.axes or unseen else "weight-gather"
     if c.kind == "all-gather" and moved is None and c.operand_parameter is not None and not batch.axes:
         return "weight-gather"  # an entry parameter gathered, where nothing says what the batch is
     if c.kind == "reduce-scatter":
