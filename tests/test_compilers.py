@@ -92,3 +92,60 @@ def test_without_a_cuda_plugin_the_hint_says_which_extra_for_which_cuda(cli, ins
         "(JAX's CUDA 12 plugin, its GPU compiler: about 0.5 GB; no GPU needed), or 'shardcli[gpu-cuda13]' "
         "where this host's GPUs run CUDA 13"
     )
+
+
+# --- a CUDA plugin of another version than jaxlib (issue 54) ----------------------------------------
+# JAX warns that such a plugin "will not be used", yet a compile for a described GPU went through it:
+# another compiler's figures (examples/mlp.py on gpu-h100:8: XLA's cost 7.47 vs 7.34 MFLOP).
+
+
+def _versions(monkeypatch, **versions: str) -> None:
+    table = {"jax": "0.10.2", "jaxlib": "0.10.2", "jax-cuda12-plugin": "0.10.2", "jax-cuda12-pjrt": "0.10.2"}
+    table.update({k.replace("_", "-"): v for k, v in versions.items()})
+    monkeypatch.setattr(metadata, "version", table.__getitem__)
+
+
+def test_a_gpu_target_refuses_a_cuda_plugin_of_another_version_than_jaxlib(cli, installed, monkeypatch):
+    installed(CUDA12)
+    _versions(monkeypatch, jax_cuda12_plugin="0.12.0.1", jax_cuda12_pjrt="0.12.0.1")
+    out = cli(["mesh", "--target", "gpu-h100:8"])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.strip().splitlines() == [
+        "shardcli: error: jax-cuda12-plugin 0.12.0.1 is installed beside jaxlib 0.10.2: JAX uses a CUDA "
+        "plugin only of jaxlib's version, and a compile with this one gives another compiler's figures; "
+        'match them with pip install "jax-cuda12-plugin==0.10.2"'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("versions", "refused"),
+    [
+        pytest.param({}, None, id="matched"),
+        pytest.param({"jax_cuda12_pjrt": "0.11.2"}, "jax-cuda12-pjrt 0.11.2", id="pjrt-alone"),
+        pytest.param(
+            {"jaxlib": "0.12.0.1", "jax_cuda12_plugin": "0.12.0.1", "jax_cuda12_pjrt": "0.12.0.1"},
+            None,
+            id="matched-newest",
+        ),
+        pytest.param(
+            {"jaxlib": "0.12.0.1", "jax_cuda12_plugin": "0.12.0", "jax_cuda12_pjrt": "0.12.0"},
+            "jax-cuda12-plugin 0.12.0 ",
+            id="a-post-release-apart",
+        ),
+    ],
+)
+def test_the_plugin_and_jaxlib_versions_compared_as_jaxlib_compares_them(
+    installed, monkeypatch, versions, refused
+):
+    from shardcli.errors import ShardcliError
+    from shardcli.hardware.compilers import check_cuda_plugin_environment
+
+    installed(CUDA12)
+    _versions(monkeypatch, **versions)
+    check_cuda_plugin_environment(gpu=False)  # a TPU or CPU run does not compile with the plugin
+    if refused is None:
+        check_cuda_plugin_environment(gpu=True)
+        return
+    with pytest.raises(ShardcliError, match=refused) as caught:
+        check_cuda_plugin_environment(gpu=True)
+    assert f'pip install "jax-cuda12-plugin=={versions.get("jaxlib", "0.10.2")}"' in str(caught.value)

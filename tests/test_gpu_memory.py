@@ -417,3 +417,87 @@ def test_a_bad_variable_is_one_line_and_exit_2_before_compiling(cli, cuda_plugin
     out = _inspect(cli, tmp_path, 1, env=env)
     assert out.exit_code == 2 and out.stdout == ""
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+# --- JAX's other GPU client variables: refused before the CUDA plugin reads them (issue 54) --------
+# jaxlib's generate_pjrt_gpu_plugin_options reads them as int() when the CUDA plugin starts, for any
+# run where the plugin is installed; a bad one raised inside the plugin: its 12-line traceback, then a
+# wrong reason (a GPU target: "does not know topology '1x1x1'") or exit 0 (a TPU target).
+
+BAD_CLIENT_VARIABLES = [
+    pytest.param(
+        {"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "abc"},
+        "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB='abc': JAX's CUDA plugin reads it as a whole number of "
+        "MiB; give one, such as 0, or unset it",
+        id="collective-mem-abc",
+    ),
+    pytest.param(
+        {"XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE": "x"},
+        "XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE='x': JAX's CUDA plugin reads it as a whole number "
+        "(0 off, any other on); give 0 or 1, or unset it",
+        id="abort-x",
+    ),
+    pytest.param(
+        {"XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT": "yes"},
+        "XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT='yes': JAX's CUDA plugin reads it as a whole number "
+        "(0 off, any other on); give 0 or 1, or unset it",
+        id="tfrt-yes",
+    ),
+    pytest.param(
+        {"XLA_PYTHON_CLIENT_MEM_FRACTION": "bogus"},
+        "XLA_PYTHON_CLIENT_MEM_FRACTION='bogus': give a fraction of the GPU's memory above 0 and at most 1",
+        id="fraction-bogus",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "message"), BAD_CLIENT_VARIABLES)
+def test_a_client_variable_the_cuda_plugin_cannot_read_is_one_line(env, message):
+    from shardcli.hardware.gpu_memory import check_gpu_client_variables
+
+    with pytest.raises(ShardcliError) as caught:
+        check_gpu_client_variables(env)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({}, id="unset"),
+        pytest.param({"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": ""}, id="empty-unset"),
+        pytest.param({"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "512"}, id="collective-512"),
+        pytest.param({"XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE": "1"}, id="abort-1"),
+        pytest.param({"XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT": "0"}, id="tfrt-0"),
+        pytest.param({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, id="fraction"),
+    ],
+)
+def test_client_variables_the_cuda_plugin_reads_pass(env):
+    from shardcli.hardware.gpu_memory import check_gpu_client_variables
+
+    check_gpu_client_variables(env)
+
+
+@pytest.mark.parametrize(("env", "message"), BAD_CLIENT_VARIABLES)
+@pytest.mark.parametrize("target", ["gpu-h100:1", "tpu-v5e:1x1"])
+def test_a_bad_client_variable_is_refused_for_any_target(cli, cuda_plugin, tmp_path, env, message, target):
+    if target.startswith("tpu"):
+        pytest.importorskip("libtpu")
+    path = tmp_path / "add.py"
+    path.write_text(textwrap.dedent(PROGRAM).replace("GIB * 1024", "1"))
+    args = ["inspect", f"{path}:step", "--inputs", f"{path}:inputs", "--target", target]
+    out = cli(args, env=env)
+    assert out.exit_code == 2, out.output
+    assert out.stdout == "" and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"shardcli: error: {message}")
+    assert "topology" not in out.stderr
+
+
+@pytest.mark.parametrize(("env", "message"), BAD_CLIENT_VARIABLES[:2])
+def test_a_bad_client_variable_is_refused_on_the_cpu_too(cli, cuda_plugin, env, message):
+    """The plugin reads them on every start where it is installed: before, a CPU run put its traceback
+    in the note (or on stderr) and exited 0."""
+    out = cli(["mesh", "--mesh", "2"], env=env)
+    assert out.exit_code == 2, out.output
+    assert out.stdout == "" and out.stderr.strip().splitlines()[0].startswith(f"shardcli: error: {message}")

@@ -21,6 +21,7 @@ from typing import Any
 from shardcli.analysis.program import MemoryUse
 from shardcli.errors import TRACEBACK_ENV, ShardcliError
 from shardcli.hardware.compilers import (
+    check_cuda_plugin_environment,
     compiler_installed,
     compiler_versions,
     compute_capability,
@@ -231,6 +232,9 @@ def _open_target_session(
     if not compiler_installed(platform):
         what = "the TPU compiler" if platform == "tpu" else "XLA's GPU compiler"
         raise ShardcliError(f"--target {target.name} needs {what}: {target.install_hint}")
+    # The CUDA plugin starts with every backend (a TPU target's too) and reads JAX's GPU client
+    # variables as it does; for a GPU target it is the compiler, so of jaxlib's version.
+    check_cuda_plugin_environment(gpu=platform == "cuda")
     if platform == "cuda":
         read_gpu_pool(os.environ)  # JAX's allocator variables, refused before a compile starts
     else:

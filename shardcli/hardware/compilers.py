@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from shardcli.errors import TRACEBACK_ENV
+from shardcli.errors import TRACEBACK_ENV, ShardcliError
 from shardcli.hardware.targets import COMPILER_MODULES
 
 
@@ -88,22 +88,78 @@ def compiler_installed(platform: str) -> bool:
     return bool(installed_compilers(platform))
 
 
+def package_version(package: str) -> str:
+    """The installed version of `package` (a distribution's name: jaxlib, jax-cuda12-plugin)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:  # a source checkout on sys.path: its own __version__
+        module = sys.modules.get(package.replace("-", "_"))
+        return str(getattr(module, "__version__", "unknown"))
+
+
 def compiler_versions(platform: str | None) -> tuple[tuple[str, str], ...]:
     """(package, version) of what compiles a run's programs: jax and jaxlib, then for a TPU or GPU
     (a --target's, or real ones) the installed libtpu or JAX CUDA plugin(s)."""
-    from importlib import metadata
-
-    def version(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:  # a source checkout on sys.path: its own __version__
-            module = sys.modules.get(package.replace("-", "_"))
-            return str(getattr(module, "__version__", "unknown"))
-
     kind = {"tpu": "tpu", "gpu": "cuda", "cuda": "cuda"}.get(platform or "")
     plugins = installed_compilers(kind) if kind else ()
     packages = ("jax", "jaxlib", *(m.replace("_", "-") for m in plugins))
-    return tuple((p, version(p)) for p in packages)
+    return tuple((p, package_version(p)) for p in packages)
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """A version's dotted numbers (`0.12.0.1` -> (0, 12, 0, 1)), as jaxlib compares a plugin's."""
+    found = re.match(r"[0-9]+(?:\.[0-9]+)*", version)
+    return tuple(int(x) for x in found.group(0).split(".")) if found else None
+
+
+def check_cuda_plugin_matches_jaxlib() -> None:
+    """Refuse a CUDA plugin of another version than jaxlib, before it compiles anything.
+
+    jaxlib uses a plugin only of its own version (`jaxlib.plugin_support`: "it is not compatible with
+    the installed jaxlib version ..., so it will not be used"), yet JAX still loads the plugin's
+    compiler (its PJRT package) for a described GPU, and its figures differ from the matching
+    version's (examples/mlp.py on gpu-h100:8: XLA's cost 7.47 vs 7.34 MFLOP). A later `pip install`
+    of a framework can pull in another version.
+
+    Raises:
+        ShardcliError: an installed CUDA plugin (or its PJRT package) whose version is not jaxlib's.
+    """
+    jaxlib = package_version("jaxlib")
+    for module in installed_compilers("cuda"):
+        plugin = module.replace("_", "-")
+        for package in (plugin, plugin.replace("-plugin", "-pjrt")):
+            version = package_version(package)
+            if version == "unknown" or _release(version) == _release(jaxlib):
+                continue
+            raise ShardcliError(
+                f"{package} {version} is installed beside jaxlib {jaxlib}: JAX uses a CUDA plugin only of "
+                f"jaxlib's version, and a compile with this one gives another compiler's figures; match "
+                f'them with pip install "{plugin}=={jaxlib}"'
+            )
+
+
+def check_cuda_plugin_environment(*, gpu: bool) -> None:
+    """What the CUDA plugin will read as it starts, checked before it starts (when it is installed).
+
+    Args:
+        gpu: the run compiles for a GPU (a --target gpu-..., or real GPUs): its plugin's version
+            must be jaxlib's. Its client variables are checked for every run: the plugin reads them
+            whenever JAX starts with it installed.
+
+    Raises:
+        ShardcliError: a plugin of another version than jaxlib (for a GPU), or a JAX GPU client
+            variable the plugin cannot read (one line each).
+    """
+    if not compiler_installed("cuda"):
+        return
+    from shardcli.hardware.gpu_memory import check_gpu_client_variables
+
+    if gpu:
+        check_cuda_plugin_matches_jaxlib()
+    release = _release(package_version("jaxlib")) or ()
+    check_gpu_client_variables(os.environ, address_allocator=release >= (0, 12))
 
 
 _CAPABILITY_RE = re.compile(r"cuda_compute_capability\s*\{\s*major:\s*(\d+)(?:\s*minor:\s*(\d+))?")

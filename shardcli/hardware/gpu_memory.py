@@ -167,6 +167,63 @@ def read_gpu_pool(environ: Mapping[str, str]) -> GpuPool:
     )
 
 
+# The variables jaxlib's generate_pjrt_gpu_plugin_options reads as `int()` when the CUDA plugin
+# starts (jax 0.10.2 and 0.12.0.1 alike), whether or not a GPU is there: a value `int()` refuses
+# raises inside the plugin, and JAX prints its traceback and starts without it.
+COLLECTIVE_MEMORY_VARIABLE = "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB"  # empty: unset
+SWITCH_VARIABLES = ("XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE", "XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT")
+# The allocators any JAX in shardcli's window accepts; 0.12's "address" is accepted where its jaxlib is.
+_CLIENT_ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
+
+
+def check_gpu_client_variables(environ: Mapping[str, str], *, address_allocator: bool = False) -> None:
+    """Refuse, before the CUDA plugin starts, a JAX GPU client variable it cannot read.
+
+    JAX's CUDA plugin reads these as it starts, for any run where it is installed (a TPU or CPU run
+    too); a value it cannot read raises inside the plugin: a traceback on stderr, then the run goes
+    on without the plugin (a GPU target then "does not know" its topology).
+
+    Args:
+        environ: the environment the plugin will read.
+        address_allocator: this jaxlib accepts XLA_PYTHON_CLIENT_ALLOCATOR=address (jax 0.12).
+
+    Raises:
+        ShardcliError: the first variable the plugin would refuse, with its value and what is valid.
+    """
+    raw = environ.get(ALLOCATOR_VARIABLE)
+    allowed = (*_CLIENT_ALLOCATORS, "address") if address_allocator else _CLIENT_ALLOCATORS
+    if raw is not None and raw.lower() not in allowed:
+        raise ShardcliError(
+            f"{ALLOCATOR_VARIABLE}={raw!r}: JAX refuses it (its CUDA plugin reads it as it starts); give one "
+            f"of {', '.join(allowed)}, or unset it (JAX's BFC pool)"
+        )
+    new, old = environ.get(NEW_FRACTION_VARIABLE, ""), environ.get(FRACTION_VARIABLE, "")
+    if new or old:
+        read_gpu_pool({k: v for k, v in environ.items() if k in (FRACTION_VARIABLE, NEW_FRACTION_VARIABLE)})
+    size = environ.get(COLLECTIVE_MEMORY_VARIABLE, "")
+    if size and not _reads_as_int(size):
+        raise ShardcliError(
+            f"{COLLECTIVE_MEMORY_VARIABLE}={size!r}: JAX's CUDA plugin reads it as a whole number of MiB; "
+            "give one, such as 0, or unset it"
+        )
+    for name in SWITCH_VARIABLES:
+        value = environ.get(name)
+        if value is not None and not _reads_as_int(value):
+            raise ShardcliError(
+                f"{name}={value!r}: JAX's CUDA plugin reads it as a whole number (0 off, any other on); "
+                "give 0 or 1, or unset it"
+            )
+
+
+def _reads_as_int(text: str) -> bool:
+    """Whether Python's `int()`, which jaxlib calls, reads `text`."""
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class GpuFit:
     """A program's memory per GPU against what JAX will hand out there."""

@@ -120,9 +120,20 @@ def start_runtime(needed: int, options: RunOptions, *, x64: bool = False) -> tup
     Raises:
         ShardcliError: too few devices, or an accelerator that is not there.
     """
+    from shardcli.hardware.compilers import check_cuda_plugin_environment
+
+    # What JAX's CUDA plugin reads as it starts, refused in one line before it starts (it would
+    # print a traceback and start without the plugin); on a GPU it compiles, so of jaxlib's version.
+    on_gpu = options.platform == "gpu" or (options.platform == "auto" and _nvidia_gpu_visible())
+    check_cuda_plugin_environment(gpu=on_gpu)
     import_jax_quietly()
     with jax_start_complaints() as complaints:
         return _start_runtime(needed, options, x64=x64, complaints=complaints)
+
+
+def _nvidia_gpu_visible() -> bool:
+    """JAX's own test for a visible NVIDIA GPU (hardware_utils), without importing JAX to ask it."""
+    return any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg"))
 
 
 def import_jax_quietly() -> None:
@@ -139,8 +150,7 @@ def import_jax_quietly() -> None:
     check_xla_flags()
     from shardcli.hardware.compilers import compiler_installed, quiet_native_logs
 
-    # JAX's own test for a visible NVIDIA GPU (hardware_utils), without importing JAX to ask it
-    gpu_here = any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg"))
+    gpu_here = _nvidia_gpu_visible()
     quiet = compiler_installed("cuda") and not gpu_here  # a real GPU: what the plugin says may matter
     native: contextlib.AbstractContextManager[list[str]] = (
         quiet_native_logs() if quiet else contextlib.nullcontext([])
