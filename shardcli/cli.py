@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from shardcli import __version__
+from shardcli.commands import calibrate as calibrate_cmd
 from shardcli.commands import collective as collective_cmd
 from shardcli.commands import compare as compare_cmd
 from shardcli.commands import einsum as einsum_cmd
@@ -30,6 +31,7 @@ from shardcli.commands import reshard as reshard_cmd
 from shardcli.commands import run as run_cmd
 from shardcli.commands import shard as shard_cmd
 from shardcli.errors import TRACEBACK_ENV, ExitCode, ShardcliError, Terminated
+from shardcli.runtime.line_ends import unpad_help_screens
 from shardcli.runtime.stdout import (
     hand_back_stdout,
     own_process_streams,
@@ -167,6 +169,7 @@ class ShardcliGroup(TyperGroup):
     ) -> Any:
         prog = prog_name or "shardcli"
         _die_with_launcher()
+        unpad_help_screens()
         try:
             rv = super().main(
                 args,
@@ -280,6 +283,7 @@ for _name, _command, _settings in [
     ("inspect", inspect_cmd.inspect, None),
     ("run", run_cmd.run, None),
     ("plan", plan_cmd.plan, None),
+    ("calibrate", calibrate_cmd.calibrate, None),
     ("recipe", recipe_cmd.recipe, None),
     ("pipeline", pipeline_cmd.pipeline, None),
     ("compare", compare_cmd.compare, None),

@@ -54,6 +54,7 @@ from shardcli.analysis.kernels import Launches
 from shardcli.analysis.program import ProgramAnalysis
 from shardcli.hardware.calibration import CALIBRATION, GPU_LAUNCH, GPU_OPS, LaunchCosts, OpEfficiency
 from shardcli.hardware.chips import Chip, Figure, chip_for_kind
+from shardcli.hardware.profile import HardwareProfile, profile_for
 
 UNCALIBRATED = "none: the roofline as it is (1.0)"
 
@@ -100,6 +101,7 @@ class OpRoofline:
     launch_s: float = 0.0
     launches: Launches | None = None
     launch_source: str = ""
+    launch_overlaps: bool = True  # the launches run ahead of the ops (a GPU); False: they add (a CPU)
 
     @property
     def roofline_s(self) -> float:
@@ -113,7 +115,10 @@ class OpRoofline:
     @property
     def seconds(self) -> float:
         """The ops' rooflines, or the launches where those take longer: the host launches kernels
-        ahead of the GPU, so a kernel that runs longer than a launch hides the next one's."""
+        ahead of the GPU, so a kernel that runs longer than a launch hides the next one's (on a CPU,
+        where nothing runs ahead, the two add)."""
+        if not self.launch_overlaps:
+            return self.roofline_s + self.launch_s
         return max(self.roofline_s, self.launch_s)
 
     @property
@@ -332,6 +337,9 @@ def estimate_step(
     efficiency: float = 1.0,
     efficiency_source: str = UNCALIBRATED,
     op_efficiency: OpEfficiency | None = None,
+    launch: LaunchCosts = GPU_LAUNCH,
+    host: Figure | None = None,
+    label: str | None = None,
 ) -> StepEstimate:
     """The roofline of one run of the program, per device.
 
@@ -343,8 +351,11 @@ def estimate_step(
         per_chip: devices sharing one chip (each gets 1/per_chip of its peak and HBM bandwidth).
         peak, hbm: figures that replace the table's (--peak-tflops).
         efficiency: the calibrated share of the roofline a real step reaches (0 < e <= 1).
-        op_efficiency: the per-op roofline's efficiencies (a GPU): then the estimate is the sum of
-            each op's roofline and `efficiency` is not used.
+        op_efficiency: the per-op roofline's efficiencies (a GPU, or a measured profile): then the
+            estimate is the sum of each op's roofline and `efficiency` is not used.
+        launch, host: a measured profile's launch costs and host link (default the H200's and the
+            chip's).
+        label: what the figures are named by (a profile's label; default the chip's).
     """
     if not 0 < efficiency <= 1:
         raise ValueError(f"efficiency {efficiency} is not in (0, 1]")
@@ -364,13 +375,13 @@ def estimate_step(
         )
     ops = None
     if op_efficiency is not None and peak is not None and hbm is not None:
-        ops = op_roofline(analysis, None if peak_given else chip, peak, hbm, op_efficiency, per_chip)
+        ops = op_roofline(analysis, None if peak_given else chip, peak, hbm, op_efficiency, per_chip, launch)
         efficiency, efficiency_source = (
             1.0,
             "per op: " + "; ".join((op_efficiency.dot_source, op_efficiency.hbm_source)),
         )
     return StepEstimate(
-        chip=chip.label if chip else "figures given",
+        chip=label or (chip.label if chip else "figures given"),
         math=math_term,
         hbm=hbm_term,
         comm=_comm_terms(analysis, links, gpu=chip is not None and chip.platform == "cuda"),
@@ -380,7 +391,7 @@ def estimate_step(
         compiler_note=_compiler_note(analysis, chip),
         notes=tuple(notes),
         ops=ops,
-        host=_host_term(analysis, chip, per_chip),
+        host=_host_term(analysis, chip, per_chip, host),
     )
 
 
@@ -406,13 +417,15 @@ def _padded(term: Term, analysis: ProgramAnalysis, chip: Chip | None) -> Term:
     return Term(term.name, term.amount, term.rate, term.seconds + total / term.rate, source)
 
 
-def _host_term(analysis: ProgramAnalysis, chip: Chip | None, per_chip: int) -> Term | None:
+def _host_term(
+    analysis: ProgramAnalysis, chip: Chip | None, per_chip: int, given: Figure | None = None
+) -> Term | None:
     """T_host: the bytes moved to and from the host's memory over the chip's PCIe link (shared by
     the devices of a chip); None where the program moves none."""
     moved = analysis.host_transfer_bytes
     if not moved:
         return None
-    rate = chip.host_bytes_per_s if chip is not None else None
+    rate = given or (chip.host_bytes_per_s if chip is not None else None)
     share = f", shared by the {per_chip} devices of a chip" if per_chip > 1 else ""
     return _term("host", moved, rate, per_chip, share, "no host link figure for this device")
 
@@ -437,7 +450,7 @@ def op_roofline(
     count = 0
     for call in analysis.kernels.calls:
         kernel_peak = chip.peak_flops(call.dtype or "float32") if chip is not None else None
-        rate = (kernel_peak or peak).value / per_chip * eff.dot
+        rate = (kernel_peak or peak).value / per_chip * eff.dot_at(call.dtype, call.flops)
         t_math, t_hbm = call.flops / rate, call.bytes_accessed / hbm_rate
         if t_math >= t_hbm:
             math_s += t_math * call.runs
@@ -446,7 +459,10 @@ def op_roofline(
         count += call.runs
     other_flops = max(0.0, analysis.flops - analysis.kernels.flops)
     other_bytes = max(0.0, analysis.bytes_accessed - analysis.kernels.bytes_accessed)
-    other_math = other_flops / (peak.value / per_chip * eff.dot)
+    # XLA's own dots (every dot on a CPU) are no separate calls: the curve is read at their FLOPs
+    # shared among the program's launches, a GEMM of that size each
+    per_op = other_flops / max(1, analysis.launches.kernels) if analysis.launches else other_flops
+    other_math = other_flops / (peak.value / per_chip * eff.dot_at(analysis.dot_dtype, per_op))
     other_hbm = other_bytes / hbm_rate
     found = analysis.launches
     return OpRoofline(
@@ -461,6 +477,7 @@ def op_roofline(
         launch_s=launch_seconds(found, launch) if found is not None else 0.0,
         launches=found,
         launch_source=launch.source if found is not None else "",
+        launch_overlaps=launch.overlaps,
     )
 
 
@@ -532,6 +549,7 @@ def step_time_of(
     link: Figure | None = None,
     efficiency: float | None = None,
     efficiency_source: str = UNCALIBRATED,
+    profile: HardwareProfile | None = None,
 ) -> StepEstimate | None:
     """`estimate_step` for a program compiled on `mesh` for devices of `device_kind`.
 
@@ -539,19 +557,27 @@ def step_time_of(
     then every mesh axis's bandwidth). None where the table does not know the kind and no peak is given.
     The calibration is the platform's (`shardcli.hardware.calibration`): a TPU's one efficiency, a GPU's
     per-op roofline, none elsewhere; `efficiency` given replaces it (1.0: the roofline as it is).
+    A measured `profile` (default the run's, --hardware, checked to describe `device_kind`) gives
+    the per-op roofline its figures on any device: its GEMM curve, stream, launch costs, host copies
+    and each axis's bus bandwidth (axes across hosts keep the table's network).
+
+    Raises:
+        ShardcliError: the run's profile was measured on another kind of device.
     """
     chip = chip_for_kind(device_kind)
     names = tuple(str(a) for a in mesh.axis_names)
     shape = tuple(mesh.devices.shape)
-    if chip is None and peak is None:
+    profile = profile or profile_for(device_kind)
+    if chip is None and peak is None and profile is None:
         return None
     per_chip = 1
+    links: dict[str, AxisLink] = {}
     if chip is not None:
         places = places_of_mesh(mesh, chip)
         links = axis_links(chip, shape, names, places)
         per_chip = devices_per_chip(places, chip)
-    else:
-        links = {}
+    if profile is not None:
+        links = profiled_links(profile, links, names, shape)
     if link is not None:
         links = {
             a: AxisLink(
@@ -559,6 +585,19 @@ def step_time_of(
             )
             for a, size in zip(names, shape, strict=True)
         }
+    if profile is not None and efficiency is None:
+        return estimate_step(
+            analysis,
+            chip,
+            links,
+            dtype_name,
+            peak=peak or profile.peak_figure(dtype_name),
+            hbm=profile.stream_figure(),
+            op_efficiency=profile.op_efficiency(dtype_name),
+            launch=profile.launch_costs(),
+            host=profile.host_figure(),
+            label=profile.label,
+        )
     op_efficiency = None
     if efficiency is None:
         efficiency = 1.0
@@ -577,3 +616,19 @@ def step_time_of(
         efficiency_source=efficiency_source,
         op_efficiency=op_efficiency,
     )
+
+
+def profiled_links(
+    profile: HardwareProfile, links: dict[str, AxisLink], names: tuple[str, ...], shape: tuple[int, ...]
+) -> dict[str, AxisLink]:
+    """Each mesh axis's bandwidth from the profile's bus bandwidth over an axis of its size; an axis
+    that crosses hosts keeps the table's network figure (a profile is measured on one host)."""
+    out = dict(links)
+    for name, size in zip(names, shape, strict=True):
+        table = links.get(name)
+        bus = profile.bus(size)
+        if (table is not None and table.how.startswith("across")) or bus is None:
+            continue
+        how = f"{bus.collective} busbw over {bus.group_size} devices, {bus.busbw / 1e9:.3g} GB/s"
+        out[name] = AxisLink(name, size, bus.busbw, how, f"{profile.label}: {bus.how}")
+    return out

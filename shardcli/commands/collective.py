@@ -140,6 +140,7 @@ def collective(
     show_values: ShowValues = None,
     plot_file: PlotFile = None,
     min_busbw: MinBusbw = None,
+    hardware: opt.Hardware = None,
     mesh: opt.Mesh = "8",
     axes: opt.Axes = None,
     *,
@@ -184,7 +185,8 @@ def collective(
         plot_file=plot_file,
         options=options,
     )
-    results = _run_each(requests)
+    with opt.using_hardware(hardware):
+        results = _run_each(requests)
     _render(results, plot_file)
     raise typer.Exit(ExitCode.WRONG_RESULT if any(r.failed for r in results) else ExitCode.OK)
 

@@ -85,6 +85,7 @@ def einsum(
     iters: Iters = 20,
     peak_tflops: PeakTflops = None,
     link_gbps: LinkGbps = None,
+    hardware: opt.Hardware = None,
     compile_target: Target = None,
     mesh: Mesh = None,
     axes: opt.Axes = None,
@@ -124,7 +125,10 @@ def einsum(
     from shardcli.render.einsum import render_einsum
     from shardcli.render.progress import progress_bar
 
-    with progress_bar(options.shows_progress, _describe) as update:
+    with (
+        opt.using_hardware(hardware, compile_target),
+        progress_bar(options.shows_progress, _describe) as update,
+    ):
         result = run_einsum(request, progress=update)
     render_einsum(result, options)
     raise typer.Exit(ExitCode.WRONG_RESULT if result.wrong or result.does_not_fit else ExitCode.OK)

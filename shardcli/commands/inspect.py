@@ -124,6 +124,7 @@ def inspect(
     iters: Iters = 5,
     peak_tflops: PeakTflops = None,
     link_gbps: LinkGbps = None,
+    hardware: opt.Hardware = None,
     compile_target: Target = None,
     mesh: Mesh = None,
     axes: opt.Axes = None,
@@ -184,7 +185,7 @@ def inspect(
     from shardcli.render.inspect import render_inspect
     from shardcli.runtime.interrupts import terminate_as_interrupt
 
-    with terminate_as_interrupt():  # SIGTERM mid-compile: one line, exit 143
+    with opt.using_hardware(hardware, compile_target), terminate_as_interrupt():  # SIGTERM: exit 143
         result = inspect_module(request) if request.module_path is not None else run_inspect(request)
     render_inspect(result, options)
     raise typer.Exit(ExitCode.WRONG_RESULT if result.does_not_fit else ExitCode.OK)

@@ -103,6 +103,7 @@ def matmul(
     iters: Iters = 20,
     peak_tflops: PeakTflops = None,
     link_gbps: LinkGbps = None,
+    hardware: opt.Hardware = None,
     compile_target: Target = None,
     mesh: Mesh = None,
     axes: opt.Axes = None,
@@ -133,7 +134,10 @@ def matmul(
     from shardcli.render.matmul import render_matmul
     from shardcli.render.progress import progress_bar
 
-    with progress_bar(options.shows_progress, _describe) as update:
+    with (
+        opt.using_hardware(hardware, compile_target),
+        progress_bar(options.shows_progress, _describe) as update,
+    ):
         result = run_matmul(request, progress=update)
     render_matmul(result, options)
     from shardcli.render.console import prints_here  # not at import: --help loads no renderer

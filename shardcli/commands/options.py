@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable
@@ -77,6 +78,15 @@ ShowValues = Annotated[
         help="Print the global result and each device's block. \\[default: on for up to 256 elements]",
     ),
 ]
+Hardware = Annotated[
+    str | None,
+    typer.Option(
+        "--hardware",
+        metavar="FILE",
+        help="A hardware profile from shardcli calibrate: the estimate uses its measured figures (its GEMM "
+        "curve at each GEMM's size, memory stream, links) instead of the built-in table.",
+    ),
+]
 Format = Annotated[str, typer.Option("--format", "-f", help="table (for people) or json (for scripts).")]
 NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text; NO_COLOR is honoured too.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the results: no header, no pictures.")]
@@ -93,8 +103,8 @@ Wide = Annotated[
     bool,
     typer.Option(
         "--wide",
-        help="Every table column at its natural width, however wide the terminal. \\[default: the "
-        "columns that fit; a line under each table names the others]",
+        help="Every table column at its natural width, however wide the terminal: lines may be wider "
+        "than it. \\[default: the columns that fit; a line under each table names the others]",
     ),
 ]
 
@@ -186,6 +196,25 @@ ProcessTiming = Annotated[
         rich_help_panel=_CLUSTER,
     ),
 ]
+
+
+def using_hardware(path: str | None, target: str | None = None) -> contextlib.AbstractContextManager[None]:
+    """--hardware FILE loaded and made the run's profile (`hardware.profile.using_profile`); without
+    it the built-in table, as before. With --target TEXT the profile must describe its chips.
+
+    Raises:
+        ShardcliError: the file is no readable profile, or one of another device kind (one line).
+    """
+    if path is None:
+        return contextlib.nullcontext()
+    from shardcli.hardware.profile import check_target, load_profile, using_profile
+
+    profile = load_profile(path)
+    if target is not None:
+        from shardcli.hardware.targets import parse_target
+
+        check_target(profile, parse_target(target).generation.hardware, target)
+    return using_profile(profile)
 
 
 def run_options(

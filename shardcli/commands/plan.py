@@ -186,6 +186,7 @@ def plan(
     no_cache: NoCache = False,
     emit: Emit = None,
     rank: RankBy = "throughput",
+    hardware: opt.Hardware = None,
     *,
     options: RunOptions,
 ) -> None:
@@ -223,7 +224,8 @@ def plan(
             "--rank": None if rank == "throughput" else rank,
         }  # fmt: skip
         _refuse_decoder_flags(program, decoder_flags)
-        _plan_program(program, inputs, rules, target, compile_n, not no_cache, options)
+        with opt.using_hardware(hardware, target):
+            _plan_program(program, inputs, rules, target, compile_n, not no_cache, options)
         return
     if inputs is not None or rules is not None:
         flag = "--inputs" if inputs is not None else "--rules"
@@ -250,7 +252,7 @@ def plan(
         compile_n=compile_n,
         method=method if method is not None else "scan", use_cache=not no_cache, options=options, rank=rank,
     )  # fmt: skip
-    with terminate_as_interrupt() as stop, _progress(options) as update:
+    with opt.using_hardware(hardware, target), terminate_as_interrupt() as stop, _progress(options) as update:
         result = run_plan(request, progress=update)
     if emit is not None and result.winner is not None:
         try:

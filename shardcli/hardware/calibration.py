@@ -18,6 +18,7 @@ its source. Pure data, stored once; `analysis.step_time` (inspect) and `plan.est
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -38,6 +39,25 @@ class OpEfficiency:
     hbm: float
     dot_source: str
     hbm_source: str
+    # A measured GEMM curve (`shardcli calibrate`'s profile): (dtype, FLOPs of one GEMM, efficiency);
+    # empty: `dot` at every size
+    curve: tuple[tuple[str, float, float], ...] = ()
+
+    def dot_at(self, dtype: str | None, flops: float) -> float:
+        """The dot efficiency of one GEMM of `flops` in `dtype`: the curve read at its FLOPs (log-linear
+        between measured points, the nearest end's beyond them; float32's where `dtype` has none), else
+        `dot`."""
+        points = sorted((f, e) for d, f, e in self.curve if d == dtype) or sorted(
+            (f, e) for d, f, e in self.curve if d == "float32"
+        )
+        if not points:
+            return self.dot
+        if flops <= points[0][0]:
+            return points[0][1]
+        for (f0, e0), (f1, e1) in zip(points, points[1:], strict=False):
+            if flops <= f1:
+                return e0 + math.log(flops / f0) / math.log(f1 / f0) * (e1 - e0)
+        return points[-1][1]
 
 
 # Set 2026-11-28 from bench/plan_vs_published.py (scan method, splash attention as the published runs
@@ -69,6 +89,9 @@ class LaunchCosts:
     trip_s: float
     buffer_s: float
     source: str
+    # Whether the launches run ahead of the kernels (a GPU: the step takes the longer of the two); a
+    # CPU runs its program where it was called, so there the call's cost comes on top
+    overlaps: bool = True
 
 
 # bench/gpu_launch.py on one H200, jax 0.11.2 with the CUDA 13 plugin, 2026-11-27, p50 of 30 calls:

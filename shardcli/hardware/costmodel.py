@@ -1,15 +1,19 @@
 """The roofline cost model for a sharded matmul: T_math = FLOPs / peak, T_comm = bytes / link bandwidth.
 
-Pure arithmetic over the nominal device figures of the one hardware table (`shardcli.hardware.chips`);
-no JAX. The measured calibration for CPU devices lives in `shardcli.runtime.calibrate`; the step-time
-estimate of a whole compiled program in `shardcli.analysis.step_time`.
+Pure arithmetic over the nominal device figures of the one hardware table (`shardcli.hardware.chips`),
+or a measured profile's (--hardware: `shardcli.hardware.profile`, whose GEMM curve gives the peak at
+each GEMM's size); no JAX. The measured calibration for CPU devices lives in
+`shardcli.runtime.calibrate`; the step-time estimate of a whole compiled program in
+`shardcli.analysis.step_time`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardcli.hardware.calibration import OpEfficiency
 from shardcli.hardware.chips import Chip, chip_for_kind
+from shardcli.hardware.profile import profile_for
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,15 @@ class Hardware:
     link_bytes_per_s: float | None
     peak_source: str
     link_source: str
+    # a measured profile's GEMM curve: the peak is `peak_flops` x its efficiency at a GEMM's FLOPs
+    curve: OpEfficiency | None = None
+    dtype: str = ""
+
+    def peak_at(self, flops: float) -> float | None:
+        """The FLOP/s a GEMM of `flops` per device runs at: the curve's where there is one."""
+        if self.peak_flops is None or self.curve is None:
+            return self.peak_flops
+        return self.peak_flops * self.curve.dot_at(self.dtype, flops)
 
 
 def lookup_peak(device_kind: str) -> Chip | None:
@@ -28,7 +41,26 @@ def lookup_peak(device_kind: str) -> Chip | None:
 
 
 def table_hardware(device_kind: str, dtype_name: str) -> Hardware | None:
-    """Nominal figures for a known accelerator (the hardware table's), or None."""
+    """Nominal figures for a known accelerator (the hardware table's), or None; the run's measured
+    profile's where there is one (--hardware).
+
+    Raises:
+        ShardcliError: the run's profile was measured on another kind of device.
+    """
+    profile = profile_for(device_kind)
+    if profile is not None:
+        bus = profile.bus(profile.device_count)
+        best = profile.peak_figure(dtype_name)
+        return Hardware(
+            peak_flops=best.value,
+            link_bytes_per_s=bus.busbw if bus is not None else None,
+            peak_source=f"{best.source}; read on its GEMM curve at each size",
+            link_source=f"{profile.label}: {bus.how}"
+            if bus is not None
+            else f"{profile.label}: no collective",
+            curve=profile.op_efficiency(dtype_name),
+            dtype=dtype_name,
+        )
     entry = chip_for_kind(device_kind)
     if entry is None:
         return None
@@ -90,7 +122,8 @@ class CostEstimate:
 
 def estimate(flops_per_device: int, comm: tuple[CommCost, ...], hardware: Hardware) -> CostEstimate:
     """T_math = FLOPs / peak and T_comm = bytes / link bandwidth, per device."""
-    t_math = flops_per_device / hardware.peak_flops if hardware.peak_flops else None
+    peak = hardware.peak_at(flops_per_device)
+    t_math = flops_per_device / peak if peak else None
     comm_bytes = sum(c.bytes_per_device for c in comm)
     if not comm:
         t_comm: float | None = 0.0

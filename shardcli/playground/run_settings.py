@@ -79,4 +79,6 @@ def resolve_hardware(session: Session, request: HardwareFlags) -> Hardware:
         link_bytes_per_s=link,
         peak_source=peak_src or unknown,
         link_source=link_src or unknown,
+        curve=table.curve if table is not None and peak == table.peak_flops else None,
+        dtype=request.dtype.name,
     )

@@ -321,6 +321,12 @@ def _roofline_fraction(
 def resolve_roofline(session: Session, collective: Collective) -> Roofline:
     """The bandwidth this run is held against (see `Roofline`); measured once per process on CPU."""
     rt = session.runtime
+    from shardcli.hardware.profile import profile_for
+
+    profile = profile_for(rt.device_kind)  # --hardware: its measured bus bandwidth
+    bus = profile.bus(rt.device_count) if profile is not None else None
+    if profile is not None and bus is not None:
+        return Roofline("link", bus.busbw, f"{bus.busbw / 1e9:.3g} GB/s busbw ({profile.label}: {bus.how})")
     if rt.platform == "cpu":
         if rt.process_count > 1:
             return Roofline(

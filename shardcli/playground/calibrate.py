@@ -1,0 +1,289 @@
+"""`shardcli calibrate`'s measurements: this machine's devices, measured with the playground's own runs.
+
+- the GEMM curve: the matmul playground's `local` case (each device multiplies its own square
+  blocks, all at once) at each size and dtype, its per-call cost taken off each run;
+- the memory stream: `x * 2 + 1` over a buffer per device, bytes read and written per second;
+- the bus bandwidth per mesh axis: the collective playground's `psum` over each axis (busbw);
+- host-device copies: `jax.device_put` of a host array onto the devices, and back;
+- the cost of a call (a program that does almost nothing) and of a loop trip (a `fori_loop`'s
+  trips beyond one); on a GPU also of a kernel launch (a chain of small GEMMs).
+
+Every run is timed by `runtime.timing`, the playground's one timer. The result is a
+`hardware.profile.HardwareProfile`; nothing is printed (progress goes to the caller's callback).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from shardcli.hardware.profile import BusPoint, HardwareProfile, MatmulPoint, Measured
+from shardcli.runtime.session import Session
+from shardcli.runtime.timing import summarize, time_iterations
+from shardcli.specs.meshes import MeshSpec
+from shardcli.specs.runs import RunOptions
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CalibrateRequest:
+    """What to measure: the mesh (every axis's collective), the GEMM sizes per dtype, the counts."""
+
+    mesh: MeshSpec
+    matmul_sizes: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype, M = N = K per device)
+    stream_bytes: int  # per device, read and as much written
+    bus_bytes: int  # per device, the all-reduce's input
+    copy_bytes: int  # per device, host to device and back
+    trips: int  # the loop of the loop-trip measurement
+    warmup: int
+    iters: int
+    options: RunOptions
+
+
+DEFAULT_SIZES = (("float32", (64, 128, 256, 512)), ("bfloat16", (64, 128, 256)))
+QUICK_SIZES = (("float32", (16, 32)), ("bfloat16", (16,)))
+
+
+def calibrate_request(mesh: MeshSpec, options: RunOptions, *, quick: bool = False) -> CalibrateRequest:
+    """The default measurements (within 3 minutes on a 2-core machine faking 8 devices), or `quick`'s
+    smallest sizes and fewest runs (seconds: for tests)."""
+    if quick:
+        return CalibrateRequest(mesh, QUICK_SIZES, 64 << 10, 64 << 10, 64 << 10, 8, 1, 3, options)
+    return CalibrateRequest(mesh, DEFAULT_SIZES, 16 << 20, 4 << 20, 16 << 20, 64, 3, 10, options)
+
+
+def _measured(samples: tuple[float, ...], amount: float, unit: str, how: str) -> Measured:
+    """`amount` per p50 second (unit "B/s"), or the p50 itself (`amount` 0, unit "s")."""
+    p50 = summarize(samples).p50
+    return Measured(amount / p50 if amount else p50, unit, how, samples)
+
+
+def _timed(step: Any, x: Any, request: CalibrateRequest) -> tuple[float, ...]:
+    samples, _ = time_iterations(step, x, warmup=request.warmup, iters=request.iters)
+    return samples
+
+
+def _sharded(session: Session, shape: tuple[int, ...], dtype: str = "float32") -> Any:
+    """A float array of `shape` per device, split along its first dim over every mesh axis."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = session.spec.size
+    sharding = NamedSharding(session.mesh, P(tuple(session.spec.axes)))
+    return jax.device_put(jnp.ones((n * shape[0], *shape[1:]), dtype), sharding)
+
+
+def measure_call(session: Session, request: CalibrateRequest) -> Measured:
+    """The p50 of a call that does almost nothing: one add over 8 floats per device."""
+    import jax
+
+    x = _sharded(session, (8,))
+    samples = _timed(jax.jit(lambda v: v + 1), x, request)
+    n = session.spec.size
+    return _measured(samples, 0, "s", f"p50 of jit(x + 1) over f32[8] on each of {n} devices")
+
+
+def measure_loop_trip(session: Session, request: CalibrateRequest, call_s: float) -> Measured:
+    """What one more trip of a loop costs: a fori_loop of `trips` tiny trips, less the call, per trip."""
+    import jax
+    from jax import lax
+
+    x = _sharded(session, (8,))
+    trips = request.trips
+    loop = jax.jit(lambda v: lax.fori_loop(0, trips, lambda i, a: a * 1.0001 + 1, v))
+    samples = _timed(loop, x, request)
+    p50 = summarize(samples).p50
+    per_trip = max(0.0, p50 - call_s) / trips
+    how = f"fori_loop of {trips} trips of a * 1.0001 + 1 over f32[8] per device: (p50 - a call) / {trips}"
+    return Measured(per_trip, "s", how, samples)
+
+
+def measure_kernel(session: Session, request: CalibrateRequest, call_s: float) -> Measured:
+    """What one more kernel launch costs on a GPU: tanh(x @ w) chained 32 times on f32[16,16]."""
+    import jax
+    import jax.numpy as jnp
+
+    x = _sharded(session, (16, 16))
+
+    def chain(v: Any) -> Any:
+        for _ in range(32):
+            v = jnp.tanh(v @ jnp.ones((16, 16), v.dtype))
+        return v
+
+    samples = _timed(jax.jit(chain), x, request)
+    per = max(0.0, summarize(samples).p50 - call_s) / 64
+    return Measured(per, "s", "tanh(x @ w) chained 32 times on f32[16,16]: (p50 - a call) / 64", samples)
+
+
+def measure_stream(session: Session, request: CalibrateRequest) -> Measured:
+    """Bytes per second each device streams: x * 2 + 1 over `stream_bytes` in and as much out."""
+    import jax
+
+    count = request.stream_bytes // 4
+    x = _sharded(session, (count,))
+    samples = _timed(jax.jit(lambda v: v * 2 + 1), x, request)
+    mib = request.stream_bytes / (1 << 20)
+    how = f"x * 2 + 1 over f32 {mib:g} MiB in and out per device, all {session.spec.size} devices at once"
+    return _measured(samples, 2 * request.stream_bytes, "B/s", how)
+
+
+def measure_copies(session: Session, request: CalibrateRequest) -> tuple[Measured, Measured]:
+    """Host to device (jax.device_put of a host array) and back (np.asarray), bytes per device per s."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = session.spec.size
+    host = np.ones(n * request.copy_bytes // 4, np.float32)
+    sharding = NamedSharding(session.mesh, P(tuple(session.spec.axes)))
+    to_device = _timed(lambda h: jax.device_put(h, sharding), host, request)
+    on_device = jax.device_put(host, sharding)
+    to_host = _timed(lambda a: np.asarray(a), on_device, request)
+    mib = request.copy_bytes / (1 << 20)
+    return (
+        _measured(
+            to_device, request.copy_bytes, "B/s", f"jax.device_put of {mib:g} MiB per device, {n} devices"
+        ),
+        _measured(to_host, request.copy_bytes, "B/s", f"np.asarray of {mib:g} MiB per device, {n} devices"),
+    )
+
+
+def measure_matmul_curve(
+    request: CalibrateRequest, call_s: float, progress: Progress
+) -> tuple[MatmulPoint, ...]:
+    """The matmul playground's `local` case at each size: FLOP/s per device, the call's cost off."""
+    from shardcli.playground.matmul.request import MatmulRequest
+    from shardcli.playground.matmul.run import run_matmul
+    from shardcli.specs.values import parse_dtype
+
+    n = request.mesh.size
+    points = []
+    for dtype, sizes in request.matmul_sizes:
+        progress(f"matmul {dtype} {', '.join(map(str, sizes))}")
+        base = min(sizes)
+        result = run_matmul(
+            MatmulRequest(
+                cases=("local",),
+                mesh=replace(request.mesh, shape=(n,), axes=("x",)),
+                dtype=parse_dtype(dtype),
+                impls=("manual",),
+                dims=(n * base, base, base),
+                init="ones",
+                scales=tuple(float(s) / base for s in sizes),
+                show_values=False,
+                warmup=request.warmup,
+                iters=request.iters,
+                options=request.options,
+            )
+        )
+        for run in result.runs:
+            timing = run.impls[0].timing
+            if timing is None:
+                continue
+            size = run.dims[1]
+            seconds = max(timing.stats.p50 - call_s, 0.1 * timing.stats.p50)
+            how = (
+                f"the matmul playground's local case, {dtype} {size}x{size}x{size} per device on all {n} "
+                "devices at once: 2 M N K / (p50 - a call)"
+            )
+            points.append(MatmulPoint(dtype, size, 2.0 * size**3 / seconds, how, timing.samples))
+    return tuple(points)
+
+
+def measure_bus(session: Session, request: CalibrateRequest, progress: Progress) -> tuple[BusPoint, ...]:
+    """The collective playground's psum over each mesh axis of two devices or more: its busbw."""
+    from shardcli.playground.collective.entries import CollectiveParams
+    from shardcli.playground.collective.request import CollectiveRequest, validate_request
+    from shardcli.playground.collective.run import run_collective
+    from shardcli.specs.values import parse_dtype, parse_init
+
+    points = []
+    for axis, size in zip(request.mesh.axes, request.mesh.shape, strict=True):
+        if size < 2:
+            continue
+        progress(f"psum over {axis} ({size} devices)")
+        collective = CollectiveRequest(
+            collective="psum",
+            mesh=request.mesh,
+            params=CollectiveParams(axes=(axis,)),
+            dtype=parse_dtype("float32"),
+            init=parse_init("ones"),
+            sizes=(request.bus_bytes,),
+            warmup=request.warmup,
+            iters=request.iters,
+            show_values=False,
+            options=request.options,
+        )
+        validate_request(collective)
+        run = run_collective(collective, session=session).runs[0]
+        placed = run.placements[0]
+        if placed.busbw is None or placed.timing is None:
+            continue
+        how = (
+            f"the collective playground's psum over {axis} of {size} devices, "
+            f"{run.bytes_per_device >> 10} KiB per device: busbw = algbw x 2(n-1)/n"
+        )
+        points.append(
+            BusPoint("psum", axis, size, run.bytes_per_device, placed.busbw * 1e9, how, placed.timing.samples)
+        )
+    return tuple(points)
+
+
+def run_calibrate(request: CalibrateRequest, progress: Progress | None = None) -> HardwareProfile:
+    """Measure this machine's devices (see the module's docstring) into a profile.
+
+    Raises:
+        ShardcliError: bad input (the mesh, the devices), before anything is measured.
+    """
+    from shardcli.runtime.session import open_session
+
+    say = progress or (lambda _: None)
+    session = open_session(request.mesh, request.options)
+    rt = session.runtime
+    say(f"calling: {rt.device_count} {rt.device_kind} devices")
+    call = measure_call(session, request)
+    say("loop trips")
+    trip = measure_loop_trip(session, request, call.value)
+    kernel, not_measured = (
+        None,
+        [
+            "per array buffer taken or returned (counted as 0)",
+        ],
+    )
+    if rt.platform == "gpu":
+        say("kernel launches")
+        kernel = measure_kernel(session, request, call.value)
+    else:
+        not_measured.append(
+            f"kernel launches: {rt.platform} programs launch no kernels (in the per-call cost)"
+        )
+    say("memory stream")
+    stream = measure_stream(session, request)
+    say("host copies")
+    to_device, to_host = measure_copies(session, request)
+    buses = measure_bus(session, request, say)
+    if not buses:
+        not_measured.append("collectives: the mesh has no axis of two devices or more")
+    curve = measure_matmul_curve(request, call.value, say)
+    return HardwareProfile(
+        device_kind=rt.device_kind,
+        platform=rt.platform,
+        device_count=rt.device_count,
+        versions=rt.compiler,
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        matmul=curve,
+        stream=stream,
+        collectives=buses,
+        host_to_device=to_device,
+        device_to_host=to_host,
+        call=call,
+        loop_trip=trip,
+        kernel=kernel,
+        not_measured=tuple(not_measured),
+    )
