@@ -1206,3 +1206,63 @@ def test_a_program_as_flax_s_guide_writes_it_is_laid_out(cli, plan_cache):
     assert again.exit_code == 0, again.output
     memory = json.loads(again.stdout)["program"]["memory"]
     assert memory["total_bytes"] == _winner(doc)["compiled"]["needed_bytes"]
+
+
+# --- the plan cache's key holds the environment that changes a compile (issue 54) -------------------
+
+
+def _tiny_key(target: str = "tpu-v5e:2x2") -> str:
+    from shardcli.hardware.targets import parse_target
+    from shardcli.plan.compiles import cache_key
+
+    cfg = build_config("tiny")
+    candidates, _ = enumerate_candidates((2, 2), global_batch=2, per_device_batch=None, seq_len=32)
+    return cache_key(cfg, candidates[0], parse_target(target), "scan")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        pytest.param("XLA_FLAGS", "--xla_cpu_enable_fast_math=true", id="xla-flags"),
+        pytest.param("LIBTPU_INIT_ARGS", "--xla_tpu_enable_latency_hiding_scheduler=false", id="libtpu-args"),
+        pytest.param("JAX_DEFAULT_MATMUL_PRECISION", "highest", id="jax-matmul-precision"),
+    ],
+)
+def test_a_variable_that_changes_the_compile_changes_the_cache_key(monkeypatch, variable, value):
+    for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_DEFAULT_MATMUL_PRECISION"):
+        monkeypatch.delenv(name, raising=False)
+    plain = _tiny_key()
+    monkeypatch.setenv(variable, value)
+    assert _tiny_key() != plain
+
+
+def test_plans_own_cost_flags_and_where_the_cache_is_do_not_change_the_key(monkeypatch, tmp_path):
+    from shardcli.plan.compiles import COST_FLAGS
+
+    monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+    plain = _tiny_key()
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", " ".join(COST_FLAGS))  # what set_cost_flags adds
+    monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path))
+    assert _tiny_key() == plain
+
+
+def test_a_flagged_no_cache_plan_keeps_the_unflagged_entry(cli, plan_cache):
+    """Before, the key ignored XLA_FLAGS: a flagged run read the unflagged figures, and a flagged
+    --no-cache run overwrote the entry unflagged runs then read."""
+    pytest.importorskip("libtpu")
+    args = [*TINY, "--remat", "full", "-n", "1"]
+    first = _json(cli, args)
+    assert first["summary"]["compiled"] == 1 and len(list(plan_cache.glob("*.json"))) == 1
+    entry = next(plan_cache.glob("*.json"))
+    before = entry.read_bytes()
+    flagged = cli(
+        ["plan", *args, "--no-cache", "--format", "json"],
+        env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"], "XLA_FLAGS": "--xla_dump_hlo_as_text"},
+    )
+    assert flagged.exit_code == 0, flagged.output
+    assert len(list(plan_cache.glob("*.json"))) == 2 and entry.read_bytes() == before
+    flagged_again = cli(
+        ["plan", *args, "--format", "json"],
+        env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"], "XLA_FLAGS": "--xla_dump_hlo_as_text"},
+    )
+    assert json.loads(flagged_again.stdout)["summary"]["cached"] == 1  # its own entry

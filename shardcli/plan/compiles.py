@@ -11,7 +11,8 @@ collective that carries most. Per-layer costs come from one of two readings:
   memory and the fit verdict still come from the full program.
 
 Figures are cached as JSON under the user's cache directory (`plan/` beside JAX's compile cache),
-keyed by everything that changes the program, so a second plan compiles only what changed.
+keyed by everything that changes the program (the environment the compilers read included:
+`compile_environment`), so a second plan compiles only what changed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,8 +146,54 @@ def keyed(what: dict[str, Any]) -> str:
     from shardcli.hardware.compilers import compiler_versions
 
     compiler = dict(compiler_versions("tpu")) | dict(compiler_versions("cuda"))
-    shared = {"format": CACHE_FORMAT, "compiler": compiler, "flags": COST_FLAGS}
+    shared = {
+        "format": CACHE_FORMAT,
+        "compiler": compiler,
+        "flags": COST_FLAGS,
+        "environment": compile_environment(os.environ),
+    }
     return hashlib.sha256(json.dumps(what | shared, sort_keys=True).encode()).hexdigest()[:32]
+
+
+# Variables JAX or XLA read that say where and how a process runs, not what a compile makes: they
+# stay out of the cache key (a different value would only compile again). Every other XLA_*, JAX_*
+# and LIBTPU_INIT_ARGS is in it: XLA_FLAGS, a matmul precision, x64 change the compiled program.
+_RUN_ONLY_VARIABLES = frozenset(
+    {
+        "JAX_PLATFORMS",
+        "JAX_PLATFORM_NAME",
+        "JAX_NUM_CPU_DEVICES",
+        "JAX_COMPILATION_CACHE_DIR",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+        "JAX_LOGGING_LEVEL",
+        "JAX_TRACEBACK_FILTERING",
+        "JAX_COORDINATOR_ADDRESS",
+        "JAX_COORDINATOR_BIND_ADDRESS",
+        "JAX_NUM_PROCESSES",
+        "JAX_PROCESS_ID",
+        "JAX_LOCAL_DEVICE_IDS",
+    }
+)
+
+
+def compile_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `environ` that change what a compile makes (XLA_FLAGS, LIBTPU_INIT_ARGS
+    less the cost compiles' own flags, JAX's configuration), as the cache key holds them."""
+    held = {
+        name: value
+        for name, value in environ.items()
+        if (name.startswith(("XLA_", "JAX_")) or name == "LIBTPU_INIT_ARGS")
+        and name not in _RUN_ONLY_VARIABLES
+        and value.strip()
+    }
+    if "LIBTPU_INIT_ARGS" in held:  # set_cost_flags adds COST_FLAGS to the user's own
+        users = " ".join(word for word in held["LIBTPU_INIT_ARGS"].split() if word not in COST_FLAGS)
+        if users:
+            held["LIBTPU_INIT_ARGS"] = users
+        else:
+            del held["LIBTPU_INIT_ARGS"]
+    return held
 
 
 def _program_digest() -> str:
