@@ -1266,3 +1266,20 @@ def test_a_flagged_no_cache_plan_keeps_the_unflagged_entry(cli, plan_cache):
         env={"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"], "XLA_FLAGS": "--xla_dump_hlo_as_text"},
     )
     assert json.loads(flagged_again.stdout)["summary"]["cached"] == 1  # its own entry
+
+
+def test_a_tiny_gpu_pool_gets_the_advice_its_json_gives(cli, plan_cache, cuda_plugin):
+    """Before, the screen advised remat, a smaller batch or more chips while the row's own fit text
+    (in JSON) said which XLA_PYTHON_CLIENT_MEM_FRACTION fits: the pool was what was small."""
+    env = {"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"], "XLA_PYTHON_CLIENT_MEM_FRACTION": ".00001"}
+    args = ["plan", "--preset", "tiny", "--target", "gpu-h100:8", "--compile", "1"]
+    out = cli([*args, "--format", "json"], env=env)
+    assert out.exit_code == 1, out.output
+    (row,) = [c for c in json.loads(out.stdout)["candidates"] if c["compiled"] is not None]
+    advice = row["compiled"]["fit_text"].rsplit("; ", 1)[1]
+    assert advice.startswith("XLA_PYTHON_CLIENT_MEM_FRACTION=.05 makes it fit")
+    screen = cli([*args, "--no-color"], env={**env, "COLUMNS": "200"})
+    assert screen.exit_code == 1, screen.output
+    text = " ".join(screen.stdout.split())
+    assert f"to fit: {advice}" in text
+    assert "--remat minimal_offloaded" not in text and "smaller --batch" not in text

@@ -124,6 +124,21 @@ def ranked_table(result: PlanResult) -> DataTable:
     return table
 
 
+def _pool_advice(result: PlanResult) -> str | None:
+    """On a GPU where no compiled layout fits: the JAX pool setting that makes the smallest of them
+    fit, as its fit verdict (the JSON's `fit_text`) advises; None where no setting does, or a TPU."""
+    import os
+
+    from shardcli.hardware.gpu_memory import advise, read_gpu_pool
+
+    generation = result.request.target.generation
+    needs = [r.compiled.needed_bytes for r in result.compiled if r.compiled and r.compiled.needed_bytes]
+    if generation.platform != "cuda" or not needs:
+        return None
+    advice = advise(min(needs), generation.hbm_bytes, read_gpu_pool(os.environ))
+    return advice if advice is not None and "makes it fit" in advice else None
+
+
 def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableType | CommandLine]:
     """The winner's rules, its estimate's terms, its heaviest collective and how to reproduce it."""
     row = result.winner
@@ -132,7 +147,10 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
         refused: list[RenderableType | CommandLine] = [
             Text(f"no compiled layout fits {where}", style="red bold")
         ]
-        if not any(parse_policy(r).offloads for r in result.request.remats):
+        pool_advice = _pool_advice(result)
+        if pool_advice is not None:  # the pool is what is small: the rows' own fit text says so
+            refused.append(Text(f"to fit: {pool_advice}"))
+        elif not any(parse_policy(r).offloads for r in result.request.remats):
             refused.append(
                 Text(
                     "to fit: --remat minimal_offloaded keeps the projections in the host's memory "
