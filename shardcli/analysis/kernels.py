@@ -25,7 +25,13 @@ from dataclasses import dataclass
 
 from shardcli.analysis.hlo.arrays import INTEGER_TYPES, NUMPY_NAMES, Array, array_bytes, array_types
 from shardcli.analysis.hlo.constants import Callers, constant_of, integer_values, while_callers
-from shardcli.analysis.hlo.module import Computation, HloModuleText, Instruction, instruction_callees
+from shardcli.analysis.hlo.module import (
+    INT64_MAX,
+    Computation,
+    HloModuleText,
+    Instruction,
+    instruction_callees,
+)
 from shardcli.analysis.hlo.trips import find_loops
 from shardcli.analysis.splash import BLOCK_MASK_OPERAND, block_sizes, splash_flops, splash_phase
 
@@ -229,7 +235,7 @@ def _kernel_call(comp: Computation, inst: Instruction, target: str, times: int) 
         flops = _attention_flops(_section(config, "cudnn_fmha_backend_config"), shapes, target)
     else:
         flops = _conv_flops(inst.attributes, shapes, results[0])
-    if flops is None:
+    if flops is None or not math.isfinite(flops):
         return None
     if len(results) > 1 and _is_workspace(results[-1]):
         results = results[:-1]
@@ -253,12 +259,28 @@ def _gemm_flops(gemm: dict[str, object], shapes: Sequence[Array], result: Array)
     if not isinstance(dims, dict) or not shapes:
         return None
     lhs = shapes[0][1]
-    try:
-        contracting = [int(d) for d in dims.get("lhs_contracting_dimensions", [])]
-        k = math.prod(lhs[d] for d in contracting)
-    except (TypeError, ValueError, IndexError):
+    contracting = _dimension_numbers(dims.get("lhs_contracting_dimensions", []), len(lhs))
+    if contracting is None:
         return None
-    return 2.0 * math.prod(result[1]) * k
+    return 2.0 * math.prod(result[1]) * math.prod(lhs[d] for d in contracting)
+
+
+def _whole(value: object, below: int = INT64_MAX + 1) -> int | None:
+    """A whole number a backend config holds (a JSON number or a string of digits), 0 <= n < below;
+    None for anything else (1e999, "-1", true, 300 digits)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,19}", value):
+        value = int(value)
+    return value if isinstance(value, int) and 0 <= value < below else None
+
+
+def _dimension_numbers(values: object, rank: int) -> list[int] | None:
+    """Dimension numbers of an operand of `rank` dimensions, or None where any is not one."""
+    if not isinstance(values, list):
+        return None
+    dims = [_whole(v, rank) for v in values]
+    return None if any(d is None for d in dims) else [d for d in dims if d is not None]
 
 
 def _attention_flops(fmha: dict[str, object], shapes: Sequence[Array], target: str) -> float | None:
@@ -281,10 +303,12 @@ def _attention_flops(fmha: dict[str, object], shapes: Sequence[Array], target: s
             dims = fmha.get("bmm1_dot_dimension_numbers")
             if not isinstance(dims, dict):
                 return None
-            q_batch = [int(d) for d in dims.get("lhs_batch_dimensions", [])]
-            q_contract = [int(d) for d in dims.get("lhs_contracting_dimensions", [])]
-            k_batch = [int(d) for d in dims.get("rhs_batch_dimensions", [])]
-            k_contract = [int(d) for d in dims.get("rhs_contracting_dimensions", [])]
+            q_batch = _dimension_numbers(dims.get("lhs_batch_dimensions", []), len(q))
+            q_contract = _dimension_numbers(dims.get("lhs_contracting_dimensions", []), len(q))
+            k_batch = _dimension_numbers(dims.get("rhs_batch_dimensions", []), len(k))
+            k_contract = _dimension_numbers(dims.get("rhs_contracting_dimensions", []), len(k))
+            if q_batch is None or q_contract is None or k_batch is None or k_contract is None:
+                return None
             batch = math.prod(q[d] for d in q_batch)
             depth = math.prod(q[d] for d in q_contract)
             sq = math.prod(n for d, n in enumerate(q) if d not in q_batch and d not in q_contract)
@@ -298,10 +322,10 @@ def _attention_flops(fmha: dict[str, object], shapes: Sequence[Array], target: s
 def _intermediate_shape(fmha: dict[str, object]) -> list[int] | None:
     shape = fmha.get("intermediate_tensor_shape")
     dims = shape.get("dimensions") if isinstance(shape, dict) else None
-    try:
-        return [int(d) for d in dims] if isinstance(dims, list) else None
-    except (TypeError, ValueError):
-        return None
+    sizes = [_whole(d) for d in dims] if isinstance(dims, list) else [None]
+    if any(d is None for d in sizes) or math.prod(d for d in sizes if d is not None) > INT64_MAX:
+        return None  # no shape XLA makes: read from the operands instead
+    return [d for d in sizes if d is not None]
 
 
 def causal_share(sq: int, sk: int) -> float:
@@ -328,9 +352,12 @@ def _conv_flops(attributes: str, shapes: Sequence[Array], result: Array) -> floa
     feature = labels.group("lhs").find("f")
     if feature < 0 or feature >= len(lhs):
         return None
-    per_group = lhs[feature] // (int(groups.group("n")) if groups else 1)
-    taps = math.prod(int(n) for n in window.group("size").split("x")) if window else 1
-    return 2.0 * math.prod(result[1]) * taps * per_group
+    count = _whole(groups.group("n")) if groups else 1
+    sizes = [_whole(n) for n in window.group("size").split("x")] if window else [1]
+    if not count or any(n is None for n in sizes):  # 0 groups, or sizes past an int64: unreadable
+        return None
+    taps = math.prod(n for n in sizes if n is not None)
+    return 2.0 * math.prod(result[1]) * min(taps, INT64_MAX) * (lhs[feature] // count)
 
 
 _PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
@@ -358,11 +385,13 @@ def _backend_config(attributes: str) -> dict[str, object] | None:
     if text.startswith('"'):  # older printers quote and escape it
         try:
             text = json.loads(text[: _string_end(text)])
-        except ValueError:
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(text, str):
             return None
     try:
         value, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python recurses
         return None
     return value if isinstance(value, dict) else None
 
@@ -433,7 +462,10 @@ def launches_of(module: HloModuleText, runs: dict[str, tuple[int, bool]], text: 
     """The `Launches` of `module` (a loop of unknown trips counted once)."""
     from shardcli.analysis.hlo.header import entry_array_counts
 
-    trips = sum((loop.trips or 1) * runs.get(loop.computation, (0, True))[0] for loop in find_loops(module))
+    trips = sum(
+        (loop.trips if loop.trips is not None else 1) * runs.get(loop.computation, (0, True))[0]
+        for loop in find_loops(module)
+    )
     taken, returned = entry_array_counts(text)
     return Launches(kernel_launches(module, runs), trips, taken + returned)
 

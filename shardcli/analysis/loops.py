@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.analysis.hlo.module import HloModuleText
+from shardcli.analysis.hlo.module import HloModuleText, ModuleTextError
 from shardcli.analysis.hlo.sources import source_table
 from shardcli.analysis.hlo.trips import Loop, find_loops
 
@@ -32,23 +32,36 @@ class LoopCount:
     source: str | None
 
 
+# More runs of one computation per execution than any program makes (and than a float counts).
+MAX_RUNS = 10**30
+
+
 def runs_per_computation(module: HloModuleText) -> dict[str, tuple[int, bool]]:
-    """How many times one execution runs each computation, and whether every trip count was known."""
+    """How many times one execution runs each computation, and whether every trip count was known.
+
+    One pass over the call graph, callers first (`call_order`): a graph that fans out (each
+    computation calling the next twice, 2**40 paths through 40 of them) costs its edges, not its paths.
+
+    Raises:
+        ModuleTextError: a call of no computation, a computation that calls itself, or loops that
+            run a computation more than `MAX_RUNS` times.
+    """
     trips = {loop.body: loop.trips for loop in find_loops(module)}
-    callees = {name: list(module.callees(name)) for name in module.computations}
     runs: dict[str, tuple[int, bool]] = {}
-
-    def visit(name: str, times: int, known: bool, depth: int) -> None:
-        if depth > 64:
-            return
-        before = runs.get(name, (0, True))
-        runs[name] = (before[0] + times, before[1] and known)
-        for kind, callee in callees.get(name, []):
+    order = module.call_order()
+    if order:
+        runs[order[0]] = (1, True)
+    for name in order:
+        times, known = runs.get(name, (0, True))
+        for kind, callee in module.callees(name):
             factor = trips.get(callee) if kind == "body" else 1
-            visit(callee, times * (factor or 1), known and factor is not None, depth + 1)
-
-    if module.entry:
-        visit(module.entry, 1, True, 0)
+            count = times * (factor if factor is not None else 1)
+            before = runs.get(callee, (0, True))
+            runs[callee] = (before[0] + count, before[1] and known and factor is not None)
+            if runs[callee][0] > MAX_RUNS:
+                raise ModuleTextError(
+                    f"its loops run %{callee} more than 10^30 times per execution, which no program does"
+                )
     return runs
 
 
@@ -105,7 +118,11 @@ def count_trips(
     for loop in loops:
         held.setdefault(loop.computation, []).append(loop)
 
+    added_by: dict[str, tuple[float, float]] = {}  # each computation's once: a graph fans out
+
     def extra(name: str, depth: int) -> tuple[float, float]:
+        if name in added_by:
+            return added_by[name]
         flops = accessed = 0.0
         if depth > 32:
             return flops, accessed
@@ -119,6 +136,7 @@ def count_trips(
                     accessed += (n - 1) * one[1]
                 flops += n * inner[0]
                 accessed += n * inner[1]
+        added_by[name] = (flops, accessed)
         return flops, accessed
 
     added = extra(module.entry, 0) if module.entry else (0.0, 0.0)
@@ -126,7 +144,7 @@ def count_trips(
         LoopCount(
             name=loop.name,
             trips=loop.trips,
-            runs=runs.get(loop.computation, (1, True))[0] * (loop.trips or 1),
+            runs=runs.get(loop.computation, (1, True))[0] * (loop.trips if loop.trips is not None else 1),
             body_flops=(costs.get(loop.body) or (None, None))[0],
             body_bytes=(costs.get(loop.body) or (None, None))[1],
             op_name=loop.op_name,
@@ -177,7 +195,29 @@ def xla_cost_of_text(module_text: str) -> tuple[float, float]:
     except RuntimeError:
         client = jax.devices()[0].client
     cost = xla_client._xla.hlo_module_cost_analysis(client, module)
-    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+    # HloCostAnalysis counts a custom call as -1 FLOP and -1 byte ("unknown"): added back, so a
+    # module's figure is what its other instructions do (each cuBLAS GEMM was read one short). A
+    # figure still negative is XLA's unknown: no figure, never -1.
+    calls = _custom_calls(module_text)
+    flops = float(cost.get("flops", 0.0)) + calls
+    accessed = float(cost.get("bytes accessed", 0.0)) + calls
+    if flops < 0 or accessed < 0:
+        raise ValueError(f"XLA's cost analysis gave no figure ({flops - calls:g} FLOPs)")
+    return flops, accessed
+
+
+def _custom_calls(module_text: str) -> int:
+    """The custom calls of a module's text that XLA's cost analysis of it visits (those its entry
+    reaches; a loop body's once, as XLA counts it)."""
+    from shardcli.analysis.hlo.module import parse_module
+
+    module = parse_module(module_text)
+    reached = module.reachable(module.entry) if module.entry in module.computations else []
+    return sum(
+        inst.opcode == "custom-call"
+        for name in reached
+        for inst in module.computations[name].instructions.values()
+    )
 
 
 _REFUSED_ATTRIBUTE_RE = re.compile(

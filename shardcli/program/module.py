@@ -10,7 +10,9 @@ be missing in one line. Nothing is compiled; the target's compiler only describe
 
 from __future__ import annotations
 
-import gzip
+import stat
+import zlib
+from dataclasses import replace
 from pathlib import Path
 
 from shardcli.analysis.hlo.header import (
@@ -19,6 +21,7 @@ from shardcli.analysis.hlo.header import (
     module_platform,
     module_problem,
 )
+from shardcli.analysis.hlo.module import ModuleTextError
 from shardcli.analysis.program import analyze_text, program_cost
 from shardcli.errors import ShardcliError
 from shardcli.hardware.targets import TargetSpec
@@ -37,31 +40,45 @@ ONLY_A_COMPILE_KNOWS = (
     "memory (memory_analysis(): temporaries, outputs, aliasing), the fit verdict, the arguments' "
     "shardings and the sharding findings: only a compile knows them; read from a module's text"
 )
+UNKNOWN_COMPILER = "(the module's text does not say which compiler wrote it)"
 # Far beyond any real module (a 7B train step's text is 1 MB); a file this big is not one.
 MAX_MODULE_BYTES = 1 << 30
 
 
 def read_module(path_text: str) -> str:
-    """The module's text (gunzipped where the name ends in .gz).
+    """The module's text (gunzipped where the name ends in .gz), read in chunks: the limit counts
+    the bytes as they are read and inflated, so a small gzip that inflates to gigabytes is refused at
+    the limit, never held whole. A UTF-8 byte-order mark before `HloModule` is dropped.
 
     Raises:
-        ShardcliError: no such file, unreadable, too big, or not an optimized HLO module (one line).
+        ShardcliError: no such file, a folder or a FIFO, unreadable, a damaged gzip, too big, or not
+            an optimized HLO module (one line).
     """
     path = Path(path_text)
-    if not path.is_file():
+    try:
+        mode = path.stat().st_mode  # the file a link points to; never opened unless a regular file
+    except OSError:
         raise ShardcliError(
             f"inspect {path_text}: no such file; give the text of a compiled module (compiled.as_text(), "
             "or the *.after_optimizations.txt that XLA_FLAGS=--xla_dump_to=DIR writes)"
+        ) from None
+    if not stat.S_ISREG(mode):
+        what = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
+        kind = next((word for test, word in what.items() if test(mode)), "a device")
+        raise ShardcliError(
+            f"inspect {path_text} is {kind}, not a file; give the file of a compiled module's text"
         )
     try:
-        size = path.stat().st_size
-        if size > MAX_MODULE_BYTES:
-            raise ShardcliError(f"inspect {path_text}: {size:,} bytes is no module's text")
-        raw = path.read_bytes()
-        if path.name.lower().endswith(".gz"):
-            raw = gzip.decompress(raw)
-        text = raw.decode("utf-8")
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as error:
+        data = _module_bytes(path, path.name.lower().endswith(".gz"), MAX_MODULE_BYTES)
+        text = data.decode("utf-8-sig")
+    except _TooBig as big:
+        raise ShardcliError(
+            f"inspect {path_text}: it {big.args[0]} more than {MAX_MODULE_BYTES:,} bytes, which is no "
+            "module's text"
+        ) from None
+    except zlib.error as error:
+        raise ShardcliError(f"inspect {path_text}: cannot read it: the gzip is damaged ({error})") from None
+    except (OSError, EOFError, UnicodeDecodeError) as error:
         raise ShardcliError(
             f"inspect {path_text}: cannot read it ({type(error).__name__}: {error})"
         ) from None
@@ -72,6 +89,66 @@ def read_module(path_text: str) -> str:
             "the *.after_optimizations.txt that XLA_FLAGS=--xla_dump_to=DIR writes"
         )
     return text
+
+
+class _TooBig(Exception):
+    """The text passed the limit: args[0] says how ("holds", "inflates to")."""
+
+
+def _module_bytes(path: Path, gzipped: bool, limit: int) -> bytes:
+    """The file's bytes, inflated where `gzipped` (one gzip member after another, as `gzip -d`
+    reads them), counted as they come and refused past `limit` (`_TooBig`).
+
+    Raises:
+        _TooBig: more than `limit` bytes.
+        zlib.error: a damaged gzip; EOFError: one cut short; OSError: the file cannot be read.
+    """
+    chunks: list[bytes] = []
+    held = 0
+    inflate = zlib.decompressobj(wbits=31) if gzipped else None  # 31: a gzip header and trailer
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            if inflate is None:
+                held += len(chunk)
+                if held > limit:
+                    raise _TooBig("holds")
+                chunks.append(chunk)
+                continue
+            while chunk:
+                out = inflate.decompress(chunk, limit + 1 - held)
+                held += len(out)
+                if held > limit:
+                    raise _TooBig("inflates to")
+                chunks.append(out)
+                if not inflate.eof:
+                    chunk = inflate.unconsumed_tail
+                elif inflate.unused_data.strip(b"\0"):  # another member follows (cat a.gz b.gz)
+                    chunk, inflate = inflate.unused_data, zlib.decompressobj(wbits=31)
+                else:
+                    break
+    if inflate is not None and not inflate.eof:
+        raise EOFError("the gzip is cut short")
+    return b"".join(chunks)
+
+
+def check_save_is_not_the_module(path: str, save: str | None) -> None:
+    """Refuse `--save` onto the module being read (the same file, through links or not).
+
+    Raises:
+        ShardcliError: `save` is the module's file.
+    """
+    if save is None:
+        return
+    import os
+
+    same = os.path.realpath(save) == os.path.realpath(path)
+    if not same and os.path.exists(save) and os.path.exists(path):
+        same = os.path.samefile(save, path)  # a hard link
+    if same:
+        raise ShardcliError(
+            f"--save {save} is the module being read ({path}); saving the report there would overwrite "
+            "it: give another file"
+        )
 
 
 def check_module_target(path: str, text: str, target: TargetSpec) -> tuple[str | None, int]:
@@ -110,20 +187,28 @@ def inspect_module(request: InspectRequest) -> InspectResult:
     target = request.compile_target
     if target is None:  # the request builder refuses it first; kept for the Python API
         raise ShardcliError(f"inspect {path} reads a compiled module: give --target, the hardware it ran on")
+    check_save_is_not_the_module(path, request.options.save)
     text = read_module(path)
     platform, partitions = check_module_target(path, text, target)
     session = open_target_session(target, request.mesh_text, request.axes_text, request.options)
+    # The compiler installed here only describes the target's devices; the module's own is not named
+    # in its text (XLA writes no version into it).
+    runtime = replace(session.runtime, compiler=(("unknown", UNKNOWN_COMPILER),))
+    session = replace(session, runtime=runtime)
     count, argument_bytes = entry_parameter_bytes(text)
     module = ModuleFacts(path, platform, partitions, count, argument_bytes)
     mesh = session.mesh
-    analysis = analyze_text(
-        text,
-        tuple(mesh.devices.shape),
-        tuple(str(a) for a in mesh.axis_names),
-        missing=(ONLY_A_COMPILE_KNOWS,),
-        text_source=f"read from {path}",
-        user_files=(),
-    )
+    try:
+        analysis = analyze_text(
+            text,
+            tuple(mesh.devices.shape),
+            tuple(str(a) for a in mesh.axis_names),
+            missing=(ONLY_A_COMPILE_KNOWS,),
+            text_source=f"read from {path}",
+            user_files=(),
+        )
+    except ModuleTextError as error:
+        raise ShardcliError(f"inspect {path} is no module XLA writes: {error}") from None
     analysis = with_roles(analysis, (), ())
     dtype = analysis.dot_dtype or "float32"
     hardware = hardware_for(session, dtype, request.peak_tflops, request.link_gbps)

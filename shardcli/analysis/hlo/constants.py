@@ -13,7 +13,7 @@ import re
 from shardcli.analysis.hlo.module import Computation, HloModuleText, Instruction
 
 _PASS = frozenset({"copy", "bitcast", "copy-start", "copy-done", "reshape"})
-_INDEX_RE = re.compile(r"\bindex=(?P<i>\d+)")
+_INDEX_RE = re.compile(r"\bindex=(?P<i>\d{1,18})(?!\d)")
 _BODY_RE = re.compile(r"\bbody=%(?P<name>[\w.\-]+)")
 _STEPS = 64  # instructions followed at most
 

@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from shardcli.errors import ShardcliError
+
 _HEADER_RE = re.compile(r"^(?P<entry>ENTRY )?%?(?P<name>[\w.\-]+) \(.*\{\s*$")
 _NAME_RE = re.compile(r"^\s*(?P<root>ROOT )?%?(?P<name>[\w.\-]+) = ")
 _OPCODE_RE = re.compile(r"\s*(?P<op>[a-z][\w\-]*)\(")
@@ -22,6 +24,15 @@ _CALLEE_RE = re.compile(
 )
 _STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')  # a quoted string, escapes and all
 _BRANCHES_RE = re.compile(r"\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
+
+
+class ModuleTextError(ShardcliError):
+    """A text no XLA compiler writes: a call of a computation the module does not define, a
+    computation that calls itself, a number past XLA's int64 (the message says which, one clause)."""
+
+
+# XLA's sizes, counts and element counts are int64: a text with more is not one XLA wrote.
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -58,8 +69,51 @@ class HloModuleText:
 
     def callees(self, name: str) -> Iterator[tuple[str, str]]:
         """(kind, callee) for every computation `name` calls: body, condition, calls, to_apply..."""
-        for inst in self.computations[name].instructions.values():
+        comp = self.computations.get(name)
+        for inst in comp.instructions.values() if comp is not None else ():
             yield from instruction_callees(inst)
+
+    def call_order(self) -> list[str]:
+        """The entry and every computation it calls, callers before callees (each once).
+
+        Raises:
+            ModuleTextError: an instruction calls a computation the module does not define, or a
+                computation calls itself (directly or through others): XLA writes neither.
+        """
+        if not self.entry:
+            return []
+        edges: dict[str, list[str]] = {}
+        todo = [self.entry]
+        while todo:
+            name = todo.pop()
+            if name in edges:
+                continue
+            edges[name] = []
+            for inst in self.computations[name].instructions.values():
+                for _, callee in instruction_callees(inst):
+                    if callee not in self.computations:
+                        raise ModuleTextError(
+                            f"%{inst.name} calls %{callee}, which the module does not define"
+                        )
+                    edges[name].append(callee)
+                    todo.append(callee)
+        waiting = dict.fromkeys(edges, 0)
+        for callees in edges.values():
+            for callee in callees:
+                waiting[callee] += 1
+        ready = [name for name, count in waiting.items() if count == 0]
+        order: list[str] = []
+        while ready:
+            name = ready.pop()
+            order.append(name)
+            for callee in edges[name]:
+                waiting[callee] -= 1
+                if waiting[callee] == 0:
+                    ready.append(callee)
+        if len(order) < len(edges):
+            looped = next(name for name, count in waiting.items() if count > 0)
+            raise ModuleTextError(f"computation %{looped} calls itself (directly or through others)")
+        return order
 
     def reachable(self, start: str) -> list[str]:
         """`start` and every computation it calls, directly or not, in the module's order."""

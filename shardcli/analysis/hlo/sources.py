@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from shardcli.specs.files import is_own_file
 
+_ID_RE = re.compile(r"[0-9]{1,18}")  # a table's id: ASCII digits, an int64
+
 
 def source_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, str]:
     """stack_frame_id -> "file:line", from the module's FileNames/FileLocations/StackFrames: of
@@ -29,21 +31,21 @@ def stack_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, tu
         if current is None:
             continue
         head, _, rest = stripped.partition(" ")
-        if not head.isdigit():
+        if not _ID_RE.fullmatch(head):  # "²" is a digit to str.isdigit(), not to int()
             current = None
             continue
         sections[current][int(head)] = rest
     files = {k: v.strip('"') for k, v in sections.get("FileNames", {}).items()}
     locations = {}
     for k, v in sections.get("FileLocations", {}).items():
-        file_id = re.search(r"file_name_id=(\d+)", v)
-        line_no = re.search(r"\bline=(\d+)", v)
+        file_id = re.search(r"file_name_id=(\d{1,18})(?!\d)", v)
+        line_no = re.search(r"\bline=(\d{1,18})(?!\d)", v)
         if file_id and line_no:
             locations[k] = f"{files.get(int(file_id.group(1)), '?')}:{line_no.group(1)}"
     frames: dict[int, tuple[int | None, int]] = {}  # id -> (location, parent id; 0: none)
     for k, v in sections.get("StackFrames", {}).items():
-        place = re.search(r"file_location_id=(\d+)", v)
-        up = re.search(r"parent_frame_id=(\d+)", v)
+        place = re.search(r"file_location_id=(\d{1,18})(?!\d)", v)
+        up = re.search(r"parent_frame_id=(\d{1,18})(?!\d)", v)
         frames[k] = (int(place.group(1)) if place else None, int(up.group(1)) if up else 0)
     # XLA prints a parent as its id + 1 (the outermost frame, 1, names "parent 1"); a printer that
     # writes the id itself gives the outermost frame parent 0.

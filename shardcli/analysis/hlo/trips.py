@@ -10,16 +10,15 @@ to it each trip. With jax_enable_x64 on, libtpu splits a 64-bit counter into two
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
-from shardcli.analysis.hlo.module import Computation, HloModuleText, Instruction
+from shardcli.analysis.hlo.module import INT64_MAX, Computation, HloModuleText, Instruction
 
-_TRIP_RE = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
-_INDEX_RE = re.compile(r"\bindex=(?P<i>\d+)")
+_TRIP_RE = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d{1,19})"\}')
+_INDEX_RE = re.compile(r"\bindex=(?P<i>\d{1,18})(?!\d)")
 _DIRECTION_RE = re.compile(r"\bdirection=(?P<d>[A-Z]+)")
-_CONSTANT_RE = re.compile(r"^-?\d+$")
+_CONSTANT_RE = re.compile(r"^-?\d{1,20}$")  # an integer constant: at most u64's 20 digits
 # Ops that pass a scalar through unchanged, followed when looking for a constant or a tuple element.
 _PASS_THROUGH = ("copy", "bitcast", "convert", "reshape")
 
@@ -49,7 +48,7 @@ def find_loops(module: HloModuleText) -> list[Loop]:
             if body is None or cond is None:
                 continue
             op_name = re.search(r'op_name="([^"]*)"', inst.attributes)
-            frame = re.search(r"stack_frame_id=(\d+)", inst.attributes)
+            frame = re.search(r"stack_frame_id=(\d{1,18})(?!\d)", inst.attributes)
             found.append(
                 Loop(
                     name=inst.name,
@@ -69,8 +68,8 @@ def trip_count(
 ) -> int | None:
     """The compiler's `known_trip_count`, else the counted-loop pattern; None where neither."""
     known = _TRIP_RE.search(loop.attributes)
-    if known is not None:
-        return int(known.group("n"))
+    if known is not None:  # an int64; a count past it (or of more digits) is read as unknown
+        return int(known.group("n")) if int(known.group("n")) <= INT64_MAX else None
     if body not in module.computations or cond not in module.computations or not loop.operands:
         return None
     init_tuple = comp.instructions.get(loop.operands[0])
@@ -229,16 +228,17 @@ def _fused_argument(fused: Computation, name: str, outer: tuple[str, ...]) -> st
 
 def _trips(start: int, limit: int, step: int, direction: str) -> int | None:
     """How many times `counter OP limit` holds, the counter going from `start` by `step`."""
+    trips: int | None = None
     if step == 0:
         return None
     if direction == "LT" and step > 0:
-        return max(0, math.ceil((limit - start) / step))
-    if direction == "LE" and step > 0:
-        return max(0, (limit - start) // step + 1)
-    if direction == "GT" and step < 0:
-        return max(0, math.ceil((start - limit) / -step))
-    if direction == "GE" and step < 0:
-        return max(0, (start - limit) // -step + 1)
-    if direction == "NE" and (limit - start) % step == 0 and (limit - start) // step >= 0:
-        return (limit - start) // step
-    return None
+        trips = max(0, -((start - limit) // step))  # whole numbers only: a float overflows
+    elif direction == "LE" and step > 0:
+        trips = max(0, (limit - start) // step + 1)
+    elif direction == "GT" and step < 0:
+        trips = max(0, -((limit - start) // -step))
+    elif direction == "GE" and step < 0:
+        trips = max(0, (start - limit) // -step + 1)
+    elif direction == "NE" and (limit - start) % step == 0 and (limit - start) // step >= 0:
+        trips = (limit - start) // step
+    return trips if trips is not None and trips <= INT64_MAX else None
