@@ -429,6 +429,15 @@ def _call_site(module: HloModuleText, callee: str) -> tuple[str, Instruction] | 
     return sites[0] if len(sites) == 1 else None
 
 
+_MAX_IDS = 1 << 24  # more devices than any module's groups hold
+
+
+def _sizes(text: str) -> list[int] | None:
+    """`2,4` -> [2, 4]; None where a size is no whole number of at most 9 digits."""
+    sizes = text.split(",")
+    return [int(d) for d in sizes] if all(re.fullmatch(r"[0-9]{1,9}", d) for d in sizes) else None
+
+
 def _groups(line: str) -> list[list[int]] | None:
     """The op's device groups (logical ids), from any of HLO's spellings; None where absent."""
     import numpy as np
@@ -439,23 +448,30 @@ def _groups(line: str) -> list[list[int]] | None:
         return [[int(i) for i in g.split(",") if i] for g in re.findall(r"\{([0-9,]*)\}", text)]
     iota = _GROUPS_IOTA_RE.search(line)
     if iota is not None:
-        shape = [int(d) for d in iota.group("shape").split(",")]
-        dims = [int(d) for d in iota.group("dims").split(",")]
-        ids = np.arange(math.prod(dims)).reshape(dims)
-        if iota.group("perm"):
-            ids = ids.transpose([int(p) for p in iota.group("perm").split(",")])
-        return ids.reshape(shape).tolist()
+        shape, dims = _sizes(iota.group("shape")), _sizes(iota.group("dims"))
+        perm = _sizes(iota.group("perm")) if iota.group("perm") else list(range(len(dims or ())))
+        # groups no compiler writes (sizes that disagree, past any device count, a transpose that is
+        # no permutation) are groups the text does not give
+        if not shape or not dims or math.prod(shape) != math.prod(dims) or math.prod(dims) > _MAX_IDS:
+            return None
+        if perm is None or sorted(perm) != list(range(len(dims))):
+            return None
+        return np.arange(math.prod(dims)).reshape(dims).transpose(perm).reshape(shape).tolist()
     named = _GROUPS_MESH_RE.search(line)
     if named is not None:
         axes = re.findall(r"'([^']*)'=(\d+)", named.group("axes"))
         over = re.findall(r"'([^']*)'", named.group("over"))
         names = [a for a, _ in axes]
-        order = np.arange(math.prod(int(s) for _, s in axes))
-        if named.group("dims"):
-            order = order.reshape([int(d) for d in named.group("dims").split(",")])
-            if named.group("perm"):
-                order = order.transpose([int(p) for p in named.group("perm").split(",")])
-        ids = order.reshape([int(s) for _, s in axes])
+        sizes = _sizes(",".join(s for _, s in axes)) if axes else None
+        dims = _sizes(named.group("dims")) if named.group("dims") else sizes
+        perm = _sizes(named.group("perm")) if named.group("perm") else list(range(len(dims or ())))
+        if not sizes or not dims or math.prod(sizes) != math.prod(dims) or math.prod(dims) > _MAX_IDS:
+            return None
+        if perm is None or sorted(perm) != list(range(len(dims))) or len(set(names)) != len(names):
+            return None
+        if any(a not in names for a in over) or len(set(over)) != len(over):
+            return None
+        ids = np.arange(math.prod(dims)).reshape(dims).transpose(perm).reshape(sizes)
         keep = [i for i, a in enumerate(names) if a not in over]
         moved = [names.index(a) for a in over]
         ids = ids.transpose(keep + moved)
