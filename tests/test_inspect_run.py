@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from test_inspect import inspect_json
+from test_run import OUTPUT_CASES, OUTPUT_FORMATS, check_the_users_output
+from test_run import user_output as user_output  # a fixture
 
 # Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
 pytestmark = pytest.mark.slow
@@ -118,3 +120,11 @@ def test_the_llama_train_step_runs_at_toy_size_with_its_state_fed_back(cli):
     # norm scales' results another sharding than their arguments (P(None, 'data') for P()): no call
     # can take those back. It consumes 3 of their arguments (copied afresh) and leaves 6.
     assert doc["donation"] == donation("fed back and copied", 34, 25, 3)
+
+
+@pytest.mark.parametrize(("fn", "fmt"), OUTPUT_CASES)
+def test_what_the_step_prints_while_it_runs_is_the_users(cli, user_output, fn, fmt):
+    """As `run`: prints, jax.debug.print and callbacks go to stderr (under JSON the document alone is
+    on stdout); a callback that raises or calls sys.exit is the user's error, exit 2 (issue 54)."""
+    argv = ["inspect", f"{user_output}:{fn}", "--mesh", "2", "--axes", "x", "--arg", "f32[8]@x", *RUN]
+    check_the_users_output(cli([*argv, *OUTPUT_FORMATS[fmt]]), user_output, fn, fmt)

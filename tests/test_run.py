@@ -395,3 +395,99 @@ def test_large_arrays_hide_their_values_unless_asked(cli):
     assert doc["inputs"][0]["values"] is None and doc["results"][0]["values"] is None
     doc = _json(cli, f"{LESSONS}:times_two", *MESH8, "--arg", "i32[512]@x", "--show-values")
     assert doc["results"][0]["values"] == (2 * np.arange(512)).tolist()
+
+
+# --- the user's output is theirs (issue 54 item 2) ---------------------------------------------------
+
+USER_OUTPUT = str(Path(__file__).resolve().parent / "programs" / "user_output.py")
+# Each function of tests/programs/user_output.py that prints, and the mark it prints.
+PRINTS = {
+    "python_print": "MARK-print",
+    "debug_print": "MARK-debug",
+    "callback_print": "MARK-callback",
+    "io_callback_print": "MARK-io-callback",
+}
+OUTPUT_FORMATS = {"json": ["--format", "json"], "csv": ["--format", "csv"], "default": []}
+OUTPUT_CASES = [
+    pytest.param(fn, fmt, id=f"{fn}-{fmt}")
+    for fn in [*PRINTS, "raising_callback", "exiting_callback"]
+    for fmt in OUTPUT_FORMATS
+]
+
+
+def line_of(path: str, text: str) -> int:
+    """The line number of the first line of PATH holding TEXT."""
+    return next(n for n, line in enumerate(Path(path).read_text().splitlines(), 1) if text in line)
+
+
+@pytest.fixture
+def user_output(tmp_path) -> str:
+    """A fresh copy of tests/programs/user_output.py: imported and traced anew by this test's run (an
+    in-process run of the same file would reuse the last test's trace, and print nothing at it)."""
+    path = tmp_path / "user_output.py"
+    path.write_text(Path(USER_OUTPUT).read_text())
+    return str(path)
+
+
+def check_the_users_output(
+    result, path: str, fn: str, fmt: str, formats: tuple[str, ...] = ("table", "json")
+) -> None:
+    """What a run of PATH:FN (a copy of tests/programs/user_output.py) prints stays off stdout (a
+    JSON document there is the document alone); a callback that raises is their error with their
+    frames, one that calls sys.exit is one line; both exit 2, never an internal error."""
+    stderr = result.stderr
+    if fmt == "csv":  # refused before the file is imported
+        line = assert_one_line_error(result)
+        assert line.endswith(f"--format 'csv' is not valid; choose one of {', '.join(formats)}"), line
+        assert "MARK" not in result.output
+        return
+    assert "MARK" not in result.stdout, result.stdout[-2000:]
+    assert "internal error" not in stderr and "Exception ignored" not in stderr, stderr[-3000:]
+    if fn in PRINTS:
+        assert result.exit_code == 0, result.output[-3000:]
+        assert PRINTS[fn] in stderr
+        if fmt == "json":
+            json.loads(result.stdout)
+        return
+    assert result.exit_code == 2, result.output[-3000:]
+    assert result.stdout == ""
+    if fn == "raising_callback":
+        lines = stderr.splitlines()
+        assert lines[0] == "Traceback (most recent call last; your frames only):", stderr
+        assert f'  File "{path}", line {line_of(path, "raise ValueError")}, in _boom' in lines
+        assert lines[-1].startswith(
+            f"shardcli: error: {path}:raising_callback raised while it ran (in its jax.debug.callback): "
+            "ValueError: MARK-boom "
+        ), lines[-1]
+        assert "jax/_src" not in stderr and len(lines) == 5, stderr
+    else:
+        assert stderr.splitlines() == [
+            f"shardcli: error: {path}:{line_of(path, 'sys.exit(5)')} calls sys.exit(5) in a "
+            "jax.debug.callback while shardcli was running your code: a callback cannot end the run or set "
+            "its exit status; raise an exception in it instead"
+        ], stderr
+
+
+@pytest.mark.parametrize(("fn", "fmt"), OUTPUT_CASES)
+def test_what_the_program_prints_is_the_users(cli, user_output, fn, fmt):
+    argv = ["run", f"{user_output}:{fn}", "--mesh", "2", "--axes", "x", "--arg", "f32[8]@x=arange"]
+    check_the_users_output(cli([*argv, *OUTPUT_FORMATS[fmt]]), user_output, fn, fmt)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["run", "inspect"])
+@pytest.mark.parametrize("fmt", ["json", "default"])
+def test_what_the_program_writes_to_descriptor_1_stays_off_the_document(shardcli_subprocess, command, fmt):
+    """os.write(1, ...) while tracing and in a callback: under JSON on stderr, stdout the document
+    alone; in a table run it reaches the terminal (stdout), the report whole."""
+    argv = [command, f"{USER_OUTPUT}:os_write", "--mesh", "2", "--axes", "x", "--arg", "f32[8]@x=arange"]
+    if command == "inspect":
+        argv = [*argv[:-1], "f32[8]@x", "--run", "--iters", "1", "--warmup", "0"]
+    done = shardcli_subprocess(*argv, *OUTPUT_FORMATS[fmt], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if fmt == "json":
+        assert json.loads(done.stdout)["command"] == command
+        assert "MARK-fd1\n" in done.stderr and "MARK-fd1-callback\n" in done.stderr, done.stderr[-3000:]
+    else:
+        assert "MARK-fd1\n" in done.stdout + done.stderr and "MARK-fd1-callback" in done.stdout + done.stderr
+        assert "\nmesh " in done.stdout and ("p50" in done.stdout if command == "inspect" else True)

@@ -68,6 +68,7 @@ def time_step(
     """
     import jax
 
+    from shardcli.program.user_code import call_user
     from shardcli.runtime.processes import combine_timing
 
     compiled = built.compiled
@@ -76,7 +77,11 @@ def time_step(
         step = _through_wrapper(compiled, inner, built.jitted, built.args, built.kwargs)
     else:
         step = _through_executable(compiled, built.jitted, built.args, built.kwargs, what)
-    samples, copied = _timed_calls(step, what, warmup, iters)
+    # The user's code runs here too (jax.debug.print, their callbacks): what it prints goes to stderr,
+    # and a callback that raises or exits is their error (`call_user`).
+    samples, copied = call_user(
+        _timed_calls, getattr(built, "roots", ()), f"{what} raised while it ran:", step, what, warmup, iters
+    )
     timing = Timing(
         compile_s=compile_s, warmup=warmup, samples=samples, stats=summarize(samples), compile_cached=None
     )
@@ -121,6 +126,7 @@ def _timed_calls(step: _Step, what: str, warmup: int, iters: int) -> tuple[tuple
             copies = [j for j in copies if _deleted(given[j])]
         state = after
         del y, results, given, args, kwargs  # hold no result past its use: fed back or freed
+    jax.effects_barrier()  # the last call's callbacks have printed (or failed) before the report
     return tuple(samples), len(copies)
 
 

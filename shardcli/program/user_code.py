@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import sys
 import traceback
@@ -161,16 +162,95 @@ def user_error(error: BaseException, roots: tuple[str, ...], what: str) -> UserC
 def call_user(
     fn: Callable[..., Any], roots: tuple[str, ...], what: str, *args: Any, doing: str = "running your code"
 ) -> Any:
-    """Call the user's function (`guarded`); an error raised in their files is a UserCodeError."""
+    """Call the user's function (`guarded`); an error raised in their files is a UserCodeError, and so
+    is one raised in a callback of theirs while the program ran (`callbacks_watched`)."""
+    with callbacks_watched() as failed:
+        try:
+            with guarded(doing):
+                result = fn(*args)
+        except ShardcliError:
+            raise
+        except Exception as error:
+            if failed:
+                raise callback_error(failed[0], roots, what, doing) from None
+            if raised_in(error, roots):
+                raise user_error(error, roots, what) from None
+            raise
+        if failed:
+            raise callback_error(failed[0], roots, what, doing)
+        return result
+
+
+# The loggers JAX reports a failed callback on (`logger.exception("jax.debug.callback failed")`, with
+# the exception itself), before the runtime turns it into an INTERNAL error of its own.
+_CALLBACK_LOGGERS = ("jax._src.debugging", "jax._src.callback")
+
+
+@dataclass(frozen=True)
+class CallbackFailure:
+    """A callback of the user's program (`jax.debug.callback`, `jax.debug.print`, `io_callback`,
+    `pure_callback`) that raised, or called sys.exit, while the program ran."""
+
+    kind: str  # jax.debug.callback, jax.io_callback, jax.pure_callback
+    error: BaseException
+
+
+class _CallbackFailures(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: list[CallbackFailure] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None:
+            return True
+        kind = record.getMessage().removesuffix(" failed").strip() or "a callback"
+        self.failures.append(CallbackFailure(kind, error))
+        return False  # shown once, as the user's error, rather than as JAX's log of it
+
+
+@contextlib.contextmanager
+def callbacks_watched() -> Iterator[list[CallbackFailure]]:
+    """Note each callback of the user's that fails while the program runs (in JAX's runtime threads,
+    where the exception itself never reaches shardcli: the call fails later with `INTERNAL:
+    CpuCallback error`), and keep JAX's own traceback of it off stderr."""
+    watcher = _CallbackFailures()
+    loggers = [logging.getLogger(name) for name in _CALLBACK_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(watcher)
     try:
-        with guarded(doing):
-            return fn(*args)
-    except ShardcliError:
-        raise
-    except Exception as error:
-        if raised_in(error, roots):
-            raise user_error(error, roots, what) from None
-        raise
+        yield watcher.failures
+    finally:
+        for logger in loggers:
+            logger.removeFilter(watcher)
+
+
+def callback_error(failure: CallbackFailure, roots: tuple[str, ...], what: str, doing: str) -> ShardcliError:
+    """The user's error for a failed callback: their frames and one line (UserCodeError), or one line
+    for a sys.exit or os._exit in it. The failed call's effects are forgotten, so JAX does not raise
+    it again (twice, with tracebacks) as the process exits."""
+    _forget_failed_effects()
+    error = failure.error
+    if isinstance(error, SystemExit | _UserExit):
+        call = "sys.exit" if isinstance(error, SystemExit) else "os._exit"
+        if isinstance(error, _UserExit):
+            filename, lineno = error.filename, error.lineno
+        else:
+            filename, lineno = _exit_site(error)
+        return ShardcliError(
+            f"{filename}:{lineno} calls {call}({error.code!r}) in a {failure.kind} while shardcli was "
+            f"{doing}: a callback cannot end the run or set its exit status; raise an exception in it instead"
+        )
+    return user_error(error, roots, f"{what.removesuffix(':')} (in its {failure.kind}):")
+
+
+def _forget_failed_effects() -> None:
+    """Drop JAX's tokens of the effects the failed call left (each holds the callback's error): JAX
+    waits on them at exit, and would print the error twice more there."""
+    with contextlib.suppress(Exception):
+        from jax._src import dispatch
+
+        dispatch.runtime_tokens.clear()
 
 
 class _UserExit(BaseException):
