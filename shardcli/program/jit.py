@@ -71,6 +71,7 @@ class Compiled:
     # What `jitted.lower` was called with (an equinox step's arrays alone, its other leaves held static)
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    roots: tuple[str, ...] = ()  # the user's files: an error raised in them while the step runs is theirs
 
 
 def compile_program(
@@ -126,6 +127,7 @@ def compile_program(
             start = time.perf_counter()
             context_mesh = False
             try:
+                jitted = as_the_wrapper_jits(fn, jitted, args, kwargs)
                 lowered = jitted.lower(*args, **kwargs)
             except Exception as error:  # noqa: BLE001 - retried only where JAX asked for a mesh
                 explicit = any(getattr(t, "name", "") == "Explicit" for t in mesh.axis_types)
@@ -133,6 +135,7 @@ def compile_program(
                     raise
                 context_mesh = True
                 with jax.set_mesh(mesh):
+                    jitted = as_the_wrapper_jits(fn, jitted, args, kwargs)
                     lowered = jitted.lower(*args, **kwargs)
             lower_s = time.perf_counter() - start
             start = time.perf_counter()
@@ -154,7 +157,38 @@ def compile_program(
             else ""
         )
         raise ShardcliError(f"JAX could not compile {what}: {refusal_line(error)}{instead}") from None
-    return Compiled(jitted, compiled, lower_s, compile_s, context_mesh, args, kwargs)
+    return Compiled(jitted, compiled, lower_s, compile_s, context_mesh, args, kwargs, roots)
+
+
+def _haliax_named_jit(fn: Any) -> bool:
+    return type(fn).__name__ == "_NamedJitWrapper" and type(fn).__module__.split(".")[0] == "haliax"
+
+
+def as_the_wrapper_jits(fn: Any, jitted: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """For a haliax `named_jit` step, which `jit_of` calls whole inside a jit of shardcli's own (its
+    `lower` would hold abstract arrays static): that jit with the result shardings and donations
+    named_jit gives its own jit, so the program compiled is the one the framework compiles.
+
+    Without them the outer jit leaves the results' layout to the compiler, which may choose another
+    than named_jit's `out_axis_resources` (Levanter's train step: 64 bytes more temporaries per
+    device than Levanter's own `lower(...).compile()`). Where the traced program is not one call of
+    an inner jit taking every argument and giving every result, `jitted` is returned as it is.
+    """
+    if not _haliax_named_jit(fn):
+        return jitted
+    import jax
+
+    closed = jitted.trace(*args, **kwargs).jaxpr
+    eqns = closed.jaxpr.eqns
+    if len(eqns) != 1 or eqns[0].primitive.name not in ("pjit", "jit"):
+        return jitted
+    (inner,) = eqns
+    if list(inner.invars) != list(closed.jaxpr.invars) or list(inner.outvars) != list(closed.jaxpr.outvars):
+        return jitted
+    donated = tuple(n for n, d in enumerate(inner.params["donated_invars"]) if d)
+    return jax.jit(
+        jitted.__wrapped__, donate_argnums=donated, out_shardings=list(inner.params["out_shardings"])
+    )
 
 
 def refusal_line(error: BaseException) -> str:
