@@ -101,7 +101,9 @@ class OpRoofline:
     launch_s: float = 0.0
     launches: Launches | None = None
     launch_source: str = ""
-    launch_overlaps: bool = True  # the launches run ahead of the ops (a GPU); False: they add (a CPU)
+    # The device runs ahead of the host (a GPU): launches hide behind kernels, transfers behind the
+    # ops. False (a CPU, whose devices share the host's cores): launches, ops and transfers add up
+    launch_overlaps: bool = True
 
     @property
     def roofline_s(self) -> float:
@@ -217,6 +219,8 @@ class StepEstimate:
         transfers (communication, then the host's) where they take longer."""
         if self.bound_s is None:
             return None
+        if self.ops is not None and not self.ops.launch_overlaps:  # a CPU: one after another
+            return self.ops.seconds + self.t_transfers_s
         if self.ops is not None:
             return max(self.ops.seconds, self.t_transfers_s)
         return self.bound_s / self.efficiency

@@ -89,8 +89,9 @@ class LaunchCosts:
     trip_s: float
     buffer_s: float
     source: str
-    # Whether the launches run ahead of the kernels (a GPU: the step takes the longer of the two); a
-    # CPU runs its program where it was called, so there the call's cost comes on top
+    # Whether the device runs ahead of the host (a GPU: the step takes the longer of its launches and
+    # its kernels, its transfers hidden behind them); a CPU's devices share the host's cores, so there
+    # the call's cost, the ops and the transfers come one after another
     overlaps: bool = True
 
 

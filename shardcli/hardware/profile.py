@@ -24,7 +24,6 @@ import contextlib
 import math
 import os
 from collections.abc import Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,21 +170,24 @@ class HardwareProfile:
 
 # --- which profile a run uses ---------------------------------------------------------------------
 
-_ACTIVE: ContextVar[HardwareProfile | None] = ContextVar("shardcli_hardware_profile", default=None)
+# The run's profile, for the whole process (plan compiles and estimates its candidates on worker
+# threads, which a ContextVar would not reach): one command runs per process.
+_ACTIVE: list[HardwareProfile | None] = [None]
 
 
 @contextlib.contextmanager
 def using_profile(profile: HardwareProfile | None) -> Iterator[None]:
     """Make `profile` (from --hardware) the one the estimates of this run read; None: the table."""
-    token = _ACTIVE.set(profile)
+    before = _ACTIVE[0]
+    _ACTIVE[0] = profile
     try:
         yield
     finally:
-        _ACTIVE.reset(token)
+        _ACTIVE[0] = before
 
 
 def active_profile() -> HardwareProfile | None:
-    return _ACTIVE.get()
+    return _ACTIVE[0]
 
 
 def _same_kind(a: str, b: str) -> bool:

@@ -43,7 +43,7 @@ class CalibrateRequest:
     options: RunOptions
 
 
-DEFAULT_SIZES = (("float32", (64, 128, 256, 512)), ("bfloat16", (64, 128, 256)))
+DEFAULT_SIZES = (("float32", (64, 128, 256, 512, 1024)), ("bfloat16", (64, 128, 256)))
 QUICK_SIZES = (("float32", (16, 32)), ("bfloat16", (16,)))
 
 
@@ -52,7 +52,7 @@ def calibrate_request(mesh: MeshSpec, options: RunOptions, *, quick: bool = Fals
     smallest sizes and fewest runs (seconds: for tests)."""
     if quick:
         return CalibrateRequest(mesh, QUICK_SIZES, 64 << 10, 64 << 10, 64 << 10, 8, 1, 3, options)
-    return CalibrateRequest(mesh, DEFAULT_SIZES, 16 << 20, 4 << 20, 16 << 20, 64, 3, 10, options)
+    return CalibrateRequest(mesh, DEFAULT_SIZES, 16 << 20, 4 << 20, 16 << 20, 1024, 3, 10, options)
 
 
 def _measured(samples: tuple[float, ...], amount: float, unit: str, how: str) -> Measured:
@@ -187,7 +187,7 @@ def measure_matmul_curve(
             if timing is None:
                 continue
             size = run.dims[1]
-            seconds = max(timing.stats.p50 - call_s, 0.1 * timing.stats.p50)
+            seconds = max(timing.stats.p50 - call_s, 0.5 * timing.stats.p50)
             how = (
                 f"the matmul playground's local case, {dtype} {size}x{size}x{size} per device on all {n} "
                 "devices at once: 2 M N K / (p50 - a call)"

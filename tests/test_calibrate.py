@@ -1,0 +1,354 @@
+"""`shardcli calibrate` and `--hardware FILE`: the profile's schema, damaged and foreign profiles (one
+line, exit 2), a tiny calibration, and the estimate each of inspect, plan, matmul, einsum and
+collective makes from a profile whose figures give a result one can work out by hand."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from shardcli.errors import ShardcliError
+from shardcli.hardware.profile import (
+    BusPoint,
+    HardwareProfile,
+    MatmulPoint,
+    Measured,
+    load_profile,
+    profile_from_json,
+    profile_json,
+)
+
+GFLOP = 1e9
+MLP = ["examples/mistakes.py:matmul", "--mesh", "8", "--axes", "data"]
+MLP_ARGS = ["--arg", "f32[64,1024]@data,None", "--arg", "f32[1024,1024]@None,None"]
+
+# One GEMM point (so every GEMM runs at its 1 GFLOP/s), a 1 GB/s stream and bus, a call of 1 ms:
+# a step's estimate is 1 ms + max(FLOPs, bytes) / 1e9 + bytes sent / 1e9.
+KNOWN = HardwareProfile(
+    device_kind="cpu",
+    platform="cpu",
+    device_count=8,
+    versions=(("jax", "0.10.2"), ("jaxlib", "0.10.2")),
+    created="2026-11-29T08:00:00+00:00",
+    matmul=(MatmulPoint("float32", 256, GFLOP, "by hand", (0.03,)),),
+    stream=Measured(1e9, "B/s", "by hand", (0.01,)),
+    collectives=(BusPoint("psum", "x", 8, 1 << 20, 1e9, "by hand", (0.002,)),),
+    host_to_device=Measured(2e9, "B/s", "by hand"),
+    device_to_host=Measured(4e9, "B/s", "by hand"),
+    call=Measured(1e-3, "s", "by hand", (1e-3,)),
+    loop_trip=Measured(0.0, "s", "by hand"),
+    not_measured=("kernel launches",),
+)
+
+
+def _write(tmp_path, profile: HardwareProfile | dict, name: str = "known.json") -> str:
+    path = tmp_path / name
+    document = profile if isinstance(profile, dict) else profile_json(profile)
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+# --- the schema -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [
+        pytest.param(KNOWN, id="cpu-all-figures"),
+        pytest.param(
+            replace(
+                KNOWN, collectives=(), host_to_device=None, device_to_host=None, call=None, loop_trip=None
+            ),
+            id="one-device-no-optional-figures",
+        ),
+        pytest.param(
+            replace(
+                KNOWN,
+                device_kind="NVIDIA H100 80GB HBM3",
+                platform="gpu",
+                matmul=(
+                    MatmulPoint("bfloat16", 1024, 4e14, "x", (1e-5,)),
+                    MatmulPoint("bfloat16", 8192, 6e14, "x", (1.8e-3,)),
+                ),
+                kernel=Measured(1.4e-6, "s", "chain", (1e-4,)),
+            ),
+            id="gpu-with-kernel-launches",
+        ),
+    ],
+)
+def test_a_profile_round_trips_through_its_json(profile):
+    document = json.loads(json.dumps(profile_json(profile)))
+    assert document["schema"] == "shardcli-hardware-profile" and document["version"] == 1
+    assert profile_from_json(document, "p.json") == profile
+
+
+def _damaged(**changes: object) -> dict:
+    document = profile_json(KNOWN)
+    for dotted, value in changes.items():
+        *parents, key = dotted.split("__")
+        node = document
+        for p in parents:
+            node = node[p]
+        if value is None:
+            del node[key]
+        else:
+            node[key] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        pytest.param([1, 2], "schema must be 'shardcli-hardware-profile'", id="not-an-object"),
+        pytest.param(_damaged(schema="other"), "schema must be 'shardcli-hardware-profile'", id="schema"),
+        pytest.param(_damaged(version=2), "version must be 1", id="newer-version"),
+        pytest.param(_damaged(device=None), "device must be an object", id="no-device"),
+        pytest.param(_damaged(device__count=0), "device.count must be a positive integer", id="no-devices"),
+        pytest.param(
+            _damaged(figures__matmul=[]), "figures.matmul must be a list of at least one", id="no-gemm"
+        ),
+        pytest.param(
+            _damaged(
+                figures__matmul=[
+                    {"dtype": "float32", "size": 8, "flops_per_s": -1, "how": "", "samples_s": []}
+                ]
+            ),
+            "figures.matmul[0].flops_per_s must be a positive number",
+            id="negative-rate",
+        ),
+        pytest.param(_damaged(figures__stream=None), "figures.stream must be an object", id="no-stream"),
+        pytest.param(
+            _damaged(figures__call={"value": 1, "unit": "s", "how": "x", "samples_s": ["a"]}),
+            "figures.call.samples_s must be a list of seconds",
+            id="samples-not-numbers",
+        ),
+    ],
+)
+def test_a_damaged_profile_is_refused_in_one_line(document, message):
+    with pytest.raises(ShardcliError) as caught:
+        profile_from_json(document, "p.json")
+    text = str(caught.value)
+    assert message in text and "\n" not in text and text.startswith("--hardware p.json is no usable")
+
+
+# --- the command line: refusals -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("write", "args", "message"),
+    [
+        pytest.param(
+            lambda p: p.write_text("{"),
+            [*MLP, *MLP_ARGS],
+            "--hardware: {path} is not JSON",
+            id="inspect-not-json",
+        ),
+        pytest.param(
+            lambda p: p.write_text(json.dumps(_damaged(version=9))),
+            ["matmul", "--case", "local", "--dims", "64,64,64"],
+            "is no usable hardware profile: version must be 1",
+            id="matmul-wrong-version",
+        ),
+        pytest.param(
+            lambda p: p.write_text(
+                json.dumps(profile_json(replace(KNOWN, device_kind="NVIDIA H100 80GB HBM3")))
+            ),
+            [*MLP, *MLP_ARGS],
+            "was measured on 'NVIDIA H100 80GB HBM3' devices, not this run's 'cpu'",
+            id="inspect-another-kind",
+        ),
+        pytest.param(
+            lambda p: p.write_text(json.dumps(profile_json(replace(KNOWN, device_kind="TPU v5 lite")))),
+            ["collective", "psum"],
+            "was measured on 'TPU v5 lite' devices, not this run's 'cpu'",
+            id="collective-another-kind",
+        ),
+        pytest.param(
+            lambda p: p.write_text(json.dumps(profile_json(KNOWN))),
+            ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2"],
+            "was measured on 'cpu' devices, not --target tpu-v5e:2x2's TPU v5e",
+            id="plan-target-another-kind",
+        ),
+        pytest.param(
+            lambda p: p.write_text(json.dumps(profile_json(KNOWN))),
+            ["einsum", "ij,jk->ik", "--shape", "16x16", "--shape", "16x16", "--target", "tpu-v5e:2x2"],
+            "not --target tpu-v5e:2x2's TPU v5e",
+            id="einsum-target-another-kind",
+        ),
+    ],
+)
+def test_a_bad_profile_is_one_line_and_exit_2(cli, tmp_path, write, args, message):
+    path = tmp_path / "bad.json"
+    write(path)
+    first = args[0] if args[0] in ("matmul", "collective", "plan", "einsum") else "inspect"
+    rest = args[1:] if first != "inspect" else args
+    out = cli([first, *rest, "--hardware", str(path)])
+    assert out.exit_code == 2, out.output
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message.format(path=path) in lines[0], out.stderr
+    assert "Traceback" not in out.output
+
+
+# --- the command line: a profile's estimate ------------------------------------------------------
+
+
+def test_without_a_profile_the_cpu_has_no_estimate_and_with_one_it_is_the_sum_worked_by_hand(cli, tmp_path):
+    """The known profile: every GEMM at 1 GFLOP/s, the stream at 1 GB/s, a call 1 ms, all one after
+    another on a CPU: estimate = 1 ms + max(FLOPs, bytes) / 1e9 (nothing is sent: w is replicated)."""
+    path = _write(tmp_path, KNOWN)
+    plain = json.loads(cli(["inspect", *MLP, *MLP_ARGS, "-f", "json"]).stdout)
+    assert plain["step_time"] is None
+    out = cli(["inspect", *MLP, *MLP_ARGS, "-f", "json", "--hardware", path])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    flops, moved = doc["program"]["flops_per_device"], doc["program"]["bytes_accessed_per_device"]
+    assert flops == 2 * 8 * 1024 * 1024  # x's 8 rows per device times the whole w
+    step = doc["step_time"]
+    assert step["estimate_s"] == pytest.approx(1e-3 + max(flops, moved) / 1e9)
+    assert step["chip"] == "profile known.json (cpu x8, 2026-11-29)"
+    assert doc["hardware"]["peak_flop_per_s"] == GFLOP and "known.json" in doc["hardware"]["peak_source"]
+    screen = cli(["inspect", *MLP, *MLP_ARGS, "--hardware", path, "--no-color"]).stdout
+    assert "on profile known.json (cpu x8, 2026-11-29)" in screen
+    assert "step time unknown" not in screen
+
+
+def test_inspect_run_prints_the_estimate_beside_the_measured_step(cli, tmp_path):
+    path = _write(tmp_path, KNOWN)
+    out = cli(["inspect", *MLP, *MLP_ARGS, "--run", "--iters", "2", "--hardware", path, "--no-color"])
+    assert out.exit_code == 0, out.output
+    step = next(line for line in out.stdout.splitlines() if line.startswith("step time"))
+    assert "profile known.json" in step and "p50" in out.stdout
+
+
+def test_the_gemm_curve_sets_a_gemm_s_rate_by_its_size(cli, tmp_path):
+    """matmul's model reads the curve at the GEMM's FLOPs per device: the 512x64x64 local case on
+    the default 2x4 mesh is 256x64x16 per device, 2 * 64^3 FLOPs, the curve's 64 point (1 GFLOP/s) of a
+    curve that is 4 GFLOP/s at 256: T_math = 2 * 64^3 / 1e9, not the peak's quarter of it."""
+    curve = (
+        MatmulPoint("float32", 64, 1 * GFLOP, "x", (0.1,)),
+        MatmulPoint("float32", 256, 4 * GFLOP, "x", (0.1,)),
+    )
+    path = _write(tmp_path, replace(KNOWN, matmul=curve))
+    args = ["matmul", "--case", "local", "--dims", "512,64,64", "--iters", "1", "--warmup", "1", "-f", "json"]
+    doc = json.loads(cli([*args, "--hardware", path]).stdout)
+    (run,) = doc["runs"]
+    assert run["model"]["flops_per_device"] == 2 * 64**3
+    assert run["model"]["t_math_s"] == pytest.approx(2 * 64**3 / 1e9)
+    assert doc["config"]["hardware"]["peak_flop_per_s"] == 4 * GFLOP
+    assert "known.json" in doc["config"]["hardware"]["peak_source"]
+    plain = json.loads(cli(args).stdout)
+    assert plain["config"]["hardware"]["peak_source"].startswith("measured:")  # the built-in CPU calibration
+
+
+def test_einsum_reads_the_curve_and_names_the_profile(cli, tmp_path):
+    path = _write(tmp_path, KNOWN)
+    args = [
+        "einsum",
+        "ij,jk->ik",
+        "--shape",
+        "64x64",
+        "--shape",
+        "64x64",
+        "--in",
+        "x,None",
+        "--in",
+        "None,None",
+    ]
+    out = cli(
+        [
+            *args,
+            "--mesh",
+            "8",
+            "--axes",
+            "x",
+            "--out",
+            "x,None",
+            "--iters",
+            "1",
+            "-f",
+            "json",
+            "--hardware",
+            path,
+        ]
+    )
+    assert out.exit_code == 0, out.output
+    hardware = json.loads(out.stdout)["config"]["hardware"]
+    assert hardware["peak_flop_per_s"] == GFLOP and "known.json" in hardware["peak_source"]
+
+
+def test_collective_holds_busbw_against_the_profile_s(cli, tmp_path):
+    path = _write(tmp_path, KNOWN)
+    out = cli(["collective", "psum", "--size", "64K", "--iters", "2", "-f", "json", "--hardware", path])
+    assert out.exit_code == 0, out.output
+    text = out.stdout
+    assert "1 GB/s busbw (profile known.json" in text
+
+
+def test_plan_with_a_one_host_profile_describes_a_target_of_many_hosts(cli, plan_cache, tmp_path):
+    """A profile of one H100 host (2 GPUs) on gpu-h100:2x2: the axis within a host moves at the
+    profile's bus bandwidth (100 GB/s), the axis across the two hosts at the table's network (50 GB/s);
+    a step's launches are the profile's (50 us a call, 2 us a kernel)."""
+    from shardcli.hardware.chips import CHIPS
+    from shardcli.hardware.compilers import compiler_installed
+
+    if not compiler_installed("cuda"):
+        pytest.skip("the gpu extra: pip install -e '.[gpu]'")
+    h100 = replace(
+        KNOWN,
+        device_kind="NVIDIA H100 80GB HBM3",
+        platform="gpu",
+        device_count=2,
+        matmul=(MatmulPoint("bfloat16", 4096, 5e14, "x", (1e-3,)),),
+        stream=Measured(3e12, "B/s", "x"),
+        collectives=(BusPoint("psum", "x", 2, 1 << 26, 1e11, "x"),),
+        kernel=Measured(2e-6, "s", "x"),
+        call=Measured(5e-5, "s", "x"),
+    )
+    path = _write(tmp_path, h100, "h100.json")
+    args = [
+        "plan",
+        "--preset",
+        "tiny",
+        "--target",
+        "gpu-h100:2x2",
+        "--batch",
+        "2",
+        "--remat",
+        "full",
+        "-n",
+        "2",
+    ]
+    out = cli([*args, "-f", "json", "--hardware", path])
+    assert out.exit_code == 0, out.output
+    net = CHIPS["gpu-h100"].network_bytes_per_s
+    assert net is not None
+    rates = set()
+    for c in (c for c in json.loads(out.stdout)["candidates"] if c["compiled"] is not None):
+        assert "profile h100.json (NVIDIA H100 80GB HBM3 x2" in c["estimate"]["efficiency_source"]
+        traffic = {t["axes"]: t["sent_bytes"] for t in c["compiled"]["traffic"] if t["sent_bytes"]}
+        for axes, sent in traffic.items():
+            rates.add(round(sent / c["estimate"]["t_comm_s"][axes] / 1e9))
+    assert rates == {100, round(net.value / 1e9)}
+
+
+# --- a tiny calibration ---------------------------------------------------------------------------
+
+
+def test_a_quick_calibration_writes_a_profile_that_loads(cli, tmp_path):
+    path = tmp_path / "here.json"
+    out = cli(["calibrate", "--quick", "--mesh", "2x4", "--out", str(path), "--no-color"])
+    assert out.exit_code == 0, out.output
+    assert "calibrate: matmul float32 16, 32" in out.stderr  # progress on stderr
+    assert f"profile written to {path}" in out.stdout
+    profile = load_profile(str(path))
+    assert (profile.device_kind, profile.platform, profile.device_count) == ("cpu", "cpu", 8)
+    assert [(p.dtype, p.size) for p in profile.matmul] == [("float32", 16), ("float32", 32), ("bfloat16", 16)]
+    assert all(p.flops_per_s > 0 and len(p.samples) == 3 for p in profile.matmul)
+    assert [(b.axis, b.group_size) for b in profile.collectives] == [("x", 2), ("y", 4)]
+    assert profile.kernel is None and any("kernel launches" in n for n in profile.not_measured)
+    assert dict(profile.versions)["jax"]
+    # the profile it wrote gives the CPU an estimate
+    doc = json.loads(cli(["inspect", *MLP, *MLP_ARGS, "-f", "json", "--hardware", str(path)]).stdout)
+    assert doc["step_time"]["estimate_s"] > 0
