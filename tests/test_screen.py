@@ -242,6 +242,8 @@ def test_every_default_view_fits_the_terminal(cli, inputs, tmp_path, name, colum
     out = run(cli, name, inputs, columns, tmp_path=tmp_path)
     too_wide = [line for line in out.splitlines() if len(line) > columns]
     assert too_wide == [], out
+    # Off a terminal (here, as in a pipe or a CI log) no line ends in the spaces a table pads it with.
+    assert [line for line in out.splitlines() if line.endswith(" ")] == [], out
     assert [line for line in out.splitlines() if "…" in line] == [], out
     if name not in PROSE:
         assert split_phrases(out) == [], "\n".join([*split_phrases(out), out])
@@ -249,6 +251,7 @@ def test_every_default_view_fits_the_terminal(cli, inputs, tmp_path, name, colum
     if hidden:
         wide = run(cli, name, inputs, columns, "--wide", tmp_path=tmp_path)
         assert hidden_columns(wide) == []
+        assert [line for line in wide.splitlines() if line.endswith(" ")] == [], wide
         for column in hidden:
             assert column in wide or SHOWN_AS.get(column, column) in wide, (column, wide)
 
@@ -679,3 +682,33 @@ def test_paths_are_shortened_at_their_parts_and_stay_distinct(paths, width, show
     from shardcli.render.human import shorten_paths
 
     assert shorten_paths(paths, width) == shown
+
+
+@pytest.mark.parametrize(
+    ("writes", "written"),
+    [
+        pytest.param(["a b   \n", "c\n"], "a b\nc\n", id="padded-line"),
+        pytest.param(["ab  ", "  \n"], "ab\n", id="padding-split-over-writes"),
+        pytest.param(["ab  ", "cd\n"], "ab  cd\n", id="spaces-inside-a-line-split-over-writes"),
+        pytest.param(["\x1b[1mab  \x1b[0m\n"], "\x1b[1mab\x1b[0m\n", id="colour-codes-kept"),
+        pytest.param(["a  \x1b[0m", " x\n"], "a  \x1b[0m x\n", id="codes-inside-a-line-kept"),
+        pytest.param(["   \n\n  x  "], "\n\n  x", id="blank-lines-and-an-unended-one"),
+    ],
+)
+def test_output_off_a_terminal_ends_no_line_in_spaces(monkeypatch, writes, written):
+    from shardcli.runtime.line_ends import UnpaddedStream
+
+    buffer = io.StringIO()
+    monkeypatch.setattr("sys.stdout", buffer)
+    stream = UnpaddedStream(stderr=False)
+    for text in writes:
+        stream.write(text)
+    assert buffer.getvalue() == written
+
+
+@pytest.mark.parametrize("args", [["--help"], ["inspect", "--help"], ["collective", "--help"], []], ids=str)
+def test_help_off_a_terminal_ends_no_line_in_spaces(cli, args):
+    out = cli(args)
+    assert out.exit_code == 0, out.output
+    assert out.stdout.strip()
+    assert [line for line in out.stdout.splitlines() if line.endswith(" ")] == [], out.stdout

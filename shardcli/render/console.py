@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.runtime.devices import RuntimeInfo
+from shardcli.runtime.line_ends import UnpaddedStream
 from shardcli.specs.runs import RunOptions
 
 # The width natural widths are measured at: wide enough never to bound one (rich caps a measurement
@@ -459,6 +460,8 @@ def make_console(options: RunOptions, *, stderr: bool = False) -> Console:
     record = options.save is not None and not stderr
     console = _Console(
         stderr=stderr,
+        # Off a terminal (a pipe, a file, a CI log) no line ends in spaces.
+        file=None if stream_is_tty else UnpaddedStream(stderr),
         width=width,
         # None lets rich honour NO_COLOR; --no-color turns colour (and every escape code) off.
         no_color=True if not options.color else None,
