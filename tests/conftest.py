@@ -17,31 +17,11 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
-import jax
-import pytest
 from typer.testing import CliRunner, Result
 
-IN_PROCESS_DEVICES = 8
-
-# A suite started in the background of a script (`.ci/run` runs both at once with `&`) inherits SIGINT
-# ignored, and so would every shardcli it starts, which then keeps an ignored Ctrl-C ignored as any
-# background job does: the tests that press Ctrl-C need a terminal's SIGINT. Python's own handler
-# here means a child gets the default disposition at exec, as from a shell prompt.
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
-jax.config.update("jax_num_cpu_devices", IN_PROCESS_DEVICES)
-jax.config.update("jax_platforms", "cpu")
-# Start the backend now: otherwise the first in-process run would size it from its own mesh.
-assert len(jax.devices()) == IN_PROCESS_DEVICES
-
-from shardcli.cli import app  # noqa: E402 - after the JAX config on purpose
-
-# The persistent compile cache is on by default; tests keep it out of the user's cache directory
-# (subprocesses inherit this too).
-os.environ["SHARDCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="shardcli-test-cache-")
-
-# Variables that would change how a fresh process picks or draws its devices.
+# Variables that would change how a process picks or draws its devices, or lays out its screen: the
+# caller's are not the tests' (a terminal's COLUMNS, a user's XLA_FLAGS), so none reaches any test,
+# however it runs the app (conftest's `cli`, a CliRunner of its own, a subprocess).
 _ENV_TO_CLEAR = (
     "XLA_FLAGS",
     "JAX_PLATFORMS",
@@ -66,6 +46,31 @@ _ENV_TO_CLEAR = (
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "XLA_PYTHON_CLIENT_ALLOCATOR",
 )
+for _name in _ENV_TO_CLEAR:
+    os.environ.pop(_name, None)
+
+import jax  # noqa: E402 - after the environment is cleared: JAX reads XLA_FLAGS when its backend starts
+import pytest  # noqa: E402
+
+IN_PROCESS_DEVICES = 8
+
+# A suite started in the background of a script (`.ci/run` runs both at once with `&`) inherits SIGINT
+# ignored, and so would every shardcli it starts, which then keeps an ignored Ctrl-C ignored as any
+# background job does: the tests that press Ctrl-C need a terminal's SIGINT. Python's own handler
+# here means a child gets the default disposition at exec, as from a shell prompt.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+jax.config.update("jax_num_cpu_devices", IN_PROCESS_DEVICES)
+jax.config.update("jax_platforms", "cpu")
+# Start the backend now: otherwise the first in-process run would size it from its own mesh.
+assert len(jax.devices()) == IN_PROCESS_DEVICES
+
+from shardcli.cli import app  # noqa: E402 - after the JAX config on purpose
+
+# The persistent compile cache is on by default; tests keep it out of the user's cache directory
+# (subprocesses inherit this too).
+os.environ["SHARDCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="shardcli-test-cache-")
 
 RunCli = Callable[..., Result]
 
