@@ -61,6 +61,20 @@ def test_reduce_forced_sharding_spreads_the_sum_over_every_device(cli):
     assert "all-reduce" in section(doc, "compiled collectives (compiler")["lines"][0]
 
 
+def test_reduce_writes_the_lessons_global_result(cli):
+    """The lesson: x.sum(axis=0) of arange(32.0).reshape(4, 8) is [48. 52. ... 76.], gathered beside
+    the per-device blocks, on the screen and in JSON."""
+    args = ("reduce", "--shape", "4x8", "--init", "arange")
+    gathered = section(run_json(cli, *args), "the sum, gathered")
+    assert gathered["columns"] == ["x.sum(axis=0)", "sharding", "values"]
+    expected = [float(v) for v in range(48, 77, 4)]
+    assert [row[2] for row in gathered["rows"]] == [expected, expected]
+    assert [row[1] for row in gathered["rows"]] == ["P('model',)", "P(('data', 'model'),)"]
+    out = cli(["recipe", *args])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.count("[48. 52. 56. 60. 64. 68. 72. 76.]") == 2, out.stdout
+
+
 @pytest.mark.parametrize("mesh", [("--mesh", "8", "--axes", "x"), ("--mesh", "2x4", "--axes", "data,model")])
 def test_three_ways_agree_and_each_reduces_over_the_contracting_axis(cli, mesh):
     doc = run_json(cli, "three-ways", *mesh)

@@ -98,6 +98,14 @@ def reduce(lab: Lab) -> RecipeOutput:
             lab.picture("the sum under with_sharding_constraint over every device", z),
             TextSection("compiled collectives (forced)", (collectives_text(lab.collectives(forced, x)),)),
             lab.device_rows(z, label="forced output block"),
+            TableSection(
+                "the sum, gathered: the global result, as the lesson prints it",
+                ("x.sum(axis=0)", "sharding", "values"),
+                (
+                    ("the compiler's choice", spec_of(y), replicated(lab, y)),
+                    ("forced over every device", spec_of(z), replicated(lab, z)),
+                ),
+            ),
         ),
         checks=(
             close_check("the compiler's sum matches NumPy", y, expected, bound, how),
