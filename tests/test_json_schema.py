@@ -283,6 +283,14 @@ PINNED_KEYS[8] = {
     "reshard": "8ac8895e19004c7f",
     "inspect": "566c6b7eb07dd814",
 }
+# 9: inspect's compile_options and plan's config.compile_options (what a compile changed from JAX's
+# defaults: a GPU target's xla_gpu_enable_triton_gemm=false)
+PINNED_KEYS[9] = {
+    **PINNED_KEYS[8],
+    "inspect": "f892854df08fd412",
+    "plan": "0118ac672487fe76",
+    "plan-program": "effbd9f16620d686",
+}
 
 
 def key_tree(shape: shapes.Shape) -> Any:

@@ -1283,3 +1283,23 @@ def test_a_tiny_gpu_pool_gets_the_advice_its_json_gives(cli, plan_cache, cuda_pl
     text = " ".join(screen.stdout.split())
     assert f"to fit: {advice}" in text
     assert "--remat minimal_offloaded" not in text and "smaller --batch" not in text
+
+
+def test_a_gpu_plan_says_its_compile_options_on_the_screen_and_in_json(cli, plan_cache, cuda_plugin):
+    env = {"SHARDCLI_CACHE_DIR": os.environ["SHARDCLI_CACHE_DIR"]}
+    args = ["plan", "--preset", "tiny", "--target", "gpu-h100:8", "--compile", "1"]
+    doc = json.loads(cli([*args, "--format", "json"], env=env).stdout)
+    assert doc["config"]["compile_options"] == {"xla_gpu_enable_triton_gemm": False}
+    screen = cli([*args, "--no-color"], env={**env, "COLUMNS": "200"})
+    assert screen.exit_code == 0, screen.output
+    plugin = next(p for p in doc["config"]["compiler"] if p.startswith("jax-cuda"))
+    assert (
+        f"{plugin} {doc['config']['compiler'][plugin]} with xla_gpu_enable_triton_gemm=false (every dot a "
+        "cuBLAS call, as XLA's autotuning chose on a real H200; no GPU here to autotune)"
+    ) in " ".join(screen.stdout.split())
+
+
+def test_a_tpu_plan_compiles_with_jax_s_own_options(cli, plan_cache):
+    pytest.importorskip("libtpu")
+    doc = _json(cli, [*TINY, "--remat", "full", "-n", "1"])
+    assert doc["config"]["compile_options"] == {}

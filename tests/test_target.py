@@ -423,3 +423,57 @@ def test_matmul_cases_compile_for_a_target(cli):
     assert (
         out.exit_code == 2 and "--mesh 2x4 has 8 devices but --target tpu-v5e:4x4 has 16 chips" in out.stderr
     )
+
+
+# --- a GPU target's compile options, its compiler and its hosts on the screen (issue 54) -----------
+# GPU targets compile with xla_gpu_enable_triton_gemm=false (every dot a cuBLAS call, as the real
+# H200 ran); a hand AOT compile with JAX's defaults makes other temporaries. Before, only the code
+# said so.
+
+ADD = """
+import jax.numpy as jnp
+
+
+def step(x, w):
+    return jnp.tanh(x @ w)
+"""
+
+
+def _add_program(tmp_path) -> list[str]:
+    path = tmp_path / "add.py"
+    path.write_text(ADD)
+    return ["inspect", f"{path}:step", "--arg", "f32[64,128]", "--arg", "f32[128,64]"]
+
+
+def test_a_gpu_inspect_says_its_compile_options_and_why(cli, cuda_plugin, tmp_path):
+    out = cli([*_add_program(tmp_path), "--target", "gpu-h100:1", "--no-color"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    options = next(line for line in lines if line.startswith("options"))
+    assert options.split(None, 1)[1].rstrip() == (
+        "xla_gpu_enable_triton_gemm=false (every dot a cuBLAS call, as XLA's autotuning chose on a real "
+        "H200; no GPU here to autotune)"
+    )
+    doc = json_of(cli, *_add_program(tmp_path), "--target", "gpu-h100:1")
+    assert doc["compile_options"] == {"xla_gpu_enable_triton_gemm": False}
+    plugin = next(p for p in doc["runtime"]["compiler"] if p.startswith("jax-cuda"))
+    assert doc["runtime"]["note"].startswith(
+        f"compile-only: {plugin} {doc['runtime']['compiler'][plugin]} describes 1 H100 GPU;"
+    )
+
+
+def test_a_tpu_inspect_has_jax_s_own_compile_options(cli, tmp_path):
+    pytest.importorskip("libtpu")
+    out = cli([*_add_program(tmp_path), "--target", "tpu-v5e:1x1", "--no-color"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert not any(line.startswith("options") for line in out.stdout.splitlines())
+    assert json_of(cli, *_add_program(tmp_path), "--target", "tpu-v5e:1x1")["compile_options"] == {}
+
+
+def test_gpu_hosts_are_hosts_and_nvlink_not_a_torus(cli, cuda_plugin):
+    out = cli(["mesh", "--target", "gpu-h200:2x8", "--no-color"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    note = " ".join(out.stdout.split("note", 1)[1].split())
+    assert "16 H200 GPUs, 2 hosts of 8, NVLink within a host and the network between hosts" in note
+    assert "the mesh takes them host by host (jax.experimental.topologies.make_mesh)" in note
+    assert "torus" not in out.stdout

@@ -23,7 +23,7 @@ from shardcli.errors import TRACEBACK_ENV, ShardcliError
 from shardcli.hardware.compilers import (
     check_cuda_plugin_environment,
     compiler_installed,
-    compiler_versions,
+    compiling_versions,
     compute_capability,
     describe_cudnn_for_compile_only,
     quiet_native_logs,
@@ -272,19 +272,32 @@ def _open_target_session(
     spec = MeshSpec(shape=shape, axes=axes)
     from jax.sharding import AxisType
 
-    try:  # chips laid along the torus's axes, as JAX's own mesh helper lays them
+    gpu = platform == "cuda"
+    try:  # chips laid along the torus's axes (a GPU's host by host), as JAX's own mesh helper lays them
         mesh = topologies.make_mesh(topology, shape, axes)
         order = "laid along the torus by jax.experimental.topologies.make_mesh"
+        if gpu:
+            order = "the mesh takes them host by host (jax.experimental.topologies.make_mesh)"
     except (NotImplementedError, ValueError, AssertionError):  # a reshape that splits a physical axis
         import numpy as np
 
         mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(shape), axes)
-        order = f"in libtpu's order: --mesh {'x'.join(map(str, shape))} splits a physical axis of the torus"
+        split = f"--mesh {'x'.join(map(str, shape))}"
+        order = (
+            f"the mesh takes them in the CUDA plugin's order: {split} is no whole hosts"
+            if gpu
+            else f"in libtpu's order: {split} splits a physical axis of the torus"
+        )
     if options.mode == "explicit":
         mesh = jax.sharding.Mesh(mesh.devices, axes, axis_types=(AxisType.Explicit,) * len(shape))
-    who = "libtpu" if platform == "tpu" else "the CUDA plugin"
-    note = f"compile-only: {who} describes the {len(devices)} {target.generation.chip}s ({order}); nothing "
-    note += "runs; nothing is verified or timed"
+    compiler = compiling_versions(platform)
+    if gpu:
+        plugin = ", ".join(f"{p} {v}" for p, v in compiler[2:]) or "the CUDA plugin"
+        note = f"compile-only: {plugin} describes {_gpu_hosts_words(target, len(devices))}; {order}; "
+        note += "nothing runs; nothing is verified or timed"
+    else:
+        note = f"compile-only: libtpu describes the {len(devices)} {target.generation.chip}s ({order}); "
+        note += "nothing runs; nothing is verified or timed"
     runtime = RuntimeInfo(
         platform="tpu" if platform == "tpu" else "gpu",
         device_kind=devices[0].device_kind,
@@ -295,7 +308,7 @@ def _open_target_session(
         process_count=1,
         process_index=0,
         jax_version=jax.__version__,
-        compiler=compiler_versions(platform),
+        compiler=compiler,
         target=target.name,
     )
     return Session(
@@ -462,7 +475,28 @@ def _mesh_shape(text: str | None, target: TargetSpec, chips: int) -> tuple[int, 
 # it gave every dot of four train steps to cuBLAS (`__cublas$lt$matmul`). Without a GPU it cannot
 # autotune and emits Triton GEMM fusions instead, which the per-op roofline cannot tell from other
 # ops. Compile-only GPU targets ask for the cuBLAS calls the GPU ran (`analysis.kernels` reads each).
+# A hand AOT compile with JAX's defaults makes other temporaries (issue 54: lm1b 30.4 vs 32.1 MiB),
+# so the option is said wherever a GPU target's figures are (inspect's and plan's headers, their JSON).
 GPU_COMPILE_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
+GPU_OPTIONS_WHY = "every dot a cuBLAS call, as XLA's autotuning chose on a real H200; no GPU here to autotune"
+GPU_OPTIONS_WORDS = f"xla_gpu_enable_triton_gemm=false ({GPU_OPTIONS_WHY})"
+
+
+def _gpu_hosts_words(target: TargetSpec, gpus: int) -> str:
+    """`16 H200 GPUs, 2 hosts of 8, NVLink within a host and the network between hosts`."""
+    hosts = target.topology[0] if len(target.topology) == 2 else 1
+    per = gpus // hosts if hosts else gpus
+    label = target.generation.hardware.label.split()[0]  # "H200"
+    if hosts == 1:
+        return f"{gpus} {label} GPUs of one host, NVLink between them" if gpus > 1 else f"1 {label} GPU"
+    return f"{gpus} {label} GPUs, {hosts} hosts of {per}, NVLink within a host and the network between hosts"
+
+
+def compile_options_words(target: TargetSpec | None) -> str | None:
+    """What a target's compile changes from JAX's defaults, and why; None where nothing."""
+    if target is not None and target.generation.platform == "cuda":
+        return GPU_OPTIONS_WORDS
+    return None
 
 
 def compiler_options(target: TargetSpec | None) -> dict[str, Any] | None:

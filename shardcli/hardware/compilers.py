@@ -108,6 +108,17 @@ def compiler_versions(platform: str | None) -> tuple[tuple[str, str], ...]:
     return tuple((p, package_version(p)) for p in packages)
 
 
+def compiling_versions(platform: str) -> tuple[tuple[str, str], ...]:
+    """`compiler_versions`, with only the CUDA plugin JAX loaded where both are installed (the one
+    whose `jax_plugins.xla_cudaNN` module started: it compiles a GPU target's programs)."""
+    versions = compiler_versions(platform)
+    if platform not in ("cuda", "gpu"):
+        return versions
+    loaded = {f"jax-cuda{n}-plugin" for n in ("12", "13") if f"jax_plugins.xla_cuda{n}" in sys.modules}
+    plugins = [(p, v) for p, v in versions[2:] if p in loaded]
+    return (*versions[:2], *plugins) if plugins else versions
+
+
 def _release(version: str) -> tuple[int, ...] | None:
     """A version's dotted numbers (`0.12.0.1` -> (0, 12, 0, 1)), as jaxlib compares a plugin's."""
     found = re.match(r"[0-9]+(?:\.[0-9]+)*", version)

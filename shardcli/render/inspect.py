@@ -125,6 +125,7 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
         {
             "target": result.target,
             "compile_target": result.session.runtime.target,
+            "compile_options": _compile_options(result),
             "module": _module_json(result),
             "arguments": [_array_json(a) for a in result.arguments],
             "results": [_array_json(r) for r in result.results],
@@ -261,7 +262,7 @@ def _header_facts(result: InspectResult) -> dict[str, str]:
             "module": m.path,
             "compiled": f"elsewhere (XLA's optimized HLO for {m.partitions} device(s) of {seen}); read here",
         }
-    return {
+    facts = {
         "program": result.target,
         "compiled": (
             f"from abstract shapes: lowered in {result.lower_s * 1e3:.0f} ms, compiled in "
@@ -270,6 +271,29 @@ def _header_facts(result: InspectResult) -> dict[str, str]:
             else f"lowered in {result.lower_s * 1e3:.0f} ms; the TPU compiler refused it as too big"
         ),
     }
+    options = compile_options_words(result.session.runtime.target)
+    if options is not None:  # an option that changes the figures is on the screen
+        facts["options"] = options
+    return facts
+
+
+def _compile_options(result: InspectResult) -> dict[str, Any] | None:
+    """What the compile changed from JAX's defaults ({} for none); None for a module read from a file."""
+    if result.module is not None:
+        return None
+    from shardcli.analysis.target import compiler_options
+    from shardcli.hardware.targets import parse_target
+
+    name = result.session.runtime.target
+    return (compiler_options(parse_target(name)) if name else None) or {}
+
+
+def compile_options_words(target_name: str | None) -> str | None:
+    """The compile options a --target changes from JAX's defaults, with why (a GPU's), or None."""
+    from shardcli.analysis.target import compile_options_words as words
+    from shardcli.hardware.targets import parse_target
+
+    return words(parse_target(target_name)) if target_name else None
 
 
 def first_screen(result: InspectResult) -> list[RenderableType]:

@@ -26,8 +26,11 @@ def render_mesh(session: Session, options: RunOptions) -> None:
 
 
 def chips_table(session: Session) -> DataTable:
-    """For a compile-only target: the chip of the torus (its coordinates and core) at each mesh position."""
+    """For a compile-only target: the chip of the torus (its coordinates and core) at each mesh position;
+    for a GPU target its host and its GPU there (NVLink within a host, no torus)."""
     chip = {d.id: d for d in session.devices}
+    if session.runtime.platform == "gpu":
+        return _gpus_table(session, chip)
     table = DataTable(box=None, header_style="bold", title="chips of the torus at each mesh coordinate")
     for name in ("device", "mesh coords", "chip coords", "core"):
         table.add_column(name)
@@ -40,4 +43,19 @@ def chips_table(session: Session) -> DataTable:
             ",".join(map(str, coords)) if coords is not None else "-",
             str(getattr(device, "core_on_chip", "-")),
         )
+    return table
+
+
+def _gpus_table(session: Session, gpu: dict[int, object]) -> DataTable:
+    """The host and the GPU within it at each mesh position (the CUDA plugin's coordinates are
+    (slice, host, GPU))."""
+    table = DataTable(
+        box=None, header_style="bold", title="GPUs at each mesh coordinate (NVLink within a host)"
+    )
+    for name in ("device", "mesh coords", "host", "GPU"):
+        table.add_column(name)
+    for cell in session.layout.cells:
+        coords = tuple(getattr(gpu.get(cell.device_id), "coords", None) or ())
+        host, index = (str(coords[-2]), str(coords[-1])) if len(coords) >= 2 else ("-", "-")
+        table.add_row(str(cell.device_id), human.coords_text(session.layout.axes, cell.coords), host, index)
     return table

@@ -9,6 +9,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from shardcli.analysis.step_time import StepEstimate
+from shardcli.analysis.target import compile_options_words, compiler_options
 from shardcli.hardware.compilers import compiler_versions
 from shardcli.hardware.targets import TargetSpec
 from shardcli.plan.compiles import CompiledFigures
@@ -246,7 +247,10 @@ def _compiler(target: TargetSpec) -> tuple[tuple[str, str], ...]:
 
 
 def _compiler_text(target: TargetSpec) -> str:
-    return "compiled by " + ", ".join(f"{package} {version}" for package, version in _compiler(target))
+    """`compiled by jax 0.10.2, ...`, with the options a GPU target's compiles change, and why."""
+    text = "compiled by " + ", ".join(f"{package} {version}" for package, version in _compiler(target))
+    options = compile_options_words(target)
+    return f"{text} with {options}" if options else text
 
 
 def _hardware_clauses(result: PlanResult) -> list[str]:
@@ -419,6 +423,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             target=req.target.name,
             chips=result.chips,
             compiler=dict(_compiler(req.target)),
+            compile_options=compiler_options(req.target) or {},
             global_batch=req.global_batch,
             per_device_batch=req.per_device_batch,
             remat=list(req.remats),
@@ -576,6 +581,7 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
             "target": req.target.name,
             "chips": req.target.chips,
             "compiler": dict(_compiler(req.target)),
+            "compile_options": compiler_options(req.target) or {},
             "rules": rules_text(req.rules) if req.rules is not None else None,
             "compile": req.compile_n,
             "cache": req.use_cache,

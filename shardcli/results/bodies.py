@@ -301,6 +301,9 @@ DONATION = Record("method", "donated_arrays", "fed_back_arrays", "fed_back_by", 
 INSPECT_BODY = Record(
     "target",
     "compile_target",
+    # what the compile changed from JAX's defaults, option -> value: a GPU target's
+    # {"xla_gpu_enable_triton_gemm": false}, else {}; null for a module compiled elsewhere
+    "compile_options",
     ("module", Maybe(INSPECT_MODULE)),
     ("arguments", ListOf(INSPECT_ARRAY)),
     ("results", ListOf(INSPECT_ARRAY)),
@@ -351,6 +354,7 @@ PLAN_CONFIG = Record(
     "target",
     "chips",
     "compiler",  # the target's compiler, package -> version: jax, jaxlib, libtpu (or a CUDA plugin)
+    "compile_options",  # what its compiles change from JAX's defaults, option -> value (as inspect's)
     "global_batch",
     "per_device_batch",
     "remat",
@@ -445,6 +449,7 @@ PLAN_PROGRAM_BODY = Record(
             "target",
             "chips",
             "compiler",  # as in plan's config
+            "compile_options",  # as in plan's config
             "rules",
             "compile",
             "cache",

@@ -63,8 +63,9 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # estimate its host term (T_host); plan's compiled figures host_bytes and host_transfer_bytes, its
 # estimate t_host_s, its model t_host_s. 8: a program's collective and inspect's collective groups
 # carry their role (analysis.roles); inspect's findings their fix (the change, the command that
-# applies it, and the figures before and after a compile with it), or null.
-SCHEMA_VERSION = 8
+# applies it, and the figures before and after a compile with it), or null. 9: inspect's
+# compile_options and plan's config.compile_options (a GPU target's xla_gpu_enable_triton_gemm=false).
+SCHEMA_VERSION = 9
 
 
 @dataclass(frozen=True)
