@@ -293,7 +293,8 @@ def _open_target_session(
     compiler = compiling_versions(platform)
     if gpu:
         plugin = ", ".join(f"{p} {v}" for p, v in compiler[2:]) or "the CUDA plugin"
-        note = f"compile-only: {plugin} describes {_gpu_hosts_words(target, len(devices))}; {order}; "
+        laid = f"; {order}" if len(devices) > 1 else ""
+        note = f"compile-only: {plugin} describes {_gpu_hosts_words(target, len(devices))}{laid}; "
         note += "nothing runs; nothing is verified or timed"
     else:
         note = f"compile-only: libtpu describes the {len(devices)} {target.generation.chip}s ({order}); "
