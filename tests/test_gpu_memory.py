@@ -7,6 +7,7 @@ temporaries in a 105.3 GiB pool), then real compiles for `--target gpu-h100:1` t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import textwrap
 
@@ -501,3 +502,23 @@ def test_a_bad_client_variable_is_refused_on_the_cpu_too(cli, cuda_plugin, env, 
     out = cli(["mesh", "--mesh", "2"], env=env)
     assert out.exit_code == 2, out.output
     assert out.stdout == "" and out.stderr.strip().splitlines()[0].startswith(f"shardcli: error: {message}")
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        pytest.param({"XLA_PYTHON_CLIENT_MEM_FRACTION": "2"}, False, id="a-fraction-jax-reads"),
+        pytest.param({"XLA_PYTHON_CLIENT_MEM_FRACTION": "bogus"}, True, id="one-it-cannot"),
+        pytest.param(
+            {"XLA_CLIENT_MEM_FRACTION": ".5", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".6"}, True, id="both"
+        ),
+    ],
+)
+def test_off_a_gpu_only_a_fraction_the_plugin_cannot_read_is_refused(env, refused):
+    """A TPU or CPU run uses no GPU pool: a fraction JAX's plugin reads (float()) is its business."""
+    from shardcli.hardware.gpu_memory import check_gpu_client_variables
+
+    with pytest.raises(ShardcliError) if refused else contextlib.nullcontext():
+        check_gpu_client_variables(env, gpu=False)
+    with pytest.raises(ShardcliError):  # on a GPU the pool could not be made
+        check_gpu_client_variables(env, gpu=True)

@@ -170,7 +170,7 @@ def check_cuda_plugin_environment(*, gpu: bool) -> None:
     if gpu:
         check_cuda_plugin_matches_jaxlib()
     release = _release(package_version("jaxlib")) or ()
-    check_gpu_client_variables(os.environ, address_allocator=release >= (0, 12))
+    check_gpu_client_variables(os.environ, address_allocator=release >= (0, 12), gpu=gpu)
 
 
 _CAPABILITY_RE = re.compile(r"cuda_compute_capability\s*\{\s*major:\s*(\d+)(?:\s*minor:\s*(\d+))?")

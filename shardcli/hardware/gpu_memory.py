@@ -176,7 +176,9 @@ SWITCH_VARIABLES = ("XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE", "XLA_PYTHO
 _CLIENT_ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
 
 
-def check_gpu_client_variables(environ: Mapping[str, str], *, address_allocator: bool = False) -> None:
+def check_gpu_client_variables(
+    environ: Mapping[str, str], *, address_allocator: bool = False, gpu: bool = True
+) -> None:
     """Refuse, before the CUDA plugin starts, a JAX GPU client variable it cannot read.
 
     JAX's CUDA plugin reads these as it starts, for any run where it is installed (a TPU or CPU run
@@ -186,6 +188,8 @@ def check_gpu_client_variables(environ: Mapping[str, str], *, address_allocator:
     Args:
         environ: the environment the plugin will read.
         address_allocator: this jaxlib accepts XLA_PYTHON_CLIENT_ALLOCATOR=address (jax 0.12).
+        gpu: the run is on a GPU (a target's or real ones): a memory fraction must be one JAX's pool
+            can take (above 0, at most 1); elsewhere only one the plugin cannot read is refused.
 
     Raises:
         ShardcliError: the first variable the plugin would refuse, with its value and what is valid.
@@ -198,8 +202,9 @@ def check_gpu_client_variables(environ: Mapping[str, str], *, address_allocator:
             f"of {', '.join(allowed)}, or unset it (JAX's BFC pool)"
         )
     new, old = environ.get(NEW_FRACTION_VARIABLE, ""), environ.get(FRACTION_VARIABLE, "")
-    if new or old:
-        read_gpu_pool({k: v for k, v in environ.items() if k in (FRACTION_VARIABLE, NEW_FRACTION_VARIABLE)})
+    fractions = {k: v for k, v in environ.items() if k in (FRACTION_VARIABLE, NEW_FRACTION_VARIABLE)}
+    if (new or old) and (gpu or (new and old) or not _reads_as_float(new or old)):
+        read_gpu_pool(fractions)  # its one line for the value (or for both names set)
     size = environ.get(COLLECTIVE_MEMORY_VARIABLE, "")
     if size and not _reads_as_int(size):
         raise ShardcliError(
@@ -213,6 +218,15 @@ def check_gpu_client_variables(environ: Mapping[str, str], *, address_allocator:
                 f"{name}={value!r}: JAX's CUDA plugin reads it as a whole number (0 off, any other on); "
                 "give 0 or 1, or unset it"
             )
+
+
+def _reads_as_float(text: str) -> bool:
+    """Whether Python's `float()`, which jaxlib calls, reads `text`."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _reads_as_int(text: str) -> bool:
