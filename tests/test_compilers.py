@@ -149,3 +149,17 @@ def test_the_plugin_and_jaxlib_versions_compared_as_jaxlib_compares_them(
     with pytest.raises(ShardcliError, match=refused) as caught:
         check_cuda_plugin_environment(gpu=True)
     assert f'pip install "jax-cuda12-plugin=={versions.get("jaxlib", "0.10.2")}"' in str(caught.value)
+
+
+def test_a_gpu_run_refuses_a_cuda_plugin_of_another_version_before_jax_starts(cli, installed, monkeypatch):
+    installed(CUDA12)
+    _versions(monkeypatch, jax_cuda12_plugin="0.12.0.1", jax_cuda12_pjrt="0.12.0.1")
+    out = cli(["mesh", "--mesh", "2", "--platform", "gpu"])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.strip().splitlines() == [
+        "shardcli: error: jax-cuda12-plugin 0.12.0.1 is installed beside jaxlib 0.10.2: JAX uses a CUDA "
+        "plugin only of jaxlib's version, and a compile with this one gives another compiler's figures; "
+        'match them with pip install "jax-cuda12-plugin==0.10.2"'
+    ]
+    cpu = cli(["mesh", "--mesh", "2", "--platform", "cpu"])  # the plugin compiles nothing there
+    assert cpu.exit_code == 0, cpu.output
