@@ -28,7 +28,7 @@ for its dtype x dot efficiency), bytes / (HBM x HBM efficiency)), plus the same 
 together from XLA's FLOPs and bytes; the transfers add nothing hidden (max with T_comm + T_host). The
 efficiencies are `shardcli.hardware.calibration.GPU_OPS`, measured.
 
-The bandwidth of a mesh axis (`AxisLink`):
+The bandwidth of a mesh axis (`AxisLink`, in `analysis.axis_links`):
 - TPU: ICI per link, one way (hardware table), times the torus dimensions the axis runs along,
   times 2 for each such dimension the axis covers whole where that dimension wraps around (a ring
   sends both ways; a line, or part of a dimension, one way); a collective over several mesh axes
@@ -45,11 +45,15 @@ devices by their attributes (coords, core_on_chip, process_index) without import
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shardcli.analysis.axis_links import AxisLink as AxisLink
+from shardcli.analysis.axis_links import axis_links as axis_links
+from shardcli.analysis.axis_links import devices_per_chip as devices_per_chip
+from shardcli.analysis.axis_links import places_of_mesh as places_of_mesh
+from shardcli.analysis.axis_links import profiled_links
 from shardcli.analysis.kernels import Launches
 from shardcli.analysis.program import ProgramAnalysis
 from shardcli.hardware.calibration import CALIBRATION, GPU_LAUNCH, GPU_OPS, LaunchCosts, OpEfficiency
@@ -57,17 +61,6 @@ from shardcli.hardware.chips import Chip, Figure, chip_for_kind
 from shardcli.hardware.profile import HardwareProfile, profile_for
 
 UNCALIBRATED = "none: the roofline as it is (1.0)"
-
-
-@dataclass(frozen=True)
-class AxisLink:
-    """How fast one mesh axis moves bytes, per device, one way round, and why."""
-
-    axis: str
-    size: int
-    bytes_per_s: float | None
-    how: str  # "ICI along torus dim of 16 chips, 2 ways x 45 GB/s (wraps around)"
-    source: str
 
 
 @dataclass(frozen=True)
@@ -226,106 +219,6 @@ class StepEstimate:
         return self.bound_s / self.efficiency
 
 
-# --- how each mesh axis lies on the hardware ------------------------------------------------------
-
-
-def axis_links(
-    chip: Chip,
-    mesh_shape: tuple[int, ...],
-    axis_names: tuple[str, ...],
-    places: Sequence[tuple[int, ...]],
-) -> dict[str, AxisLink]:
-    """The bandwidth of each mesh axis, from where each device sits.
-
-    Args:
-        chip: the hardware table's entry.
-        mesh_shape, axis_names: the mesh.
-        places: per device in the mesh's (row-major) order, its place: on a TPU the chip's torus
-            coordinates then the core on the chip, (x, y, z, core); on a GPU (host, gpu).
-    """
-    n = math.prod(mesh_shape)
-    if len(places) != n:
-        raise ValueError(f"{len(places)} device places for a mesh of {n} devices")
-    grid = [tuple(p) for p in places]
-    links = {}
-    for a, name in enumerate(axis_names):
-        line = [grid[_flat(mesh_shape, a, i)] for i in range(mesh_shape[a])]
-        if chip.platform == "tpu":
-            links[name] = _tpu_link(chip, name, line, grid)
-        else:
-            links[name] = _gpu_link(chip, name, line)
-    return links
-
-
-def _flat(shape: tuple[int, ...], axis: int, i: int) -> int:
-    """The flat index of the device at position i along `axis`, 0 on every other axis."""
-    stride = math.prod(shape[axis + 1 :])
-    return i * stride
-
-
-def _tpu_link(chip: Chip, name: str, line: list[tuple[int, ...]], grid: list[tuple[int, ...]]) -> AxisLink:
-    ici = chip.link_bytes_per_s
-    rank = len(grid[0]) - 1
-    torus = tuple(max(p[d] for p in grid) + 1 for d in range(rank))
-    varying = [d for d in range(rank) if len({p[d] for p in line}) > 1]
-    if len(line) == 1:
-        return AxisLink(name, 1, None, "one device: sends nothing", ici.source)
-    if not varying:  # the devices of one chip
-        hbm = chip.hbm_bytes_per_s
-        return AxisLink(name, len(line), hbm.value, "the cores of one chip share its HBM", hbm.source)
-    ways = []
-    for d in varying:
-        whole = len({p[d] for p in line}) == torus[d]
-        ways.append(2 if whole and chip.wraps(torus[d], torus) else 1)
-    dims = "x".join(str(torus[d]) for d in varying)
-    how = (
-        f"ICI along torus dim{'s' * (len(varying) > 1)} of {dims} chips, "
-        + " + ".join(f"{w} way{'s' * (w > 1)}" for w in ways)
-        + f" x {ici.value / 1e9:g} GB/s"
-        + (" (wraps around)" if 2 in ways else " (no wraparound)")
-    )
-    return AxisLink(name, len(line), sum(ways) * ici.value, how, f"{ici.source}; {chip.wrap}")
-
-
-def _gpu_link(chip: Chip, name: str, line: list[tuple[int, ...]]) -> AxisLink:
-    if len(line) == 1:
-        return AxisLink(name, 1, None, "one device: sends nothing", chip.link_bytes_per_s.source)
-    hosts = {p[0] for p in line}
-    if len(hosts) == 1 or chip.network_bytes_per_s is None:
-        link = chip.link_bytes_per_s
-        return AxisLink(
-            name, len(line), link.value, f"NVLink within a host, {link.value / 1e9:g} GB/s", link.source
-        )
-    net = chip.network_bytes_per_s
-    return AxisLink(
-        name,
-        len(line),
-        net.value,
-        f"across {len(hosts)} hosts: the network, {net.value / 1e9:g} GB/s",
-        net.source,
-    )
-
-
-def places_of_mesh(mesh: Any, chip: Chip) -> list[tuple[int, ...]]:
-    """Each device's place (see `axis_links`), read from the JAX devices' attributes."""
-    places = []
-    for device in mesh.devices.flat:
-        if chip.platform == "tpu":
-            coords = tuple(int(c) for c in getattr(device, "coords", (0, 0, 0)))
-            places.append((*coords, int(getattr(device, "core_on_chip", 0))))
-        else:
-            places.append((int(getattr(device, "process_index", 0)), int(getattr(device, "id", 0))))
-    return places
-
-
-def devices_per_chip(places: Sequence[tuple[int, ...]], chip: Chip) -> int:
-    """How many devices share one chip (v4's two TensorCores under libtpu's topology: 2)."""
-    if chip.platform != "tpu" or not places:
-        return 1
-    chips = {p[:-1] for p in places}
-    return max(1, len(places) // len(chips))
-
-
 # --- the estimate ---------------------------------------------------------------------------------
 
 
@@ -344,6 +237,7 @@ def estimate_step(
     launch: LaunchCosts = GPU_LAUNCH,
     host: Figure | None = None,
     label: str | None = None,
+    comm_scale: Callable[[str, int | None], float] | None = None,
 ) -> StepEstimate:
     """The roofline of one run of the program, per device.
 
@@ -360,6 +254,8 @@ def estimate_step(
         launch, host: a measured profile's launch costs and host link (default the H200's and the
             chip's).
         label: what the figures are named by (a profile's label; default the chip's).
+        comm_scale: a measured profile's cost of a byte of each collective kind in bytes of an
+            all-reduce, whose bus bandwidth the links are (`HardwareProfile.comm_scale`).
     """
     if not 0 < efficiency <= 1:
         raise ValueError(f"efficiency {efficiency} is not in (0, 1]")
@@ -388,7 +284,7 @@ def estimate_step(
         chip=label or (chip.label if chip else "figures given"),
         math=math_term,
         hbm=hbm_term,
-        comm=_comm_terms(analysis, links, gpu=chip is not None and chip.platform == "cuda"),
+        comm=_comm_terms(analysis, links, gpu=chip is not None and chip.platform == "cuda", scale=comm_scale),
         efficiency=efficiency,
         efficiency_source=efficiency_source,
         compiler_seconds=analysis.compiler_seconds,
@@ -505,12 +401,19 @@ def _term(
     return Term(name, amount, per_device, seconds, rate.source + share)
 
 
-def _comm_terms(analysis: ProgramAnalysis, links: dict[str, AxisLink], gpu: bool = False) -> tuple[Term, ...]:
+def _comm_terms(
+    analysis: ProgramAnalysis,
+    links: dict[str, AxisLink],
+    gpu: bool = False,
+    scale: Callable[[str, int | None], float] | None = None,
+) -> tuple[Term, ...]:
     """One term per set of mesh axes the collectives run over: bytes sent, over the axes' bandwidth
-    (their sum on a torus; on GPUs the slowest of them)."""
-    sent: dict[tuple[str, ...] | None, int] = {}
+    (their sum on a torus; on GPUs the slowest of them); with a profile's `scale`, each kind's bytes
+    as the all-reduce bytes they cost."""
+    sent: dict[tuple[str, ...] | None, float] = {}
     for c in analysis.collectives:
-        sent[c.mesh_axes] = sent.get(c.mesh_axes, 0) + c.sent_bytes * c.runs
+        weight = scale(c.kind, c.group_size) if scale is not None else 1
+        sent[c.mesh_axes] = sent.get(c.mesh_axes, 0) + c.sent_bytes * c.runs * weight
     terms = []
     for axes, amount in sorted(sent.items(), key=lambda kv: -kv[1]):
         if axes == ():
@@ -601,6 +504,7 @@ def step_time_of(
             launch=profile.launch_costs(),
             host=profile.host_figure(),
             label=profile.label,
+            comm_scale=profile.comm_scale,
         )
     op_efficiency = None
     if efficiency is None:
@@ -620,19 +524,3 @@ def step_time_of(
         efficiency_source=efficiency_source,
         op_efficiency=op_efficiency,
     )
-
-
-def profiled_links(
-    profile: HardwareProfile, links: dict[str, AxisLink], names: tuple[str, ...], shape: tuple[int, ...]
-) -> dict[str, AxisLink]:
-    """Each mesh axis's bandwidth from the profile's bus bandwidth over an axis of its size; an axis
-    that crosses hosts keeps the table's network figure (a profile is measured on one host)."""
-    out = dict(links)
-    for name, size in zip(names, shape, strict=True):
-        table = links.get(name)
-        bus = profile.bus(size)
-        if (table is not None and table.how.startswith("across")) or bus is None:
-            continue
-        how = f"{bus.collective} busbw over {bus.group_size} devices, {bus.busbw / 1e9:.3g} GB/s"
-        out[name] = AxisLink(name, size, bus.busbw, how, f"{profile.label}: {bus.how}")
-    return out

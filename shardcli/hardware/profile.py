@@ -7,7 +7,8 @@ measured and its samples (seconds per run):
 - `matmul`: the achieved FLOP/s per device of square GEMMs over a range of sizes and dtypes (a
   curve, read at a GEMM's size by `OpEfficiency.dot_at`);
 - `stream`: the bytes per second an elementwise op streams through each device's memory;
-- `collectives`: the bus bandwidth (nccl-tests' busbw) of an all-reduce over each mesh axis;
+- `collectives`: the bus bandwidth (nccl-tests' busbw) of each collective over each mesh axis (an
+  all-reduce's sets the axis's bandwidth; the others' say how much slower or faster their bytes move);
 - `host_to_device`, `device_to_host`: copies between the host's memory and the devices;
 - `call`, `loop_trip`, `kernel`: what a program costs however little it does (per call, per loop
   trip, per kernel launched); None where not measured, `not_measured` saying why.
@@ -33,6 +34,14 @@ from shardcli.hardware.chips import Chip, Figure, chip_for_kind
 
 PROFILE_SCHEMA = "shardcli-hardware-profile"
 PROFILE_VERSION = 1
+# The playground's collectives calibrate measures, by the HLO op each compiles to.
+HLO_COLLECTIVES = {
+    "all-reduce": "psum",
+    "all-gather": "all_gather",
+    "reduce-scatter": "psum_scatter",
+    "all-to-all": "all_to_all",
+    "collective-permute": "ppermute",
+}
 
 
 @dataclass(frozen=True)
@@ -118,12 +127,20 @@ class HardwareProfile:
         """The best FLOP/s of `dtype`'s curve (the rate the curve's efficiencies are shares of)."""
         return max(p.flops_per_s for p in self._curve(dtype))
 
-    def bus(self, group_size: int) -> BusPoint | None:
-        """The measured bus bandwidth over an axis of `group_size` devices: that size's, else the
-        nearest size's (the largest where several are as near)."""
-        if not self.collectives or group_size < 2:
+    def bus(self, group_size: int, collective: str = "psum") -> BusPoint | None:
+        """The measured bus bandwidth of `collective` over an axis of `group_size` devices: that
+        size's, else the nearest size's (the largest where several are as near)."""
+        points = [b for b in self.collectives if b.collective == collective]
+        if not points or group_size < 2:
             return None
-        return min(self.collectives, key=lambda b: (abs(b.group_size - group_size), -b.group_size))
+        return min(points, key=lambda b: (abs(b.group_size - group_size), -b.group_size))
+
+    def comm_scale(self, hlo_kind: str, group_size: int | None) -> float:
+        """How many psum bytes one byte of `hlo_kind` ("all-gather") costs: the psum's busbw over
+        that collective's, both over an axis of `group_size` (1.0 where either is not measured)."""
+        size = group_size or self.device_count
+        psum, other = self.bus(size), self.bus(size, HLO_COLLECTIVES.get(hlo_kind, ""))
+        return psum.busbw / other.busbw if psum is not None and other is not None else 1.0
 
     def op_efficiency(self, dtype: str) -> OpEfficiency:
         """The per-op roofline's efficiencies relative to `peak(dtype)` and the stream: the GEMM curve

@@ -3,7 +3,8 @@
 - the GEMM curve: the matmul playground's `local` case (each device multiplies its own square
   blocks, all at once) at each size and dtype, its per-call cost taken off each run;
 - the memory stream: `x * 2 + 1` over a buffer per device, bytes read and written per second;
-- the bus bandwidth per mesh axis: the collective playground's `psum` over each axis (busbw);
+- the bus bandwidth per mesh axis: the collective playground's `psum` over each axis (busbw), and
+  its `all_gather`, `psum_scatter`, `all_to_all` and `ppermute` (what a byte of each costs);
 - host-device copies: `jax.device_put` of a host array onto the devices, and back;
 - the cost of a call (a program that does almost nothing) and of a loop trip (a `fori_loop`'s
   trips beyond one); on a GPU also of a kernel launch (a chain of small GEMMs).
@@ -41,6 +42,7 @@ class CalibrateRequest:
     warmup: int
     iters: int
     options: RunOptions
+    collectives: tuple[str, ...] = ("psum", "all_gather", "psum_scatter", "all_to_all", "ppermute")
 
 
 DEFAULT_SIZES = (("float32", (64, 128, 256, 512, 1024)), ("bfloat16", (64, 128, 256)))
@@ -51,7 +53,7 @@ def calibrate_request(mesh: MeshSpec, options: RunOptions, *, quick: bool = Fals
     """The default measurements (within 3 minutes on a 2-core machine faking 8 devices), or `quick`'s
     smallest sizes and fewest runs (seconds: for tests)."""
     if quick:
-        return CalibrateRequest(mesh, QUICK_SIZES, 64 << 10, 64 << 10, 64 << 10, 8, 1, 3, options)
+        return CalibrateRequest(mesh, QUICK_SIZES, 64 << 10, 64 << 10, 64 << 10, 8, 1, 3, options, ("psum",))
     return CalibrateRequest(mesh, DEFAULT_SIZES, 16 << 20, 4 << 20, 16 << 20, 1024, 3, 10, options)
 
 
@@ -190,26 +192,25 @@ def measure_matmul_curve(
             seconds = max(timing.stats.p50 - call_s, 0.5 * timing.stats.p50)
             how = (
                 f"the matmul playground's local case, {dtype} {size}x{size}x{size} per device on all {n} "
-                "devices at once: 2 M N K / (p50 - a call)"
+                "devices at once: 2 M N K / (p50 - a call, at least p50 / 2)"
             )
             points.append(MatmulPoint(dtype, size, 2.0 * size**3 / seconds, how, timing.samples))
     return tuple(points)
 
 
 def measure_bus(session: Session, request: CalibrateRequest, progress: Progress) -> tuple[BusPoint, ...]:
-    """The collective playground's psum over each mesh axis of two devices or more: its busbw."""
+    """The collective playground's collectives over each mesh axis of two devices or more: busbw."""
     from shardcli.playground.collective.entries import CollectiveParams
     from shardcli.playground.collective.request import CollectiveRequest, validate_request
     from shardcli.playground.collective.run import run_collective
     from shardcli.specs.values import parse_dtype, parse_init
 
     points = []
-    for axis, size in zip(request.mesh.axes, request.mesh.shape, strict=True):
-        if size < 2:
-            continue
-        progress(f"psum over {axis} ({size} devices)")
+    axes = [(a, n) for a, n in zip(request.mesh.axes, request.mesh.shape, strict=True) if n > 1]
+    for (axis, size), name in ((a, c) for a in axes for c in request.collectives):
+        progress(f"{name} over {axis} ({size} devices)")
         collective = CollectiveRequest(
-            collective="psum",
+            collective=name,
             mesh=request.mesh,
             params=CollectiveParams(axes=(axis,)),
             dtype=parse_dtype("float32"),
@@ -226,11 +227,11 @@ def measure_bus(session: Session, request: CalibrateRequest, progress: Progress)
         if placed.busbw is None or placed.timing is None:
             continue
         how = (
-            f"the collective playground's psum over {axis} of {size} devices, "
-            f"{run.bytes_per_device >> 10} KiB per device: busbw = algbw x 2(n-1)/n"
+            f"the collective playground's {name} over {axis} of {size} devices, "
+            f"{run.bytes_per_device >> 10} KiB per device: busbw (nccl-tests')"
         )
         points.append(
-            BusPoint("psum", axis, size, run.bytes_per_device, placed.busbw * 1e9, how, placed.timing.samples)
+            BusPoint(name, axis, size, run.bytes_per_device, placed.busbw * 1e9, how, placed.timing.samples)
         )
     return tuple(points)
 

@@ -54,7 +54,7 @@ def render_calibration(profile: HardwareProfile, out: str, options: RunOptions) 
         table.add_row(f"GEMM {p.dtype} {p.size}^3", format_flops(p.flops_per_s), "per device, all at once")
     table.add_row("memory stream", _rate(profile.stream), "bytes read + written per device")
     for b in profile.collectives:
-        table.add_row(f"psum over {b.axis} ({b.group_size})", f"{b.busbw / 1e9:.3g} GB/s", "busbw")
+        table.add_row(f"{b.collective} over {b.axis} ({b.group_size})", f"{b.busbw / 1e9:.3g} GB/s", "busbw")
     table.add_row("host to device", _rate(profile.host_to_device), "per device")
     table.add_row("device to host", _rate(profile.device_to_host), "per device")
     table.add_row("a call", _rate(profile.call), "p50 of a program doing almost nothing")

@@ -1,0 +1,141 @@
+"""How each mesh axis lies on the hardware: its bandwidth per device, one way round, and why.
+
+The step-time estimate's links (`analysis.step_time`): on a TPU from where each chip sits on the
+torus, on a GPU from the hosts the axis spans (NVLink within one, the network across), and with a
+measured profile (--hardware) from its bus bandwidth over an axis of that size. Pure Python over
+plain data; `places_of_mesh` reads a JAX mesh's devices by their attributes without importing JAX.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardcli.hardware.chips import Chip
+from shardcli.hardware.profile import HardwareProfile
+
+
+@dataclass(frozen=True)
+class AxisLink:
+    """How fast one mesh axis moves bytes, per device, one way round, and why."""
+
+    axis: str
+    size: int
+    bytes_per_s: float | None
+    how: str  # "ICI along torus dim of 16 chips, 2 ways x 45 GB/s (wraps around)"
+    source: str
+
+
+def axis_links(
+    chip: Chip,
+    mesh_shape: tuple[int, ...],
+    axis_names: tuple[str, ...],
+    places: Sequence[tuple[int, ...]],
+) -> dict[str, AxisLink]:
+    """The bandwidth of each mesh axis, from where each device sits.
+
+    Args:
+        chip: the hardware table's entry.
+        mesh_shape, axis_names: the mesh.
+        places: per device in the mesh's (row-major) order, its place: on a TPU the chip's torus
+            coordinates then the core on the chip, (x, y, z, core); on a GPU (host, gpu).
+    """
+    n = math.prod(mesh_shape)
+    if len(places) != n:
+        raise ValueError(f"{len(places)} device places for a mesh of {n} devices")
+    grid = [tuple(p) for p in places]
+    links = {}
+    for a, name in enumerate(axis_names):
+        line = [grid[_flat(mesh_shape, a, i)] for i in range(mesh_shape[a])]
+        if chip.platform == "tpu":
+            links[name] = _tpu_link(chip, name, line, grid)
+        else:
+            links[name] = _gpu_link(chip, name, line)
+    return links
+
+
+def _flat(shape: tuple[int, ...], axis: int, i: int) -> int:
+    """The flat index of the device at position i along `axis`, 0 on every other axis."""
+    stride = math.prod(shape[axis + 1 :])
+    return i * stride
+
+
+def _tpu_link(chip: Chip, name: str, line: list[tuple[int, ...]], grid: list[tuple[int, ...]]) -> AxisLink:
+    ici = chip.link_bytes_per_s
+    rank = len(grid[0]) - 1
+    torus = tuple(max(p[d] for p in grid) + 1 for d in range(rank))
+    varying = [d for d in range(rank) if len({p[d] for p in line}) > 1]
+    if len(line) == 1:
+        return AxisLink(name, 1, None, "one device: sends nothing", ici.source)
+    if not varying:  # the devices of one chip
+        hbm = chip.hbm_bytes_per_s
+        return AxisLink(name, len(line), hbm.value, "the cores of one chip share its HBM", hbm.source)
+    ways = []
+    for d in varying:
+        whole = len({p[d] for p in line}) == torus[d]
+        ways.append(2 if whole and chip.wraps(torus[d], torus) else 1)
+    dims = "x".join(str(torus[d]) for d in varying)
+    how = (
+        f"ICI along torus dim{'s' * (len(varying) > 1)} of {dims} chips, "
+        + " + ".join(f"{w} way{'s' * (w > 1)}" for w in ways)
+        + f" x {ici.value / 1e9:g} GB/s"
+        + (" (wraps around)" if 2 in ways else " (no wraparound)")
+    )
+    return AxisLink(name, len(line), sum(ways) * ici.value, how, f"{ici.source}; {chip.wrap}")
+
+
+def _gpu_link(chip: Chip, name: str, line: list[tuple[int, ...]]) -> AxisLink:
+    if len(line) == 1:
+        return AxisLink(name, 1, None, "one device: sends nothing", chip.link_bytes_per_s.source)
+    hosts = {p[0] for p in line}
+    if len(hosts) == 1 or chip.network_bytes_per_s is None:
+        link = chip.link_bytes_per_s
+        return AxisLink(
+            name, len(line), link.value, f"NVLink within a host, {link.value / 1e9:g} GB/s", link.source
+        )
+    net = chip.network_bytes_per_s
+    return AxisLink(
+        name,
+        len(line),
+        net.value,
+        f"across {len(hosts)} hosts: the network, {net.value / 1e9:g} GB/s",
+        net.source,
+    )
+
+
+def places_of_mesh(mesh: Any, chip: Chip) -> list[tuple[int, ...]]:
+    """Each device's place (see `axis_links`), read from the JAX devices' attributes."""
+    places = []
+    for device in mesh.devices.flat:
+        if chip.platform == "tpu":
+            coords = tuple(int(c) for c in getattr(device, "coords", (0, 0, 0)))
+            places.append((*coords, int(getattr(device, "core_on_chip", 0))))
+        else:
+            places.append((int(getattr(device, "process_index", 0)), int(getattr(device, "id", 0))))
+    return places
+
+
+def devices_per_chip(places: Sequence[tuple[int, ...]], chip: Chip) -> int:
+    """How many devices share one chip (v4's two TensorCores under libtpu's topology: 2)."""
+    if chip.platform != "tpu" or not places:
+        return 1
+    chips = {p[:-1] for p in places}
+    return max(1, len(places) // len(chips))
+
+
+def profiled_links(
+    profile: HardwareProfile, links: dict[str, AxisLink], names: tuple[str, ...], shape: tuple[int, ...]
+) -> dict[str, AxisLink]:
+    """Each mesh axis's bandwidth from the profile's bus bandwidth over an axis of its size; an axis
+    that crosses hosts keeps the table's network figure (a profile is measured on one host)."""
+    out = dict(links)
+    for name, size in zip(names, shape, strict=True):
+        table = links.get(name)
+        bus = profile.bus(size)
+        if (table is not None and table.how.startswith("across")) or bus is None:
+            continue
+        how = f"{bus.collective} busbw over {bus.group_size} devices, {bus.busbw / 1e9:.3g} GB/s"
+        out[name] = AxisLink(name, size, bus.busbw, how, f"{profile.label}: {bus.how}")
+    return out
