@@ -80,7 +80,7 @@ def calibrate(path: str) -> None:
     )
 
 
-def measure(args: list[str], profile: str, iters: int) -> tuple[float, float, str]:
+def measure(args: list[str], profile: str, iters: int, save: Path | None = None) -> tuple[float, float, str]:
     """(estimate, measured p50, what bounds the estimate) of one inspect --run."""
     out = subprocess.run(
         [*SHARDCLI, "inspect", *args, "--run", "--iters", str(iters), "--hardware", profile, "-f", "json"],
@@ -90,6 +90,10 @@ def measure(args: list[str], profile: str, iters: int) -> tuple[float, float, st
         text=True,
     ).stdout
     doc = json.loads(out)
+    if save is not None:
+        (save / f"{args[0].replace('/', '_').replace(':', '_')}-{len(list(save.iterdir()))}.json").write_text(
+            out
+        )
     step = doc["step_time"]
     return step["estimate_s"], doc["timing"]["stats_s"]["p50"], step["dominant"]
 
@@ -98,16 +102,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", help="a profile measured before (default: calibrate now)")
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--save", help="a folder to keep the profile and each run's JSON in")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         profile = args.profile or str(Path(tmp) / "cpu.json")
         print(f"profile: {args.profile or 'calibrated now (shardcli calibrate --mesh 8)'}", flush=True)
+        save = Path(args.save) if args.save else None
+        if save is not None:
+            save.mkdir(parents=True, exist_ok=True)
         if args.profile is None:
             calibrate(profile)
+            if save is not None:
+                (save / "profile.json").write_text(Path(profile).read_text())
         print(f"{'program':<16} {'kind':<10} {'estimate':>10} {'measured':>10} {'est/meas':>8}  bound")
         outside = []
         for name, kind, inspect_args in ROWS:
-            estimate, measured, bound = measure(inspect_args, profile, args.iters)
+            estimate, measured, bound = measure(inspect_args, profile, args.iters, save)
             ratio = estimate / measured
             if not BAND[0] <= ratio <= BAND[1]:
                 outside.append(name)

@@ -599,8 +599,8 @@ def test_root_help_lists_each_command_on_one_line_when_it_fits(cli):
     assert result.exit_code == 0, result.output
     rows = [line for line in result.stdout.splitlines() if re.match(r"│ [a-z]+ ", line)]
     assert [row.split()[1] for row in rows] == [
-        "mesh", "shard", "collective", "matmul", "einsum", "reshard", "inspect", "run", "plan", "recipe",
-        "pipeline", "compare", "launch", "model",
+        "mesh", "shard", "collective", "matmul", "einsum", "reshard", "inspect", "run", "plan", "calibrate",
+        "recipe", "pipeline", "compare", "launch", "model",
     ]  # fmt: skip
     pipeline = next(row for row in rows if row.startswith("│ pipeline"))
     assert "activations and gradients moved between stages" in pipeline

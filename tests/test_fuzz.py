@@ -845,8 +845,24 @@ GOOD_ROWS = [
     pytest.param(["bogus"], 2, id="unknown-command"),
     pytest.param(["mesh", "--bogus"], 2, id="unknown-option"),
 ]
+# issue 53: calibrate's flags and --hardware files, refused before anything is measured or compiled
+CALIBRATE_ROWS = [
+    pytest.param(["calibrate", "--mesh", "0"], 2, id="calibrate-mesh-0"),
+    pytest.param(["calibrate", "--quick", "--out", "{folder}"], 2, id="calibrate-out-folder"),
+    pytest.param(["calibrate", "--quick", "--out", "{missing}/p.json"], 2, id="calibrate-out-no-folder"),
+    pytest.param(
+        ["inspect", "{prog}:f", "--arg", "f32[8]", "--hardware", "{missing}"], 2, id="hardware-missing"
+    ),
+    pytest.param(
+        ["inspect", "{prog}:f", "--arg", "f32[8]", "--hardware", "{good}"], 2, id="hardware-a-result"
+    ),
+    pytest.param(["collective", "psum", "--hardware", "{fifo}"], 2, id="hardware-fifo"),
+    pytest.param(["matmul", "--hardware", "{folder}"], 2, id="hardware-folder"),
+]
+
 HOSTILE = [
     *_mesh_rows(),
+    *CALIBRATE_ROWS,
     *_rows("shard", ["shard", "--mesh", "2x4"], SHARD_FLAGS),
     *_rows("collective", ["collective", "psum", "--mesh", "4"], COLLECTIVE_FLAGS),
     *_rows("matmul", ["matmul", "--mesh", "2x4"], MATMUL_FLAGS),

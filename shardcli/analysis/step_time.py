@@ -371,7 +371,9 @@ def op_roofline(
         kernels_hbm_s=hbm_s,
         other_flops=other_flops,
         other_bytes=other_bytes,
-        other_s=max(other_math, other_hbm),
+        # XLA's own ops are not told apart here: on a GPU the longer of their maths and their bytes,
+        # on a CPU (nothing overlaps) both, as its dots (maths) and its other ops (bytes) run in turn
+        other_s=max(other_math, other_hbm) if launch.overlaps else other_math + other_hbm,
         other_bound="math" if other_math > other_hbm else "hbm",
         efficiency=eff,
         launch_s=launch_seconds(found, launch) if found is not None else 0.0,

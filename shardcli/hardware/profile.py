@@ -425,6 +425,22 @@ def load_profile(path: str) -> HardwareProfile:
     return profile_from_json(document, path)
 
 
+def check_out_path(path: str) -> None:
+    """Refuse an --out that cannot be written before anything is measured: a folder, or a file in a
+    folder that does not exist.
+
+    Raises:
+        ShardcliError: one line naming the path.
+    """
+    if os.path.isdir(path):
+        raise ShardcliError(
+            f"--out {path} is a folder; give the profile's file name, such as {path}/cpu.json"
+        )
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise ShardcliError(f"--out {path}: the folder {folder} does not exist; create it or choose another")
+
+
 def save_profile(profile: HardwareProfile, path: str) -> None:
     """Write the profile's JSON document to `path` (replacing it).
 
