@@ -917,3 +917,23 @@ def test_a_taken_coordinator_port_is_replaced(tmp_path, monkeypatch):
     assert result.ports_tried[0] == taken and len(result.ports_tried) == 2
     assert f"port {taken} was taken; retrying on another" in err.read_text()
     assert json.loads(out.read_text())["runtime"]["process_count"] == 2
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "verbose"])
+def test_gloo_connection_messages_stay_off_the_terminal_unless_asked(verbose):
+    """gloo prints `[Gloo] Rank N is connected to M peer ranks...` in every process of a CPU run (from
+    C++, on descriptor 1 or 2): a `--distributed` run (here joined through SHARDCLI_*, as SLURM's
+    `auto` joins) keeps them off stderr; -v shows them. Everything else still reaches stderr and
+    stdout (issue 54)."""
+    flags = ["-v"] if verbose else []
+    procs = by_hand(lambda k: ["collective", "psum", "--mesh", "4", "--no-color", *flags, *FAST], {})
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        reap_killed(procs)
+    for k, (out, err) in enumerate(outs):
+        assert procs[k].returncode == 0, err
+        gloo = [line for line in (out + err).splitlines() if line.startswith("[Gloo]")]
+        assert bool(gloo) == verbose, err
+        assert "[Gloo]" not in out
+    assert "collective  psum over x" in outs[0][0]

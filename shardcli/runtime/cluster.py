@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardcli.errors import ExitCode, ShardcliError
-from shardcli.runtime.stdout import route_native_stdout_to_stderr
+from shardcli.runtime.stdout import filter_native_chatter, route_native_stdout_to_stderr
 from shardcli.specs.runs import DistributedSpec
 
 
@@ -94,12 +94,14 @@ def exposure_note(spec: DistributedSpec | None, process_index: int) -> str | Non
     )
 
 
-def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
+def join_cluster(spec: DistributedSpec, *, chatter: bool = False) -> tuple[int, int]:
     """Join a multi-process run with `jax.distributed.initialize`, once per process.
 
     Must run before JAX's backends start. On CPU the processes talk through gloo. Native libraries
     (gloo) write chatter to file descriptor 1, so from here on that goes to stderr while Python's
-    `sys.stdout` keeps the real stdout: JSON and reports stay clean.
+    `sys.stdout` keeps the real stdout: JSON and reports stay clean. gloo's connection messages
+    (`[Gloo] Rank N is connected to ...`, on descriptor 1 or 2) are kept off stderr too, unless
+    `chatter` (-v) asks for them (`filter_native_chatter`).
 
     Returns:
         (number of processes, this process's index).
@@ -119,6 +121,8 @@ def join_cluster(spec: DistributedSpec) -> tuple[int, int]:
             )
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         route_native_stdout_to_stderr(force=True)
+        if not chatter:
+            filter_native_chatter()
         if not spec.auto and spec.process_id != 0:
             _wait_for_coordinator(spec)
         try:

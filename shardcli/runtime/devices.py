@@ -237,7 +237,7 @@ def _start_runtime(
     requested = options.devices
     processes = 1
     if options.distributed is not None:
-        processes, _ = join_cluster(options.distributed)
+        processes, _ = join_cluster(options.distributed, chatter=options.verbose)
     share = _per_process(needed, processes)
     each = " per process" if processes > 1 else ""
     here = "this process" if processes > 1 else "this machine"

@@ -172,3 +172,96 @@ def hand_back_stdout() -> None:
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - the process's own
+
+
+# gloo's connection messages (`[Gloo] Rank 3 is connected to 7 peer ranks. Expected number of
+# connected peer ranks is : 7`), printed by its C++ runtime in every process of a CPU run.
+NATIVE_CHATTER = b"[Gloo] Rank "
+
+# The filter process: copies its stdin to its stdout as it comes, less the lines that start with
+# the marker; a partial line is held only while it could still be one of those.
+_FILTER = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+mark = sys.argv[1].encode()
+pending, passing = b"", False
+
+def put(data):
+    while data:
+        try:
+            data = data[os.write(1, data):]
+        except OSError:
+            return
+
+while True:
+    try:
+        chunk = os.read(0, 65536)
+    except InterruptedError:
+        continue
+    if not chunk:
+        break
+    data, pending, out = pending + chunk, b"", []
+    while data:
+        end = data.find(b"\n")
+        if passing or end < 0:
+            if not passing and mark.startswith(data[: len(mark)]):
+                pending, data = data, b""
+                break
+            part = data if end < 0 else data[: end + 1]
+            out.append(part)
+            data = data[len(part):]
+            passing = end < 0
+            continue
+        line, data = data[: end + 1], data[end + 1 :]
+        if not line.startswith(mark):
+            out.append(line)
+    put(b"".join(out))
+put(pending)
+"""
+
+
+def filter_native_chatter() -> bool:
+    """From here on descriptors 2 (and 1, where `route_native_stdout_to_stderr` pointed it at
+    stderr) go through a small filter process that drops gloo's connection messages and passes
+    everything else to stderr as it comes.
+
+    A process of its own, not a thread: what this process writes last before it dies (an abort's
+    message, Python's last traceback) still reaches stderr, since the filter reads on until every
+    copy of the pipe is closed. It ignores SIGINT and SIGTERM (sent to the whole process group by
+    Ctrl-C or `launch`) for that reason. Only in a process whose descriptors are shardcli's own.
+
+    Returns:
+        Whether the filter is in place.
+    """
+    if not _owned["process"] or _owned.get("filtered"):
+        return False
+    try:
+        read_end, write_end = os.pipe()
+        real_stderr = os.dup(2)
+    except OSError:
+        return False
+    try:
+        os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-I", "-S", "-c", _FILTER, NATIVE_CHATTER.decode()],
+            os.environ,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, read_end, 0),
+                (os.POSIX_SPAWN_DUP2, real_stderr, 1),
+                (os.POSIX_SPAWN_DUP2, real_stderr, 2),
+            ],
+        )
+    except OSError:
+        for fd in (read_end, write_end, real_stderr):
+            os.close(fd)
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    os.dup2(write_end, 2)
+    if _owned["routed"]:
+        os.dup2(write_end, 1)
+    for fd in (read_end, write_end, real_stderr):
+        os.close(fd)
+    _owned["filtered"] = True
+    return True
