@@ -438,6 +438,15 @@ def _sizes(text: str) -> list[int] | None:
     return [int(d) for d in sizes] if all(re.fullmatch(r"[0-9]{1,9}", d) for d in sizes) else None
 
 
+def has_groups_of_no_mesh(hlo_text: str) -> bool:
+    """Whether an instruction's `replica_groups=mesh[...]` names axes its mesh does not have (or
+    sizes no compiler writes): XLA's parser aborts the process on them."""
+    return any(
+        "replica_groups=mesh[" in line and _GROUPS_MESH_RE.search(line) is not None and _groups(line) is None
+        for line in hlo_text.splitlines()
+    )
+
+
 def _groups(line: str) -> list[list[int]] | None:
     """The op's device groups (logical ids), from any of HLO's spellings; None where absent."""
     import numpy as np
@@ -445,6 +454,8 @@ def _groups(line: str) -> list[list[int]] | None:
     listed = _GROUPS_LIST_RE.search(line)
     if listed is not None:
         text = listed.group("groups")
+        if re.search(r"[0-9]{10}", text):  # a device id past any device count
+            return None
         return [[int(i) for i in g.split(",") if i] for g in re.findall(r"\{([0-9,]*)\}", text)]
     iota = _GROUPS_IOTA_RE.search(line)
     if iota is not None:
@@ -452,9 +463,9 @@ def _groups(line: str) -> list[list[int]] | None:
         perm = _sizes(iota.group("perm")) if iota.group("perm") else list(range(len(dims or ())))
         # groups no compiler writes (sizes that disagree, past any device count, a transpose that is
         # no permutation) are groups the text does not give
-        if not shape or not dims or math.prod(shape) != math.prod(dims) or math.prod(dims) > _MAX_IDS:
-            return None
-        if perm is None or sorted(perm) != list(range(len(dims))):
+        if not shape or len(shape) != 2 or not dims or math.prod(shape) != math.prod(dims):
+            return None  # XLA writes [groups, group size]
+        if math.prod(dims) > _MAX_IDS or perm is None or sorted(perm) != list(range(len(dims))):
             return None
         return np.arange(math.prod(dims)).reshape(dims).transpose(perm).reshape(shape).tolist()
     named = _GROUPS_MESH_RE.search(line)
@@ -478,7 +489,7 @@ def _groups(line: str) -> list[list[int]] | None:
         size = math.prod(int(axes[i][1]) for i in moved)
         return ids.reshape(-1, size).tolist()
     pairs = _PAIRS_RE.search(line)
-    if pairs is not None:
+    if pairs is not None and not re.search(r"[0-9]{10}", pairs.group("pairs")):
         return [[int(a), int(b)] for a, b in re.findall(r"\{([0-9]+),([0-9]+)\}", pairs.group("pairs"))]
     return None
 

@@ -189,6 +189,7 @@ def xla_cost_of_text(module_text: str) -> tuple[float, float]:
     import jax
     from jax._src.lib import xla_client
 
+    calls = _check_xla_reads(module_text)
     module = _parse_hlo_module(module_text)
     try:
         client = jax.devices("cpu")[0].client
@@ -198,7 +199,6 @@ def xla_cost_of_text(module_text: str) -> tuple[float, float]:
     # HloCostAnalysis counts a custom call as -1 FLOP and -1 byte ("unknown"): added back, so a
     # module's figure is what its other instructions do (each cuBLAS GEMM was read one short). A
     # figure still negative is XLA's unknown: no figure, never -1.
-    calls = _custom_calls(module_text)
     flops = float(cost.get("flops", 0.0)) + calls
     accessed = float(cost.get("bytes accessed", 0.0)) + calls
     if flops < 0 or accessed < 0:
@@ -206,16 +206,46 @@ def xla_cost_of_text(module_text: str) -> tuple[float, float]:
     return flops, accessed
 
 
-def _custom_calls(module_text: str) -> int:
-    """The custom calls of a module's text that XLA's cost analysis of it visits (those its entry
-    reaches; a loop body's once, as XLA counts it)."""
+# Computations XLA's cost analysis may walk: it analyses a called computation at every call, so
+# calls that fan out (each computation calling the next twice) would take it 2**depth walks.
+MAX_XLA_WALK = 100_000
+
+
+def _check_xla_reads(module_text: str) -> int:
+    """What XLA's parser and cost analysis are not handed, because they abort the process or never
+    end on it: an element type XLA does not have, a token or opaque value with dimensions, mesh
+    replica groups of axes the mesh does not have, calls that fan out past `MAX_XLA_WALK` walks.
+
+    Returns:
+        The custom calls XLA's cost analysis visits (those its entry reaches; a loop body's once).
+
+    Raises:
+        ValueError: the text is one of those (the caller counts without XLA's figure, and says so).
+    """
+    from shardcli.analysis.collectives import has_groups_of_no_mesh
+    from shardcli.analysis.hlo.arrays import ELEMENT_BITS, array_kinds
     from shardcli.analysis.hlo.module import parse_module
 
+    for element, dims in array_kinds(module_text):
+        if element not in ELEMENT_BITS:
+            raise ValueError(f"{element}[{dims[:20]}] is no XLA element type")
+        if ELEMENT_BITS[element] == 0 and dims:
+            raise ValueError(f"a {element} has no dimensions ({element}[{dims[:20]}])")
+    if has_groups_of_no_mesh(module_text):
+        raise ValueError("replica groups over axes their mesh does not have")
     module = parse_module(module_text)
-    reached = module.reachable(module.entry) if module.entry in module.computations else []
+    walks = dict.fromkeys(module.computations, 0)
+    order = module.call_order()
+    if order:
+        walks[order[0]] = 1
+    for name in order:
+        for _, callee in module.callees(name):
+            walks[callee] += walks[name]
+        if walks[name] > MAX_XLA_WALK:
+            raise ValueError(f"its calls reach %{name} more than {MAX_XLA_WALK:,} times")
     return sum(
         inst.opcode == "custom-call"
-        for name in reached
+        for name in order
         for inst in module.computations[name].instructions.values()
     )
 

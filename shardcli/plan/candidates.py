@@ -178,6 +178,11 @@ def parse_named_mesh(text: str, chips: int, flag: str = "--mesh") -> tuple[tuple
             )
         if name in sizes:
             raise ShardcliError(f"{flag} {text!r}: {name} is given twice")
+        if re.fullmatch(r"0*[1-9][0-9]{9,}", value.strip()):
+            raise ShardcliError(
+                f"{flag} {text!r}: the size of {name}, {len(value.strip())} digits, is too large; a mesh "
+                "axis holds at most 999,999,999 chips (and the product must be the target's chips)"
+            )
         if not re.fullmatch(r"[0-9]{1,9}", value.strip()) or int(value) < 1:
             raise ShardcliError(
                 f"{flag} {text!r}: the size of {name}, {value.strip()!r}, is not a positive whole number"

@@ -106,6 +106,15 @@ def array_types(shape: str) -> list[Array]:
     return found
 
 
+_QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def array_kinds(hlo_text: str) -> list[tuple[str, str]]:
+    """(element type, dimensions text) of every array type a module's text writes outside its
+    quoted strings (metadata, backend configs), unchecked: what an element type XLA lacks is found by."""
+    return _ARRAY_RE.findall(_QUOTED_RE.sub('""', hlo_text))
+
+
 def array_bytes(array: Array) -> int:
     """Bytes of one array type, sub-byte elements packed (0 for an element type XLA does not have)."""
     return -(-math.prod(array[1]) * ELEMENT_BITS.get(array[0], 0) // 8)
