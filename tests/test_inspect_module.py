@@ -189,7 +189,7 @@ SOURCES = '\n\nFileNames\n\u00b2 "/a.py"\n1 "/b.py"\n\nFileLocations\n1 {file_na
 
 
 def _module_cases() -> list:
-    from hlo_modules import gpu_module
+    from hlo_modules import call_chain, gpu_module
 
     q = "  %q = f32[2,4,64,16]{3,2,1,0} parameter(3)\n"
     return [
@@ -228,6 +228,20 @@ def _module_cases() -> list:
             id="partitions-0",
         ),
         pytest.param("\ufeff" + gpu_module(), 0, "", id="utf8-bom"),
+        # XLA's parser aborts the process on these, and its cost analysis walks every call path
+        pytest.param(
+            gpu_module(extra="  %tk = token[4]{0} after-all()\n"),
+            0,
+            "XLA could not analyse the text (a token has no dimensions (token[4]))",
+            id="token-with-dimensions",
+        ),
+        pytest.param(
+            gpu_module(groups="mesh['a'=2,'b'=4]{'c'}"),
+            0,
+            "XLA could not analyse the text (replica groups over axes their mesh does not have)",
+            id="mesh-groups-of-no-axis",
+        ),
+        pytest.param(call_chain(40), 0, "its calls reach %c17 more than 100,000 times", id="calls-fan-out"),
     ]
 
 
