@@ -164,7 +164,7 @@ def call_user(
 ) -> Any:
     """Call the user's function (`guarded`); an error raised in their files is a UserCodeError, and so
     is one raised in a callback of theirs while the program ran (`callbacks_watched`)."""
-    with callbacks_watched() as failed:
+    with callbacks_watched(roots, what, doing) as failed:
         try:
             with guarded(doing):
                 result = fn(*args)
@@ -173,6 +173,12 @@ def call_user(
         except Exception as error:
             if failed:
                 raise callback_error(failed[0], roots, what, doing) from None
+            if type(error).__name__ == "JaxRuntimeError" and _CALLBACK_RUNTIME_ERROR in str(error):
+                # JAX's own check of a callback's result (its shape, its dtype) failed: not logged
+                # with the exception, so only its text is left; its last line names what was wrong.
+                _forget_failed_effects()
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+                raise ShardcliError(f"{what.removesuffix(':')} (in a callback): {lines[-1]}") from None
             if raised_in(error, roots):
                 raise user_error(error, roots, what) from None
             raise
@@ -180,6 +186,9 @@ def call_user(
             raise callback_error(failed[0], roots, what, doing)
         return result
 
+
+# What JAX's runtime error says of a callback that failed (its text then ends in the callback's error).
+_CALLBACK_RUNTIME_ERROR = "CpuCallback error"
 
 # The loggers JAX reports a failed callback on (`logger.exception("jax.debug.callback failed")`, with
 # the exception itself), before the runtime turns it into an INTERNAL error of its own.
@@ -195,10 +204,16 @@ class CallbackFailure:
     error: BaseException
 
 
+# Callbacks whose result the program waits for: on a mesh of several devices, the others wait in
+# their next collective for the one whose callback failed, until XLA aborts the process (40 s on CPU).
+_RESULT_CALLBACKS = ("jax.io_callback", "jax.pure_callback")
+
+
 class _CallbackFailures(logging.Filter):
-    def __init__(self) -> None:
+    def __init__(self, roots: tuple[str, ...], what: str, doing: str) -> None:
         super().__init__()
         self.failures: list[CallbackFailure] = []
+        self._context = roots, what, doing
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
@@ -206,15 +221,37 @@ class _CallbackFailures(logging.Filter):
             return True
         kind = record.getMessage().removesuffix(" failed").strip() or "a callback"
         self.failures.append(CallbackFailure(kind, error))
+        if kind in _RESULT_CALLBACKS:
+            _end_now_if_own_process(callback_error(self.failures[0], *self._context))
         return False  # shown once, as the user's error, rather than as JAX's log of it
 
 
+def _end_now_if_own_process(error: ShardcliError) -> None:
+    """In the console script's own process: report the user's error and end the process at once,
+    from the callback's thread (the main thread may never get it back; see `_RESULT_CALLBACKS`).
+    In a process of another's (a notebook, tests) the error is left to `call_user`."""
+    from shardcli.runtime.stdout import owns_process_streams
+
+    if not owns_process_streams():
+        return
+    from posix import _exit  # not os._exit: `guarded` stands in for it while the user's code runs
+
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.write(getattr(error, "user_traceback", "") + f"shardcli: error: {error}\n")
+        sys.stderr.flush()
+    _exit(error.exit_code)
+
+
 @contextlib.contextmanager
-def callbacks_watched() -> Iterator[list[CallbackFailure]]:
+def callbacks_watched(
+    roots: tuple[str, ...] = (), what: str = "", doing: str = ""
+) -> Iterator[list[CallbackFailure]]:
     """Note each callback of the user's that fails while the program runs (in JAX's runtime threads,
     where the exception itself never reaches shardcli: the call fails later with `INTERNAL:
-    CpuCallback error`), and keep JAX's own traceback of it off stderr."""
-    watcher = _CallbackFailures()
+    CpuCallback error`), and keep JAX's own traceback of it off stderr. ROOTS, WHAT and DOING are
+    `call_user`'s, for the message of a callback whose failure ends the process at once."""
+    watcher = _CallbackFailures(roots, what, doing)
     loggers = [logging.getLogger(name) for name in _CALLBACK_LOGGERS]
     for logger in loggers:
         logger.addFilter(watcher)

@@ -135,6 +135,11 @@ def own_process_streams() -> None:
     _owned["process"] = True
 
 
+def owns_process_streams() -> bool:
+    """Whether this process's descriptors are shardcli's own (the console script's process)."""
+    return bool(_owned["process"])
+
+
 def route_native_stdout_to_stderr(*, force: bool = False, document: bool = False) -> None:
     """From here on descriptor 1 goes to stderr, while `sys.stdout` keeps the real stdout.
 
