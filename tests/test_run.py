@@ -468,6 +468,7 @@ def check_the_users_output(
         ], stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fn", "fmt"), OUTPUT_CASES)
 def test_what_the_program_prints_is_the_users(cli, user_output, fn, fmt):
     argv = ["run", f"{user_output}:{fn}", "--mesh", "2", "--axes", "x", "--arg", "f32[8]@x=arange"]
