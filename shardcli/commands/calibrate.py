@@ -22,15 +22,15 @@ def calibrate(
     ] = "hardware-profile.json",
     quick: Annotated[
         bool,
-        typer.Option("--quick", help="The smallest sizes and fewest runs: seconds, for a smoke test."),
+        typer.Option("--quick", help="The smallest sizes and fewest runs, one collective (a smoke test)."),
     ] = False,
     *,
     options: RunOptions,
 ) -> None:
     """Measure this machine's devices into a hardware profile that --hardware FILE reads.
 
-    GEMMs over a range of sizes and dtypes, a memory stream, each mesh axis's all-reduce bus
-    bandwidth, host-device copies, and the cost of a call and of a loop trip (on a GPU also of a
+    GEMMs over a range of sizes and dtypes, a memory stream, each collective's bus bandwidth over
+    each mesh axis, host-device copies, and the cost of a call and of a loop trip (on a GPU also of a
     kernel launch), each with how it was measured and its samples. Progress goes to stderr.
 
     Example: shardcli calibrate --mesh 8 --out cpu.json
