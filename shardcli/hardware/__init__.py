@@ -6,6 +6,7 @@
 - `calibration`: how far real steps fall short of the roofline, per platform, measured;
 - `gpu_memory`: what JAX lets one program use of a GPU's memory;
 - `costmodel`: the roofline cost model (FLOPs / peak, bytes / link bandwidth);
+- `profile`: a hardware profile `shardcli calibrate` measured, as data (`--hardware FILE`);
 - `gpu_specs/`: the GPU descriptions XLA's GPU compiler is given for a compile-only target.
 
 Pure Python, no JAX.

@@ -6,7 +6,9 @@ through `shard_map` and the compiler's own sharding, checked against NumPy, time
 - `einsum`, `reshard`, `shard`: the user's own einsum, resharding and placement;
 - `run_settings`: the dtype, timing and hardware settings matmul and einsum share;
 - `fit`: the latency-bandwidth model fitted to a size sweep; `roofline`: a collective's memory
-  roofline on faked CPUs.
+  roofline on faked CPUs;
+- `calibrate`: `shardcli calibrate`'s measurements of this machine's devices, with the playground's
+  own matmul and collective runs.
 
 Imports from: program, analysis, runtime, hardware, specs, errors, tile_math.
 """
