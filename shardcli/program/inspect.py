@@ -30,7 +30,7 @@ from shardcli.errors import ShardcliError
 from shardcli.hardware.costmodel import CostEstimate, Hardware, table_hardware
 from shardcli.hardware.targets import TargetSpec
 from shardcli.program.inputs import abstract_args, argument_trees, as_abstract, is_array_leaf, path_text
-from shardcli.program.jit import Compiled, DoesNotFit, compile_program, input_shardings_of
+from shardcli.program.jit import Compiled, DoesNotFit, compile_program, input_shardings_of, result_structs_of
 from shardcli.program.step_run import Donation, time_step
 from shardcli.runtime.session import Session
 from shardcli.runtime.timing import Timing
@@ -297,7 +297,7 @@ def inspect_program(
         arguments = tuple(
             fact_of(n, leaf, unplaced, sharding=sh) for (n, leaf), sh in zip(named, placed, strict=True)
         )
-    out_structs = jax.tree_util.tree_leaves(compiled.out_info) if hasattr(compiled, "out_info") else []
+    out_structs = result_structs_of(compiled)
     out_shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
     results = tuple(
         fact_of(f"result[{i}]" if len(out_structs) > 1 else "result", s, sh)

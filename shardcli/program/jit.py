@@ -201,6 +201,19 @@ def refusal_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {' '.join(taken)}"
 
 
+def result_structs_of(compiled: Any) -> list[Any]:
+    """Each result leaf's shape and dtype (`compiled.out_info`); empty where JAX cannot say: for a
+    program with ordered effects (an `io_callback(..., ordered=True)`) jax 0.10's `out_info` fails
+    on an assertion about its tokens' layouts."""
+    import jax
+
+    try:
+        info = compiled.out_info
+    except (AttributeError, AssertionError):
+        return []
+    return jax.tree_util.tree_leaves(info)
+
+
 def input_shardings_of(compiled: Any, count: int) -> list[Any] | None:
     """The shardings the compiled program takes its array arguments in, where they line up one to one
     with the `count` array leaves (a jitted function's in_shardings, or what the compiler chose for a

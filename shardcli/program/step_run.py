@@ -295,7 +295,9 @@ def _result_structs(compiled: Any) -> list[Any]:
     """Each result leaf's shape, dtype and sharding (empty where the executable does not say)."""
     import jax
 
-    structs = jax.tree_util.tree_leaves(getattr(compiled, "out_info", None))
+    from shardcli.program.jit import result_structs_of
+
+    structs = result_structs_of(compiled)
     shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
     if len(structs) != compiled.out_tree.num_leaves or len(shardings) != len(structs):
         return []
