@@ -461,3 +461,23 @@ def test_every_xla_element_type_has_its_bytes(shape, size):
     from shardcli.analysis.hlo.arrays import shape_bytes
 
     assert shape_bytes(shape) == size
+
+
+@needs_cuda_plugin
+@pytest.mark.parametrize(
+    ("name", "packed"),
+    [("m.hlo.txt", True), ("m.hlo.txt.gz", False), ("m.hlo.txt.gz", "two-members")],
+    ids=["gzip-named-txt", "text-named-gz", "two-gzip-members"],
+)
+def test_a_gzip_is_known_by_its_bytes_not_its_name(cli, tmp_path, name, packed):
+    from hlo_modules import gpu_module
+
+    text = gpu_module()
+    path = tmp_path / name
+    if packed == "two-members":
+        half = len(text) // 2
+        path.write_bytes(gzip.compress(text[:half].encode()) + gzip.compress(text[half:].encode()))
+    else:
+        path.write_bytes(gzip.compress(text.encode()) if packed else text.encode())
+    doc = json_of(cli, "inspect", str(path), "--target", "gpu-h200:1")
+    assert [loop["trips"] for loop in doc["program"]["loops"]] == [4]

@@ -40,13 +40,14 @@ ONLY_A_COMPILE_KNOWS = (
     "memory (memory_analysis(): temporaries, outputs, aliasing), the fit verdict, the arguments' "
     "shardings and the sharding findings: only a compile knows them; read from a module's text"
 )
+GZIP_MAGIC = b"\x1f\x8b"
 UNKNOWN_COMPILER = "(the module's text does not say which compiler wrote it)"
 # Far beyond any real module (a 7B train step's text is 1 MB); a file this big is not one.
 MAX_MODULE_BYTES = 1 << 30
 
 
 def read_module(path_text: str) -> str:
-    """The module's text (gunzipped where the name ends in .gz), read in chunks: the limit counts
+    """The module's text (gunzipped where it is a gzip, whatever its name), read in chunks: the limit counts
     the bytes as they are read and inflated, so a small gzip that inflates to gigabytes is refused at
     the limit, never held whole. A UTF-8 byte-order mark before `HloModule` is dropped.
 
@@ -69,7 +70,7 @@ def read_module(path_text: str) -> str:
             f"inspect {path_text} is {kind}, not a file; give the file of a compiled module's text"
         )
     try:
-        data = _module_bytes(path, path.name.lower().endswith(".gz"), MAX_MODULE_BYTES)
+        data = _module_bytes(path, MAX_MODULE_BYTES)
         text = data.decode("utf-8-sig")
     except _TooBig as big:
         raise ShardcliError(
@@ -95,9 +96,10 @@ class _TooBig(Exception):
     """The text passed the limit: args[0] says how ("holds", "inflates to")."""
 
 
-def _module_bytes(path: Path, gzipped: bool, limit: int) -> bytes:
-    """The file's bytes, inflated where `gzipped` (one gzip member after another, as `gzip -d`
-    reads them), counted as they come and refused past `limit` (`_TooBig`).
+def _module_bytes(path: Path, limit: int) -> bytes:
+    """The file's bytes, inflated where they are a gzip's (its magic bytes, whatever the file's
+    name: one member after another, as `gzip -d` reads them), counted as they come and refused past
+    `limit` (`_TooBig`).
 
     Raises:
         _TooBig: more than `limit` bytes.
@@ -105,9 +107,11 @@ def _module_bytes(path: Path, gzipped: bool, limit: int) -> bytes:
     """
     chunks: list[bytes] = []
     held = 0
-    inflate = zlib.decompressobj(wbits=31) if gzipped else None  # 31: a gzip header and trailer
+    inflate = None
     with open(path, "rb") as file:
         while chunk := file.read(1 << 20):
+            if held == 0 and not chunks and chunk.startswith(GZIP_MAGIC):
+                inflate = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
             if inflate is None:
                 held += len(chunk)
                 if held > limit:
