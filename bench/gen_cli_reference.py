@@ -368,6 +368,10 @@ GPU_POOL_VARIABLES = (
     "XLA_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "XLA_PYTHON_CLIENT_ALLOCATOR",
+    # the other JAX GPU client settings shardcli checks before the CUDA plugin starts
+    "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB",
+    "XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE",
+    "XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT",
 )
 CHART_GLYPHS = re.compile(r"[┤│└·]")
 # The JAX the examples are made with: the oldest of shardcli's JAX window (pyproject.toml), what

@@ -45,6 +45,10 @@ _ENV_TO_CLEAR = (
     "XLA_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "XLA_PYTHON_CLIENT_ALLOCATOR",
+    # JAX's other GPU client settings: checked before the CUDA plugin starts, on every run
+    "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB",
+    "XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE",
+    "XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT",
 )
 for _name in _ENV_TO_CLEAR:
     os.environ.pop(_name, None)
