@@ -331,6 +331,9 @@ def test_plan_with_a_one_host_profile_describes_a_target_of_many_hosts(cli, plan
         for axes, sent in traffic.items():
             rates.add(round(sent / c["estimate"]["t_comm_s"][axes] / 1e9))
     assert rates == {100, round(net.value / 1e9)}
+    screen = " ".join(cli([*args, "--no-color", "--hardware", path]).stdout.split())
+    assert "estimate = per-op roofline with the figures of profile h100.json" in screen
+    assert "measured on one H200" not in screen
 
 
 # --- a tiny calibration ---------------------------------------------------------------------------

@@ -229,7 +229,13 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
 
 def platform_calibration(platform: str) -> Calibration:
     """What the estimate divides by, in words: a TPU's one efficiency, or on a GPU (efficiency 1.0)
-    the per-op roofline's two measured efficiencies (`shardcli.hardware.calibration`)."""
+    the per-op roofline's two measured efficiencies (`shardcli.hardware.calibration`); with a
+    measured profile (--hardware) the per-op roofline with its figures."""
+    from shardcli.hardware.profile import active_profile
+
+    profile = active_profile()
+    if profile is not None:
+        return Calibration(1.0, f"per-op roofline with the figures of {profile.label}")
     if platform == "cuda":
         return Calibration(
             1.0,
