@@ -42,8 +42,9 @@ ONLY_A_COMPILE_KNOWS = (
 )
 GZIP_MAGIC = b"\x1f\x8b"
 UNKNOWN_COMPILER = "(the module's text does not say which compiler wrote it)"
-# Far beyond any real module (a 7B train step's text is 1 MB); a file this big is not one.
-MAX_MODULE_BYTES = 1 << 30
+# Far beyond any real module (a 7B train step's text is 1 MB; examples/gpu_h200's largest is 1.1 MB):
+# a text this big is not one, and reading one would hold this much before it is refused.
+MAX_MODULE_BYTES = 256 << 20
 
 
 def read_module(path_text: str) -> str:
@@ -96,7 +97,7 @@ class _TooBig(Exception):
     """The text passed the limit: args[0] says how ("holds", "inflates to")."""
 
 
-def _module_bytes(path: Path, limit: int) -> bytes:
+def _module_bytes(path: Path, limit: int) -> bytearray:
     """The file's bytes, inflated where they are a gzip's (its magic bytes, whatever the file's
     name: one member after another, as `gzip -d` reads them), counted as they come and refused past
     `limit` (`_TooBig`).
@@ -105,25 +106,25 @@ def _module_bytes(path: Path, limit: int) -> bytes:
         _TooBig: more than `limit` bytes.
         zlib.error: a damaged gzip; EOFError: one cut short; OSError: the file cannot be read.
     """
-    chunks: list[bytes] = []
+    chunks = bytearray()  # one buffer: a list of chunks joined at the end would hold the text twice
     held = 0
     inflate = None
     with open(path, "rb") as file:
         while chunk := file.read(1 << 20):
-            if held == 0 and not chunks and chunk.startswith(GZIP_MAGIC):
+            if held == 0 and inflate is None and chunk.startswith(GZIP_MAGIC):
                 inflate = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
             if inflate is None:
                 held += len(chunk)
                 if held > limit:
                     raise _TooBig("holds")
-                chunks.append(chunk)
+                chunks += chunk
                 continue
             while chunk:
-                out = inflate.decompress(chunk, limit + 1 - held)
+                out = inflate.decompress(chunk, min(1 << 20, limit + 1 - held))  # 1 MiB at a time
                 held += len(out)
                 if held > limit:
                     raise _TooBig("inflates to")
-                chunks.append(out)
+                chunks += out
                 if not inflate.eof:
                     chunk = inflate.unconsumed_tail
                 elif inflate.unused_data.strip(b"\0"):  # another member follows (cat a.gz b.gz)
@@ -132,7 +133,7 @@ def _module_bytes(path: Path, limit: int) -> bytes:
                     break
     if inflate is not None and not inflate.eof:
         raise EOFError("the gzip is cut short")
-    return b"".join(chunks)
+    return chunks
 
 
 def check_save_is_not_the_module(path: str, save: str | None) -> None:
