@@ -9,8 +9,11 @@
 - the cost of a call (a program that does almost nothing) and of a loop trip (a `fori_loop`'s
   trips beyond one); on a GPU also of a kernel launch (a chain of small GEMMs).
 
-Every run is timed by `runtime.timing`, the playground's one timer. The result is a
-`hardware.profile.HardwareProfile`; nothing is printed (progress goes to the caller's callback).
+Every run is timed by `runtime.timing`, the playground's one timer, and each figure is taken from
+its fastest run: on a machine shared with other work the median moves with their load, the fastest
+run much less (`bench/calibrated_cpu.py` holds estimates against the fastest step for that reason).
+The result is a `hardware.profile.HardwareProfile`; nothing is printed (progress goes to the caller's
+callback).
 """
 
 from __future__ import annotations
@@ -58,9 +61,9 @@ def calibrate_request(mesh: MeshSpec, options: RunOptions, *, quick: bool = Fals
 
 
 def _measured(samples: tuple[float, ...], amount: float, unit: str, how: str) -> Measured:
-    """`amount` per p50 second (unit "B/s"), or the p50 itself (`amount` 0, unit "s")."""
-    p50 = summarize(samples).p50
-    return Measured(amount / p50 if amount else p50, unit, how, samples)
+    """`amount` per fastest second (unit "B/s"), or the fastest run itself (`amount` 0, unit "s")."""
+    fastest = summarize(samples).min
+    return Measured(amount / fastest if amount else fastest, unit, how, samples)
 
 
 def _timed(step: Any, x: Any, request: CalibrateRequest) -> tuple[float, ...]:
@@ -81,13 +84,13 @@ def _sharded(session: Session, shape: tuple[int, ...], dtype: str = "float32") -
 
 
 def measure_call(session: Session, request: CalibrateRequest) -> Measured:
-    """The p50 of a call that does almost nothing: one add over 8 floats per device."""
+    """The fastest of a call that does almost nothing: one add over 8 floats per device."""
     import jax
 
     x = _sharded(session, (8,))
     samples = _timed(jax.jit(lambda v: v + 1), x, request)
     n = session.spec.size
-    return _measured(samples, 0, "s", f"p50 of jit(x + 1) over f32[8] on each of {n} devices")
+    return _measured(samples, 0, "s", f"fastest of jit(x + 1) over f32[8] on each of {n} devices")
 
 
 def measure_loop_trip(session: Session, request: CalibrateRequest, call_s: float) -> Measured:
@@ -99,9 +102,9 @@ def measure_loop_trip(session: Session, request: CalibrateRequest, call_s: float
     trips = request.trips
     loop = jax.jit(lambda v: lax.fori_loop(0, trips, lambda i, a: a * 1.0001 + 1, v))
     samples = _timed(loop, x, request)
-    p50 = summarize(samples).p50
-    per_trip = max(0.0, p50 - call_s) / trips
-    how = f"fori_loop of {trips} trips of a * 1.0001 + 1 over f32[8] per device: (p50 - a call) / {trips}"
+    fastest = summarize(samples).min
+    per_trip = max(0.0, fastest - call_s) / trips
+    how = f"fori_loop of {trips} trips of a * 1.0001 + 1 over f32[8] per device: (fastest - a call) / {trips}"
     return Measured(per_trip, "s", how, samples)
 
 
@@ -118,8 +121,8 @@ def measure_kernel(session: Session, request: CalibrateRequest, call_s: float) -
         return v
 
     samples = _timed(jax.jit(chain), x, request)
-    per = max(0.0, summarize(samples).p50 - call_s) / 64
-    return Measured(per, "s", "tanh(x @ w) chained 32 times on f32[16,16]: (p50 - a call) / 64", samples)
+    per = max(0.0, summarize(samples).min - call_s) / 64
+    return Measured(per, "s", "tanh(x @ w) chained 32 times on f32[16,16]: (fastest - a call) / 64", samples)
 
 
 def measure_stream(session: Session, request: CalibrateRequest) -> Measured:
@@ -189,10 +192,10 @@ def measure_matmul_curve(
             if timing is None:
                 continue
             size = run.dims[1]
-            seconds = max(timing.stats.p50 - call_s, 0.5 * timing.stats.p50)
+            seconds = max(timing.stats.min - call_s, 0.5 * timing.stats.min)
             how = (
                 f"the matmul playground's local case, {dtype} {size}x{size}x{size} per device on all {n} "
-                "devices at once: 2 M N K / (p50 - a call, at least p50 / 2)"
+                "devices at once: 2 M N K / (the fastest run - a call, at least half of it)"
             )
             points.append(MatmulPoint(dtype, size, 2.0 * size**3 / seconds, how, timing.samples))
     return tuple(points)
@@ -226,12 +229,21 @@ def measure_bus(session: Session, request: CalibrateRequest, progress: Progress)
         placed = run.placements[0]
         if placed.busbw is None or placed.timing is None:
             continue
+        stats = placed.timing.stats  # busbw from the fastest run, as every figure here
         how = (
             f"the collective playground's {name} over {axis} of {size} devices, "
-            f"{run.bytes_per_device >> 10} KiB per device: busbw (nccl-tests')"
+            f"{run.bytes_per_device >> 10} KiB per device: busbw (nccl-tests') of the fastest run"
         )
         points.append(
-            BusPoint(name, axis, size, run.bytes_per_device, placed.busbw * 1e9, how, placed.timing.samples)
+            BusPoint(
+                name,
+                axis,
+                size,
+                run.bytes_per_device,
+                placed.busbw * 1e9 * stats.p50 / stats.min,
+                how,
+                placed.timing.samples,
+            )
         )
     return tuple(points)
 
