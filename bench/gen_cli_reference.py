@@ -71,6 +71,8 @@ EXAMPLES: dict[str, str | list[str]] = {
     "quickstart-mesh": "shardcli mesh --mesh 2x4 --axes data,model --no-color",
     "quickstart-shard": "shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model "
     "--no-color --no-show-values",
+    "readme-shard": "shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec data,model "
+    "--no-color --no-show-values | sed '/^jax.debug/,/^$/d'",
     "quickstart-launch": "shardcli launch -n 2 -- mesh --mesh 2x2 --axes host,local --no-color",
     "quickstart-recipe": "shardcli recipe axis-index --mesh 2x2 --axes data,model --no-color",
     "example-shard-json": "shardcli shard --mesh 2x4 --axes data,model --shape 8x8 --spec model --format json"
