@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from rich.cells import cell_len
 from rich.columns import Columns
@@ -461,7 +461,7 @@ def make_console(options: RunOptions, *, stderr: bool = False) -> Console:
     console = _Console(
         stderr=stderr,
         # Off a terminal (a pipe, a file, a CI log) no line ends in spaces.
-        file=None if stream_is_tty else UnpaddedStream(stderr),
+        file=None if stream_is_tty else cast(IO[str], UnpaddedStream(stderr)),
         width=width,
         # None lets rich honour NO_COLOR; --no-color turns colour (and every escape code) off.
         no_color=True if not options.color else None,

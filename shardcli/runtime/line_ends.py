@@ -82,7 +82,7 @@ def unpad_help_screens() -> None:
     def unpadded_console(stderr: bool = False) -> Any:
         console = make(stderr=stderr)
         if not (sys.stderr if stderr else sys.stdout).isatty():
-            console.file = UnpaddedStream(stderr)  # type: ignore[assignment]
+            console.file = UnpaddedStream(stderr)
         return console
 
     unpadded_console.unpadded = True  # type: ignore[attr-defined]
