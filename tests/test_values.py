@@ -318,7 +318,10 @@ def test_unknown_flops_are_unknown_never_zero(cli, tmp_path: Path):
     assert result.exit_code == 0, result.output
     out = " ".join(result.stdout.split())
     # XLA's CPU cost analysis counts no FLOPs for tanh: the one-screen view's step-time line says so
-    assert "step time unknown (no figures for device kind 'cpu'); FLOPs unknown and 0 B sent" in out
+    assert (
+        "step time unknown (no figures for device kind 'cpu': `shardcli calibrate` measures them for "
+        "--hardware); FLOPs unknown and 0 B sent" in out
+    )
     assert "0 FLOP" not in out
     wide = cli([*args, "--wide"])  # the full report's cost model
     assert wide.exit_code == 0, wide.output
