@@ -93,7 +93,7 @@ HEADERS = (
     ", num_partitions=0",
     ", num_partitions=-1",
     ", num_partitions=" + "9" * 30,
-    ", entry_computation_layout={" + ")->}x" * 40_000,
+    ", entry_computation_layout={(" + ")->}x" * 40_000,
     ", entry_computation_layout={(" + "f32[1]{0}, " * 20_000,
     ", frontend_attributes={" * 20_000,
 )

@@ -378,7 +378,7 @@ def test_a_read_module_does_not_name_the_compiler_installed_here(cli, tmp_path):
     ("header", "counts"),
     [
         pytest.param(", entry_computation_layout={(f32[4]{0}, s8[2]{0})->(f32[4]{0})}", (2, 1), id="plain"),
-        pytest.param(", entry_computation_layout={" + ")->}x" * 40_000, (0, 0), id="hostile-200kb"),
+        pytest.param(", entry_computation_layout={(" + ")->}x" * 40_000, (0, 0), id="hostile-200kb"),
     ],
 )
 def test_the_entry_layout_is_read_in_one_pass(header, counts):
