@@ -481,3 +481,18 @@ def test_a_gzip_is_known_by_its_bytes_not_its_name(cli, tmp_path, name, packed):
         path.write_bytes(gzip.compress(text.encode()) if packed else text.encode())
     doc = json_of(cli, "inspect", str(path), "--target", "gpu-h200:1")
     assert [loop["trips"] for loop in doc["program"]["loops"]] == [4]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "blocks"),
+    [
+        ('{"block_q": 512, "block_kv": 256}', (512, 256)),
+        ('{"block_q": ' + "9" * 5000 + ', "block_kv": 256}', None),  # int() refused 5000 digits
+        ('{"block_q": 5120000000, "block_kv": 256}', None),
+    ],
+    ids=["read", "5000-digits", "10-digits"],
+)
+def test_splash_block_sizes_past_any_sequence_are_not_read(metadata, blocks):
+    from shardcli.analysis.splash import block_sizes
+
+    assert block_sizes("fwd", metadata) == blocks

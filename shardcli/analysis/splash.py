@@ -53,7 +53,7 @@ def block_sizes(phase: str, attributes: str) -> tuple[int, int] | None:
     text = attributes.replace('\\"', '"')
     found = []
     for key in _BLOCK_KEYS.get(phase, ()):
-        match = re.search(rf'"{key}":\s*(\d+)', text)
+        match = re.search(rf'"{key}":\s*(\d{{1,9}})(?!\d)', text)  # a block of more digits is none
         if match is None or int(match.group(1)) <= 0:
             return None
         found.append(int(match.group(1)))
