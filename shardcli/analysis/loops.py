@@ -222,8 +222,8 @@ def _check_xla_reads(module_text: str) -> int:
     Raises:
         ValueError: the text is one of those (the caller counts without XLA's figure, and says so).
     """
-    from shardcli.analysis.collectives import has_groups_of_no_mesh
     from shardcli.analysis.hlo.arrays import ELEMENT_BITS, array_kinds
+    from shardcli.analysis.hlo.groups import has_groups_of_no_mesh
     from shardcli.analysis.hlo.module import parse_module
 
     for element, dims in array_kinds(module_text):

@@ -3,7 +3,7 @@
 - `module`: the module's computations and instructions, and who calls whom;
 - `trips`: loops and their trip counts; `arrays`: element types, shapes and bytes;
 - `sources`: each instruction's source line and the user's call stack; `header`: platform,
-  partitions and the entry's arrays.
+  partitions and the entry's arrays; `groups`: a collective's replica groups in every spelling.
 
 Imports from: specs, errors.
 """
