@@ -245,7 +245,7 @@ def test_mesh_header_facts(cli):
     assert "this is process 0" not in out and f"shardcli  {shardcli.__version__}" not in out
     for flag in ("-v", "--verbose"):
         verbose = cli(["mesh", "--mesh", "2x4", "--axes", "data,model", flag]).stdout
-        assert f"shardcli   {shardcli.__version__} " in verbose
+        assert f"shardcli   {shardcli.__version__}\n" in verbose
         assert "1 (this is process 0)" in verbose
         assert "2x4 (data=2, model=4), auto axes" in verbose
 
