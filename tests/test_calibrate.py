@@ -214,6 +214,22 @@ def test_without_a_profile_the_cpu_has_no_estimate_and_with_one_it_is_the_sum_wo
     assert "step time unknown" not in screen
 
 
+def test_on_a_cpu_a_collective_s_own_bytes_are_in_its_busbw_not_also_in_the_stream(cli, tmp_path):
+    """w sharded over data is all-gathered: 512 KiB in and 4 MiB out per device. XLA's bytes accessed
+    count them, and the all-gather's busbw (measured on the same CPU, writing its output) moves them
+    too: charged once, at the busbw. estimate = 1 ms + FLOPs / 1e9 + (bytes - 4.5 MiB) / 1e9 + the
+    bytes sent (7/8 of 4 MiB) / 1e9."""
+    path = _write(tmp_path, KNOWN)
+    gathered = ["--arg", "f32[64,1024]@data,None", "--arg", "f32[1024,1024]@data,None"]
+    doc = json.loads(cli(["inspect", *MLP, *gathered, "-f", "json", "--hardware", path]).stdout)
+    flops, moved = doc["program"]["flops_per_device"], doc["program"]["bytes_accessed_per_device"]
+    gathered_bytes = (1 << 22) + (1 << 19)
+    assert moved > gathered_bytes
+    sent = 7 * (1 << 22) // 8
+    expected = 1e-3 + flops / 1e9 + (moved - gathered_bytes) / 1e9 + sent / 1e9
+    assert doc["step_time"]["estimate_s"] == pytest.approx(expected)
+
+
 def test_inspect_run_prints_the_estimate_beside_the_measured_step(cli, tmp_path):
     path = _write(tmp_path, KNOWN)
     out = cli(["inspect", *MLP, *MLP_ARGS, "--run", "--iters", "2", "--hardware", path, "--no-color"])
@@ -355,3 +371,27 @@ def test_a_quick_calibration_writes_a_profile_that_loads(cli, tmp_path):
     # the profile it wrote gives the CPU an estimate
     doc = json.loads(cli(["inspect", *MLP, *MLP_ARGS, "-f", "json", "--hardware", str(path)]).stdout)
     assert doc["step_time"]["estimate_s"] > 0
+
+
+def test_calibrate_times_each_collective_with_a_fresh_output_as_a_jitted_program_does(
+    cli, tmp_path, monkeypatch
+):
+    # A jitted program's collective writes a new output each call; nccl-tests' one donated buffer
+    # never pays for new memory (on 8 faked CPU devices an all-gather of 4 MiB per device: 121 ms
+    # with the donated buffer, 530 ms with a fresh one, 2026-11-29). The profile must time the first.
+    from shardcli.playground.collective import run as collective_run
+    from shardcli.specs.runs import OutBuffer
+
+    seen = []
+    original = collective_run.run_collective
+
+    def recording(request, **kwargs):
+        seen.append(request.out_buffer)
+        return original(request, **kwargs)
+
+    monkeypatch.setattr(collective_run, "run_collective", recording)
+    path = tmp_path / "here.json"
+    out = cli(["calibrate", "--quick", "--mesh", "8", "--out", str(path), "--no-color"])
+    assert out.exit_code == 0, out.output
+    assert seen == [OutBuffer.FRESH]
+    assert "a fresh output per call" in load_profile(str(path)).collectives[0].how

@@ -359,6 +359,11 @@ def op_roofline(
         count += call.runs
     other_flops = max(0.0, analysis.flops - analysis.kernels.flops)
     other_bytes = max(0.0, analysis.bytes_accessed - analysis.kernels.bytes_accessed)
+    if not launch.overlaps:
+        # On a CPU a collective is a copy through the same memory: its measured bus bandwidth (a
+        # profile's, writing a fresh output) already moves the bytes XLA counts for it, and nothing
+        # overlaps, so charging them again at the stream rate would count them twice.
+        other_bytes = max(0.0, other_bytes - collective_bytes(analysis))
     # XLA's own dots (every dot on a CPU) are no separate calls: the curve is read at their FLOPs
     # shared among the program's launches, a GEMM of that size each
     per_op = other_flops / max(1, analysis.launches.kernels) if analysis.launches else other_flops
@@ -381,6 +386,19 @@ def op_roofline(
         launch_source=launch.source if found is not None else "",
         launch_overlaps=launch.overlaps,
     )
+
+
+def collective_bytes(analysis: ProgramAnalysis) -> float:
+    """Bytes the program's collectives read and write per device per run (operand and result, loops
+    per trip): an all-gather's operand is 1/n of its result, a reduce-scatter's n times it."""
+    total = 0.0
+    for c in analysis.collectives:
+        n = c.group_size or 1
+        operand = {"all-gather": c.result_bytes / n, "reduce-scatter": c.result_bytes * n}.get(
+            c.kind, c.result_bytes
+        )
+        total += (operand + c.result_bytes) * c.runs
+    return total
 
 
 def launch_seconds(launches: Launches, costs: LaunchCosts) -> float:

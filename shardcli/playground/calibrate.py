@@ -206,6 +206,7 @@ def measure_bus(session: Session, request: CalibrateRequest, progress: Progress)
     from shardcli.playground.collective.entries import CollectiveParams
     from shardcli.playground.collective.request import CollectiveRequest, validate_request
     from shardcli.playground.collective.run import run_collective
+    from shardcli.specs.runs import OutBuffer
     from shardcli.specs.values import parse_dtype, parse_init
 
     points = []
@@ -219,6 +220,10 @@ def measure_bus(session: Session, request: CalibrateRequest, progress: Progress)
             dtype=parse_dtype("float32"),
             init=parse_init("ones"),
             sizes=(request.bus_bytes,),
+            # a fresh output per call, as a jitted program's collective writes one: nccl-tests' one
+            # donated output buffer never pays for new memory, and on a CPU that is most of an
+            # all-gather's cost (its 8x output: the kernel faults in and zeroes every page each call)
+            out_buffer=OutBuffer.FRESH,
             warmup=request.warmup,
             iters=request.iters,
             show_values=False,
@@ -232,7 +237,8 @@ def measure_bus(session: Session, request: CalibrateRequest, progress: Progress)
         stats = placed.timing.stats  # busbw from the fastest run, as every figure here
         how = (
             f"the collective playground's {name} over {axis} of {size} devices, "
-            f"{run.bytes_per_device >> 10} KiB per device: busbw (nccl-tests') of the fastest run"
+            f"{run.bytes_per_device >> 10} KiB per device, a fresh output per call (as in a jitted "
+            "program): busbw (nccl-tests') of the fastest run"
         )
         points.append(
             BusPoint(
