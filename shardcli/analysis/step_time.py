@@ -26,7 +26,10 @@ training step (27%): the estimate there is the sum over the program's ops of eac
 (`OpRoofline`): each library kernel (cuBLAS GEMM, cuDNN attention or convolution) max(FLOPs / (peak
 for its dtype x dot efficiency), bytes / (HBM x HBM efficiency)), plus the same for every other op
 together from XLA's FLOPs and bytes; the transfers add nothing hidden (max with T_comm + T_host). The
-efficiencies are `shardcli.hardware.calibration.GPU_OPS`, measured.
+efficiencies are `shardcli.hardware.calibration.GPU_OPS`, measured. With a CPU profile (--hardware)
+nothing overlaps: the maths, the bytes, the collectives and the call add up, and a collective's own
+bytes (its operand and result, which XLA counts among the bytes accessed) are charged once, at its
+measured bus bandwidth, not again at the stream (`collective_bytes`).
 
 The bandwidth of a mesh axis (`AxisLink`, in `analysis.axis_links`):
 - TPU: ICI per link, one way (hardware table), times the torus dimensions the axis runs along,
