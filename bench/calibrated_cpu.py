@@ -132,7 +132,9 @@ def run_round(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", help="a profile measured before (default: calibrate each round)")
-    parser.add_argument("--iters", type=int, default=5)
+    # the fastest of as many runs as calibrate takes each figure from: on a loaded machine the fastest
+    # of more runs finds a quieter moment (the MLP's step: 173 ms of 5 runs, 113-147 ms of 20)
+    parser.add_argument("--iters", type=int, default=10, help="runs per program (default 10, as calibrate's)")
     parser.add_argument("--rounds", type=int, default=2, help="calibrate-then-measure rounds (default 2)")
     parser.add_argument("--save", help="a folder to keep each round's profile and each run's JSON in")
     parser.add_argument("--quick", action="store_true", help="a quick calibration, one program, 2 runs")
@@ -156,6 +158,10 @@ def main() -> int:
             + "; ".join(f"{name} {' '.join(f'{r[name]:.2f}' for r in results)}" for name, _, _ in rows)
         )
     print(f"outside {BAND[0]}-{BAND[1]}x in any round: {', '.join(outside) or 'none'}")
+    if args.quick:
+        print(
+            "--quick: a smoke test; its 16-32 GEMMs give the curve nothing to read, the figures mean nothing"
+        )
     return 0
 
 
