@@ -4,7 +4,8 @@
   blocks, all at once) at each size and dtype, its per-call cost taken off each run;
 - the memory stream: `x * 2 + 1` over a buffer per device, bytes read and written per second;
 - the bus bandwidth per mesh axis: the collective playground's `psum` over each axis (busbw), and
-  its `all_gather`, `psum_scatter`, `all_to_all` and `ppermute` (what a byte of each costs);
+  its `all_gather`, `psum_scatter`, `all_to_all` and `ppermute` (what a byte of each costs), each
+  call writing a fresh output as a jitted program's collective does;
 - host-device copies: `jax.device_put` of a host array onto the devices, and back;
 - the cost of a call (a program that does almost nothing) and of a loop trip (a `fori_loop`'s
   trips beyond one); on a GPU also of a kernel launch (a chain of small GEMMs).
