@@ -19,7 +19,10 @@ MESH_2x4 = ((2, 4), ("data", "model"))
 
 
 def _one(line: str, mesh=MESH_2x4) -> CollectiveOp:
-    text = f"ENTRY %main (p: f32[4]) -> f32[4] {{\n  {line}\n}}\n"
+    # the reduction its to_apply names: a module that calls a computation it lacks is no module
+    add = "%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n"
+    add += "  ROOT %s = f32[] add(%a, %b)\n}\n\n"
+    text = f"{add}ENTRY %main (p: f32[4]) -> f32[4] {{\n  {line}\n}}\n"
     (op,) = parse_collectives(text, *mesh)
     return op
 
@@ -102,6 +105,12 @@ def test_bytes_sent_follow_the_ring_conventions():
 
 def test_loop_trip_counts_multiply_runs_and_unknown_ones_are_marked():
     text = """
+%add (a: f32[], b: f32[]) -> f32[] {
+  ROOT %s = f32[] add(%a, %b)
+}
+%c (p: f32[4]) -> pred[] {
+  ROOT %k = pred[] constant(true)
+}
 %body (p: f32[4]) -> f32[4] {
   %a = f32[4]{0} all-reduce(%p), replica_groups={{0,1}}, to_apply=%add
 }
@@ -261,6 +270,9 @@ def test_a_compare_inside_a_fusion_is_read_through_its_parameters():
 
 
 NESTED = """
+%c (p: (s32[])) -> pred[] {
+  ROOT %k = pred[] constant(true)
+}
 %inner (p: (s32[])) -> (s32[]) {
   %p = (s32[]) parameter(0)
   ROOT %t = (s32[]) tuple(%p)
