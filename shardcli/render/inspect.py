@@ -418,8 +418,7 @@ def _step_clauses(result: InspectResult) -> list[str]:
     why = (
         step.math.source
         if step is not None
-        else f"no figures for device kind {result.session.runtime.device_kind!r}: `shardcli calibrate` "
-        "measures them for --hardware"
+        else f"no figures for {result.session.runtime.device_kind!r}: shardcli calibrate measures them"
     )
     return [f"unknown ({why})", f"{flops} and {format_bytes(a.sent_bytes)} sent per device"]
 
