@@ -190,7 +190,7 @@ def module_cases() -> list[tuple[str, str, str | bytes, list[str]]]:
     rng = random.Random(54)
     texts = {name: _fixture(name) for name in NAMES}
     cases: list[tuple[str, str, str | bytes, list[str]]] = []
-    formats = (["-f", "json"], [], ["-f", "csv"])
+    formats: tuple[list[str], ...] = (["-f", "json"], [], ["-f", "csv"])
     for k, (case_id, content) in enumerate(_mlp_variants(texts["mlp_bf16"], rng)):
         fmt = formats[k % len(formats)] if k % 4 else ["-f", "json"]
         cases.append((f"mlp-{case_id}{''.join(fmt)}", "m.hlo.txt", content, fmt))

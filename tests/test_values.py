@@ -319,8 +319,8 @@ def test_unknown_flops_are_unknown_never_zero(cli, tmp_path: Path):
     out = " ".join(result.stdout.split())
     # XLA's CPU cost analysis counts no FLOPs for tanh: the one-screen view's step-time line says so
     assert (
-        "step time unknown (no figures for 'cpu': shardcli calibrate measures them); FLOPs unknown and 0 B sent"
-        in out
+        "step time unknown (no figures for 'cpu': shardcli calibrate measures them); "
+        "FLOPs unknown and 0 B sent" in out
     )
     assert "0 FLOP" not in out
     wide = cli([*args, "--wide"])  # the full report's cost model
