@@ -520,7 +520,10 @@ def save_recording() -> str | None:
     elif suffix == ".html":
         console.save_html(path)
     else:
-        console.save_text(path)
+        text = console.export_text()
+        if isinstance(console, _Console):  # a report, as printed off a terminal: unpadded (runtime.line_ends)
+            text = "\n".join(line.rstrip(" ") for line in text.split("\n"))
+        Path(path).write_text(text, encoding="utf-8")  # JSON and CSV (emit) exactly as written
     return path
 
 
