@@ -218,13 +218,19 @@ def test_the_module_harness_generates_its_pinned_number_of_distinct_cases():
     assert {"mlp", "gemm", "llama1b", "gemma", "llama2"} <= sources, sources
 
 
-def _within(seconds: int):
+def _run_within(cli, given: list[str], seconds: int):
+    """`cli(given)`, failed with TimeoutError if it runs past `seconds` (a hang is a defect too)."""
+
     def late(*_):
         raise TimeoutError(f"the case took more than {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, late)
     signal.alarm(seconds)
-    return previous
+    try:
+        return cli(given)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _check(result, given: list[str]) -> None:
@@ -251,12 +257,7 @@ def test_every_mutated_module_ends_by_the_contract(cli, tmp_path, name, content,
     else:
         path.write_bytes(content)
     given = ["inspect", str(path), *TARGET, *flags]
-    previous = _within(CASE_SECONDS)
-    try:
-        result = cli(given)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    result = _run_within(cli, given, CASE_SECONDS)
     _check(result, given)
 
 
@@ -281,12 +282,7 @@ def test_a_place_that_is_no_module_file_is_one_line(cli, tmp_path, place):
         link.symlink_to(path)
         save = ["--save", str(path if place == "save-onto-it" else link)]
     given = ["inspect", str(path), *TARGET, *save]
-    previous = _within(CASE_SECONDS)
-    try:
-        result = cli(given)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    result = _run_within(cli, given, CASE_SECONDS)
     _check(result, given)
     if place != "unreadable" or os.geteuid() != 0:  # root reads a file of mode 0
         assert result.exit_code == 2, result.output
