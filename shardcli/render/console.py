@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.runtime.devices import RuntimeInfo
-from shardcli.runtime.line_ends import UnpaddedStream
+from shardcli.runtime.line_ends import UnpaddedStream, unpadded_text
 from shardcli.specs.runs import RunOptions
 
 # The width natural widths are measured at: wide enough never to bound one (rich caps a measurement
@@ -522,7 +522,7 @@ def save_recording() -> str | None:
     else:
         text = console.export_text()
         if isinstance(console, _Console):  # a report, as printed off a terminal: unpadded (runtime.line_ends)
-            text = "\n".join(line.rstrip(" ") for line in text.split("\n"))
+            text = unpadded_text(text)
         Path(path).write_text(text, encoding="utf-8")  # JSON and CSV (emit) exactly as written
     return path
 

@@ -34,6 +34,11 @@ def _unpadded(line: str) -> str:
     return line[:end] + line[end:].replace(" ", "")
 
 
+def unpadded_text(text: str) -> str:
+    """`text` as an unpadded stream writes it whole: no line ends in spaces."""
+    return "\n".join(_unpadded(line) for line in text.split("\n"))
+
+
 class UnpaddedStream:
     """sys.stdout or sys.stderr (looked up at each write, as rich does), with no spaces at line ends.
 
