@@ -902,7 +902,8 @@ def test_a_gpu_axis_moves_over_nvlink_within_a_host_and_the_network_across():
     assert chip.axis_bytes_per_s(4, 2) == h100.link_bytes_per_s.value  # 4 after a tensor 2
     assert h100.network_bytes_per_s is not None
     assert chip.axis_bytes_per_s(2, 8) == h100.network_bytes_per_s.value  # one per host
-    assert chip.axis_bytes_per_s(16, 1) == h100.network_bytes_per_s.value  # every GPU
+    # every GPU: the 8 GPUs of a host send over its 8 NICs at once (NCCL's rails), under NVLink's 450
+    assert chip.axis_bytes_per_s(16, 1) == 8 * h100.network_bytes_per_s.value
 
 
 def test_plan_lays_the_decoder_out_on_gpu_hosts(cli, plan_cache, cuda_plugin):

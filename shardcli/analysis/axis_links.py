@@ -1,19 +1,23 @@
 """How each mesh axis lies on the hardware: its bandwidth per device, one way round, and why.
 
 The step-time estimate's links (`analysis.step_time`): on a TPU from where each chip sits on the
-torus, on a GPU from the hosts the axis spans (NVLink within one, the network across), and with a
-measured profile (--hardware) from its bus bandwidth over an axis of that size. Pure Python over
+torus, on a GPU from the hosts the axis spans (NVLink within one; across hosts each GPU's share of
+its host's NICs times the axis's GPUs on each host, as NCCL's channels run over that many rails at
+once, `hardware.hosts`), and with a measured profile (--hardware) from its bus bandwidth over an
+axis of that size. Pure Python over
 plain data; `places_of_mesh` reads a JAX mesh's devices by their attributes without importing JAX.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardcli.hardware.chips import Chip
+from shardcli.hardware.chips import Chip, Figure
+from shardcli.hardware.hosts import axis_network_bytes_per_s
 from shardcli.hardware.profile import HardwareProfile
 
 
@@ -33,6 +37,7 @@ def axis_links(
     mesh_shape: tuple[int, ...],
     axis_names: tuple[str, ...],
     places: Sequence[tuple[int, ...]],
+    network: Figure | None = None,
 ) -> dict[str, AxisLink]:
     """The bandwidth of each mesh axis, from where each device sits.
 
@@ -41,6 +46,8 @@ def axis_links(
         mesh_shape, axis_names: the mesh.
         places: per device in the mesh's (row-major) order, its place: on a TPU the chip's torus
             coordinates then the core on the chip, (x, y, z, core); on a GPU (host, gpu).
+        network: on GPUs, one GPU's share of the network between hosts (a target's host type or
+            --network); default the chip's (its generation's default host, a DGX).
     """
     n = math.prod(mesh_shape)
     if len(places) != n:
@@ -52,7 +59,7 @@ def axis_links(
         if chip.platform == "tpu":
             links[name] = _tpu_link(chip, name, line, grid)
         else:
-            links[name] = _gpu_link(chip, name, line)
+            links[name] = _gpu_link(chip, name, line, network or chip.network_bytes_per_s)
     return links
 
 
@@ -86,23 +93,22 @@ def _tpu_link(chip: Chip, name: str, line: list[tuple[int, ...]], grid: list[tup
     return AxisLink(name, len(line), sum(ways) * ici.value, how, f"{ici.source}; {chip.wrap}")
 
 
-def _gpu_link(chip: Chip, name: str, line: list[tuple[int, ...]]) -> AxisLink:
+def _gpu_link(chip: Chip, name: str, line: list[tuple[int, ...]], net: Figure | None) -> AxisLink:
     if len(line) == 1:
         return AxisLink(name, 1, None, "one device: sends nothing", chip.link_bytes_per_s.source)
-    hosts = {p[0] for p in line}
-    if len(hosts) == 1 or chip.network_bytes_per_s is None:
-        link = chip.link_bytes_per_s
+    per_host = Counter(p[0] for p in line)
+    link = chip.link_bytes_per_s
+    if len(per_host) == 1 or net is None:
         return AxisLink(
             name, len(line), link.value, f"NVLink within a host, {link.value / 1e9:g} GB/s", link.source
         )
-    net = chip.network_bytes_per_s
-    return AxisLink(
-        name,
-        len(line),
-        net.value,
-        f"across {len(hosts)} hosts: the network, {net.value / 1e9:g} GB/s",
-        net.source,
-    )
+    rails = min(per_host.values())  # the axis's GPUs on each host: NCCL's channels out of it at once
+    rate = axis_network_bytes_per_s(net.value, rails, link.value)
+    how = f"across {len(per_host)} hosts: the network, {net.value / 1e9:g} GB/s per GPU"
+    if rails > 1:
+        capped = " (NVLink's, less)" if rate < net.value * rails else ""
+        how += f" x {rails} GPUs a host = {rate / 1e9:g} GB/s{capped}"
+    return AxisLink(name, len(line), rate, how, net.source)
 
 
 def places_of_mesh(mesh: Any, chip: Chip) -> list[tuple[int, ...]]:

@@ -480,6 +480,7 @@ def step_time_of(
     efficiency: float | None = None,
     efficiency_source: str = UNCALIBRATED,
     profile: HardwareProfile | None = None,
+    network: Figure | None = None,
 ) -> StepEstimate | None:
     """`estimate_step` for a program compiled on `mesh` for devices of `device_kind`.
 
@@ -489,7 +490,8 @@ def step_time_of(
     per-op roofline, none elsewhere; `efficiency` given replaces it (1.0: the roofline as it is).
     A measured `profile` (default the run's, --hardware, checked to describe `device_kind`) gives
     the per-op roofline its figures on any device: its GEMM curve, stream, launch costs, host copies
-    and each axis's bus bandwidth (axes across hosts keep the table's network).
+    and each axis's bus bandwidth (axes across hosts keep the table's network). `network`: on GPUs
+    one GPU's share of the network between hosts (a target's host type or --network).
 
     Raises:
         ShardcliError: the run's profile was measured on another kind of device.
@@ -504,7 +506,7 @@ def step_time_of(
     links: dict[str, AxisLink] = {}
     if chip is not None:
         places = places_of_mesh(mesh, chip)
-        links = axis_links(chip, shape, names, places)
+        links = axis_links(chip, shape, names, places, network)
         per_chip = devices_per_chip(places, chip)
     if profile is not None:
         links = profiled_links(profile, links, names, shape)

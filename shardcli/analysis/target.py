@@ -484,13 +484,17 @@ GPU_OPTIONS_WORDS = f"xla_gpu_enable_triton_gemm=false ({GPU_OPTIONS_WHY})"
 
 
 def _gpu_hosts_words(target: TargetSpec, gpus: int) -> str:
-    """`16 H200 GPUs, 2 hosts of 8, NVLink within a host and the network between hosts`."""
+    """`16 H200 GPUs, 2 hosts of 8, NVLink within a host and the network between hosts (NVIDIA DGX
+    H200: 8 x 400 Gb/s ConnectX-7 InfiniBand NICs for 8 GPUs, 50 GB/s per GPU)`."""
     hosts = target.topology[0] if len(target.topology) == 2 else 1
     per = gpus // hosts if hosts else gpus
     label = target.generation.hardware.label.split()[0]  # "H200"
     if hosts == 1:
         return f"{gpus} {label} GPUs of one host, NVLink between them" if gpus > 1 else f"1 {label} GPU"
-    return f"{gpus} {label} GPUs, {hosts} hosts of {per}, NVLink within a host and the network between hosts"
+    return (
+        f"{gpus} {label} GPUs, {hosts} hosts of {per}, NVLink within a host and the network between hosts "
+        f"({target.network_words()})"
+    )
 
 
 def compile_options_words(target: TargetSpec | None) -> str | None:

@@ -126,6 +126,7 @@ def inspect(
     link_gbps: LinkGbps = None,
     hardware: opt.Hardware = None,
     compile_target: Target = None,
+    network: opt.Network = None,
     mesh: Mesh = None,
     axes: opt.Axes = None,
     ctx: typer.Context = None,  # type: ignore[assignment]  # Typer passes it
@@ -179,6 +180,7 @@ def inspect(
         mode_given=ctx is not None and _typed(ctx, "mode"),
         specs=spec or [],
         fixes=fixes,
+        network=network,
     )
     from shardcli.program.inspect import run_inspect
     from shardcli.program.module import inspect_module

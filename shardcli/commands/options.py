@@ -87,6 +87,16 @@ Hardware = Annotated[
         "curve at each GEMM's size, memory stream, links) instead of the built-in table.",
     ),
 ]
+Network = Annotated[
+    str | None,
+    typer.Option(
+        "--network",
+        metavar="GBPS",
+        help="With a GPU --target of several hosts: one GPU's share of the network between hosts, Gb/s "
+        "one way, in place of its host type's NICs over its GPUs (400 on a DGX H100's 8 x 400 Gb/s; "
+        "gpu-h100-a3mega names Google Cloud's a3-megagpu-8g).",
+    ),
+]
 Format = Annotated[str, typer.Option("--format", "-f", help="table (for people) or json (for scripts).")]
 NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text; NO_COLOR is honoured too.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the results: no header, no pictures.")]

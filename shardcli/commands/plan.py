@@ -187,6 +187,7 @@ def plan(
     emit: Emit = None,
     rank: RankBy = "throughput",
     hardware: opt.Hardware = None,
+    network: opt.Network = None,
     *,
     options: RunOptions,
 ) -> None:
@@ -225,7 +226,7 @@ def plan(
         }  # fmt: skip
         _refuse_decoder_flags(program, decoder_flags)
         with opt.using_hardware(hardware, target):
-            _plan_program(program, inputs, rules, target, compile_n, not no_cache, options)
+            _plan_program(program, inputs, rules, target, compile_n, not no_cache, options, network)
         return
     if inputs is not None or rules is not None:
         flag = "--inputs" if inputs is not None else "--rules"
@@ -241,7 +242,7 @@ def plan(
         "layers": layers, "d_model": d_model, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
         "mlp_dim": mlp_dim, "vocab": vocab, "seq": seq, "activation": activation,
     }  # fmt: skip
-    target_spec = parse_target(target)
+    target_spec = parse_target(target, network=network)
     named = _named(mesh, target_spec.chips)
     sequence = sequence or names_sequence(named)
     cfg = _with_attention(build_config(preset, **shape), attention, target_spec.generation.platform, sequence)
@@ -376,6 +377,7 @@ def _plan_program(
     compile_n: int,
     use_cache: bool,
     options: RunOptions,
+    network: str | None = None,
 ) -> None:
     """`plan FILE.py:FUNCTION --inputs FILE.py:NAME`."""
     from shardcli.hardware.targets import parse_target
@@ -391,7 +393,7 @@ def _plan_program(
     request = ProgramPlanRequest(
         program=program,
         inputs=inputs,
-        target=parse_target(target),
+        target=parse_target(target, network=network),
         rules=parse_rules(rules) if rules is not None else None,
         compile_n=compile_n,
         use_cache=use_cache,

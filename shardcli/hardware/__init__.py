@@ -1,7 +1,8 @@
 """The hardware shardcli knows without owning it: one table of chips, each figure with its source.
 
 - `chips`: per-chip figures (peak FLOP/s, HBM, links) of every accelerator, with sources;
-- `targets`: compile-only targets (`tpu-v5e:16x16`, `gpu-h200:4x8`) as data;
+- `hosts`: GPU host types (DGX H100/H200, Google Cloud's A3 machines) and the NICs between them;
+- `targets`: compile-only targets (`tpu-v5e:16x16`, `gpu-h200:4x8`, `gpu-h100-a3mega:32x8`) as data;
 - `compilers`: which compiler plugins (libtpu, the CUDA plugin) are installed, and their versions;
 - `calibration`: how far real steps fall short of the roofline, per platform, measured;
 - `gpu_memory`: what JAX lets one program use of a GPU's memory;

@@ -24,8 +24,9 @@ Sources (checked in 2026):
 - NVIDIA H100 and H200 SXM datasheets (dense, no sparsity): bf16 989 TFLOP/s, TF32 495, FP64 67;
   HBM 80 GB at 3.35 TB/s (H100) and 141 GB at 4.8 TB/s (H200); NVLink 4 900 GB/s per GPU both
   directions together (450 one way), 8 GPUs per HGX board; PCIe Gen5 128 GB/s both ways (64 one
-  way) to the host; NVIDIA DGX H100/H200: one 400 Gb/s ConnectX-7 port per GPU between hosts
-  (50 GB/s one way).
+  way) to the host. Between hosts a GPU's share of its host's NICs, from the host types of
+  `shardcli.hardware.hosts` (a plain `gpu-h100` target is a DGX H100: 8 x 400 Gb/s ConnectX-7,
+  50 GB/s per GPU one way), with their sources.
 - A GPU's memory is what its driver reports (nvidia-smi, 2026-11): 81,559 MiB on an H100 SXM and
   143,771 MiB on an H200 SXM, the total JAX's GPU allocator takes its fraction of
   (`shardcli.hardware.gpu_memory`); the datasheets' 80 GB and 141 GB stay in the figures' sources.
@@ -35,6 +36,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from shardcli.hardware.hosts import HOSTS, HostType
 
 GIB = 1 << 30
 
@@ -62,7 +65,8 @@ class Chip:
     `link_bytes_per_s` is what one chip sends one way over one link: an ICI link to one torus
     neighbour on a TPU, its NVLink share to the other GPUs of its host on a GPU (through NVSwitch a
     GPU reaches every GPU of its host at that rate). `network_bytes_per_s` is one GPU's share of the
-    network between hosts; TPU slices have ICI throughout.
+    network between hosts on the generation's default host type (`shardcli.hardware.hosts`; a target
+    of another host type carries its own); TPU slices have ICI throughout.
     """
 
     name: str  # "tpu-v5e", "gpu-h100": the --target generation
@@ -131,6 +135,11 @@ class Chip:
         if math.prod(topology) > self.max_chips:
             return f"more chips than the largest {self.label} slice"
         return None
+
+
+def network_figure(host: HostType) -> Figure:
+    """One GPU's share of its host's NICs, one way, with the host's figures and their source."""
+    return Figure(host.per_gpu_bytes_per_s, "B/s", f"{host.words} ({host.source_words})")
 
 
 def _tpu(
@@ -217,9 +226,7 @@ def _gpu(name: str, label: str, match: str, *, hbm_gb: int, smi_mib: int, hbm_tb
         link_bytes_per_s=Figure(
             450e9, "B/s", f"{sheet}: NVLink 4 900 GB/s per GPU both ways, 450 one way, within a host"
         ),
-        network_bytes_per_s=Figure(
-            50e9, "B/s", f"NVIDIA DGX {label.split()[0]}: one 400 Gb/s ConnectX-7 port per GPU between hosts"
-        ),
+        network_bytes_per_s=network_figure(HOSTS[name]),
         host_bytes_per_s=Figure(
             64e9, "B/s", f"{sheet}: PCIe Gen5 128 GB/s both ways, 64 one way, to the host"
         ),

@@ -6,7 +6,9 @@ XLA's GPU compiler from JAX's CUDA plugin (the `gpu` extra, or `gpu-cuda13`) wit
 (shardcli/hardware/gpu_specs). Each generation's figures (the memory per chip a program is judged against,
 its peak, bandwidths and torus) come from the one hardware table, `shardcli.hardware.chips`, with their
 sources; a topology the generation does not offer (a 3-D v5e, a 2-D v4, a slice beyond the
-largest) is refused here, before any compiler starts.
+largest) is refused here, before any compiler starts. A GPU target names its host type too
+(`gpu-h100-a3mega:32x8`; a plain `gpu-h100` is a DGX H100, `shardcli.hardware.hosts`), whose NICs
+carry the traffic between hosts, or `--network GBPS` gives each GPU's share of them.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import re
 from dataclasses import dataclass
 
 from shardcli.errors import ShardcliError
-from shardcli.hardware.chips import CHIPS, Chip
+from shardcli.hardware.chips import CHIPS, Chip, Figure, network_figure
 from shardcli.hardware.chips import GIB as GIB  # where the targets' users have always found it
+from shardcli.hardware.hosts import HOSTS, HostType, hosts_of
 
 INSTALL_HINTS = {
     "tpu": "pip install 'shardcli[tpu]' (libtpu, the TPU compiler: about 0.5 GB)",
@@ -81,14 +84,46 @@ _TOPOLOGY_RE = {
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """`--target tpu-v5e:16x16`: a generation and a topology of chips."""
+    """`--target tpu-v5e:16x16`: a generation and a topology of chips; on GPUs the host type
+    (`gpu-h100-a3mega:32x8`) and --network, each GPU's share of the network in Gb/s, if given."""
 
     generation: Generation
     topology: tuple[int, ...]
+    host: HostType | None = None  # GPUs: the host type (None: the generation's default, a DGX)
+    network_gbps: float | None = None  # --network: one GPU's share of the network, Gb/s one way
 
     @property
     def name(self) -> str:
-        return f"{self.generation.name}:{'x'.join(map(str, self.topology))}"
+        prefix = self.host.target if self.host is not None else self.generation.name
+        return f"{prefix}:{'x'.join(map(str, self.topology))}"
+
+    @property
+    def host_type(self) -> HostType | None:
+        """The GPU host type (named, or the generation's default); None on a TPU."""
+        return self.host or HOSTS.get(self.generation.name)
+
+    @property
+    def network(self) -> Figure | None:
+        """One GPU's share of the network between hosts, one way: --network, else the host type's
+        NICs over its GPUs; None on a TPU (ICI throughout)."""
+        if self.network_gbps is not None:
+            gbps = self.network_gbps
+            return Figure(
+                gbps / 8 * 1e9, "B/s", f"--network {gbps:g} Gb/s per GPU ({gbps / 8:g} GB/s one way)"
+            )
+        host = self.host_type
+        return network_figure(host) if host is not None else None
+
+    def network_words(self) -> str | None:
+        """`NVIDIA DGX H100: 8 x 400 Gb/s ... NICs for 8 GPUs, 50 GB/s per GPU` (or --network's)."""
+        host = self.host_type
+        if host is None:
+            return None
+        if self.network_gbps is not None:
+            return (
+                f"{host.label}, --network {self.network_gbps:g} Gb/s per GPU ({self.network_gbps / 8:g} GB/s)"
+            )
+        return host.words
 
     @property
     def libtpu_name(self) -> str:
@@ -111,18 +146,24 @@ def known_targets() -> str:
     return ", ".join(f"{g.name}:{g.example}" for g in GENERATIONS.values())
 
 
-def parse_target(text: str, flag: str = "--target") -> TargetSpec:
-    """Parse `tpu-v5e:16x16` or `gpu-h100:2x8`.
+def known_hosts(chip: str | None = None) -> str:
+    """`gpu-h100 (NVIDIA DGX H100), gpu-h100-a3 (GCP A3 High (a3-highgpu-8g)), ...`."""
+    hosts = hosts_of(chip) if chip is not None else list(HOSTS.values())
+    return ", ".join(f"{h.target} ({h.label})" for h in hosts)
+
+
+def parse_target(text: str, flag: str = "--target", network: str | None = None) -> TargetSpec:
+    """Parse `tpu-v5e:16x16`, `gpu-h100:2x8` or `gpu-h100-a3mega:32x8`, with --network GBPS.
 
     Raises:
-        ShardcliError: an unknown generation or a malformed topology (one line listing the known ones).
+        ShardcliError: an unknown generation or host type, a malformed topology, a --network that is
+            no bandwidth or given for a TPU (one line listing the known ones).
     """
     name, sep, topology = text.strip().partition(":")
-    generation = GENERATIONS.get(name.lower())
+    host = HOSTS.get(name.lower())
+    generation = GENERATIONS.get(host.chip if host is not None else name.lower())
     if generation is None:
-        raise ShardcliError(
-            f"{flag} {text!r} is not a known target; choose a generation and its topology: {known_targets()}"
-        )
+        raise ShardcliError(_unknown(text, name.lower(), flag))
     if not sep or not _TOPOLOGY_RE[generation.platform].match(topology):
         shape = "GPUS or HOSTSxGPUS" if generation.platform == "cuda" else "two or three sizes"
         what = (
@@ -138,7 +179,46 @@ def parse_target(text: str, flag: str = "--target") -> TargetSpec:
     problem = generation.hardware.topology_problem(sizes)
     if problem is not None:
         raise ShardcliError(f"{flag} {text!r}: {problem}; valid: {_valid(generation)}")
-    return TargetSpec(generation=generation, topology=sizes)
+    gbps = parse_network(network, text, generation.platform) if network is not None else None
+    return TargetSpec(generation=generation, topology=sizes, host=host, network_gbps=gbps)
+
+
+def parse_network(text: str, target: str | None, platform: str = "cuda") -> float:
+    """--network GBPS: one GPU's share of the network between hosts, Gb/s, a number above 0.
+
+    Raises:
+        ShardcliError: no number, not above 0, or no GPU target to give it to (one line).
+    """
+    if target is None or platform != "cuda":
+        what = f"--target {target} has ICI throughout" if target is not None else "no --target is given"
+        raise ShardcliError(
+            f"--network {text} is the network between GPU hosts, but {what}; give a GPU target such as "
+            f"gpu-h100:2x8 (host types: {known_hosts()})"
+        )
+    try:
+        gbps = float(text)
+    except ValueError:
+        gbps = math.nan
+    if not (math.isfinite(gbps) and gbps > 0):
+        raise ShardcliError(
+            f"--network {text!r} is no bandwidth; give one GPU's share of the network in Gb/s, a number "
+            "above 0 (400: a ConnectX-7 port per GPU, as on a DGX H100)"
+        )
+    return gbps
+
+
+def _unknown(text: str, name: str, flag: str) -> str:
+    """Why `name` is no target: a GPU generation with a host type not in the table, or no generation."""
+    for g in GENERATIONS.values():
+        if g.platform == "cuda" and name.startswith(f"{g.name}-"):
+            return (
+                f"{flag} {text!r} names host type {name[len(g.name) + 1 :]!r}, which is not in the table "
+                f"for the {g.hardware.label}; known: {known_hosts(g.name)} (or --network GBPS per GPU)"
+            )
+    return (
+        f"{flag} {text!r} is not a known target; choose a generation and its topology: {known_targets()}; "
+        f"GPU host types: {known_hosts()}"
+    )
 
 
 def _valid(generation: Generation) -> str:

@@ -19,11 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shardcli.analysis.kernels import causal_share
+from shardcli.hardware.hosts import axis_network_bytes_per_s
 from shardcli.plan.candidates import Candidate
 from shardcli.specs.decoder import SPLASH_BLOCK, DecoderConfig
 from shardcli.specs.remat import RematPolicy, mlp_names, parse_policy
+
+if TYPE_CHECKING:
+    from shardcli.hardware.chips import Figure
 
 HEADROOM = 0.95  # a modelled layout needing more than this share of usable memory is called a no-fit
 
@@ -50,13 +55,17 @@ class ChipFigures:
 
     def axis_bytes_per_s(self, size: int, inner: int) -> float:
         """A mesh axis's bandwidth for a ring collective, one way, per chip: `size` chips after
-        `inner` chips of faster-varying axes."""
+        `inner` chips of faster-varying axes. Across GPU hosts each GPU's share of the network times
+        the axis's GPUs on one host (`hardware.hosts.axis_network_bytes_per_s`, as the estimate)."""
         gpus = self.gpus_per_host
         if gpus is None:
             return self.link_bytes_per_s * axis_links(size, self.torus, self.wraparound, inner)
         within = gpus % (size * inner) == 0
         assert self.network_bytes_per_s is not None
-        return self.link_bytes_per_s if within else self.network_bytes_per_s
+        if within:
+            return self.link_bytes_per_s
+        on_one_host = min(size, max(1, gpus // inner))
+        return axis_network_bytes_per_s(self.network_bytes_per_s, on_one_host, self.link_bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -262,10 +271,14 @@ def _recompute(cfg: DecoderConfig, policy: RematPolicy, attention: float, forwar
 
 
 def chip_figures(
-    generation: str, topology: tuple[int, ...], environ: Mapping[str, str] | None = None
+    generation: str,
+    topology: tuple[int, ...],
+    environ: Mapping[str, str] | None = None,
+    network: Figure | None = None,
 ) -> ChipFigures:
     """One chip of a target from the hardware table (`shardcli.hardware.chips`), and its torus (on GPUs
-    (hosts, GPUs per host), the memory one program may use the pool JAX makes under `environ`).
+    (hosts, GPUs per host), the memory one program may use the pool JAX makes under `environ`, and
+    `network`, one GPU's share of the network between hosts: the target's, default the table's).
 
     Raises:
         ShardcliError: a GPU target and a JAX allocator variable JAX would refuse (one line).
@@ -284,7 +297,8 @@ def chip_figures(
         from shardcli.hardware.gpu_memory import read_gpu_pool
 
         pool = read_gpu_pool(environ or {})
-        assert chip.network_bytes_per_s is not None
+        net = network or chip.network_bytes_per_s
+        assert net is not None
         return ChipFigures(
             **rates,
             hbm_bytes=hbm,
@@ -292,7 +306,7 @@ def chip_figures(
             wraparound=(False, False),
             usable_bytes=pool.limit_bytes(hbm),
             usable_source=pool.words(chip.label, hbm),
-            network_bytes_per_s=chip.network_bytes_per_s.value,
+            network_bytes_per_s=net.value,
             host_bytes_per_s=host,
         )
     return ChipFigures(

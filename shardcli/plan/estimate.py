@@ -26,6 +26,7 @@ from shardcli.analysis.step_time import StepEstimate
 from shardcli.hardware.calibration import CALIBRATION as CALIBRATION
 from shardcli.hardware.calibration import ROOFLINE as ROOFLINE
 from shardcli.hardware.calibration import Calibration as Calibration
+from shardcli.hardware.chips import Figure
 from shardcli.plan.compiles import CompiledFigures
 
 
@@ -70,19 +71,23 @@ def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
 
 
 def estimate_of(
-    figures: CompiledFigures, mesh: Any, calibration: Calibration | None = None
+    figures: CompiledFigures,
+    mesh: Any,
+    calibration: Calibration | None = None,
+    network: Figure | None = None,
 ) -> StepEstimate | None:
     """The step time of a compiled candidate on `mesh` (a JAX mesh over the target's devices), made
     as `inspect` makes it (`step_time.step_time_of`): on a TPU the roofline over `calibration`
     (default the platform's, `shardcli.hardware.calibration`), on a GPU the per-op roofline. None where the
-    compiler gave no FLOPs (it refused the program) or the hardware table does not know the device."""
+    compiler gave no FLOPs (it refused the program) or the hardware table does not know the device.
+    `network`: on GPU hosts one GPU's share of the network between hosts (the target's)."""
     from shardcli.analysis.step_time import step_time_of
 
     if figures.flops is None:
         return None
     device = next(iter(mesh.devices.flat))
     if calibration is None:
-        return step_time_of(analysis_of(figures), mesh, device.device_kind, "bfloat16")
+        return step_time_of(analysis_of(figures), mesh, device.device_kind, "bfloat16", network=network)
     return step_time_of(
         analysis_of(figures),
         mesh,
@@ -90,4 +95,5 @@ def estimate_of(
         "bfloat16",
         efficiency=calibration.efficiency,
         efficiency_source=calibration.provenance,
+        network=network,
     )

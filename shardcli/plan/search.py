@@ -153,7 +153,7 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
     cfg = request.model
     target = request.target
     gpu = target.generation.platform == "cuda"
-    chip = chip_figures(target.generation.name, target.topology, os.environ)
+    chip = chip_figures(target.generation.name, target.topology, os.environ, target.network)
     candidates, pruned = enumerate_candidates(
         chip.torus,
         global_batch=request.global_batch,
@@ -204,7 +204,15 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         hits += cached
         selector.learn(m, figures.fits, figures.needed_bytes)
         status = "cached" if cached else "compiled"
-        rows.append(PlanRow(c, m, status, compiled=figures, estimate=estimate_of(figures, session.mesh)))
+        rows.append(
+            PlanRow(
+                c,
+                m,
+                status,
+                compiled=figures,
+                estimate=estimate_of(figures, session.mesh, network=target.network),
+            )
+        )
     if progress is not None:
         progress(len(rows), budget if not exhausted else len(rows), "")
     for m, status, why in selector.untried(request.compile_n):

@@ -166,7 +166,7 @@ def run_program_plan(
     from shardcli.program.inspect import inspect_program
 
     target = request.target
-    chip = chip_figures(target.generation.name, target.topology, os.environ)
+    chip = chip_figures(target.generation.name, target.topology, os.environ, target.network)
     gpu = target.generation.platform != "tpu"
     meshes = gpu_mesh_choices(*chip.torus) if gpu else mesh_choices(target.topology)
     if request.rules is not None:
@@ -228,7 +228,9 @@ def run_program_plan(
             break
         hits += cached
         status = "cached" if cached else "compiled"
-        done.append(_replace(row, status, figures, estimate_of(figures, session.mesh)))
+        done.append(
+            _replace(row, status, figures, estimate_of(figures, session.mesh, network=target.network))
+        )
     if progress is not None:
         progress(len(done), len(todo), "")
     finished = {(r.mesh, r.rule_set) for r in done}

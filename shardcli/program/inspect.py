@@ -319,7 +319,7 @@ def inspect_program(
             built, name, warmup=warmup, iters=iters, process_timing=process_timing, compile_s=built.compile_s
         )
     dtype = analysis.dot_dtype or (biggest.dtype if biggest else "float32")
-    step = step_time_for(analysis, session, dtype, peak_tflops, link_gbps)
+    step = step_time_for(analysis, session, dtype, peak_tflops, link_gbps, target)
     findings = find_mistakes(arguments, results, analysis, outs, session.mesh.size)
     if fixes:
         from shardcli.analysis.roles import find_batch
@@ -385,7 +385,7 @@ class _Recompile:
             raise ShardcliError(f"it does not fit either ({refused.verdict.text})") from None
         analysis = analyze_compiled(built.compiled, self.session.mesh, user_files=self.roots)
         analysis = replace(analysis, collectives=assign_roles(analysis.collectives, batch=batch))
-        step = step_time_for(analysis, self.session, dtype, self.peak_tflops, self.link_gbps)
+        step = step_time_for(analysis, self.session, dtype, self.peak_tflops, self.link_gbps, self.target)
         return figures_of(analysis, step.estimate_s if step is not None else None)
 
 
@@ -476,8 +476,10 @@ def step_time_for(
     dtype_name: str,
     peak_tflops: float | None,
     link_gbps: float | None,
+    target: TargetSpec | None = None,
 ) -> StepEstimate | None:
-    """The step-time estimate, with --peak-tflops/--link-gbps in place of the table's figures."""
+    """The step-time estimate, with --peak-tflops/--link-gbps in place of the table's figures and a
+    GPU target's network between hosts (its host type's, or --network)."""
     from shardcli.hardware.chips import Figure
 
     return step_time_of(
@@ -487,6 +489,7 @@ def step_time_for(
         dtype_name,
         peak=Figure(peak_tflops * 1e12, "FLOP/s", "--peak-tflops") if peak_tflops is not None else None,
         link=Figure(link_gbps * 1e9, "B/s", "--link-gbps") if link_gbps is not None else None,
+        network=target.network if target is not None else None,
     )
 
 

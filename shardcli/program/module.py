@@ -228,6 +228,6 @@ def inspect_module(request: InspectRequest) -> InspectResult:
         findings=(),
         lower_s=0.0,
         compile_s=0.0,
-        step=step_time_for(analysis, session, dtype, request.peak_tflops, request.link_gbps),
+        step=step_time_for(analysis, session, dtype, request.peak_tflops, request.link_gbps, target),
         module=module,
     )

@@ -262,12 +262,12 @@ def _hardware_clauses(result: PlanResult) -> list[str]:
             f"estimate = roofline / {result.calibration.efficiency:.2f} ({result.calibration.provenance})",
         ]
     hosts, gpus = chip.torus
-    net = chip.network_bytes_per_s or 0.0
+    network = result.request.target.network_words()
     return [
         f"{result.chips} GPUs ({hosts} host{'s' * (hosts > 1)} x {gpus}), a layout judged against "
         f"{chip.usable_source} ({format_bytes(chip.usable_bytes)})",
-        f"NVLink {chip.link_bytes_per_s / 1e9:g} GB/s within a host, network {net / 1e9:g} GB/s per GPU "
-        "between hosts",
+        f"NVLink {chip.link_bytes_per_s / 1e9:g} GB/s within a host; between hosts {network}, times an "
+        "axis's GPUs on each host (NCCL's rails)",
         f"estimate = {result.calibration.provenance}, or the transfers (communication, then the host's) "
         "where they take longer",
     ]

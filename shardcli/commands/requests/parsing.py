@@ -64,13 +64,16 @@ def check_sweep_plot(plot_file: str | None, sizes: str | None, example: str) -> 
 
 
 def target_and_mesh(
-    compile_target: str | None, mesh: str | None, axes: str | None
+    compile_target: str | None, mesh: str | None, axes: str | None, network: str | None = None
 ) -> tuple[TargetSpec | None, MeshSpec]:
-    """--target and the mesh the flags are checked against before libtpu describes its chips: --mesh
-    as typed, else the target's topology, else 2x4 (checked again on the target's real mesh)."""
-    from shardcli.hardware.targets import parse_target
+    """--target (with --network, a GPU's share of the network between hosts) and the mesh the flags
+    are checked against before libtpu describes its chips: --mesh as typed, else the target's
+    topology, else 2x4 (checked again on the target's real mesh)."""
+    from shardcli.hardware.targets import parse_network, parse_target
 
-    hardware = parse_target(compile_target) if compile_target is not None else None
+    if compile_target is None and network is not None:
+        parse_network(network, None)  # refused: no target to give it to
+    hardware = parse_target(compile_target, network=network) if compile_target is not None else None
     shown = mesh if mesh is not None else ("x".join(map(str, hardware.topology)) if hardware else "2x4")
     return hardware, parse_mesh(shown, axes)
 
