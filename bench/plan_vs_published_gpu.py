@@ -18,8 +18,8 @@ Each row compiles with flash attention, as both published runs did: cuDNN's fuse
 (`jax.nn.dot_product_attention(implementation="cudnn")`, `--attention flash`, plan's default on GPUs),
 whose FLOPs shardcli counts from the `__cudnn$fmha` calls' shapes. `--attention dot` compiles the
 scores through HBM instead, for the comparison. What still differs, stated plainly: shardcli's
-`minimal` remat stands for MaxText's `minimal`/`minimal_flash`; the hardware table's network is a
-DGX's 400 Gb/s per GPU (A3 Mega has 200 Gb/s per GPU).
+`minimal` remat stands for MaxText's `minimal`/`minimal_flash`. The 256-GPU row is planned on the
+host type it ran on, `gpu-h100-a3mega:32x8` (8 x 200 Gb/s a host: 25 GB/s per GPU, shardcli.hardware.hosts).
 
 Usage: python bench/plan_vs_published_gpu.py [--quick] [--rows 8xH100-fsdp8,...] [--attention dot].
 Compiles are cached as `plan`'s are. Exits 0: the figures are what to read.
@@ -70,7 +70,7 @@ ROWS = (
     GpuRow(
         "256xH100-dp32-fsdp8",
         "llama2-7b",
-        "gpu-h100:32x8",
+        "gpu-h100-a3mega:32x8",
         (("data", 32), ("fsdp", 8)),
         4,
         "minimal",
@@ -105,7 +105,7 @@ def run_row(row: GpuRow, sessions: dict, attention: str | None = None) -> None: 
     if figures is None:
         figures = compile_candidate(session, cfg, candidate, target, "scan")
         write_cached(key, figures, candidate.label)
-    est = estimate_of(figures, session.mesh)
+    est = estimate_of(figures, session.mesh, network=target.network)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(
         f"# {row.name}: {'cached' if cached else 'compiled'} in {time.perf_counter() - start:.0f} s "
