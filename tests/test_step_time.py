@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from shardcli.analysis.exposed import Overlap
 from shardcli.analysis.program import CollectiveOp, LoopCount, ProgramAnalysis
 from shardcli.analysis.step_time import AxisLink, axis_links, devices_per_chip, estimate_step
 from shardcli.errors import ShardcliError
@@ -184,9 +185,19 @@ def test_cores_of_one_chip_share_it():
 
 
 def _op(
-    kind: str, axes: tuple[str, ...] | None, result_bytes: int, runs: int, group: int = 4
+    kind: str,
+    axes: tuple[str, ...] | None,
+    result_bytes: int,
+    runs: int,
+    group: int = 4,
+    beside_s: float | None = None,
 ) -> CollectiveOp:
-    return CollectiveOp(kind, "f32[1]", result_bytes, axes, group, runs, True, None, None, False)
+    """A collective; `beside_s`: an async one with that many seconds of ops between its start and done
+    per run (None: a synchronous one, exposed whole)."""
+    overlap = Overlap(ops_s=beside_s) if beside_s is not None else None
+    return CollectiveOp(
+        kind, "f32[1]", result_bytes, axes, group, runs, True, None, None, beside_s is not None, overlap=overlap
+    )
 
 
 def _program(collectives=(), loops=(), compiler_seconds=None) -> ProgramAnalysis:
@@ -209,9 +220,13 @@ V5E = CHIPS["tpu-v5e"]
 
 def test_the_roofline_by_hand():
     # all-reduce over model: 2(n-1)/n x 30 MB = 45 MB per run, 10 runs -> 450 MB / 45 GB/s = 10 ms;
-    # all-gather over data: (n-1)/n x 60 MB = 45 MB once -> 1 ms.
+    # all-gather over data: (n-1)/n x 60 MB = 45 MB once -> 1 ms. Both async, each with more than its
+    # own time of ops between its start and done: hidden.
     program = _program(
-        [_op("all-reduce", ("model",), 30_000_000, 10), _op("all-gather", ("data",), 60_000_000, 1)]
+        [
+            _op("all-reduce", ("model",), 30_000_000, 10, beside_s=0.002),
+            _op("all-gather", ("data",), 60_000_000, 1, beside_s=0.002),
+        ]
     )
     step = estimate_step(program, V5E, LINKS, "bfloat16")
     assert step.math.seconds == pytest.approx(0.020) and step.hbm.seconds == pytest.approx(0.010)
@@ -224,13 +239,36 @@ def test_the_roofline_by_hand():
     assert step.estimate_s == pytest.approx(0.020)
     assert "197 TFLOP/s" in step.math.source and "819 GB/s" in step.hbm.source
     assert step.compiler_note.startswith("not given: the TPU compiler's optimal_seconds is negative")
+    assert [(e.exposed_s, e.hidden_s) for e in step.exposure] == [(0.0, pytest.approx(0.010)), (0.0, 0.001)]
+
+
+@pytest.mark.parametrize(
+    ("beside_s", "exposed_s", "bound_s"),
+    [
+        pytest.param(None, 0.010, 0.030, id="synchronous-exposed-whole"),
+        pytest.param(0.0, 0.010, 0.030, id="nothing-between"),
+        pytest.param(0.0004, 0.006, 0.026, id="part-hidden"),
+        pytest.param(0.001, 0.0, 0.020, id="just-hidden"),
+        pytest.param(0.5, 0.0, 0.020, id="hidden"),
+    ],
+)
+def test_a_collective_adds_what_the_ops_beside_it_do_not_hide(beside_s, exposed_s, bound_s):
+    # 10 runs of 1 ms each (45 MB over 45 GB/s) after 20 ms of maths: each run exposes 1 ms less the
+    # ops the scheduler placed between its start and done
+    program = _program([_op("all-reduce", ("model",), 30_000_000, 10, beside_s=beside_s)])
+    step = estimate_step(program, V5E, LINKS, "bfloat16")
+    (found,) = step.exposure
+    assert (found.seconds, found.exposed_s) == (pytest.approx(0.010), pytest.approx(exposed_s))
+    assert step.t_exposed_s == pytest.approx(exposed_s)
+    assert (step.bound_s, step.estimate_s) == (pytest.approx(bound_s), pytest.approx(bound_s))
+    assert step.sum_s == pytest.approx(0.030)  # no overlap at all: the same whatever the schedule
 
 
 def test_communication_bound_names_its_axis_and_efficiency_scales_the_bound():
-    program = _program([_op("all-reduce", ("model",), 300_000_000, 10)])  # 4.5 GB -> 100 ms
+    program = _program([_op("all-reduce", ("model",), 300_000_000, 10)])  # 4.5 GB -> 100 ms, exposed
     step = estimate_step(program, V5E, LINKS, "bfloat16", efficiency=0.5, efficiency_source="calibrated on X")
-    assert step.dominant == "model"
-    assert (step.bound_s, step.estimate_s) == (pytest.approx(0.1), pytest.approx(0.2))
+    assert (step.dominant, step.most_exposed) == ("model", "model")
+    assert (step.bound_s, step.estimate_s) == (pytest.approx(0.12), pytest.approx(0.24))
     assert step.efficiency_source == "calibrated on X"
     with pytest.raises(ValueError, match="efficiency 0 is not in"):
         estimate_step(program, V5E, LINKS, "bfloat16", efficiency=0)
@@ -288,7 +326,8 @@ def test_inspect_on_a_target_estimates_the_step_from_its_own_figures(cli):
     sent = sum(c["sent_bytes"] * c["runs"] for c in program["collectives"] if c["mesh_axes"] == ["model"])
     (model,) = [t for t in step["comm"] if t["name"] == "model"]
     assert model["seconds"] == pytest.approx(sent / 45e9)  # 2 chips along a 2x2 torus: one way, one link
-    assert step["bound_s"] == max(step["math"]["seconds"], step["hbm"]["seconds"], step["t_comm_s"])
+    compute = max(step["math"]["seconds"], step["hbm"]["seconds"])
+    assert step["bound_s"] == pytest.approx(max(compute + step["t_exposed_s"], step["t_comm_s"]))
 
 
 def test_the_docs_table_holds_the_hardware_tables_figures():
@@ -373,7 +412,8 @@ def test_given_figures_stand_in_for_an_unknown_device():
     assert step is not None and step.chip == "figures given"
     assert (step.math.seconds, step.math.source) == (pytest.approx(3.94), "--peak-tflops")
     assert step.hbm.seconds is None and step.comm[0].seconds == pytest.approx(0.045)
-    assert step.bound_s == pytest.approx(3.94) and step.dominant == "math"
+    # a synchronous all-reduce (as a CPU compiles one): exposed whole after the maths
+    assert step.bound_s == pytest.approx(3.94 + 0.045) and step.dominant == "math"
 
 
 def test_a_real_tpu_slice_reads_the_torus_from_the_devices_coordinates():

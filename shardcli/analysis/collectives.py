@@ -26,6 +26,7 @@ _OP_RE = re.compile(
     r"=\s*(?P<shape>\((?:[^()]|\([^()]*\))*\)|[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)\s+"
     r"(?P<op>" + "|".join(HLO_COLLECTIVE_OPS) + r")(?P<start>-start)?\("
 )
+_INSTRUCTION_RE = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=")
 _OP_NAME_RE = re.compile(r'op_name="(?P<name>[^"]*)"')
 _FRAME_RE = re.compile(r"stack_frame_id=(?P<id>\d+)")
 _SOURCE_RE = re.compile(r'source_file="(?P<file>[^"]*)" source_line=(?P<line>\d+)')
@@ -46,6 +47,32 @@ def user_op_name(primitive: str, source: str | None = None) -> str:
         if line.isdigit() and "pmean(" in linecache.getline(path, int(line)):
             return "pmean"
     return name
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One op the scheduler placed while a collective moves: what one run of it computes and moves.
+
+    `share`: its runs per run of the collective (an op in a loop between them: its trips), divided
+    among the collectives in flight beside it."""
+
+    name: str
+    flops: float
+    bytes_accessed: float
+    dtype: str | None  # NumPy's name of the dtype its maths runs in; None: no dot or convolution
+    kernel: bool  # a library kernel (cuBLAS, cuDNN, splash attention): its own efficiency on a GPU
+    share: float = 1.0
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """What the schedule placed between an async collective's start and its done.
+
+    `ops_s`: their rooflines where already reckoned (`plan`'s cached figures keep the seconds, not
+    the ops); None: time `ops`."""
+
+    ops: tuple[OpCost, ...] = ()
+    ops_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +119,12 @@ class CollectiveOp:
     stack: tuple[str, ...] = ()
     # What it is for in the program (a key of `roles.ROLES`); None until `roles.assign_roles`
     role: str | None = None
+    # Where it is in the text: its HLO instruction (an async one's start) and computation
+    name: str | None = None
+    computation: str | None = None
+    # An async collective: what the schedule placed between its start and done (`analysis.exposed`);
+    # None for a synchronous one (exposed whole) or where the schedule was not read
+    overlap: Overlap | None = None
 
     @property
     def sent_bytes(self) -> int:
@@ -195,9 +228,16 @@ def parse_collectives(
                     is_async=bool(match.group("start")),
                     operand=operand,
                     operand_parameter=parameter,
+                    name=_instruction_name(line),
+                    computation=computation or None,
                 )
             )
     return tuple(found)
+
+
+def _instruction_name(line: str) -> str | None:
+    match = _INSTRUCTION_RE.match(line)
+    return match.group("name") if match else None
 
 
 def _result_bytes(op: str, shape: str, is_async: bool) -> int:

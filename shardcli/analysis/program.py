@@ -43,6 +43,7 @@ from shardcli.analysis.collectives import (
     summarize_by_kind,
     user_op_name,
 )
+from shardcli.analysis.exposed import read_overlaps
 from shardcli.analysis.hlo.arrays import INTEGER_TYPES, array_types, dot_dtype, shape_bytes
 from shardcli.analysis.hlo.module import HloModuleText, parse_instruction, parse_module
 from shardcli.analysis.kernels import (
@@ -293,8 +294,9 @@ def analyze_text(
     runs = runs_per_computation(module)
     kernels = kernel_calls(module, runs, constants)
     lines.extend(kernels.missing)
+    collectives = parse_collectives(text, mesh_shape, axis_names, module=module, user_files=user_files)
     return ProgramAnalysis(
-        collectives=parse_collectives(text, mesh_shape, axis_names, module=module, user_files=user_files),
+        collectives=read_overlaps(module, collectives, kernels.calls),
         memory=memory,
         flops=counted.flops + kernels.flops if counted.flops is not None else None,
         bytes_accessed=(

@@ -14,10 +14,14 @@ axis lies on the hardware:
 - T_host = bytes moved between the device and the host's memory (remat's offloaded activations:
   written in the forward pass and read back in the backward, `MemoryUse.host_transfer_bytes`) / the
   chip's PCIe link, one way; absent where nothing is offloaded;
-- bound  = max(T_math, T_hbm, T_comm + T_host): the transfers hidden behind the compute, one after
-  another as the collectives of different axes are (a chip's DMA engines move both, from and to
-  the same HBM); no-overlap sum = max(T_math, T_hbm) + T_comm + T_host (the memory roofline
-  overlaps the maths within each op, transfers overlap nothing);
+- T_exposed = the communication the compiled schedule does not hide (`analysis.exposed`): per
+  collective, max(0, its transfer - the rooflines of the ops the scheduler placed between its start
+  and its done), a synchronous collective whole, loops per trip;
+- bound  = max(max(T_math, T_hbm) + T_exposed, T_comm + T_host): the ops, then what of the
+  communication they do not hide; never less than the transfers one after another (the collectives
+  of different axes, and the host's, whose DMA engines move them from and to the same HBM);
+  no-overlap sum = max(T_math, T_hbm) + T_comm + T_host (the memory roofline overlaps the maths
+  within each op, transfers overlap nothing);
 - the estimate = bound / efficiency, where `efficiency` (default 1.0) is the one calibration
   figure, named with its source where it is not 1 (a TPU: `shardcli.hardware.calibration.CALIBRATION`).
 
@@ -25,7 +29,7 @@ On a GPU one global max(T_math, T_hbm) cannot fit both a pure GEMM (60-70% of th
 training step (27%): the estimate there is the sum over the program's ops of each op's own roofline
 (`OpRoofline`): each library kernel (cuBLAS GEMM, cuDNN attention or convolution) max(FLOPs / (peak
 for its dtype x dot efficiency), bytes / (HBM x HBM efficiency)), plus the same for every other op
-together from XLA's FLOPs and bytes; the transfers add nothing hidden (max with T_comm + T_host). The
+together from XLA's FLOPs and bytes, plus T_exposed (max with T_comm + T_host). The
 efficiencies are `shardcli.hardware.calibration.GPU_OPS`, measured. With a CPU profile (--hardware)
 nothing overlaps: the maths, the bytes, the collectives and the call add up, and a collective's own
 bytes (its operand and result, which XLA counts among the bytes accessed) are charged once, at its
@@ -57,8 +61,9 @@ from shardcli.analysis.axis_links import axis_links as axis_links
 from shardcli.analysis.axis_links import devices_per_chip as devices_per_chip
 from shardcli.analysis.axis_links import places_of_mesh as places_of_mesh
 from shardcli.analysis.axis_links import profiled_links
+from shardcli.analysis.exposed import Exposure, exposed_by_axes, exposures, op_seconds
 from shardcli.analysis.kernels import Launches
-from shardcli.analysis.program import ProgramAnalysis
+from shardcli.analysis.program import CollectiveOp, ProgramAnalysis
 from shardcli.hardware.calibration import CALIBRATION, GPU_LAUNCH, GPU_OPS, LaunchCosts, OpEfficiency
 from shardcli.hardware.chips import Chip, Figure, chip_for_kind
 from shardcli.hardware.profile import HardwareProfile, profile_for
@@ -145,6 +150,7 @@ class StepEstimate:
     notes: tuple[str, ...] = ()  # what the figures leave out (loops of unknown trips, ...)
     ops: OpRoofline | None = None  # a GPU: the estimate is the per-op roofline (max with T_comm + T_host)
     host: Term | None = None  # transfers to and from the host's memory; None where there are none
+    exposure: tuple[Exposure, ...] = ()  # each collective's transfer and what the schedule leaves exposed
 
     @property
     def method(self) -> str:
@@ -162,12 +168,21 @@ class StepEstimate:
         """T_comm + T_host: the transfers, one after another (an axis of unknown bandwidth adds 0)."""
         return (self.t_comm_s or 0.0) + self.t_host_s
 
-    def _known(self) -> list[tuple[str, float]]:
-        """The bound's terms: T_math, T_hbm, and the transfers (T_comm + T_host, one after another)."""
-        terms = [(self.math.name, self.math.seconds), (self.hbm.name, self.hbm.seconds)]
-        if self.t_comm_s is not None or self.host is not None:
-            terms.append(("transfers", self.t_transfers_s))
-        return [(name, s) for name, s in terms if s is not None]
+    @property
+    def t_exposed_s(self) -> float:
+        """T_exposed: the communication the compiled schedule does not hide behind the ops, summed over
+        the collectives (one of unknown bandwidth adds 0)."""
+        return sum(e.exposed_s or 0.0 for e in self.exposure)
+
+    def _compute(self) -> tuple[str, float]:
+        """The ops' part and what bounds it: a GPU's per-op roofline ("math", "hbm" or "launch"), else
+        the larger of T_math and T_hbm."""
+        if self.ops is not None:
+            parts = [("math", self.ops.math_s), ("hbm", self.ops.hbm_s), ("launch", self.ops.launch_s)]
+            return max(parts, key=lambda t: t[1])[0], self.ops.seconds
+        hbm = self.hbm.seconds or 0.0
+        math_s = self.math.seconds or 0.0
+        return ("math", math_s) if math_s >= hbm else ("hbm", hbm)
 
     @property
     def t_host_s(self) -> float:
@@ -175,10 +190,11 @@ class StepEstimate:
 
     @property
     def bound_s(self) -> float | None:
-        """max(T_math, T_hbm, T_comm + T_host) over the terms known; None without T_math."""
+        """max(max(T_math, T_hbm) + T_exposed, T_comm + T_host) over the terms known; None without
+        T_math."""
         if self.math.seconds is None:
             return None
-        return max(s for _, s in self._known())
+        return max(max(self.math.seconds, self.hbm.seconds or 0.0) + self.t_exposed_s, self.t_transfers_s)
 
     @property
     def sum_s(self) -> float | None:
@@ -189,17 +205,23 @@ class StepEstimate:
 
     @property
     def dominant(self) -> str | None:
-        """The term that sets the estimate: "math", "hbm" ("launch" on a GPU), or where the transfers
-        take longer the largest of them: "host", or the mesh axes of the largest communication term."""
+        """The term that sets the estimate: "math", "hbm" ("launch" on a GPU); where the exposed
+        communication takes longer than the ops, the mesh axes that expose most; where the transfers
+        one after another take longer than both, the largest of them ("host", or mesh axes)."""
         if self.bound_s is None:
             return None
-        if self.ops is not None:  # the per-op roofline, or the transfers where they take longer
-            if self.t_transfers_s > self.ops.seconds:
-                return self._largest_transfer()
-            parts = [("math", self.ops.math_s), ("hbm", self.ops.hbm_s), ("launch", self.ops.launch_s)]
-            return max(parts, key=lambda t: t[1])[0]
-        name, _ = max(self._known(), key=lambda t: t[1])
-        return self._largest_transfer() if name == "transfers" else name
+        name, compute = self._compute()
+        if self.t_transfers_s > compute + self.t_exposed_s:
+            return self._largest_transfer()
+        if self.t_exposed_s > compute:
+            return self.most_exposed or name
+        return name
+
+    @property
+    def most_exposed(self) -> str | None:
+        """The mesh axes whose collectives expose most time (`data+model`); None where none does."""
+        by = exposed_by_axes(self.exposure)
+        return max(by, key=lambda axes: by[axes]) if by else None
 
     def _largest_transfer(self) -> str:
         """ "host", or the mesh axes of the largest communication term (T_comm unknown: only T_host
@@ -211,14 +233,14 @@ class StepEstimate:
 
     @property
     def estimate_s(self) -> float | None:
-        """The bound divided by the calibrated efficiency; on a GPU the per-op roofline, or the
-        transfers (communication, then the host's) where they take longer."""
+        """The bound divided by the calibrated efficiency; on a GPU the per-op roofline plus the exposed
+        communication, or the transfers (communication, then the host's) where they take longer."""
         if self.bound_s is None:
             return None
         if self.ops is not None and not self.ops.launch_overlaps:  # a CPU: one after another
             return self.ops.seconds + self.t_transfers_s
         if self.ops is not None:
-            return max(self.ops.seconds, self.t_transfers_s)
+            return max(self.ops.seconds + self.t_exposed_s, self.t_transfers_s)
         return self.bound_s / self.efficiency
 
 
@@ -283,11 +305,13 @@ def estimate_step(
             1.0,
             "per op: " + "; ".join((op_efficiency.dot_source, op_efficiency.hbm_source)),
         )
+    gpu = chip is not None and chip.platform == "cuda"
+    op_s = op_seconds(None if peak_given else chip, peak, hbm, per_chip, op_efficiency)
     return StepEstimate(
         chip=label or (chip.label if chip else "figures given"),
         math=math_term,
         hbm=hbm_term,
-        comm=_comm_terms(analysis, links, gpu=chip is not None and chip.platform == "cuda", scale=comm_scale),
+        comm=_comm_terms(analysis, links, gpu=gpu, scale=comm_scale),
         efficiency=efficiency,
         efficiency_source=efficiency_source,
         compiler_seconds=analysis.compiler_seconds,
@@ -295,7 +319,24 @@ def estimate_step(
         notes=tuple(notes),
         ops=ops,
         host=_host_term(analysis, chip, per_chip, host),
+        exposure=exposures(analysis.collectives, _transfer_seconds(links, gpu, comm_scale), op_s),
     )
+
+
+def _transfer_seconds(
+    links: dict[str, AxisLink], gpu: bool, scale: Callable[[str, int | None], float] | None
+) -> Callable[[CollectiveOp], float | None]:
+    """One run of a collective: its bytes sent (as all-reduce bytes, with a profile's `scale`) over
+    its axes' bandwidth, as `_comm_terms` reckons it; 0 for a group of one device."""
+
+    def seconds(c: CollectiveOp) -> float | None:
+        if c.mesh_axes == ():
+            return 0.0
+        rate, _ = _axes_rate(c.mesh_axes, links, gpu)
+        weight = scale(c.kind, c.group_size) if scale is not None else 1
+        return c.sent_bytes * weight / rate if rate else None
+
+    return seconds
 
 
 def _padded(term: Term, analysis: ProgramAnalysis, chip: Chip | None) -> Term:
@@ -441,24 +482,31 @@ def _comm_terms(
     for axes, amount in sorted(sent.items(), key=lambda kv: -kv[1]):
         if axes == ():
             continue  # a group of one device: nothing moves
-        if axes is None:  # groups that follow no mesh axes: the slowest axis's bandwidth
-            known = [link for link in links.values() if link.bytes_per_s]
-            slowest = min(known, key=lambda link: link.bytes_per_s or 0.0) if known else None
-            rate = slowest.bytes_per_s if slowest else None
-            source = f"groups along no mesh axis: the slowest axis's, {slowest.how}" if slowest else "unknown"
-            terms.append(Term("?", amount, rate, amount / rate if rate else None, source))
-            continue
-        parts = [links.get(a.split("[")[0]) for a in axes]  # a slice of an axis, data[::2], uses its links
-        if any(p is None or p.bytes_per_s is None for p in parts):
-            terms.append(Term("+".join(axes), amount, None, None, "no bandwidth for this axis"))
-            continue
-        rates = [p.bytes_per_s or 0.0 for p in parts if p is not None]
-        rate = min(rates) if gpu else sum(rates)
-        source = ("the slowest of " if gpu and len(rates) > 1 else "") + "; ".join(
-            f"{p.axis}: {p.how} ({p.source})" for p in parts if p is not None
-        )
-        terms.append(Term("+".join(axes), amount, rate, amount / rate, source))
+        rate, source = _axes_rate(axes, links, gpu)
+        name = "+".join(axes) if axes is not None else "?"
+        terms.append(Term(name, amount, rate, amount / rate if rate else None, source))
     return tuple(terms)
+
+
+def _axes_rate(
+    axes: tuple[str, ...] | None, links: dict[str, AxisLink], gpu: bool
+) -> tuple[float | None, str]:
+    """The bandwidth collectives over `axes` move at, and its source: the sum of the axes' links on a
+    torus, the slowest of them on GPUs; groups along no mesh axes the slowest axis's."""
+    if axes is None:
+        known = [link for link in links.values() if link.bytes_per_s]
+        slowest = min(known, key=lambda link: link.bytes_per_s or 0.0) if known else None
+        if slowest is None:
+            return None, "unknown"
+        return slowest.bytes_per_s, f"groups along no mesh axis: the slowest axis's, {slowest.how}"
+    parts = [links.get(a.split("[")[0]) for a in axes]  # a slice of an axis, data[::2], uses its links
+    if any(p is None or p.bytes_per_s is None for p in parts):
+        return None, "no bandwidth for this axis"
+    rates = [p.bytes_per_s or 0.0 for p in parts if p is not None]
+    source = ("the slowest of " if gpu and len(rates) > 1 else "") + "; ".join(
+        f"{p.axis}: {p.how} ({p.source})" for p in parts if p is not None
+    )
+    return (min(rates) if gpu else sum(rates)), source
 
 
 def _compiler_note(analysis: ProgramAnalysis, chip: Chip | None) -> str:

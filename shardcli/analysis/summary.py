@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardcli.analysis.arguments import ArrayFact
+from shardcli.analysis.exposed import Exposure
 from shardcli.analysis.program import CollectiveOp
 
 
@@ -32,6 +33,10 @@ class CollectiveGroup:
     sent_bytes: int  # what each device sends in one execution, over all of them and their runs
     result_bytes: int  # their results' bytes per device, one run of each
     role: str | None = None  # what they are for (a key of `roles.ROLES`); None where not assigned
+    # seconds per step the compiled schedule leaves exposed and hides behind the ops beside them
+    # (`analysis.exposed`); None where the step estimate or an axis's bandwidth is unknown
+    exposed_s: float | None = None
+    hidden_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,15 +50,22 @@ class ArgumentRanking:
     total_bytes_per_device: int
 
 
-def group_collectives(collectives: Sequence[CollectiveOp]) -> tuple[CollectiveGroup, ...]:
+def group_collectives(
+    collectives: Sequence[CollectiveOp], exposure: Sequence[Exposure] = ()
+) -> tuple[CollectiveGroup, ...]:
     """Collectives grouped by (kind, mesh axes, source line, role), the most bytes sent first (then
-    the most ops, then program order)."""
+    the most ops, then program order); with the step estimate's `exposure`, each group's exposed and
+    hidden seconds."""
+    timed = {e.collective: e for e in exposure}
     groups: dict[tuple[str, str, str | None, str | None], list[CollectiveOp]] = {}
     for c in collectives:
         groups.setdefault((c.kind, c.axes_text, c.source, c.role), []).append(c)
     out = []
     for (kind, axes, source, role), members in groups.items():
         ops = Counter(c.op for c in members if c.op is not None)
+        found = [timed.get(c) for c in members]
+        known = [e for e in found if e is not None and e.exposed_s is not None]
+        whole = bool(timed) and len(known) == len(members)
         out.append(
             CollectiveGroup(
                 kind=kind,
@@ -67,6 +79,8 @@ def group_collectives(collectives: Sequence[CollectiveOp]) -> tuple[CollectiveGr
                 sent_bytes=sum(c.sent_bytes * c.runs for c in members),
                 result_bytes=sum(c.result_bytes for c in members),
                 role=role,
+                exposed_s=sum(e.exposed_s or 0.0 for e in known) if whole else None,
+                hidden_s=sum(e.hidden_s or 0.0 for e in known) if whole else None,
             )
         )
     order = {id(g): i for i, g in enumerate(out)}

@@ -41,7 +41,7 @@ from shardcli.specs.runs import RunOptions
 # async-collective wrappers and ConcatBitcast are data movement, not calls of unknown cost.
 # 6: remat policies by MaxText's names (the decoder's activations named); the bytes kept in the host's
 # memory and moved to and from it. 7: each kernel's narrowest matmul dimension (a TPU's MXU padding).
-CACHE_FORMAT = "shardcli-plan/7"
+CACHE_FORMAT = "shardcli-plan/8"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
 # gather split into a loop of permutes hides which weights move (JAX_NOTES: real programs).
@@ -60,6 +60,9 @@ class AxisTraffic:
     collectives: int  # ops run per step
     top_kind: str  # the collective that sends most over it
     top_op: str  # and the JAX operation it comes from
+    # of `sent_bytes`, what the compiled schedule leaves exposed on the target (`analysis.exposed`):
+    # the rest moves while the ops between its collectives' starts and dones run
+    exposed_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,7 @@ _TRAFFIC_KINDS: dict[str, tuple[type, ...]] = {
     "collectives": (int,),
     "top_kind": (str,),
     "top_op": (str,),
+    "exposed_bytes": _NUMBER,
 }
 _KERNEL_KINDS: dict[str, tuple[type, ...]] = {
     "kind": (str,),
@@ -486,8 +490,10 @@ def figures_for(
     return figures, False
 
 
-def _traffic(analysis: Any) -> tuple[AxisTraffic, ...]:
-    """Bytes sent per step over each mesh axis (group), with the collective that sends most."""
+def _traffic(analysis: Any, step: Any = None) -> tuple[AxisTraffic, ...]:
+    """Bytes sent per step over each mesh axis (group), with the collective that sends most, and what
+    of them the schedule leaves exposed (`step`'s share of each axis's seconds; all without a step)."""
+    exposed = _exposed_shares(step)
     groups: dict[str, list[Any]] = {}
     for c in analysis.collectives:
         # by the mesh axes themselves (a strided part of an axis moves over that axis's links)
@@ -496,16 +502,31 @@ def _traffic(analysis: Any) -> tuple[AxisTraffic, ...]:
     out = []
     for axes, ops in groups.items():
         top = max(ops, key=lambda c: c.sent_bytes * c.runs)
+        sent = float(sum(c.sent_bytes * c.runs for c in ops))
         out.append(
             AxisTraffic(
                 axes=axes,
-                sent_bytes=float(sum(c.sent_bytes * c.runs for c in ops)),
+                sent_bytes=sent,
                 collectives=sum(c.runs for c in ops),
                 top_kind=top.kind,
                 top_op=top.op or "the partitioner",
+                exposed_bytes=sent * exposed.get(axes, 1.0),
             )
         )
     return tuple(sorted(out, key=lambda t: -t.sent_bytes))
+
+
+def _exposed_shares(step: Any) -> dict[str, float]:
+    """Per set of mesh axes, the share of its collectives' seconds the schedule leaves exposed."""
+    seconds: dict[str, list[float]] = {}
+    for e in step.exposure if step is not None else ():
+        if e.seconds is None or e.exposed_s is None:
+            continue
+        axes = "+".join(e.collective.mesh_axes) if e.collective.mesh_axes is not None else "?"
+        total = seconds.setdefault(axes, [0.0, 0.0])
+        total[0] += e.exposed_s
+        total[1] += e.seconds
+    return {axes: exposed / whole for axes, (exposed, whole) in seconds.items() if whole > 0}
 
 
 def _kernels(analysis: Any) -> tuple[KernelCost, ...]:
@@ -541,7 +562,7 @@ def figures_of(result: Any, target: TargetSpec, method: str, seconds: float) -> 
         temp_bytes=memory.temp_bytes if memory is not None else None,
         flops=analysis.flops if analysis is not None else None,
         bytes_accessed=analysis.bytes_accessed if analysis is not None else None,
-        traffic=_traffic(analysis) if analysis is not None else (),
+        traffic=_traffic(analysis, result.step) if analysis is not None else (),
         method=method,
         compile_s=seconds,
         fit_text=fit.text if fit is not None else "no memory analysis",
@@ -571,11 +592,13 @@ def compile_candidate(
         one = _inspect(session, cfg, c, target, 1).analysis
         two = _inspect(session, cfg, c, target, 2).analysis
         flops, bytes_accessed, traffic = _extrapolate(one, two, cfg.layers)
+        # each axis's exposed share as the whole program's schedule leaves it
+        share = {t.axes: t.exposed_bytes / t.sent_bytes for t in figures.traffic if t.sent_bytes}
         figures = replace(
             figures,
             flops=flops,
             bytes_accessed=bytes_accessed,
-            traffic=traffic,
+            traffic=tuple(replace(t, exposed_bytes=t.sent_bytes * share.get(t.axes, 1.0)) for t in traffic),
             kernels=_extrapolate_kernels(_kernels(one), _kernels(two), cfg.layers),
             launches=_extrapolate_launches(_launches(one), _launches(two), cfg.layers),
             notes=("costs from 1- and 2-layer copies, extrapolated per layer",),

@@ -18,8 +18,10 @@ those rows; that median is the efficiency.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from shardcli.analysis.exposed import Overlap
 from shardcli.analysis.kernels import Launches
 from shardcli.analysis.program import CollectiveOp, KernelCall, KernelCalls, ProgramAnalysis
 from shardcli.analysis.step_time import StepEstimate
@@ -32,23 +34,27 @@ from shardcli.plan.compiles import CompiledFigures
 
 def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
     """The figures `step_time` reads, as a ProgramAnalysis: each set of mesh axes' bytes per step as
-    one point-to-point transfer (whose bytes sent are its bytes), a GPU's library kernels, and the
-    bytes moved to and from the host's memory."""
+    point-to-point transfers (whose bytes sent are their bytes; what the compiled schedule exposed as
+    a synchronous one, the rest as one it hid), a GPU's library kernels, and the bytes moved to and
+    from the host's memory."""
     collectives = tuple(
         CollectiveOp(
             kind="collective-permute",
             shape="",
-            result_bytes=int(t.sent_bytes),
+            result_bytes=int(amount),
             mesh_axes=None if t.axes == "?" else tuple(t.axes.split("+")),
             group_size=None,
             runs=1,
             runs_known=True,
             op_name=t.top_op,
             source=None,
-            is_async=False,
+            is_async=hidden,
+            # the part the compiled schedule hid: as async, beside ops that outlast it
+            overlap=Overlap(ops_s=math.inf) if hidden else None,
         )
         for t in figures.traffic
-        if t.sent_bytes > 0
+        for amount, hidden in ((t.exposed_bytes, False), (t.sent_bytes - t.exposed_bytes, True))
+        if amount > 0
     )
     kernels = KernelCalls(
         tuple(

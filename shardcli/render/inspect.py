@@ -81,6 +81,8 @@ def _group_json(g: CollectiveGroup) -> dict[str, Any]:
         sent_bytes=g.sent_bytes,
         result_bytes=g.result_bytes,
         role=g.role,
+        exposed_s=g.exposed_s,
+        hidden_s=g.hidden_s,
     )
 
 
@@ -136,7 +138,10 @@ def inspect_json(result: InspectResult) -> dict[str, Any]:
             "step_time": step_time_json(result.step),
             "collective_groups": [
                 _group_json(g)
-                for g in group_collectives(result.analysis.collectives if result.analysis else ())
+                for g in group_collectives(
+                    result.analysis.collectives if result.analysis else (),
+                    result.step.exposure if result.step is not None else (),
+                )
             ],
             "findings": [_finding_json(f) for f in result.findings],
             "lower_s": result.lower_s,

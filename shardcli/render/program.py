@@ -104,6 +104,7 @@ def step_time_json(step: StepEstimate | None) -> dict[str, Any] | None:
         comm=[term(t) for t in step.comm],
         host=term(step.host) if step.host is not None else None,
         t_comm_s=step.t_comm_s,
+        t_exposed_s=step.t_exposed_s,
         bound_s=step.bound_s,
         sum_s=step.sum_s,
         dominant=step.dominant,
@@ -130,6 +131,8 @@ def step_clauses(step: StepEstimate) -> list[str]:
     roofline (library kernels, other ops), or a TPU's roofline terms and no-overlap sum."""
     assert step.estimate_s is not None
     comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
+    exposed = exposed_clause(step)
+    comm += f" ({exposed})" if exposed else ""
     host = [f"host transfers {format_seconds(step.host.seconds)}"] if step.host is not None else []
     head = f"{format_seconds(step.estimate_s)}, {step.dominant}-bound on {step.chip}"
     if step.ops is not None:
@@ -162,6 +165,23 @@ def step_clauses(step: StepEstimate) -> list[str]:
     if step.compiler_seconds is not None:
         clauses.append(f"the TPU compiler's own {format_seconds(step.compiler_seconds)}")
     return clauses
+
+
+def exposed_clause(step: StepEstimate) -> str | None:
+    """How much of the communication the compiled schedule leaves exposed, and the group (kind, mesh
+    axes, line) that exposes most: `4.0 ms exposed, most by all-reduce over model (mlp.py:12)`; None
+    without collectives of known bandwidth."""
+    from shardcli.analysis.summary import group_collectives
+
+    timed = [e for e in step.exposure if e.seconds]
+    if not timed or any(e.exposed_s is None for e in timed):
+        return None
+    if step.t_exposed_s <= 0:
+        return "all hidden behind the ops"
+    groups = group_collectives([e.collective for e in timed], timed)
+    top = max(groups, key=lambda g: g.exposed_s or 0.0)
+    where = f" ({top.source.rsplit('/', 1)[-1]})" if top.source else ""
+    return f"{format_seconds(step.t_exposed_s)} exposed, most by {top.kind} over {top.axes_text}{where}"
 
 
 def collective_json(c: CollectiveOp) -> dict[str, Any]:

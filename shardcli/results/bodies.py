@@ -290,8 +290,21 @@ INSPECT_ARRAY = Record("name", "dtype", "shape", "spec", "bytes", "bytes_per_dev
 FIX_FIGURES = Record("total_bytes", "argument_bytes", "temp_bytes", "collectives", "sent_bytes", "step_s")
 FIX = Record("change", "arguments", "jax", "command", ("before", FIX_FIGURES), ("checked", FIX_FIGURES))
 FINDING = Record("kind", "message", "count", "paths", "source", ("fix", Maybe(FIX)))
+# exposed_s, hidden_s: seconds per step the compiled schedule leaves exposed and hides behind the ops
+# beside the group's collectives (analysis/exposed.py); null where the step estimate is unknown
 INSPECT_COLLECTIVE_GROUP = Record(
-    "kind", "mesh_axes", "source", "op", "count", "runs", "runs_known", "sent_bytes", "result_bytes", "role"
+    "kind",
+    "mesh_axes",
+    "source",
+    "op",
+    "count",
+    "runs",
+    "runs_known",
+    "sent_bytes",
+    "result_bytes",
+    "role",
+    "exposed_s",
+    "hidden_s",
 )
 # inspect PATH.hlo.txt: what a compiled module's text says of itself (null for a program compiled here).
 INSPECT_MODULE = Record("path", "platform", "partitions", "argument_count", "argument_bytes_per_device")

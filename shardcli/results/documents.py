@@ -65,7 +65,9 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # carry their role (analysis.roles); inspect's findings their fix (the change, the command that
 # applies it, and the figures before and after a compile with it), or null. 9: inspect's
 # compile_options and plan's config.compile_options (a GPU target's xla_gpu_enable_triton_gemm=false).
-SCHEMA_VERSION = 9
+# 10: inspect's step_time.t_exposed_s (the communication the compiled schedule leaves exposed:
+# analysis/exposed.py) and each collective group's exposed_s and hidden_s.
+SCHEMA_VERSION = 10
 
 
 @dataclass(frozen=True)

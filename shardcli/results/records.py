@@ -159,6 +159,7 @@ STEP_TIME = Record(
     ("comm", ListOf(STEP_TERM)),
     ("host", Maybe(STEP_TERM)),  # transfers to and from the host's memory; null where none
     "t_comm_s",
+    "t_exposed_s",  # the communication the compiled schedule does not hide (analysis/exposed.py)
     "bound_s",
     "sum_s",
     "dominant",
