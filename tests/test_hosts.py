@@ -188,3 +188,14 @@ def test_the_header_names_the_host_and_its_network(cli):
     )
     assert "8 x 200 Gb/s GPUDirect-TCPXO NICs for 8 GPUs, 25 GB/s per GPU)" in note
     assert math.isclose(HOSTS["gpu-h100-a3mega"].per_gpu_bytes_per_s, 25e9)
+
+
+def test_the_docs_table_holds_each_hosts_nics():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "explanation" / "cost-model.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line for line in page.splitlines() if line.startswith("| `gpu-")}
+    assert set(rows) == set(HOSTS)
+    for name, host in HOSTS.items():
+        row = rows[name]
+        assert host.label in row and f"| {host.gpus} |" in row
+        assert f"{host.nics} x {host.nic_gbps:g} Gb/s" in row
+        assert f"| {host.per_gpu_bytes_per_s / 1e9:g} GB/s |" in row
