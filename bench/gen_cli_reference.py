@@ -19,7 +19,8 @@ The command reference is not here: docs/hooks/generate.py builds it from the app
 `command_paths` and `run_shardcli` below) every time the site is built.
 
 `--check` also fails on a console example that no marker covers (a fenced block with a `$ ` line),
-so every example in README and docs is produced here. tests/test_docs.py runs `--check` in CI.
+so every example in README and docs is produced here. tests/test_docs.py checks each block in CI
+(`check_block`, one test a block) and the markers (`marker_problems`).
 
 Everything is rendered 100 columns wide without color, in fresh processes. Run it on a machine
 without accelerators, so the examples show faked CPU devices as a new user's laptop would, and with
@@ -628,6 +629,65 @@ def unchecked_examples(text: str) -> list[str]:
     return found
 
 
+def missing_for(name: str) -> str | None:
+    """What this machine lacks to run block `name` (libtpu, a CUDA plugin), as the pip command that
+    installs it; None where it can run here."""
+    if name in NEEDS_TPU and importlib.util.find_spec("libtpu") is None:
+        return "no libtpu: pip install -e '.[tpu]'"
+    if name in NEEDS_GPU and not any(
+        importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin")
+    ):
+        return "no CUDA plugin: pip install -e '.[gpu]' or '.[gpu-cuda13]'"
+    return None
+
+
+def marker_problems(texts: dict[Path, str]) -> list[str]:
+    """A marker naming no block, and a console example no marker covers, in each file."""
+    problems = [
+        f"{p.relative_to(ROOT)}: no block named {n!r}"
+        for p, t in texts.items()
+        for n in MARKER.findall(t)
+        if n not in BLOCKS
+    ]
+    return problems + [
+        f"{p.relative_to(ROOT)}: a console example no test checks: {line[:80]}"
+        for p, t in texts.items()
+        for line in unchecked_examples(t)
+    ]
+
+
+def block_names(texts: dict[Path, str]) -> list[str]:
+    """Every generated block the files name, sorted."""
+    return sorted({n for text in texts.values() for n in MARKER.findall(text)} & set(BLOCKS))
+
+
+def refreshed(name: str, texts: dict[Path, str], body: str, check: bool, jax_version: str) -> list[Path]:
+    """The files whose block `name` is out of date against `body`, each text in `texts` rewritten in
+    place with it (unless `check`, where a VOLATILE block that reads the same a few columns wider or
+    narrower is not out of date)."""
+    stale: list[Path] = []
+    for path, text in texts.items():
+        if f"<!-- {name}:start -->" not in text:
+            continue
+        if same(name, current(text, name), body, jax_version):
+            continue  # for a VOLATILE block: only its times differ, so keep it as it is
+        if check and same_at_some_width(name, current(text, name), jax_version):
+            continue  # its timings' width moved a column or a line break, nothing else
+        texts[path] = fill(text, name, body)
+        stale.append(path)
+    return stale
+
+
+def check_block(name: str) -> list[str]:
+    """`--check --only NAME` in-process: the files where block `name` is out of date (tests/test_docs.py
+    runs one test a block)."""
+    from importlib.metadata import version
+
+    texts = {path: path.read_text(encoding="utf-8") for path in doc_files()}
+    stale = refreshed(name, texts, BLOCKS[name](), True, version("jax"))
+    return [f"{p.relative_to(ROOT)}:{name}" for p in stale]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a generated part is out of date")
@@ -641,30 +701,11 @@ def main() -> int:
     jax_version = version("jax")
 
     texts = {path: path.read_text(encoding="utf-8") for path in doc_files()}
-    wanted = {name for text in texts.values() for name in MARKER.findall(text)}
-    problems = [
-        f"{p.relative_to(ROOT)}: no block named {n!r}"
-        for p, t in texts.items()
-        for n in MARKER.findall(t)
-        if n not in BLOCKS
-    ]
-    problems += [
-        f"{p.relative_to(ROOT)}: a console example no test checks: {line[:80]}"
-        for p, t in texts.items()
-        for line in unchecked_examples(t)
-    ]
-    names = sorted(n for n in wanted if n in BLOCKS and (not args.only or n in args.only.split(",")))
-    if importlib.util.find_spec("libtpu") is None:
-        skipped = sorted(set(names) & NEEDS_TPU)
-        if skipped:
-            sys.stderr.write(f"skipped (no libtpu: pip install -e '.[tpu]'): {', '.join(skipped)}\n")
-        names = [n for n in names if n not in NEEDS_TPU]
-    if not any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin")):
-        skipped = sorted(set(names) & NEEDS_GPU)
-        if skipped:
-            hint = "pip install -e '.[gpu]' or '.[gpu-cuda13]'"
-            sys.stderr.write(f"skipped (no CUDA plugin: {hint}): {', '.join(skipped)}\n")
-        names = [n for n in names if n not in NEEDS_GPU]
+    problems = marker_problems(texts)
+    names = [n for n in block_names(texts) if not args.only or n in args.only.split(",")]
+    for name in [n for n in names if missing_for(n)]:
+        sys.stderr.write(f"skipped ({missing_for(name)}): {name}\n")
+    names = [n for n in names if not missing_for(n)]
     if not args.check and jax_version != EXAMPLES_JAX and set(names) - {"ci-run"}:
         sys.stderr.write(
             f"the examples are made with jax {EXAMPLES_JAX} (Python 3.11, .ci/constraints-oldest.txt), "
@@ -677,31 +718,24 @@ def main() -> int:
         except (subprocess.CalledProcessError, RuntimeError) as e:
             sys.stderr.write(f"an example failed to run: {e}\n")
             return 2
-    stale: list[str] = []
-    for path, text in texts.items():
-        new = text
-        for name in names:
-            if f"<!-- {name}:start -->" not in new:
-                continue
-            if same(name, current(new, name), bodies[name], jax_version):
-                continue  # for a VOLATILE block: only its times differ, so keep it as it is
-            if args.check and same_at_some_width(name, current(new, name), jax_version):
-                continue  # its timings' width moved a column or a line break, nothing else
-            new = fill(new, name, bodies[name])
-            stale.append(f"{path.relative_to(ROOT)}:{name}")
-        if new != text and not args.check:
-            path.write_text(new, encoding="utf-8")
+    before = dict(texts)
+    stale = [
+        f"{path.relative_to(ROOT)}:{name}"
+        for name in names
+        for path in refreshed(name, texts, bodies[name], args.check, jax_version)
+    ]
+    for line in problems:
+        sys.stderr.write(f"{line}\n")
     if args.check:
+        if stale:
+            sys.stderr.write(f"out of date: {', '.join(stale)}; run python bench/gen_cli_reference.py\n")
         if stale or problems:
-            for line in problems:
-                sys.stderr.write(f"{line}\n")
-            if stale:
-                sys.stderr.write(f"out of date: {', '.join(stale)}; run python bench/gen_cli_reference.py\n")
             return 1
         print(f"{len(names)} generated parts in {len(texts)} files are up to date")
         return 0
-    for line in problems:
-        sys.stderr.write(f"{line}\n")
+    for path, text in texts.items():
+        if text != before[path]:
+            path.write_text(text, encoding="utf-8")
     print(f"rewrote {', '.join(stale)}" if stale else "generated parts already up to date")
     return 1 if problems else 0
 

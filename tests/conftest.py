@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 
 from typer.testing import CliRunner, Result
@@ -171,3 +172,43 @@ def plan_cache(tmp_path, monkeypatch):
     """A cache directory of the test's own (plan's is `plan/` beside JAX's)."""
     monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path / "jax"))
     return tmp_path / "plan"
+
+
+# Tests marked `once` give the same verdict under any JAX of the window (they check the repository's
+# own text and scripts, or input refused before JAX runs): `.ci/run` runs each of them in one of its
+# two suites, `--share 1/2` in one and `--share 2/2` in the other, by a hash of the test's id (the
+# same under both Pythons, so the two shares cover every such test exactly once).
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--share",
+        default=None,
+        metavar="K/N",
+        help="run only the K-th of N shares of the tests marked `once` (all of them without it)",
+    )
+
+
+def once_share(nodeid: str, shares: int) -> int:
+    """Which of `shares` shares (1-based) a test marked `once` falls in: a hash of its id."""
+    return zlib.crc32(nodeid.encode("utf-8")) % shares + 1
+
+
+def _parse_share(text: str) -> tuple[int, int]:
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise pytest.UsageError(f"--share {text} is not valid; give K/N with 1 <= K <= N, e.g. 1/2")
+    return int(k), int(n)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    text = config.getoption("--share")
+    if text is None:
+        return
+    share, shares = _parse_share(text)
+    kept: list[pytest.Item] = []
+    left: list[pytest.Item] = []
+    for item in items:
+        mine = item.get_closest_marker("once") is None or once_share(item.nodeid, shares) == share
+        (kept if mine else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept

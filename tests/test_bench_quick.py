@@ -16,7 +16,7 @@ import pytest
 from conftest import clean_env, pythonpath_first
 
 # Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.once]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))

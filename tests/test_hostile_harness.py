@@ -23,7 +23,7 @@ import pytest
 from conftest import error_lines
 from test_fuzz import RULES_TABLES, USERS_FRAMES, hostile_files, with_files  # noqa: F401 - a fixture
 
-pytestmark = [pytest.mark.hostile, pytest.mark.slow]
+pytestmark = [pytest.mark.hostile, pytest.mark.slow, pytest.mark.once]
 
 FORMATS: tuple[list[str], ...] = ([], ["-f", "json"], ["-q"])
 

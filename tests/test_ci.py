@@ -1,0 +1,70 @@
+"""How `.ci/run` divides the suite: every test runs under both Pythons except those marked `once`,
+which are shared out between the two suites by `--share K/N` (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import _parse_share, clean_env, once_share
+
+ROOT = Path(__file__).resolve().parent.parent
+IDS = [f"tests/test_docs.py::test_console_example_is_up_to_date[block-{i}]" for i in range(60)]
+
+
+@pytest.mark.parametrize("shares", [1, 2, 3])
+def test_every_once_test_falls_in_exactly_one_share(shares):
+    placed = {nodeid: once_share(nodeid, shares) for nodeid in IDS}
+    assert set(placed.values()) <= set(range(1, shares + 1))
+    # the same id, the same share, whichever Python asks (crc32, not hash(), which is salted)
+    assert placed == {nodeid: once_share(nodeid, shares) for nodeid in IDS}
+    if shares > 1:
+        assert len(set(placed.values())) == shares  # no share left empty by 60 ids
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1/2", (1, 2)), ("2/2", (2, 2)), ("1/1", (1, 1)), ("3/5", (3, 5))],
+)
+def test_a_share_is_k_of_n(text, expected):
+    assert _parse_share(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "1", "x/2", "1/0", "-1/2", "", "1/2/3"])
+def test_a_bad_share_is_a_usage_error(text):
+    with pytest.raises(pytest.UsageError, match=r"--share .* is not valid; give K/N with 1 <= K <= N"):
+        _parse_share(text)
+
+
+def test_ci_gives_its_two_suites_the_two_shares():
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'suite oldest --share 1/2 "$@" &' in script
+    assert 'suite newest --share 2/2 "$@" &' in script
+
+
+def _collected(*args: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=clean_env(),
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+@pytest.mark.slow
+def test_the_two_shares_run_each_once_test_once_and_every_other_test_twice():
+    files = ["tests/test_ci.py", "tests/test_bench_quick.py"]
+    everything = _collected(*files)
+    first, second = _collected(*files, "--share", "1/2"), _collected(*files, "--share", "2/2")
+    ours = {t for t in everything if t.startswith("tests/test_ci.py")}
+    assert ours and ours <= first and ours <= second  # not marked once: in both
+    bench = everything - ours
+    assert first & second == ours  # marked once: in one share only
+    assert (first | second) == everything and bench & first and bench & second
