@@ -4,8 +4,10 @@ The step-time estimate's links (`analysis.step_time`): on a TPU from where each 
 torus, on a GPU from the hosts the axis spans (NVLink within one; across hosts each GPU's share of
 its host's NICs times the axis's GPUs on each host, as NCCL's channels run over that many rails at
 once, `hardware.hosts`), and with a measured profile (--hardware) from its bus bandwidth over an
-axis of that size. Pure Python over
-plain data; `places_of_mesh` reads a JAX mesh's devices by their attributes without importing JAX.
+axis of that size. On several TPU slices (`--slices`) an axis whose devices lie in more than one
+slice moves at one chip's share of its host's data-center network (`hardware.slices`). Pure Python
+over plain data; `places_of_mesh` and `slices_of_mesh` read a JAX mesh's devices by their
+attributes without importing JAX.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from shardcli.hardware.chips import Chip, Figure
 from shardcli.hardware.hosts import axis_network_bytes_per_s
 from shardcli.hardware.profile import HardwareProfile
+from shardcli.hardware.slices import dcn_figure
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ def axis_links(
     axis_names: tuple[str, ...],
     places: Sequence[tuple[int, ...]],
     network: Figure | None = None,
+    slices: Sequence[int] | None = None,
 ) -> dict[str, AxisLink]:
     """The bandwidth of each mesh axis, from where each device sits.
 
@@ -48,6 +52,7 @@ def axis_links(
             coordinates then the core on the chip, (x, y, z, core); on a GPU (host, gpu).
         network: on GPUs, one GPU's share of the network between hosts (a target's host type or
             --network); default the chip's (its generation's default host, a DGX).
+        slices: on several TPU slices, each device's slice (`slices_of_mesh`), in the mesh's order.
     """
     n = math.prod(mesh_shape)
     if len(places) != n:
@@ -56,7 +61,10 @@ def axis_links(
     links = {}
     for a, name in enumerate(axis_names):
         line = [grid[_flat(mesh_shape, a, i)] for i in range(mesh_shape[a])]
-        if chip.platform == "tpu":
+        spans = {slices[_flat(mesh_shape, a, i)] for i in range(mesh_shape[a])} if slices else set()
+        if len(spans) > 1:
+            links[name] = _dcn_link(chip, name, len(line), len(spans))
+        elif chip.platform == "tpu":
             links[name] = _tpu_link(chip, name, line, grid)
         else:
             links[name] = _gpu_link(chip, name, line, network or chip.network_bytes_per_s)
@@ -93,6 +101,16 @@ def _tpu_link(chip: Chip, name: str, line: list[tuple[int, ...]], grid: list[tup
     return AxisLink(name, len(line), sum(ways) * ici.value, how, f"{ici.source}; {chip.wrap}")
 
 
+def _dcn_link(chip: Chip, name: str, size: int, spans: int) -> AxisLink:
+    """An axis across TPU slices: its ring runs through the data-center network at each chip's share
+    of its host's NICs (the ICI hops within a slice are faster, so the network bounds it)."""
+    dcn = dcn_figure(chip.name)
+    if dcn is None:
+        return AxisLink(name, size, None, f"across {spans} slices: no DCN figure for {chip.name}", "")
+    how = f"across {spans} slices: the data-center network, {dcn.value / 1e9:g} GB/s a chip"
+    return AxisLink(name, size, dcn.value, how, dcn.source)
+
+
 def _gpu_link(chip: Chip, name: str, line: list[tuple[int, ...]], net: Figure | None) -> AxisLink:
     if len(line) == 1:
         return AxisLink(name, 1, None, "one device: sends nothing", chip.link_bytes_per_s.source)
@@ -121,6 +139,12 @@ def places_of_mesh(mesh: Any, chip: Chip) -> list[tuple[int, ...]]:
         else:
             places.append((int(getattr(device, "process_index", 0)), int(getattr(device, "id", 0))))
     return places
+
+
+def slices_of_mesh(mesh: Any) -> list[int] | None:
+    """Each device's TPU slice (`slice_index`), in the mesh's order; None where all are in one."""
+    indices = [int(getattr(device, "slice_index", 0) or 0) for device in mesh.devices.flat]
+    return indices if len(set(indices)) > 1 else None
 
 
 def devices_per_chip(places: Sequence[tuple[int, ...]], chip: Chip) -> int:

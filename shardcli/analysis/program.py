@@ -43,6 +43,7 @@ from shardcli.analysis.collectives import (
     summarize_by_kind,
     user_op_name,
 )
+from shardcli.analysis.dcn import SliceView, dcn_collectives, slice_view
 from shardcli.analysis.exposed import read_overlaps
 from shardcli.analysis.hlo.arrays import INTEGER_TYPES, array_types, dot_dtype, shape_bytes
 from shardcli.analysis.hlo.module import HloModuleText, parse_instruction, parse_module
@@ -216,6 +217,7 @@ def analyze_compiled(
     """
     shape = tuple(mesh.devices.shape) if mesh is not None else None
     names = tuple(str(a) for a in mesh.axis_names) if mesh is not None else None
+    slices = slice_view(mesh) if mesh is not None else None  # several TPU slices (`analysis.dcn`)
     cost = read_cost_figures(compiled)
     xla_flops, xla_bytes = _known(cost.get("flops")), _known(cost.get("bytes accessed"))
     optimal = cost.get("optimal_seconds")
@@ -247,6 +249,7 @@ def analyze_compiled(
         text_source=how,
         user_files=user_files,
         constants=read_elided_constants(compiled, text),
+        slices=slices,
     )
 
 
@@ -261,6 +264,7 @@ def analyze_text(
     text_source: str = "given",
     user_files: tuple[str, ...] = (),
     constants: Mapping[str, str] | None = None,
+    slices: SliceView | None = None,
 ) -> ProgramAnalysis:
     """The analysis of a compiled program's optimized HLO text (`compiled.as_text()`, or a module
     XLA dumped on a real cluster), with what only a compile knows where the caller has it.
@@ -271,6 +275,8 @@ def analyze_text(
         memory: `memory_analysis()`; None where there was no compile.
         missing: lines the caller already knows are missing.
         constants: literals the text elides, by name (`read_elided_constants`).
+        slices: a mesh over several TPU slices (`analysis.dcn`): the replica groups number one
+            slice's devices, and the transfers across slices are Megascale host sends.
 
     FLOPs and bytes are XLA's with every loop counted per trip, plus the library kernels XLA counts
     as nothing (cuBLAS GEMMs, cuDNN attention and convolutions: `hlo_kernels`), each per run.
@@ -294,7 +300,10 @@ def analyze_text(
     runs = runs_per_computation(module)
     kernels = kernel_calls(module, runs, constants)
     lines.extend(kernels.missing)
-    collectives = parse_collectives(text, mesh_shape, axis_names, module=module, user_files=user_files)
+    within = slices.ici_shape if slices is not None else mesh_shape
+    collectives = parse_collectives(text, within, axis_names, module=module, user_files=user_files)
+    if slices is not None:
+        collectives += dcn_collectives(module, slices)
     return ProgramAnalysis(
         collectives=read_overlaps(module, collectives, kernels.calls),
         memory=memory,

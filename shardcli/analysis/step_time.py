@@ -60,7 +60,7 @@ from shardcli.analysis.axis_links import AxisLink as AxisLink
 from shardcli.analysis.axis_links import axis_links as axis_links
 from shardcli.analysis.axis_links import devices_per_chip as devices_per_chip
 from shardcli.analysis.axis_links import places_of_mesh as places_of_mesh
-from shardcli.analysis.axis_links import profiled_links
+from shardcli.analysis.axis_links import profiled_links, slices_of_mesh
 from shardcli.analysis.exposed import Exposure, exposed_by_axes, exposures, op_seconds
 from shardcli.analysis.kernels import Launches
 from shardcli.analysis.program import CollectiveOp, ProgramAnalysis
@@ -554,7 +554,7 @@ def step_time_of(
     links: dict[str, AxisLink] = {}
     if chip is not None:
         places = places_of_mesh(mesh, chip)
-        links = axis_links(chip, shape, names, places, network)
+        links = axis_links(chip, shape, names, places, network, slices_of_mesh(mesh))
         per_chip = devices_per_chip(places, chip)
     if profile is not None:
         links = profiled_links(profile, links, names, shape)

@@ -185,8 +185,10 @@ def open_target_session(
     options: RunOptions,
     *,
     x64: bool = False,
+    dcn: tuple[int, ...] | None = None,
 ) -> Session:
-    """JAX on the CPU (nothing runs), the target's chips from its compiler, and a mesh over them.
+    """JAX on the CPU (nothing runs), the target's chips from its compiler, and a mesh over them
+    (over several slices: `dcn`, the slices each mesh axis spans, default the outer axes first).
 
     Everything the compilers' native code prints while they load (at `import jax` and the first
     backend start, as well as the topology) is kept off the screen and counted in the note.
@@ -196,7 +198,7 @@ def open_target_session(
             reshape of the chips (one line each).
     """
     with quiet_native_logs() as noise:
-        session = _open_target_session(target, mesh_text, axes_text, options, x64=x64)
+        session = _open_target_session(target, mesh_text, axes_text, options, x64=x64, dcn=dcn)
     if not noise:
         return session
     platform = target.generation.platform
@@ -215,6 +217,7 @@ def _open_target_session(
     options: RunOptions,
     *,
     x64: bool = False,
+    dcn: tuple[int, ...] | None = None,
 ) -> Session:
     """JAX on the CPU (nothing runs), the target's chips from its compiler, and a mesh over them.
 
@@ -254,7 +257,6 @@ def _open_target_session(
         jax.config.update("jax_num_cpu_devices", min(target.chips, MAX_FAKE_DEVICES))
     if x64:
         enable_x64()
-    from jax.experimental import topologies
 
     jax.devices()  # the CPU backend's start loads the compilers' plugins too
     try:
@@ -273,21 +275,12 @@ def _open_target_session(
     from jax.sharding import AxisType
 
     gpu = platform == "cuda"
-    try:  # chips laid along the torus's axes (a GPU's host by host), as JAX's own mesh helper lays them
-        mesh = topologies.make_mesh(topology, shape, axes)
-        order = "laid along the torus by jax.experimental.topologies.make_mesh"
-        if gpu:
-            order = "the mesh takes them host by host (jax.experimental.topologies.make_mesh)"
-    except (NotImplementedError, ValueError, AssertionError):  # a reshape that splits a physical axis
-        import numpy as np
+    if target.slices > 1:  # ICI within each slice, the data-center network across them
+        from shardcli.analysis.slice_mesh import multislice_mesh
 
-        mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(shape), axes)
-        split = f"--mesh {'x'.join(map(str, shape))}"
-        order = (
-            f"the mesh takes them in the CUDA plugin's order: {split} is no whole hosts"
-            if gpu
-            else f"in libtpu's order: {split} splits a physical axis of the torus"
-        )
+        mesh, order = multislice_mesh(devices, shape, axes, target.slices, dcn)
+    else:
+        mesh, order = _one_slice_mesh(topology, devices, shape, axes, gpu)
     if options.mode == "explicit":
         mesh = jax.sharding.Mesh(mesh.devices, axes, axis_types=(AxisType.Explicit,) * len(shape))
     compiler = compiling_versions(platform)
@@ -297,7 +290,10 @@ def _open_target_session(
         note = f"compile-only: {plugin} describes {_gpu_hosts_words(target, len(devices))}{laid}; "
         note += "nothing runs; nothing is verified or timed"
     else:
-        note = f"compile-only: libtpu describes the {len(devices)} {target.generation.chip}s ({order}); "
+        what = f"{len(devices)} {target.generation.chip}s"
+        if target.slices > 1:
+            what = f"{what} in {target.slices_words()}"
+        note = f"compile-only: libtpu describes the {what} ({order}); "
         note += "nothing runs; nothing is verified or timed"
     runtime = RuntimeInfo(
         platform="tpu" if platform == "tpu" else "gpu",
@@ -320,6 +316,31 @@ def _open_target_session(
         mode=str(options.mode),
         devices=tuple(devices),
     )
+
+
+def _one_slice_mesh(
+    topology: Any, devices: list[Any], shape: tuple[int, ...], axes: tuple[str, ...], gpu: bool
+) -> tuple[Any, str]:
+    """The mesh over one slice's chips (or GPU hosts), and how its devices were laid."""
+    import jax
+    from jax.experimental import topologies
+
+    try:  # chips laid along the torus's axes (a GPU's host by host), as JAX's own mesh helper lays them
+        mesh = topologies.make_mesh(topology, shape, axes)
+        order = "laid along the torus by jax.experimental.topologies.make_mesh"
+        if gpu:
+            order = "the mesh takes them host by host (jax.experimental.topologies.make_mesh)"
+    except (NotImplementedError, ValueError, AssertionError):  # a reshape that splits a physical axis
+        import numpy as np
+
+        mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(shape), axes)
+        split = f"--mesh {'x'.join(map(str, shape))}"
+        order = (
+            f"the mesh takes them in the CUDA plugin's order: {split} is no whole hosts"
+            if gpu
+            else f"in libtpu's order: {split} splits a physical axis of the torus"
+        )
+    return mesh, order
 
 
 LIBTPU_ARGS_ENV = "LIBTPU_INIT_ARGS"
@@ -437,7 +458,11 @@ def _topology(target: TargetSpec) -> Any:
     if target.generation.platform == "tpu":
         # libtpu describes a v4 chip's two TensorCores as two devices unless asked for megacore, the
         # mode JAX runs v4 in (one device per chip); MaxText asks the same for v4.
-        config = {"chip_config_name": "megacore"} if target.generation.compiler_name == "v4" else {}
+        config: dict[str, Any] = (
+            {"chip_config_name": "megacore"} if target.generation.compiler_name == "v4" else {}
+        )
+        if target.slices > 1:  # libtpu's compile-only multislice: each device has its slice_index
+            config["num_slices"] = target.slices
         return topologies.get_topology_desc(topology_name=target.libtpu_name, platform="tpu", **config)
     from importlib import resources
 
@@ -458,6 +483,8 @@ def _mesh_shape(text: str | None, target: TargetSpec, chips: int) -> tuple[int, 
     if text is None:
         if target.generation.platform == "cuda":
             return (chips,)  # one axis over every GPU of every host
+        if target.slices > 1 and target.chips == chips:
+            return (target.slices, *target.topology)  # the slices, then each slice's torus
         return target.topology if target.chips == chips else (chips,)
     shape = parse_mesh_shape(text)
     size = 1

@@ -127,6 +127,7 @@ def inspect(
     hardware: opt.Hardware = None,
     compile_target: Target = None,
     network: opt.Network = None,
+    slices: opt.Slices = None,
     mesh: Mesh = None,
     axes: opt.Axes = None,
     ctx: typer.Context = None,  # type: ignore[assignment]  # Typer passes it
@@ -181,6 +182,7 @@ def inspect(
         specs=spec or [],
         fixes=fixes,
         network=network,
+        slices=slices,
     )
     from shardcli.program.inspect import run_inspect
     from shardcli.program.module import inspect_module

@@ -97,6 +97,16 @@ Network = Annotated[
         "gpu-h100-a3mega names Google Cloud's a3-megagpu-8g).",
     ),
 ]
+Slices = Annotated[
+    str | None,
+    typer.Option(
+        "--slices",
+        metavar="N",
+        help="With a TPU --target: N slices of its topology joined over the data-center network "
+        "(MaxText's num_slices), compiled as one program; the outer mesh axes (data, then fsdp) span the "
+        "slices, and an axis across slices moves at each chip's share of its host's NICs. \\[default: 1]",
+    ),
+]
 Format = Annotated[str, typer.Option("--format", "-f", help="table (for people) or json (for scripts).")]
 NoColor = Annotated[bool, typer.Option("--no-color", help="Plain text; NO_COLOR is honoured too.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the results: no header, no pictures.")]

@@ -188,6 +188,7 @@ def plan(
     rank: RankBy = "throughput",
     hardware: opt.Hardware = None,
     network: opt.Network = None,
+    slices: opt.Slices = None,
     *,
     options: RunOptions,
 ) -> None:
@@ -225,6 +226,11 @@ def plan(
             "--rank": None if rank == "throughput" else rank,
         }  # fmt: skip
         _refuse_decoder_flags(program, decoder_flags)
+        if slices is not None:
+            raise ShardcliError(
+                f"--slices {slices} lays shardcli's decoder (--preset) over TPU slices; {program} is planned "
+                "on one slice or GPU hosts (leave --slices out)"
+            )
         with opt.using_hardware(hardware, target):
             _plan_program(program, inputs, rules, target, compile_n, not no_cache, options, network)
         return
@@ -242,7 +248,7 @@ def plan(
         "layers": layers, "d_model": d_model, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
         "mlp_dim": mlp_dim, "vocab": vocab, "seq": seq, "activation": activation,
     }  # fmt: skip
-    target_spec = parse_target(target, network=network)
+    target_spec = parse_target(target, network=network, slices=slices)
     named = _named(mesh, target_spec.chips)
     sequence = sequence or names_sequence(named)
     cfg = _with_attention(build_config(preset, **shape), attention, target_spec.generation.platform, sequence)

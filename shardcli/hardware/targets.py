@@ -21,6 +21,7 @@ from shardcli.errors import ShardcliError
 from shardcli.hardware.chips import CHIPS, Chip, Figure, network_figure
 from shardcli.hardware.chips import GIB as GIB  # where the targets' users have always found it
 from shardcli.hardware.hosts import HOSTS, HostType, hosts_of
+from shardcli.hardware.slices import DCN, dcn_figure, parse_slices
 
 INSTALL_HINTS = {
     "tpu": "pip install 'shardcli[tpu]' (libtpu, the TPU compiler: about 0.5 GB)",
@@ -91,6 +92,7 @@ class TargetSpec:
     topology: tuple[int, ...]
     host: HostType | None = None  # GPUs: the host type (None: the generation's default, a DGX)
     network_gbps: float | None = None  # --network: one GPU's share of the network, Gb/s one way
+    slices: int = 1  # --slices: TPU slices of `topology`, joined over the data-center network
 
     @property
     def name(self) -> str:
@@ -139,7 +141,26 @@ class TargetSpec:
 
     @property
     def chips(self) -> int:
+        """Every chip of the target: the topology's, times its slices."""
+        return math.prod(self.topology) * self.slices
+
+    @property
+    def slice_chips(self) -> int:
         return math.prod(self.topology)
+
+    @property
+    def dcn(self) -> Figure | None:
+        """One chip's share of the data-center network between slices; None for one slice."""
+        return dcn_figure(self.generation.name) if self.slices > 1 else None
+
+    def slices_words(self) -> str:
+        """`2 slices of 256 chips, joined over the data-center network (<host NICs>, 3.125 GB/s a chip)`."""
+        host = DCN[self.generation.name]
+        share = host.per_chip_bytes_per_s / 1e9
+        return (
+            f"{self.slices} slices of {self.slice_chips} chips, joined over the data-center network "
+            f"({host.words}, {share:g} GB/s a chip)"
+        )
 
 
 def known_targets() -> str:
@@ -152,12 +173,16 @@ def known_hosts(chip: str | None = None) -> str:
     return ", ".join(f"{h.target} ({h.label})" for h in hosts)
 
 
-def parse_target(text: str, flag: str = "--target", network: str | None = None) -> TargetSpec:
-    """Parse `tpu-v5e:16x16`, `gpu-h100:2x8` or `gpu-h100-a3mega:32x8`, with --network GBPS.
+def parse_target(
+    text: str, flag: str = "--target", network: str | None = None, slices: str | None = None
+) -> TargetSpec:
+    """Parse `tpu-v5e:16x16`, `gpu-h100:2x8` or `gpu-h100-a3mega:32x8`, with --network GBPS and
+    --slices N (TPU slices joined over the data-center network, `shardcli.hardware.slices`).
 
     Raises:
         ShardcliError: an unknown generation or host type, a malformed topology, a --network that is
-            no bandwidth or given for a TPU (one line listing the known ones).
+            no bandwidth or given for a TPU, a --slices that is no count or given for a GPU (one line
+            listing the known ones).
     """
     name, sep, topology = text.strip().partition(":")
     host = HOSTS.get(name.lower())
@@ -180,7 +205,8 @@ def parse_target(text: str, flag: str = "--target", network: str | None = None) 
     if problem is not None:
         raise ShardcliError(f"{flag} {text!r}: {problem}; valid: {_valid(generation)}")
     gbps = parse_network(network, text, generation.platform) if network is not None else None
-    return TargetSpec(generation=generation, topology=sizes, host=host, network_gbps=gbps)
+    count = parse_slices(slices, text, generation.platform, generation.name) if slices is not None else 1
+    return TargetSpec(generation=generation, topology=sizes, host=host, network_gbps=gbps, slices=count)
 
 
 def parse_network(text: str, target: str | None, platform: str = "cuda") -> float:

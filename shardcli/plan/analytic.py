@@ -5,8 +5,9 @@ gradients, saved activations by remat policy, logits), FLOPs per chip (remat's r
 included), and bytes each chip sends over each mesh axis (FSDP's weight all-gathers and gradient
 reduce-scatters, tensor parallelism's activation all-reduces, data parallelism's gradient
 all-reduce, sequence parallelism's key/value all-gathers). Each axis's bandwidth is the ICI links
-it runs along (both directions of every torus ring it spans, one where there is no wraparound); on
-GPU hosts NVLink where the axis stays within a host, the network where it crosses hosts. A layout
+it runs along (both directions of every torus ring it spans, one where there is no wraparound), a
+chip's share of the data-center network where it crosses TPU slices; on GPU hosts NVLink where the
+axis stays within a host, the network where it crosses hosts. A layout
 fits where its memory is under HEADROOM of what one program may use: the HBM of a TPU chip, the
 pool JAX's GPU client makes on a GPU (`shardcli.hardware.gpu_memory`, 75% by default). The ranking figure
 is max(T_math, the axes' T_comm summed), over the calibrated efficiency of the step-time estimate
@@ -48,6 +49,7 @@ class ChipFigures:
     network_bytes_per_s: float | None = None  # GPU hosts: one GPU's share of the network, one way
     host_bytes_per_s: float | None = None  # the chip's PCIe link to its host's memory, one way
     mxu_width: float | None = None  # a TPU's matrix unit (elements), which pads narrower matmul dimensions
+    dcn_bytes_per_s: float | None = None  # several TPU slices: one chip's share of the data-center network
 
     @property
     def gpus_per_host(self) -> int | None:
@@ -210,9 +212,12 @@ def model_candidate(cfg: DecoderConfig, c: Candidate, chip: ChipFigures, efficie
     inner = 1
     t_comm = []
     for axis in reversed(c.mesh.axes):
-        size = c.mesh.size(axis)
+        size = c.mesh.ici_size(axis)  # within one slice (the whole axis on one slice)
         if axis in comm:
-            t_comm.append((axis, comm[axis] / chip.axis_bytes_per_s(size, inner) / efficiency))
+            across = c.mesh.dcn_size(axis) > 1 and chip.dcn_bytes_per_s is not None
+            rate = chip.dcn_bytes_per_s if across else chip.axis_bytes_per_s(size, inner)
+            assert rate is not None
+            t_comm.append((axis, comm[axis] / rate / efficiency))
         inner *= size
     return Modelled(
         candidate=c,
@@ -275,10 +280,12 @@ def chip_figures(
     topology: tuple[int, ...],
     environ: Mapping[str, str] | None = None,
     network: Figure | None = None,
+    slices: int = 1,
 ) -> ChipFigures:
     """One chip of a target from the hardware table (`shardcli.hardware.chips`), and its torus (on GPUs
     (hosts, GPUs per host), the memory one program may use the pool JAX makes under `environ`, and
-    `network`, one GPU's share of the network between hosts: the target's, default the table's).
+    `network`, one GPU's share of the network between hosts: the target's, default the table's; over
+    several TPU `slices` one chip's share of the data-center network, `hardware.slices`).
 
     Raises:
         ShardcliError: a GPU target and a JAX allocator variable JAX would refuse (one line).
@@ -318,4 +325,12 @@ def chip_figures(
         usable_source=chip.hbm_bytes.source,
         host_bytes_per_s=host,
         mxu_width=chip.mxu_width.value if chip.mxu_width else None,
+        dcn_bytes_per_s=_dcn(generation) if slices > 1 else None,
     )
+
+
+def _dcn(generation: str) -> float | None:
+    from shardcli.hardware.slices import dcn_figure
+
+    dcn = dcn_figure(generation)
+    return dcn.value if dcn is not None else None

@@ -51,6 +51,8 @@ class MeshChoice:
 
     sizes: tuple[tuple[str, int], ...]  # (axis, size) for every axis of size > 1, outermost first
     aligned: bool  # every axis is a product of whole torus dimensions
+    # several TPU slices (`plan.slices`): (axis, slices it spans) for each axis across slices
+    dcn: tuple[tuple[str, int], ...] = ()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -63,9 +65,31 @@ class MeshChoice:
     def size(self, axis: str) -> int:
         return dict(self.sizes).get(axis, 1)
 
+    def dcn_size(self, axis: str) -> int:
+        """How many slices the axis spans (1: it stays within each slice)."""
+        return dict(self.dcn).get(axis, 1)
+
+    def ici_size(self, axis: str) -> int:
+        """The axis's chips within one slice."""
+        return self.size(axis) // self.dcn_size(axis)
+
+    @property
+    def dcn_shape(self) -> tuple[int, ...]:
+        return tuple(self.dcn_size(a) for a in self.axes)
+
+    @property
+    def crossing(self) -> tuple[str, ...]:
+        """The axes whose chips lie in more than one slice."""
+        return tuple(a for a, n in self.dcn if n > 1)
+
     @property
     def label(self) -> str:
-        return " ".join(f"{SHORT[a]}{s}" for a, s in self.sizes) or "dp1"
+        """`dp2 fsdp128`; an axis across slices says over how many: `dp2(dcn2) fsdp128`."""
+        parts = [
+            f"{SHORT[a]}{s}" + (f"(dcn{self.dcn_size(a)})" if self.dcn_size(a) > 1 else "")
+            for a, s in self.sizes
+        ]
+        return " ".join(parts) or "dp1"
 
 
 @dataclass(frozen=True)
@@ -96,6 +120,8 @@ class Candidate:
     def key(self) -> str:
         """Everything that names this layout, as text (for the cache and JSON)."""
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh.sizes)
+        dcn = ",".join(f"{a}={s}" for a, s in self.mesh.dcn)
+        mesh += f" dcn[{dcn}]" if dcn else ""
         return f"mesh[{mesh}] rules[{rules_text(self.rules)}] remat={self.remat} batch={self.global_batch}"
 
 
@@ -216,18 +242,21 @@ def enumerate_candidates(
     aligned_only: bool = True,
     gpu_hosts: bool = False,
     only_mesh: tuple[tuple[str, int], ...] | None = None,
+    meshes: list[MeshChoice] | None = None,
+    slices: int = 1,
 ) -> tuple[list[Candidate], list[Pruned]]:
     """Every candidate layout for a model on a target, and the combinations that cannot be laid out.
 
     The batch is fixed by `global_batch` or `per_device_batch` (global = per-device x chips, as
     MaxText counts it); with neither, each of BATCH_CHOICES is a candidate. With `gpu_hosts`,
     `torus` is (hosts, GPUs per host) and the meshes are `gpu_mesh_choices`. `only_mesh`
-    (`parse_named_mesh`) keeps that one mesh, along the torus or not.
+    (`parse_named_mesh`) keeps that one mesh, along the torus or not. On several TPU slices the
+    caller gives the `meshes` (`plan.slices`) and their `slices` (the chips are `torus`'s times them).
 
     Raises:
         ShardcliError: `only_mesh` is no mesh of the target (a tensor axis across GPU hosts).
     """
-    chips = math.prod(torus)
+    chips = math.prod(torus) * slices
     if global_batch is not None:
         batches = [global_batch]
     elif per_device_batch is not None:
@@ -236,7 +265,9 @@ def enumerate_candidates(
         batches = [b * chips for b in BATCH_CHOICES]
     out: list[Candidate] = []
     pruned: list[Pruned] = []
-    if only_mesh is not None:
+    if meshes is not None:
+        pass  # laid out by the caller (several slices)
+    elif only_mesh is not None:
         meshes = _named_mesh(torus, only_mesh, gpu_hosts)
     else:
         meshes = (

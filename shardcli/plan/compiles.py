@@ -127,13 +127,15 @@ def plan_cache_dir() -> Path:
 def cache_key(cfg: DecoderConfig, candidate: Candidate, target: TargetSpec, method: str) -> str:
     """A digest of everything that changes the compiled program or how it is read (on a GPU the
     settings of JAX's memory pool too: they change the fit verdict)."""
-    what = {
+    what: dict[str, Any] = {
         "model": asdict(cfg) | {"name": "", "source": ""},
         "layout": candidate.key,
         "target": target.name,
         "method": method,
         "program": _program_digest(),
     }
+    if target.slices > 1:
+        what["slices"] = target.slices
     if target.generation.platform == "cuda":
         from shardcli.analysis.target import GPU_COMPILE_OPTIONS
         from shardcli.hardware.gpu_memory import read_gpu_pool
@@ -393,14 +395,16 @@ def target_session(
     sessions: dict[tuple[Any, ...], Any], target: TargetSpec, mesh: MeshChoice, options: RunOptions
 ) -> Any:
     """A target session with a layout's mesh, one per target and mesh (kept in `sessions`); the
-    cost compiles' flags set before the first starts libtpu."""
-    key = (target.name, mesh.shape, mesh.axes)
+    cost compiles' flags set before the first starts libtpu. Over several slices the mesh's axes
+    span them as the layout says (`MeshChoice.dcn`)."""
+    key = (target.name, target.slices, mesh.shape, mesh.axes, mesh.dcn)
     if key not in sessions:
         from shardcli.analysis.target import open_target_session
 
         set_cost_flags()
         shape = "x".join(map(str, mesh.shape))
-        sessions[key] = open_target_session(target, shape, ",".join(mesh.axes), options)
+        dcn = mesh.dcn_shape if target.slices > 1 else None
+        sessions[key] = open_target_session(target, shape, ",".join(mesh.axes), options, dcn=dcn)
     return sessions[key]
 
 

@@ -35,6 +35,7 @@ from shardcli.plan.compiles import (
 )
 from shardcli.plan.estimate import CALIBRATION, Calibration, estimate_of
 from shardcli.plan.selection import CandidateSelector
+from shardcli.plan.slices import slice_meshes
 from shardcli.specs.decoder import DecoderConfig
 from shardcli.specs.remat import SEARCHED
 from shardcli.specs.runs import RunOptions
@@ -153,7 +154,7 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
     cfg = request.model
     target = request.target
     gpu = target.generation.platform == "cuda"
-    chip = chip_figures(target.generation.name, target.topology, os.environ, target.network)
+    chip = chip_figures(target.generation.name, target.topology, os.environ, target.network, target.slices)
     candidates, pruned = enumerate_candidates(
         chip.torus,
         global_batch=request.global_batch,
@@ -164,6 +165,8 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         seq_len=cfg.seq,
         gpu_hosts=gpu,
         only_mesh=request.mesh,
+        meshes=slice_meshes(chip.torus, target.slices, request.sequence, request.mesh),
+        slices=target.slices,
     )
     if not candidates:
         why = pruned[0].why if pruned else "no mesh"
@@ -344,9 +347,11 @@ train_step = _TrainStep()
 def inspect_command(request: PlanRequest, row: PlanRow, program_file: str) -> str:
     """The `shardcli inspect` command that compiles this candidate again, from `program_file`."""
     mesh = row.candidate.mesh
+    slices = f" --slices {request.target.slices}" if request.target.slices > 1 else ""
     return (
         f"shardcli inspect {program_file}:train_step --inputs {program_file}:inputs "
-        f"--target {request.target.name} --mesh {'x'.join(map(str, mesh.shape))} --axes {','.join(mesh.axes)}"
+        f"--target {request.target.name}{slices} --mesh {'x'.join(map(str, mesh.shape))} "
+        f"--axes {','.join(mesh.axes)}"
     )
 
 

@@ -257,8 +257,10 @@ def _hardware_clauses(result: PlanResult) -> list[str]:
     """The chips, the memory a layout is judged against, and what the estimate is."""
     chip = result.chip
     if result.request.target.generation.platform != "cuda":
+        slices = result.request.target
         return [
-            f"{result.chips} chips, {format_bytes(chip.hbm_bytes)} HBM each",
+            (f"{slices.slices_words()}, " if slices.slices > 1 else f"{result.chips} chips, ")
+            + f"{format_bytes(chip.hbm_bytes)} HBM each",
             f"estimate = roofline / {result.calibration.efficiency:.2f} ({result.calibration.provenance})",
         ]
     hosts, gpus = chip.torus
@@ -372,6 +374,7 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
         rank=rank,
         layout=c.label,
         mesh={a: s for a, s in c.mesh.sizes},
+        crosses_slices=dict(c.mesh.dcn),
         rule_set=c.rule_set,
         rules=rules_text(c.rules),
         remat=c.remat,
@@ -421,6 +424,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
                 "source": cfg.source,
             },
             target=req.target.name,
+            slices=req.target.slices,
             chips=result.chips,
             compiler=dict(_compiler(req.target)),
             compile_options=compiler_options(req.target) or {},

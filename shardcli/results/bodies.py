@@ -365,7 +365,8 @@ PLAN_MODEL = Record("name", "layers", "d_model", "heads", "kv_heads", "head_dim"
 PLAN_CONFIG = Record(
     ("model", PLAN_MODEL.extended("activation", "tied_embeddings", "attention", "parameters", "source")),
     "target",
-    "chips",
+    "slices",  # --slices: TPU slices of the target's topology, joined over the data-center network (1)
+    "chips",  # every chip, of every slice
     "compiler",  # the target's compiler, package -> version: jax, jaxlib, libtpu (or a CUDA plugin)
     "compile_options",  # what its compiles change from JAX's defaults, option -> value (as inspect's)
     "global_batch",
@@ -424,6 +425,7 @@ PLAN_CANDIDATE = Record(
     "rank",
     "layout",
     "mesh",
+    "crosses_slices",  # the mesh axes across slices -> how many slices each spans ({} on one slice)
     "rule_set",
     "rules",
     "remat",

@@ -66,7 +66,8 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # applies it, and the figures before and after a compile with it), or null. 9: inspect's
 # compile_options and plan's config.compile_options (a GPU target's xla_gpu_enable_triton_gemm=false).
 # 10: inspect's step_time.t_exposed_s (the communication the compiled schedule leaves exposed:
-# analysis/exposed.py) and each collective group's exposed_s and hidden_s.
+# analysis/exposed.py) and each collective group's exposed_s and hidden_s; before any release of 10,
+# plan's config.slices (--slices) and each candidate's crosses_slices (the axes across TPU slices).
 SCHEMA_VERSION = 10
 
 

@@ -64,17 +64,30 @@ def check_sweep_plot(plot_file: str | None, sizes: str | None, example: str) -> 
 
 
 def target_and_mesh(
-    compile_target: str | None, mesh: str | None, axes: str | None, network: str | None = None
+    compile_target: str | None,
+    mesh: str | None,
+    axes: str | None,
+    network: str | None = None,
+    slices: str | None = None,
 ) -> tuple[TargetSpec | None, MeshSpec]:
-    """--target (with --network, a GPU's share of the network between hosts) and the mesh the flags
-    are checked against before libtpu describes its chips: --mesh as typed, else the target's
-    topology, else 2x4 (checked again on the target's real mesh)."""
+    """--target (with --network, a GPU's share of the network between hosts, or --slices, TPU slices
+    joined over the data-center network) and the mesh the flags are checked against before libtpu
+    describes its chips: --mesh as typed, else the target's topology (its slices first), else 2x4
+    (checked again on the target's real mesh)."""
+    from shardcli.hardware.slices import parse_slices
     from shardcli.hardware.targets import parse_network, parse_target
 
     if compile_target is None and network is not None:
         parse_network(network, None)  # refused: no target to give it to
-    hardware = parse_target(compile_target, network=network) if compile_target is not None else None
-    shown = mesh if mesh is not None else ("x".join(map(str, hardware.topology)) if hardware else "2x4")
+    if compile_target is None and slices is not None:
+        parse_slices(slices, None, None, None)  # refused unless 1: no target to give it to
+    hardware = (
+        parse_target(compile_target, network=network, slices=slices) if compile_target is not None else None
+    )
+    own = hardware.topology if hardware is not None else ()
+    if hardware is not None and hardware.slices > 1:
+        own = (hardware.slices, *own)  # the slices, then each slice's torus (as the session lays them)
+    shown = mesh if mesh is not None else ("x".join(map(str, own)) if hardware else "2x4")
     return hardware, parse_mesh(shown, axes)
 
 

@@ -79,6 +79,7 @@ def build_inspect_request(
     specs: list[str] | None = None,
     fixes: bool = True,
     network: str | None = None,
+    slices: str | None = None,
 ) -> InspectRequest:
     """`shardcli inspect`'s flags as its request; every check that needs no devices."""
     from shardcli.program.inspect import InspectRequest, is_module_path
@@ -94,7 +95,7 @@ def build_inspect_request(
             "--rules lays out the arguments of --inputs FILE.py:NAME by their logical axis names; "
             "give --inputs (--arg takes its sharding as typed)"
         )
-    hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes, network)
+    hardware, mesh_spec = target_and_mesh(compile_target, mesh, axes, network, slices)
     check_cost_figures(peak_tflops, link_gbps)
     return InspectRequest(
         target=target,
