@@ -712,3 +712,22 @@ def test_help_off_a_terminal_ends_no_line_in_spaces(cli, args):
     assert out.exit_code == 0, out.output
     assert out.stdout.strip()
     assert [line for line in out.stdout.splitlines() if line.endswith(" ")] == [], out.stdout
+
+
+def test_help_in_a_fresh_process_ends_no_line_in_spaces_and_a_run_does_not_import_typers_help(
+    shardcli_subprocess, python_subprocess
+):
+    """typer's help module is patched as it is imported (`line_ends.unpad_help_screens`), so a run that
+    draws no help never imports it."""
+    done = shardcli_subprocess("inspect", "--help", env={"COLUMNS": "100"})
+    assert done.returncode == 0 and "--target" in done.stdout, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.endswith(" ")] == []
+    probe = (
+        "import sys; from shardcli.cli import app\n"
+        "try:\n    app(['mesh', '--mesh', '2'], prog_name='shardcli')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('typer.rich_utils' in sys.modules)"
+    )
+    ran = python_subprocess("-c", probe)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip().splitlines()[-1] == "False"
