@@ -330,3 +330,20 @@ def test_a_cpu_compile_has_synchronous_collectives_exposed_whole():
     ]
     analysis = analyze_compiled(jax.jit(fn).lower(*args).compile(), mesh)
     assert [(c.kind, c.overlap) for c in analysis.collectives] == [("all-reduce", None)]
+
+
+def test_plans_cached_figures_keep_what_the_schedule_exposed():
+    """`plan` keeps per mesh axis the bytes its compiled schedule left exposed; the estimate made from
+    the cached figures counts those after the ops and hides the rest, as the compile's own did."""
+    from shardcli.analysis.step_time import AxisLink, estimate_step
+    from shardcli.hardware.chips import CHIPS
+    from shardcli.plan.compiles import AxisTraffic, CompiledFigures
+    from shardcli.plan.estimate import analysis_of
+
+    links = {"model": AxisLink("model", 4, 45e9, "ICI", "table")}
+    # 450 MB over 45 GB/s: 10 ms, of which 90 MB (2 ms) exposed; 20 ms of maths at v5e's 197 TFLOP/s
+    traffic = (AxisTraffic("model", 450e6, 10, "all-reduce", "psum", exposed_bytes=90e6),)
+    figures = CompiledFigures(True, 1, 2, None, None, 3.94e12, 8.19e9, traffic, "scan", 0.0, "")
+    step = estimate_step(analysis_of(figures), CHIPS["tpu-v5e"], links, "bfloat16")
+    assert (step.t_comm_s, step.t_exposed_s) == (pytest.approx(0.010), pytest.approx(0.002))
+    assert step.bound_s == pytest.approx(0.022)

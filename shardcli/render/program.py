@@ -131,8 +131,7 @@ def step_clauses(step: StepEstimate) -> list[str]:
     roofline (library kernels, other ops), or a TPU's roofline terms and no-overlap sum."""
     assert step.estimate_s is not None
     comm = ", ".join(f"{t.name} {format_seconds(t.seconds)}" for t in step.comm) or "none"
-    exposed = exposed_clause(step)
-    comm += f" ({exposed})" if exposed else ""
+    exposed = [clause] if (clause := exposed_clause(step)) else []
     host = [f"host transfers {format_seconds(step.host.seconds)}"] if step.host is not None else []
     head = f"{format_seconds(step.estimate_s)}, {step.dominant}-bound on {step.chip}"
     if step.ops is not None:
@@ -151,12 +150,21 @@ def step_clauses(step: StepEstimate) -> list[str]:
                 f"launches {format_seconds(ops.launch_s)} ({n.kernels:,} kernels, {n.loop_trips:,} loop "
                 f"trips, {n.buffers:,} buffers)"
             ]
-        return [head, f"per op: {per_op[0]}", *per_op[1:], *launched, f"communication {comm}", *host]
+        return [
+            head,
+            f"per op: {per_op[0]}",
+            *per_op[1:],
+            *launched,
+            f"communication {comm}",
+            *exposed,
+            *host,
+        ]
     clauses = [
         head,
         f"math {format_seconds(step.math.seconds)}",
         f"HBM {format_seconds(step.hbm.seconds)}",
         f"communication {comm}",
+        *exposed,
         *host,
         f"no overlap {format_seconds(step.sum_s)}",
     ]
@@ -169,7 +177,7 @@ def step_clauses(step: StepEstimate) -> list[str]:
 
 def exposed_clause(step: StepEstimate) -> str | None:
     """How much of the communication the compiled schedule leaves exposed, and the group (kind, mesh
-    axes, line) that exposes most: `4.0 ms exposed, most by all-reduce over model (mlp.py:12)`; None
+    axes, line) that exposes most: `4.0 ms exposed, most by all-reduce over model at mlp.py:12`; None
     without collectives of known bandwidth."""
     from shardcli.analysis.summary import group_collectives
 
@@ -180,7 +188,7 @@ def exposed_clause(step: StepEstimate) -> str | None:
         return "all hidden behind the ops"
     groups = group_collectives([e.collective for e in timed], timed)
     top = max(groups, key=lambda g: g.exposed_s or 0.0)
-    where = f" ({top.source.rsplit('/', 1)[-1]})" if top.source else ""
+    where = f" at {top.source.rsplit('/', 1)[-1]}" if top.source else ""
     return f"{format_seconds(step.t_exposed_s)} exposed, most by {top.kind} over {top.axes_text}{where}"
 
 
