@@ -39,6 +39,16 @@ def test_dcn_per_chip_is_the_hosts_nics_over_its_chips(generation, per_chip_gbps
     assert words in figure.source and "cloud.google.com/tpu/docs/" in figure.source
 
 
+def test_the_docs_table_holds_each_generations_dcn():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "explanation" / "cost-model.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line for line in page.splitlines() if line.startswith("| `tpu-")}
+    assert set(rows) == set(DCN)
+    for name, host in DCN.items():
+        assert f"| {host.chips_per_host} | {host.per_chip_bytes_per_s / 1e9:g} GB/s" in rows[name]
+
+
 def test_v4_has_no_dcn_figure_and_none_is_guessed():
     assert dcn_figure("tpu-v4") is None and "tpu-v4" not in DCN
 
