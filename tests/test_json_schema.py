@@ -293,8 +293,9 @@ PINNED_KEYS[9] = {
 }
 # 10: inspect's step_time.t_exposed_s (the communication the compiled schedule does not hide) and
 # each collective group's exposed_s and hidden_s; before any release of 10, plan's config.slices
-# (--slices: TPU slices joined over the data-center network) and each candidate's crosses_slices
-PINNED_KEYS[10] = {**PINNED_KEYS[9], "inspect": "86f10127d61d63e2", "plan": "1a050011245fd410"}
+# (--slices: TPU slices joined over the data-center network) and each candidate's crosses_slices;
+# plan's config.pipeline (--pipeline) and each candidate's pipeline (stages, microbatches, bubble)
+PINNED_KEYS[10] = {**PINNED_KEYS[9], "inspect": "86f10127d61d63e2", "plan": "d1a3aacdaceb9546"}
 
 
 def key_tree(shape: shapes.Shape) -> Any:

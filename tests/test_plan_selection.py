@@ -135,8 +135,9 @@ def _row(name: str, step_s: float | None, sum_s: float | None, batch: int = 128,
 
     estimate = None if step_s is None else SimpleNamespace(estimate_s=step_s, sum_s=sum_s)
     return SimpleNamespace(
-        name=name, fits=fits, estimate=estimate, candidate=SimpleNamespace(global_batch=batch)
-    )
+        name=name, fits=fits, estimate=estimate, step_s=step_s, pipeline=None,
+        candidate=SimpleNamespace(global_batch=batch),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

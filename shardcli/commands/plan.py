@@ -140,6 +140,28 @@ RankBy = Annotated[
         "give --global-batch so that every layout runs the same batch).",
     ),
 ]
+PipelineFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--pipeline",
+        help="Also try pipelined layouts: stage counts, comma-separated (2,4), each dividing the layers and "
+        "the GPU hosts or TPU slices (a stage is one host's GPUs or one slice's chips, or an even share of "
+        "them); the stages' layouts ranked beside the others. \\[default: none]",
+        show_default=False,
+    ),
+]
+Microbatches = Annotated[
+    int | None, _int_option("--microbatches", "With --pipeline: microbatches a step. \\[default: 4 x stages]")
+]
+ScheduleFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--schedule",
+        help="With --pipeline: 1f1b, gpipe, or circular (MaxText's, one layer a stage a repeat). "
+        "\\[default: 1f1b]",
+        show_default=False,
+    ),
+]
 NoCache = Annotated[
     bool, typer.Option("--no-cache", help="Compile every candidate again (the cache is still written).")
 ]
@@ -189,6 +211,9 @@ def plan(
     hardware: opt.Hardware = None,
     network: opt.Network = None,
     slices: opt.Slices = None,
+    pipeline: PipelineFlag = None,
+    microbatches: Microbatches = None,
+    schedule: ScheduleFlag = None,
     *,
     options: RunOptions,
 ) -> None:
@@ -223,7 +248,8 @@ def plan(
             "--seq": seq, "--activation": activation, "--global-batch": global_batch, "--batch": batch,
             "--emit": emit, "--remat": remat, "--sequence": sequence or None, "--method": method,
             "--attention": attention, "--mesh": mesh,
-            "--rank": None if rank == "throughput" else rank,
+            "--rank": None if rank == "throughput" else rank, "--pipeline": pipeline,
+            "--microbatches": microbatches, "--schedule": schedule,
         }  # fmt: skip
         _refuse_decoder_flags(program, decoder_flags)
         if slices is not None:
@@ -253,11 +279,13 @@ def plan(
     sequence = sequence or names_sequence(named)
     cfg = _with_attention(build_config(preset, **shape), attention, target_spec.generation.platform, sequence)
     _check_sizes(cfg, target_spec.chips, global_batch, batch)
+    stages = _pipeline(pipeline, microbatches, schedule, cfg.layers, target_spec)
     request = PlanRequest(
         model=cfg, target=target_spec, global_batch=global_batch, mesh=named,
         per_device_batch=batch, remats=_remat_policies(remat, cfg.gated), sequence=sequence,
         compile_n=compile_n,
         method=method if method is not None else "scan", use_cache=not no_cache, options=options, rank=rank,
+        pipeline=stages,
     )  # fmt: skip
     with opt.using_hardware(hardware, target), terminate_as_interrupt() as stop, _progress(options) as update:
         result = run_plan(request, progress=update)
@@ -272,6 +300,27 @@ def plan(
         stop.finished()  # SIGTERM: exit 143
         raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.WRONG_RESULT)
+
+
+def _pipeline(
+    text: str | None, microbatches: int | None, schedule: str | None, layers: int, target: Any
+) -> Any:
+    """--pipeline's stage counts (`plan.pipeline.parse_pipeline`), or None.
+
+    Raises:
+        ShardcliError: --microbatches or --schedule without --pipeline, or a bad count (one line).
+    """
+    from shardcli.plan.pipeline import parse_pipeline
+
+    if text is None:
+        given = (
+            "--microbatches" if microbatches is not None else "--schedule" if schedule is not None else None
+        )
+        if given:
+            raise ShardcliError(f"{given} goes with --pipeline S (the stage counts to try, such as 2,4)")
+        return None
+    _positive("--microbatches", microbatches)
+    return parse_pipeline(text, microbatches, schedule or "1f1b", layers, target)
 
 
 def _named(text: str | None, chips: int) -> tuple[tuple[str, int], ...] | None:

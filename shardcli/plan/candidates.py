@@ -13,10 +13,14 @@ import itertools
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shardcli.errors import ShardcliError
 from shardcli.specs.decoder import Rules, rules_text
 from shardcli.specs.remat import SEARCHED
+
+if TYPE_CHECKING:
+    from shardcli.plan.schedules import PipelineChoice
 
 MESH_AXES = ("data", "fsdp", "sequence", "tensor")  # outermost first: tensor varies fastest
 SHORT = {"data": "dp", "fsdp": "fsdp", "sequence": "sp", "tensor": "tp"}
@@ -101,6 +105,8 @@ class Candidate:
     remat: str
     global_batch: int
     chips: int
+    # pipeline stages (`plan.pipeline`): `mesh` is then one stage's, `global_batch` all M microbatches'
+    pipeline: PipelineChoice | None = None
 
     @property
     def per_device_batch(self) -> float:
@@ -114,7 +120,8 @@ class Candidate:
     @property
     def label(self) -> str:
         sp = "+sp" if self.rule_set == "fsdp-tp-sp" else ""
-        return f"{self.mesh.label}{sp}"
+        pp = f"pp{self.pipeline.stages} " if self.pipeline is not None else ""
+        return f"{pp}{self.mesh.label}{sp}"
 
     @property
     def key(self) -> str:
@@ -122,6 +129,7 @@ class Candidate:
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh.sizes)
         dcn = ",".join(f"{a}={s}" for a, s in self.mesh.dcn)
         mesh += f" dcn[{dcn}]" if dcn else ""
+        mesh += f" {self.pipeline.key}" if self.pipeline is not None else ""
         return f"mesh[{mesh}] rules[{rules_text(self.rules)}] remat={self.remat} batch={self.global_batch}"
 
 

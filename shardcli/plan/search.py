@@ -34,6 +34,15 @@ from shardcli.plan.compiles import (
     target_session,
 )
 from shardcli.plan.estimate import CALIBRATION, Calibration, estimate_of
+from shardcli.plan.pipeline import (
+    PipelineRequest,
+    PipelineStep,
+    model_layout,
+    pipeline_candidates,
+    pipeline_step,
+    stage_program,
+    with_in_flight,
+)
 from shardcli.plan.selection import CandidateSelector
 from shardcli.plan.slices import slice_meshes
 from shardcli.specs.decoder import DecoderConfig
@@ -58,6 +67,7 @@ class PlanRequest:
     use_cache: bool = True
     options: RunOptions = field(default_factory=RunOptions)
     rank: str = "throughput"  # a key of RANK_ORDERS
+    pipeline: PipelineRequest | None = None  # --pipeline: stage counts to try beside the unpipelined
 
 
 # How the compiled layouts are ordered, in the words the table's header and --help use.
@@ -76,11 +86,19 @@ class PlanRow:
     status: str  # "compiled", "cached", "modelled", "pruned", "interrupted"
     why: str = ""  # why it was pruned, or not compiled
     compiled: CompiledFigures | None = None
-    estimate: StepEstimate | None = None
+    estimate: StepEstimate | None = None  # a pipelined candidate's: one stage's, one microbatch
+    pipeline: PipelineStep | None = None  # a pipelined candidate's step from its stage's estimate
 
     @property
     def fits(self) -> bool | None:
         return self.compiled.fits if self.compiled is not None else None
+
+    @property
+    def step_s(self) -> float | None:
+        """The estimated step: the pipeline's where the candidate is pipelined, else the estimate's."""
+        if self.pipeline is not None:
+            return self.pipeline.step_s
+        return self.estimate.estimate_s if self.estimate is not None else None
 
 
 @dataclass(frozen=True)
@@ -112,9 +130,9 @@ class PlanResult:
         return fitting[0] if fitting else None
 
     def tokens_per_s_per_chip(self, row: PlanRow) -> float | None:
-        if row.estimate is None or not row.estimate.estimate_s:
+        if not row.step_s:
             return None
-        return row.candidate.global_batch * self.request.model.seq / self.chips / row.estimate.estimate_s
+        return row.candidate.global_batch * self.request.model.seq / self.chips / row.step_s
 
     def mfu(self, row: PlanRow) -> float | None:
         """MaxText's model FLOPs per chip (6 x parameters + causal attention per token) over
@@ -168,14 +186,25 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         meshes=slice_meshes(chip.torus, target.slices, request.sequence, request.mesh),
         slices=target.slices,
     )
+    if request.pipeline is not None:
+        staged, left = pipeline_candidates(
+            request.pipeline,
+            cfg,
+            target,
+            global_batch=request.global_batch,
+            per_device_batch=request.per_device_batch,
+            remats=request.remats,
+            rule_sets=request.rule_sets,
+            sequence=request.sequence,
+        )
+        candidates, pruned = candidates + staged, pruned + left
     if not candidates:
         why = pruned[0].why if pruned else "no mesh"
         raise ShardcliError(f"no layout of {cfg.name} on {target.name} can be built: {why}")
     calibration = platform_calibration(target.generation.platform)
     efficiency = GPU_OPS.dot if gpu else calibration.efficiency
-    selector = CandidateSelector(
-        model_candidates(cfg, candidates, chip, efficiency), chip.usable_bytes, cfg.seq
-    )
+    modelled = [model_layout(cfg, c, target, chip, efficiency, os.environ) for c in candidates]
+    selector = CandidateSelector(modelled, chip.usable_bytes, cfg.seq)
     budget = request.compile_n
     rows: list[PlanRow] = []
     interrupted: Modelled | None = None  # the candidate Ctrl-C stopped the compile of
@@ -192,30 +221,34 @@ def run_plan(request: PlanRequest, progress: Callable[[int, int, str], None] | N
         c = m.candidate
         if progress is not None:
             progress(len(rows), budget, c.label)
+        program_cfg, program, program_target = stage_program(cfg, c, target)  # a stage's, if pipelined
         try:
-            session = target_session(sessions, target, c.mesh, request.options)
+            session = target_session(sessions, program_target, program.mesh, request.options)
             note = session.runtime.note
             figures, cached = figures_for(
-                cache_key(cfg, c, target, request.method),
+                cache_key(program_cfg, program, program_target, request.method),
                 request.use_cache,
                 c.label,
-                partial(plan_compile.compile_candidate, session, cfg, c, target, request.method),
+                partial(
+                    plan_compile.compile_candidate,
+                    session,
+                    program_cfg,
+                    program,
+                    program_target,
+                    request.method,
+                ),
             )
         except KeyboardInterrupt:
             interrupted = m
             break
         hits += cached
+        figures = with_in_flight(figures, m)
         selector.learn(m, figures.fits, figures.needed_bytes)
         status = "cached" if cached else "compiled"
-        rows.append(
-            PlanRow(
-                c,
-                m,
-                status,
-                compiled=figures,
-                estimate=estimate_of(figures, session.mesh, network=target.network),
-            )
-        )
+        estimate = estimate_of(figures, session.mesh, network=target.network)
+        stage_s = estimate.estimate_s if estimate is not None else None
+        step = pipeline_step(cfg, c, target, chip.link_bytes_per_s, stage_s)
+        rows.append(PlanRow(c, m, status, compiled=figures, estimate=estimate, pipeline=step))
     if progress is not None:
         progress(len(rows), budget if not exhausted else len(rows), "")
     for m, status, why in selector.untried(request.compile_n):
@@ -259,23 +292,23 @@ def platform_calibration(platform: str) -> Calibration:
 def _per_token(row: PlanRow) -> float:
     """Estimated seconds per token on the whole slice (the throughput order: the inverse of tokens
     per second per chip, the slice's chips being fixed)."""
-    if row.estimate is None or row.estimate.estimate_s is None:
+    if row.step_s is None:
         return float("inf")
-    return row.estimate.estimate_s / row.candidate.global_batch
+    return row.step_s / row.candidate.global_batch
 
 
 def _step(row: PlanRow) -> float:
     """The estimated step (the step order)."""
-    if row.estimate is None or row.estimate.estimate_s is None:
-        return float("inf")
-    return row.estimate.estimate_s
+    return row.step_s if row.step_s is not None else float("inf")
 
 
 def _exposed(row: PlanRow, by: str) -> float:
     """The no-overlap step (no communication hidden behind compute), per token or per step: the tie-break."""
     if row.estimate is None or row.estimate.sum_s is None:
         return float("inf")
-    return row.estimate.sum_s / (row.candidate.global_batch if by == "throughput" else 1)
+    # a pipelined step's transfers are its stage's: its whole step stands for them
+    total = row.pipeline.step_s if row.pipeline is not None else row.estimate.sum_s
+    return total / (row.candidate.global_batch if by == "throughput" else 1)
 
 
 TIE = 0.005  # estimates within 0.5% of each other are a tie (the roofline cannot tell them apart)

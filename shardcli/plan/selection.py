@@ -30,7 +30,7 @@ LayoutKey = tuple[Any, ...]
 
 def layout_key(m: Modelled) -> LayoutKey:
     c = m.candidate
-    return (c.mesh, c.rule_set, c.remat)
+    return (c.mesh, c.rule_set, c.remat, c.pipeline)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from shardcli.plan.search import RANK_ORDERS, PlanResult, PlanRow, inspect_comma
 from shardcli.plan.user_program import ProgramPlanResult
 from shardcli.plan.user_program import inspect_command as program_inspect_command
 from shardcli.render.console import Clauses, DataTable, emit, make_console
+from shardcli.render.plan_pipeline import pipeline_json, pipeline_lines
 from shardcli.results import bodies, documents
 from shardcli.specs.decoder import rules_text
 from shardcli.specs.remat import parse_policy
@@ -117,7 +118,7 @@ def ranked_table(result: PlanResult) -> DataTable:
             fit_word(f),
             gib,
             used_share(f),
-            _seconds(row.estimate.estimate_s if row.estimate else None),
+            _seconds(row.step_s),
             f"{mfu:.0%}" if mfu is not None and f.fits else "-",
             _bound(row),
             f"{tokens:,.0f}" if tokens is not None and f.fits else "-",
@@ -296,6 +297,7 @@ def plan_parts(
     parts.append(ranked_table(result))
     parts.append(Text(""))
     parts.extend(winner_lines(result, emit_file))
+    parts.extend(pipeline_lines(result))
     if not quiet:
         parts.append(summary_clauses(result))
     return parts
@@ -351,11 +353,13 @@ def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
     )
 
 
-def _estimate_json(e: StepEstimate | None) -> dict[str, Any] | None:
+def _estimate_json(e: StepEstimate | None, step_s: float | None) -> dict[str, Any] | None:
+    """The estimate's terms (a pipelined candidate's: its stage's microbatch) and the step (its
+    pipeline's)."""
     if e is None:
         return None
     return bodies.PLAN_ESTIMATE(
-        step_s=e.estimate_s,
+        step_s=step_s,
         t_math_s=e.math.seconds,
         t_hbm_s=e.hbm.seconds,
         t_host_s=e.host.seconds if e.host is not None else None,
@@ -375,6 +379,7 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
         layout=c.label,
         mesh={a: s for a, s in c.mesh.sizes},
         crosses_slices=dict(c.mesh.dcn),
+        pipeline=pipeline_json(row),
         rule_set=c.rule_set,
         rules=rules_text(c.rules),
         remat=c.remat,
@@ -393,7 +398,7 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
             bound=m.bound,
         ),
         compiled=_compiled_json(f),
-        estimate=_estimate_json(e),
+        estimate=_estimate_json(e, row.step_s),
         tokens_per_s_per_chip=result.tokens_per_s_per_chip(row),
         mfu=result.mfu(row),
     )
@@ -437,6 +442,13 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             compile=req.compile_n,
             method=req.method,
             rank=req.rank,
+            pipeline=None
+            if req.pipeline is None
+            else {
+                "stages": list(req.pipeline.stages),
+                "microbatches": req.pipeline.microbatches,
+                "schedule": req.pipeline.schedule,
+            },
         ),
         chip=bodies.PLAN_CHIP(
             peak_flop_per_s=chip.peak_flops,
@@ -603,7 +615,7 @@ def program_json(result: ProgramPlanResult) -> dict[str, Any]:
                 status=r.status,
                 why=r.why,
                 compiled=_compiled_json(r.compiled),
-                estimate=_estimate_json(r.estimate),
+                estimate=_estimate_json(r.estimate, r.estimate.estimate_s if r.estimate else None),
             )
             for r in result.rows
         ],

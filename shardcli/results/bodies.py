@@ -378,6 +378,7 @@ PLAN_CONFIG = Record(
     "compile",
     "method",
     "rank",  # how compiled layouts are ordered: throughput or step
+    "pipeline",  # --pipeline: {stages: [S...], microbatches (null: 4 x S), schedule}, or null
 )
 PLAN_CHIP = Record(
     "peak_flop_per_s",
@@ -421,11 +422,25 @@ PLAN_ESTIMATE = Record(
     "efficiency",
     "efficiency_source",
 )
+# --pipeline: a pipelined candidate's stages, microbatches, schedule and bubble (`plan.pipeline`)
+PLAN_PIPELINE = Record(
+    "stages",
+    "microbatches",
+    "schedule",  # 1f1b, gpipe or circular
+    "repeats",  # the circular pipeline's repeats (1 otherwise)
+    "bubble_fraction",  # (S - 1)/(R x M + S - 1) of the step
+    "bubble_s",  # (S - 1) x the stage's microbatch / R; null until compiled
+    "stage_step_s",  # one microbatch's forward and backward on one stage, from its compile
+    "transfer_bytes",  # one device's activations at a stage boundary, one microbatch, one way
+    "exposed_transfer_s",  # the stage transfers on the step's critical path
+    "in_flight",  # microbatches whose activations the first stage holds
+)
 PLAN_CANDIDATE = Record(
     "rank",
     "layout",
     "mesh",
     "crosses_slices",  # the mesh axes across slices -> how many slices each spans ({} on one slice)
+    ("pipeline", Maybe(PLAN_PIPELINE)),  # --pipeline: null for an unpipelined candidate
     "rule_set",
     "rules",
     "remat",

@@ -67,7 +67,8 @@ from shardcli.results.shapes import ListOf, Record, SchemaError, problems
 # compile_options and plan's config.compile_options (a GPU target's xla_gpu_enable_triton_gemm=false).
 # 10: inspect's step_time.t_exposed_s (the communication the compiled schedule leaves exposed:
 # analysis/exposed.py) and each collective group's exposed_s and hidden_s; before any release of 10,
-# plan's config.slices (--slices) and each candidate's crosses_slices (the axes across TPU slices).
+# plan's config.slices (--slices) and each candidate's crosses_slices (the axes across TPU slices);
+# plan's config.pipeline (--pipeline) and each candidate's pipeline (stages, microbatches, bubble_s).
 SCHEMA_VERSION = 10
 
 
