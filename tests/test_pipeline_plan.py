@@ -222,3 +222,18 @@ def test_a_pipelined_layout_is_ranked_beside_the_others(cli, plan_cache):
     assert piped[0]["layout"].startswith("pp2 ")
     text = cli([*args, "--no-color"]).stdout
     assert "pp2 " in text and "no published pipelined row" in text
+
+
+def test_a_pipelined_winner_is_reproduced_as_one_stage():
+    from types import SimpleNamespace
+
+    from shardcli.plan.search import PlanRequest, inspect_command, program_text
+
+    cfg = build_config("tiny", layers=4)
+    request = PlanRequest(model=cfg, target=parse_target("gpu-h100:2x4"))
+    c = Candidate(MeshChoice((("fsdp", 4),), True), "fsdp-tp", "full", 64, 8, PipelineChoice(2, 8))
+    row = SimpleNamespace(candidate=c)
+    command = inspect_command(request, row, "w.py")  # type: ignore[arg-type]
+    assert command.endswith("--target gpu-h100:1x4 --mesh 4 --axes fsdp")
+    text = program_text(request, row, "w.py")  # type: ignore[arg-type]
+    assert "'layers': 2" in text and "GLOBAL_BATCH = 8" in text

@@ -377,7 +377,8 @@ def with_in_flight(figures: CompiledFigures, m: Modelled) -> CompiledFigures:
     needed = figures.needed_bytes + extra
     fits = figures.fits and needed <= figures.capacity_bytes
     text = (
-        f"{figures.fit_text}; the first stage also holds {p.in_flight - 1} more microbatches' activations "
-        f"({extra / 2**30:.2f} GiB, modelled): {'fits' if fits else 'does not fit'}"
+        f"{figures.fit_text}; the first stage also holds the activations of {p.in_flight - 1} more "
+        f"microbatch{'es' * (p.in_flight > 2)} ({extra / 2**30:.2f} GiB, modelled): "
+        f"{'fits' if fits else 'does not fit'}"
     )
     return replace(figures, needed_bytes=needed, fits=fits, fit_text=text)

@@ -378,26 +378,30 @@ train_step = _TrainStep()
 
 
 def inspect_command(request: PlanRequest, row: PlanRow, program_file: str) -> str:
-    """The `shardcli inspect` command that compiles this candidate again, from `program_file`."""
-    mesh = row.candidate.mesh
-    slices = f" --slices {request.target.slices}" if request.target.slices > 1 else ""
+    """The `shardcli inspect` command that compiles this candidate again, from `program_file` (a
+    pipelined candidate's stage: its layers, microbatch and devices)."""
+    _, program, target = stage_program(request.model, row.candidate, request.target)
+    mesh = program.mesh
+    slices = f" --slices {target.slices}" if target.slices > 1 else ""
     return (
         f"shardcli inspect {program_file}:train_step --inputs {program_file}:inputs "
-        f"--target {request.target.name}{slices} --mesh {'x'.join(map(str, mesh.shape))} "
+        f"--target {target.name}{slices} --mesh {'x'.join(map(str, mesh.shape))} "
         f"--axes {','.join(mesh.axes)}"
     )
 
 
 def program_text(request: PlanRequest, row: PlanRow, program_file: str) -> str:
-    """The Python file `--emit` writes: the candidate's train step for `shardcli inspect`."""
+    """The Python file `--emit` writes: the candidate's train step for `shardcli inspect` (a
+    pipelined candidate's: one stage's, at one microbatch)."""
     from dataclasses import asdict
 
     from shardcli.specs.decoder import rules_text
 
+    cfg, program, _ = stage_program(request.model, row.candidate, request.target)
     return PROGRAM_TEMPLATE.format(
         command=inspect_command(request, row, program_file),
-        model=asdict(request.model),
-        rules=rules_text(row.candidate.rules),
-        remat=row.candidate.remat,
-        batch=row.candidate.global_batch,
+        model=asdict(cfg),
+        rules=rules_text(program.rules),
+        remat=program.remat,
+        batch=program.global_batch,
     )

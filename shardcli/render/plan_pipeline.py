@@ -14,12 +14,8 @@ from rich.text import Text
 
 from shardcli.plan.pipeline import NO_PUBLISHED_ROW, bubble_words, stage_target
 from shardcli.plan.search import PlanResult, PlanRow
-from shardcli.render.console import Clauses
+from shardcli.render.console import Clauses, format_duration
 from shardcli.results import bodies
-
-
-def _seconds(value: float) -> str:
-    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
 
 def pipeline_lines(result: PlanResult) -> list[RenderableType]:
@@ -40,11 +36,11 @@ def pipeline_lines(result: PlanResult) -> list[RenderableType]:
         Text(f"pipelined: {c.label}, {p.stages} stages of {stage.chips} chips", style="bold"),
         Clauses(
             [
-                bubble_words(p) + f" ({_seconds(step.bubble_s)})",
-                f"one microbatch on a stage {_seconds(step.stage_s)} (its compile's estimate)",
-                f"stage transfers {_seconds(step.exposed_transfer_s)} exposed over {step.link}",
-                f"the first stage holds {p.in_flight} microbatches' activations",
-                f"step {_seconds(step.step_s)}",
+                bubble_words(p) + f" ({format_duration(step.bubble_s)})",
+                f"one microbatch on a stage {format_duration(step.stage_s)} (its compile's estimate)",
+                f"stage transfers {format_duration(step.exposed_transfer_s)} exposed over {step.link}",
+                f"the first stage holds {p.in_flight} microbatch{'es' * (p.in_flight > 1)}' activations",
+                f"step {format_duration(step.step_s)}",
             ],
             style="dim",
         ),
