@@ -233,7 +233,7 @@ def test_a_pipelined_winner_is_reproduced_as_one_stage():
     request = PlanRequest(model=cfg, target=parse_target("gpu-h100:2x4"))
     c = Candidate(MeshChoice((("fsdp", 4),), True), "fsdp-tp", "full", 64, 8, PipelineChoice(2, 8))
     row = SimpleNamespace(candidate=c)
-    command = inspect_command(request, row, "w.py")  # type: ignore[arg-type]
+    command = inspect_command(request, row, "w.py")
     assert command.endswith("--target gpu-h100:1x4 --mesh 4 --axes fsdp")
-    text = program_text(request, row, "w.py")  # type: ignore[arg-type]
+    text = program_text(request, row, "w.py")
     assert "'layers': 2" in text and "GLOBAL_BATCH = 8" in text
