@@ -449,13 +449,7 @@ def _started_collective(module: HloModuleText, op: Instruction) -> tuple[str, In
 
 def _call_site(module: HloModuleText, callee: str) -> tuple[str, Instruction] | None:
     """(computation, instruction) of the one while (as its body), fusion or call that runs `callee`."""
-    pattern = re.compile(r"\b(?:body|calls|to_apply)=%" + re.escape(callee) + r"(?![\w.\-])")
-    sites = [
-        (comp.name, inst)
-        for comp in module.computations.values()
-        for inst in comp.instructions.values()
-        if inst.opcode in ("while", "fusion", "call") and pattern.search(inst.attributes)
-    ]
+    sites = module.call_sites(callee)
     return sites[0] if len(sites) == 1 else None
 
 

@@ -22,6 +22,8 @@ _OPERAND_NAME_RE = re.compile(r"%([\w.\-]+)")
 _CALLEE_RE = re.compile(
     r"\b(?P<kind>body|condition|to_apply|calls|select|scatter|true_computation|false_computation)=%(?P<name>[\w.\-]+)"
 )
+# What runs a computation as a whole: a while's body, a fusion's or call's computation, a reduction's.
+_RUNS_RE = re.compile(r"\b(?:body|calls|to_apply)=%(?P<name>[\w.\-]+)")
 _STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')  # a quoted string, escapes and all
 _BRANCHES_RE = re.compile(r"\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
 
@@ -66,6 +68,7 @@ class HloModuleText:
     prologue: list[str]
     computations: dict[str, Computation]
     entry: str
+    _sites: dict[str, list[tuple[str, Instruction]]] | None = field(default=None, repr=False, compare=False)
 
     def callees(self, name: str) -> Iterator[tuple[str, str]]:
         """(kind, callee) for every computation `name` calls: body, condition, calls, to_apply..."""
@@ -114,6 +117,21 @@ class HloModuleText:
             looped = next(name for name, count in waiting.items() if count > 0)
             raise ModuleTextError(f"computation %{looped} calls itself (directly or through others)")
         return order
+
+    def call_sites(self, callee: str) -> list[tuple[str, Instruction]]:
+        """(computation, instruction) of each while (as its body), fusion or call that runs `callee`,
+        from an index of the whole module made at the first question (a module of thousands of
+        instructions is asked once for each collective's operand chain)."""
+        if self._sites is None:
+            self._sites = {}
+            for comp in self.computations.values():
+                for inst in comp.instructions.values():
+                    if inst.opcode in ("while", "fusion", "call"):
+                        for name in dict.fromkeys(
+                            m.group("name") for m in _RUNS_RE.finditer(inst.attributes)
+                        ):
+                            self._sites.setdefault(name, []).append((comp.name, inst))
+        return self._sites.get(callee, [])
 
     def reachable(self, start: str) -> list[str]:
         """`start` and every computation it calls, directly or not, in the module's order."""
