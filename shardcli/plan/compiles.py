@@ -41,6 +41,8 @@ from shardcli.specs.runs import RunOptions
 # async-collective wrappers and ConcatBitcast are data movement, not calls of unknown cost.
 # 6: remat policies by MaxText's names (the decoder's activations named); the bytes kept in the host's
 # memory and moved to and from it. 7: each kernel's narrowest matmul dimension (a TPU's MXU padding).
+# 8: each axis's bytes the compiled schedule leaves exposed (`analysis.exposed`); a TPU async
+# collective's copies in the fusions that carry it on and finish it read as one transfer.
 CACHE_FORMAT = "shardcli-plan/8"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
