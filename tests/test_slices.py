@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import textwrap
 from types import SimpleNamespace
 
@@ -281,6 +283,8 @@ def test_inspect_two_slices_reads_the_gradient_all_reduce_across_them(cli, tmp_p
     assert {axes for _, axes in groups} == {("data",), ("fsdp",)}  # within each: ICI collectives
     comm = {t["name"]: t for t in doc["step_time"]["comm"]}
     assert comm["data"]["rate"] == pytest.approx(3.125e9)
+    # each device is a chip of its own: the slices repeat each other's coords, they share no chip
+    assert "shared by" not in json.dumps(doc["step_time"]), doc["step_time"]
 
 
 @pytest.mark.slow

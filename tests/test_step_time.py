@@ -179,6 +179,10 @@ def test_cores_of_one_chip_share_it():
     places = [(x, 0, 0, core) for x in range(4) for core in range(2)]
     assert devices_per_chip(places, CHIPS["tpu-v4"]) == 2
     assert devices_per_chip([(0, 0, 0, 0), (1, 0, 0, 0)], CHIPS["tpu-v5e"]) == 1
+    # two slices repeat each other's coords: twice the chips, one device on each
+    twice = [(0, 0, 0, 0), (1, 0, 0, 0)] * 2
+    assert devices_per_chip(twice, CHIPS["tpu-v5e"], [0, 0, 1, 1]) == 1
+    assert devices_per_chip(twice, CHIPS["tpu-v5e"]) == 2  # without the slices: read as shared
 
 
 # --- the estimate ---------------------------------------------------------------------------------
@@ -196,7 +200,17 @@ def _op(
     per run (None: a synchronous one, exposed whole)."""
     overlap = Overlap(ops_s=beside_s) if beside_s is not None else None
     return CollectiveOp(
-        kind, "f32[1]", result_bytes, axes, group, runs, True, None, None, beside_s is not None, overlap=overlap
+        kind,
+        "f32[1]",
+        result_bytes,
+        axes,
+        group,
+        runs,
+        True,
+        None,
+        None,
+        beside_s is not None,
+        overlap=overlap,
     )
 
 

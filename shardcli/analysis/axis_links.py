@@ -147,11 +147,18 @@ def slices_of_mesh(mesh: Any) -> list[int] | None:
     return indices if len(set(indices)) > 1 else None
 
 
-def devices_per_chip(places: Sequence[tuple[int, ...]], chip: Chip) -> int:
-    """How many devices share one chip (v4's two TensorCores under libtpu's topology: 2)."""
+def devices_per_chip(
+    places: Sequence[tuple[int, ...]], chip: Chip, slices: Sequence[int] | None = None
+) -> int:
+    """How many devices share one chip (v4's two TensorCores under libtpu's topology: 2).
+
+    A chip is its coords within its slice: every slice of a multislice topology repeats the same
+    coords (`slices`: each device's slice, as `slices_of_mesh` gives them), and N slices are N times
+    the chips, not N devices sharing each."""
     if chip.platform != "tpu" or not places:
         return 1
-    chips = {p[:-1] for p in places}
+    where = slices if slices is not None and len(slices) == len(places) else [0] * len(places)
+    chips = {(s, *p[:-1]) for s, p in zip(where, places, strict=True)}
     return max(1, len(places) // len(chips))
 
 

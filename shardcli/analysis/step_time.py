@@ -554,8 +554,9 @@ def step_time_of(
     links: dict[str, AxisLink] = {}
     if chip is not None:
         places = places_of_mesh(mesh, chip)
-        links = axis_links(chip, shape, names, places, network, slices_of_mesh(mesh))
-        per_chip = devices_per_chip(places, chip)
+        slices = slices_of_mesh(mesh)
+        links = axis_links(chip, shape, names, places, network, slices)
+        per_chip = devices_per_chip(places, chip, slices)
     if profile is not None:
         links = profiled_links(profile, links, names, shape)
     if link is not None:
