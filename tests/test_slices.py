@@ -125,7 +125,8 @@ def test_a_mesh_the_slices_do_not_divide_is_refused():
 
 def _places(slices: int, torus: tuple[int, int]) -> tuple[list[tuple[int, ...]], list[int]]:
     """Hybrid-mesh order: slice outermost, then the slice's chips row-major."""
-    places, slice_of = [], []
+    places: list[tuple[int, ...]] = []
+    slice_of: list[int] = []
     for s in range(slices):
         for x in range(torus[0]):
             for y in range(torus[1]):
