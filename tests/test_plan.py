@@ -1073,7 +1073,8 @@ def test_a_gpu_candidate_is_estimated_as_inspect_estimates_it(cuda_plugin, plan_
     assert sum(k.runs for k in figures.kernels) == sum(c.runs for c in result.analysis.kernels.calls)
     ours = estimate_of(figures, session.mesh)
     assert ours is not None and ours.ops is not None and result.step is not None
-    assert ours.estimate_s == pytest.approx(result.step.estimate_s, rel=1e-9)
+    # plan keeps each axis's exposed bytes as a whole number of bytes: equal to that rounding
+    assert ours.estimate_s == pytest.approx(result.step.estimate_s, rel=1e-6)
     assert {t.name: t.seconds for t in ours.comm} == pytest.approx(
         {t.name: t.seconds for t in result.step.comm}
     )

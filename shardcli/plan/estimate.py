@@ -32,6 +32,14 @@ from shardcli.hardware.chips import Figure
 from shardcli.plan.compiles import CompiledFigures
 
 
+def _exposed_and_hidden(sent: float, exposed: float) -> tuple[tuple[int, bool], tuple[int, bool]]:
+    """An axis's bytes split into (exposed, False) and (hidden, True) whole bytes that add up to all
+    it sends (each part cut to a whole byte on its own would lose one)."""
+    whole = round(sent)
+    shown = min(whole, max(0, round(exposed)))
+    return (shown, False), (whole - shown, True)
+
+
 def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
     """The figures `step_time` reads, as a ProgramAnalysis: each set of mesh axes' bytes per step as
     point-to-point transfers (whose bytes sent are their bytes; what the compiled schedule exposed as
@@ -53,7 +61,7 @@ def analysis_of(figures: CompiledFigures) -> ProgramAnalysis:
             overlap=Overlap(ops_s=math.inf) if hidden else None,
         )
         for t in figures.traffic
-        for amount, hidden in ((t.exposed_bytes, False), (t.sent_bytes - t.exposed_bytes, True))
+        for amount, hidden in _exposed_and_hidden(t.sent_bytes, t.exposed_bytes)
         if amount > 0
     )
     kernels = KernelCalls(
