@@ -4,6 +4,7 @@ against a hand AOT compile of the same step and the analytic model."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -101,7 +102,23 @@ def test_a_word_that_names_no_policy_is_one_clear_error(word, message):
 
 
 def _program(host_bytes: float, sent_bytes: int = 0) -> ProgramAnalysis:
-    sent = CollectiveOp("collective-permute", "", sent_bytes, ("data",), 2, 1, True, None, None, False)
+    """20 ms of maths, 10 ms of HBM, `host_bytes` to the host and back, and `sent_bytes` over `data` in
+    a collective the compiled schedule hides (async, beside ops that outlast it: none of it exposed)."""
+    from shardcli.analysis.exposed import Overlap
+
+    sent = CollectiveOp(
+        "collective-permute",
+        "",
+        sent_bytes,
+        ("data",),
+        2,
+        1,
+        True,
+        None,
+        None,
+        True,
+        overlap=Overlap(ops_s=math.inf),
+    )
     return ProgramAnalysis(
         collectives=(sent,) if sent_bytes else (),
         memory=None,
