@@ -295,8 +295,9 @@ TPU_EXTRA = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reaso
 )
 def test_a_dependent_chain_hides_nothing(target, asynchronous):
     analysis, step, compute = _estimate(target, _chain)
-    if asynchronous:  # XLA's GPU scheduler: each start right before its done, a slice between
-        assert all(c.overlap is not None for c in analysis.collectives)
+    if asynchronous:  # XLA's GPU scheduler (jax 0.10): each start right before its done, a slice
+        # between; jax 0.12's CUDA plugin leaves some synchronous. Each async one's overlap is read.
+        assert all(c.overlap is not None for c in analysis.collectives if c.is_async)
     sum_s = compute + step.t_comm_s
     assert step.t_exposed_s >= 0.9 * step.t_comm_s
     assert step.estimate_s * step.efficiency >= 0.85 * sum_s
