@@ -395,6 +395,7 @@ COMPILER_DEPENDENT = {
     "tutorial-gpu-pool": "XLA's cost analysis counts 15.8 GFLOP besides the cuBLAS calls, not 15",
     "tutorial-plan-gpu": "the GPU compiler's figures move (its kernels, the step estimates)",
     "tutorial-plan-published": "as tutorial-plan-gpu",
+    "tutorial-plan-remat": "the TPU compiler's schedule exposes other bytes: the two remat policies' order flips",
 }
 # A line C++ logging writes (absl: `W1127 16:56:53.623271   24996 spmd_partitioner.cc:666] ...`).
 NATIVE_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]")
