@@ -1104,7 +1104,8 @@ def test_a_program_is_laid_out_on_gpu_hosts_as_inspect_compiles_it(cli, plan_cac
         winner["compiled"]["argument_bytes"],
         winner["compiled"]["needed_bytes"],
     )
-    assert inspected["step_time"]["estimate_s"] == pytest.approx(winner["estimate"]["step_s"], rel=1e-9)
+    # plan keeps each axis's exposed bytes as a whole number of bytes: equal to that rounding
+    assert inspected["step_time"]["estimate_s"] == pytest.approx(winner["estimate"]["step_s"], rel=1e-6)
 
 
 def test_a_gpu_pool_jax_refuses_is_one_line(cli):

@@ -222,7 +222,9 @@ def collectives_of(compiled: Any) -> Counter[str]:
     return Counter(COLLECTIVE.findall(compiled.as_text()))
 
 
-def assert_same_program(doc: dict[str, Any], hand: Any, mesh: Any, loops: bool) -> None:
+def assert_same_program(
+    doc: dict[str, Any], hand: Any, mesh: Any, loops: bool, async_fusions: bool = False
+) -> None:
     memory = hand.memory_analysis()
     assert doc["program"]["memory"] | {"code_bytes": 0, "total_bytes": 0} == {
         "argument_bytes": memory.argument_size_in_bytes,
@@ -244,7 +246,13 @@ def assert_same_program(doc: dict[str, Any], hand: Any, mesh: Any, loops: bool) 
     assert doc["program"]["flops_per_device"] >= hand.cost_analysis()["flops"]
     if loops:  # the scan, nn.scan or fori_loop bodies count once per trip
         assert doc["program"]["flops_per_device"] > hand.cost_analysis()["flops"]
-    assert Counter(c["kind"] for c in doc["program"]["collectives"]) == collectives_of(hand)
+    ours, text = Counter(c["kind"] for c in doc["program"]["collectives"]), collectives_of(hand)
+    if async_fusions:
+        # a TPU async collective's name appears in its start, its carried-on copies and its done
+        # fusions (analysis.exposed reads it as one transfer): the same kinds, each at most as often
+        assert set(ours) == set(text) and all(ours[k] <= text[k] for k in ours), (ours, text)
+    else:
+        assert ours == text
 
 
 @pytest.mark.parametrize("program", PROGRAMS_TABLE)
@@ -278,7 +286,7 @@ def test_each_style_inspects_for_a_tpu_target_as_the_hand_aot_compiles_it(cli, p
     # once a process has used it (jax 0.12 warns and compiles again), as for shardcli's own compiles.
     with own_meshes_on(tpu_mesh), unreadable_entries_compiled_again():
         hand = program.hand(fresh_module(program.module), tpu_mesh)
-    assert_same_program(doc, hand, tpu_mesh, program.loops)
+    assert_same_program(doc, hand, tpu_mesh, program.loops, async_fusions=True)
     assert doc["runtime"]["device_kind"] == "TPU v5 lite"
 
 
