@@ -238,6 +238,16 @@ class Pruned:
     why: str
 
 
+def global_batches(chips: int, global_batch: int | None, per_device_batch: int | None) -> list[int]:
+    """The global batches to try on `chips`: the one given, the per-chip batch times the chips, or
+    each of BATCH_CHOICES per chip."""
+    if global_batch is not None:
+        return [global_batch]
+    if per_device_batch is not None:
+        return [per_device_batch * chips]
+    return [b * chips for b in BATCH_CHOICES]
+
+
 def enumerate_candidates(
     torus: tuple[int, ...],
     *,
@@ -265,12 +275,7 @@ def enumerate_candidates(
         ShardcliError: `only_mesh` is no mesh of the target (a tensor axis across GPU hosts).
     """
     chips = math.prod(torus) * slices
-    if global_batch is not None:
-        batches = [global_batch]
-    elif per_device_batch is not None:
-        batches = [per_device_batch * chips]
-    else:
-        batches = [b * chips for b in BATCH_CHOICES]
+    batches = global_batches(chips, global_batch, per_device_batch)
     out: list[Candidate] = []
     pruned: list[Pruned] = []
     if meshes is not None:

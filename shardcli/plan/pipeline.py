@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from shardcli.errors import ShardcliError
 from shardcli.plan.analytic import HEADROOM, Modelled, chip_figures, model_candidate
-from shardcli.plan.candidates import BATCH_CHOICES, Candidate, Pruned, enumerate_candidates
+from shardcli.plan.candidates import Candidate, Pruned, enumerate_candidates, global_batches
 from shardcli.plan.schedules import SCHEDULES, PipelineChoice
 from shardcli.plan.slices import slice_meshes
 
@@ -294,12 +294,7 @@ def pipeline_candidates(
     (`candidates.enumerate_candidates`, on several slices `plan.slices`) at each global batch M
     microbatches divide, the batch of one microbatch split over the stage's data x fsdp."""
     chips = target.chips
-    if global_batch is not None:
-        batches = [global_batch]
-    elif per_device_batch is not None:
-        batches = [per_device_batch * chips]
-    else:
-        batches = [b * chips for b in BATCH_CHOICES]
+    batches = global_batches(chips, global_batch, per_device_batch)
     out: list[Candidate] = []
     pruned: list[Pruned] = []
     for stages in request.stages:
