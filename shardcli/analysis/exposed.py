@@ -25,15 +25,15 @@ import; tested on strings.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shardcli.analysis.collectives import CollectiveOp, OpCost, Overlap
-from shardcli.analysis.hlo.arrays import NUMPY_NAMES, array_bytes, array_types
+from shardcli.analysis.hlo.arrays import array_bytes, array_types
 from shardcli.analysis.hlo.module import Computation, HloModuleText, Instruction, instruction_callees
+from shardcli.analysis.hlo.ops import dot_flops, operand_dtype, sliced_bytes
 from shardcli.analysis.hlo.trips import find_loops
 from shardcli.hardware.calibration import OpEfficiency
 from shardcli.hardware.chips import Chip, Figure
@@ -86,9 +86,6 @@ _FREE = frozenset(
         "domain",
     }
 )
-# Ops that read only part of their operand: a fusion parameter used only by these is counted at
-# what they take of it, not whole.
-_PARTIAL_READS = frozenset({"slice", "dynamic-slice", "gather"})
 # Ops of a window expanded past this many are counted as one (a window of a whole unrolled program)
 MAX_WINDOW_OPS = 20_000
 
@@ -313,7 +310,7 @@ def _maths(
 ) -> tuple[float, str | None]:
     """FLOPs of the dots and convolutions an op runs (a fusion's, inside it), and their dtype."""
     if inst.opcode in ("dot", "convolution"):
-        return _dot_flops(comp, inst), _operand_dtype(comp, inst)
+        return dot_flops(comp, inst), operand_dtype(comp, inst)
     if inst.opcode != "fusion":
         return 0.0, None
     flops, dtype = 0.0, None
@@ -322,44 +319,13 @@ def _maths(
         fused = todo.pop()
         for inner in fused.instructions.values():
             if inner.opcode in ("dot", "convolution"):
-                flops += _dot_flops(fused, inner)
-                dtype = dtype or _operand_dtype(fused, inner)
+                flops += dot_flops(fused, inner)
+                dtype = dtype or operand_dtype(fused, inner)
             for _, callee in instruction_callees(inner):
                 if callee in module.computations and callee not in seen:
                     seen.add(callee)
                     todo.append(module.computations[callee])
     return flops, dtype
-
-
-def _dot_flops(comp: Computation, inst: Instruction) -> float:
-    """2 x result elements x the contracting size: a dot's from `lhs_contracting_dims`, a
-    convolution's from its kernel (elements over output features, over feature groups)."""
-    results = array_types(inst.shape)
-    operands = [_array(comp, name) for name in inst.operands[:2]]
-    if not results or any(a is None for a in operands):
-        return 0.0
-    out = math.prod(results[0][1])
-    lhs, rhs = operands[0][1], operands[1][1]  # type: ignore[index]
-    if inst.opcode == "dot":
-        found = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", inst.attributes)
-        dims = [int(d) for d in found.group(1).split(",") if d] if found else []
-        return 2.0 * out * math.prod(lhs[d] for d in dims if d < len(lhs))
-    labels = re.search(r"dim_labels=[0-9a-z]+_(?P<rhs>[0-9a-z]+)->", inst.attributes)
-    groups = re.search(r"feature_group_count=(\d+)", inst.attributes)
-    out_features = rhs[labels.group("rhs").index("o")] if labels and "o" in labels.group("rhs") else 1
-    contracted = math.prod(rhs) / max(1, out_features) / (int(groups.group(1)) if groups else 1)
-    return 2.0 * out * contracted if len(rhs) == len(labels.group("rhs") if labels else rhs) else 0.0
-
-
-def _operand_dtype(comp: Computation, inst: Instruction) -> str | None:
-    found = _array(comp, inst.operands[0]) if inst.operands else None
-    return NUMPY_NAMES.get(found[0], found[0]) if found is not None else None
-
-
-def _array(comp: Computation, name: str) -> tuple[str, tuple[int, ...]] | None:
-    op = comp.instructions.get(name)
-    arrays = array_types(op.shape) if op is not None else []
-    return arrays[0] if arrays else None
 
 
 def _bytes_moved(comp: Computation, inst: Instruction, fused: Computation | None) -> float:
@@ -370,28 +336,9 @@ def _bytes_moved(comp: Computation, inst: Instruction, fused: Computation | None
     for k, name in enumerate(inst.operands):
         op = comp.instructions.get(name)
         whole = sum(array_bytes(a) for a in array_types(op.shape)) if op is not None else 0
-        taken = _sliced_bytes(fused, k) if fused is not None else None
+        taken = sliced_bytes(fused, k) if fused is not None else None
         read += min(whole, taken) if taken is not None else whole
     return float(written + read)
-
-
-def _sliced_bytes(fused: Computation, number: int) -> int | None:
-    """What a fusion's parameter `number` is read as where every use of it takes a slice; None where
-    one use reads it whole."""
-    param = next(
-        (
-            i
-            for i in fused.instructions.values()
-            if i.opcode == "parameter" and i.literal.strip() == str(number)
-        ),
-        None,
-    )
-    if param is None:
-        return None
-    users = [i for i in fused.instructions.values() if param.name in i.operands]
-    if not users or any(u.opcode not in _PARTIAL_READS or u.operands[0] != param.name for u in users):
-        return None
-    return sum(array_bytes(a) for u in users for a in array_types(u.shape))
 
 
 # --- timing it ------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from shardcli.analysis.dcn import SliceView, dcn_collectives, slice_view
 from shardcli.analysis.exposed import read_overlaps
 from shardcli.analysis.hlo.arrays import INTEGER_TYPES, array_types, dot_dtype, shape_bytes
 from shardcli.analysis.hlo.module import HloModuleText, parse_instruction, parse_module
+from shardcli.analysis.hlo.ops import DotOp, slice_overcharge, xla_dots
 from shardcli.analysis.kernels import (
     TPU_KERNEL_TARGET,
     KernelCall,
@@ -159,6 +160,10 @@ class ProgramAnalysis:
     kernels: KernelCalls = KernelCalls((), ())  # library kernels (cuBLAS, cuDNN): in flops and bytes
     launches: Launches | None = None  # on a GPU: kernels launched, loop trips, buffers per run
     host_transfer_bytes: float = 0.0  # between the device and the host per run (`MemoryUse`)
+    dots: tuple[DotOp, ...] = ()  # XLA's own dots and convolutions (every dot on a CPU), each's FLOPs
+    # bytes XLA's cost analysis charges fusions for parameters they only slice through a bitcast,
+    # taken off `bytes_accessed` (a CPU's: `hlo.ops.slice_overcharge`)
+    sliced_bytes: float = 0.0
 
     def by_kind(self) -> tuple[HloCollective, ...]:
         """Per kind of collective: how many ops the program holds and their result bytes."""
@@ -215,6 +220,7 @@ def analyze_compiled(
 
     Never raises for a part that cannot be had: that part is None or empty and `missing` says why.
     """
+    platform = _platform(mesh)
     shape = tuple(mesh.devices.shape) if mesh is not None else None
     names = tuple(str(a) for a in mesh.axis_names) if mesh is not None else None
     slices = slice_view(mesh) if mesh is not None else None  # several TPU slices (`analysis.dcn`)
@@ -250,7 +256,16 @@ def analyze_compiled(
         user_files=user_files,
         constants=read_elided_constants(compiled, text),
         slices=slices,
+        platform=platform,
     )
+
+
+def _platform(mesh: Any) -> str | None:
+    """The platform of a mesh's devices ("cpu", "tpu", "gpu"); None without a mesh."""
+    devices = getattr(getattr(mesh, "devices", None), "flat", None)
+    first = next(iter(devices), None) if devices is not None else None
+    platform = getattr(first, "platform", None)
+    return str(platform) if platform else None
 
 
 def analyze_text(
@@ -265,6 +280,7 @@ def analyze_text(
     user_files: tuple[str, ...] = (),
     constants: Mapping[str, str] | None = None,
     slices: SliceView | None = None,
+    platform: str | None = None,
 ) -> ProgramAnalysis:
     """The analysis of a compiled program's optimized HLO text (`compiled.as_text()`, or a module
     XLA dumped on a real cluster), with what only a compile knows where the caller has it.
@@ -304,12 +320,16 @@ def analyze_text(
     collectives = parse_collectives(text, within, axis_names, module=module, user_files=user_files)
     if slices is not None:
         collectives += dcn_collectives(module, slices)
+    # XLA's own analysis on a CPU (the rule measured there; other backends' are not corrected)
+    sliced = slice_overcharge(module, runs) if platform == "cpu" and counted.bytes_accessed else 0.0
     return ProgramAnalysis(
         collectives=read_overlaps(module, collectives, kernels.calls),
         memory=memory,
         flops=counted.flops + kernels.flops if counted.flops is not None else None,
         bytes_accessed=(
-            counted.bytes_accessed + kernels.bytes_accessed if counted.bytes_accessed is not None else None
+            max(0.0, counted.bytes_accessed - sliced) + kernels.bytes_accessed
+            if counted.bytes_accessed is not None
+            else None
         ),
         xla_flops=xla_flops,
         xla_bytes_accessed=xla_bytes,
@@ -322,6 +342,8 @@ def analyze_text(
         kernels=kernels,
         launches=launches_of(module, runs, text),
         host_transfer_bytes=float(memory.host_transfer_bytes) if memory is not None else 0.0,
+        dots=xla_dots(module, runs),
+        sliced_bytes=sliced,
     )
 
 

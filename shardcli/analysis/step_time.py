@@ -408,10 +408,7 @@ def op_roofline(
         # profile's, writing a fresh output) already moves the bytes XLA counts for it, and nothing
         # overlaps, so charging them again at the stream rate would count them twice.
         other_bytes = max(0.0, other_bytes - collective_bytes(analysis))
-    # XLA's own dots (every dot on a CPU) are no separate calls: the curve is read at their FLOPs
-    # shared among the program's launches, a GEMM of that size each
-    per_op = other_flops / max(1, analysis.launches.kernels) if analysis.launches else other_flops
-    other_math = other_flops / (peak.value / per_chip * eff.dot_at(analysis.dot_dtype, per_op))
+    other_math = _xla_maths_s(analysis, other_flops, peak.value / per_chip, eff)
     other_hbm = other_bytes / hbm_rate
     found = analysis.launches
     return OpRoofline(
@@ -430,6 +427,21 @@ def op_roofline(
         launch_source=launch.source if found is not None else "",
         launch_overlaps=launch.overlaps,
     )
+
+
+def _xla_maths_s(analysis: ProgramAnalysis, flops: float, peak: float, eff: OpEfficiency) -> float:
+    """XLA's own FLOPs (every dot on a CPU) at the GEMM curve: each dot or convolution at its own
+    FLOPs; the rest (elementwise maths) shared among the program's launches, a GEMM of that size each."""
+    dot_flops = sum(d.flops * d.runs for d in analysis.dots)
+    share = min(1.0, flops / dot_flops) if dot_flops else 0.0  # never more than XLA counts
+    dots_s = sum(
+        share * d.flops * d.runs / (peak * eff.dot_at(d.dtype or analysis.dot_dtype, d.flops))
+        for d in analysis.dots
+        if d.flops > 0
+    )
+    rest = max(0.0, flops - dot_flops)
+    per_op = rest / max(1, analysis.launches.kernels) if analysis.launches else rest
+    return dots_s + rest / (peak * eff.dot_at(analysis.dot_dtype, per_op))
 
 
 def collective_bytes(analysis: ProgramAnalysis) -> float:

@@ -43,7 +43,9 @@ from shardcli.specs.runs import RunOptions
 # memory and moved to and from it. 7: each kernel's narrowest matmul dimension (a TPU's MXU padding).
 # 8: each axis's bytes the compiled schedule leaves exposed (`analysis.exposed`); a TPU async
 # collective's copies in the fusions that carry it on and finish it read as one transfer.
-CACHE_FORMAT = "shardcli-plan/8"
+# 9: a fusion parameter taken only by slices through a bitcast or reshape is read as its slices by
+# the ops beside a collective (`analysis.hlo.ops.sliced_bytes`), so its exposed bytes may change.
+CACHE_FORMAT = "shardcli-plan/9"
 METHODS = ("scan", "layers")
 # The compiler's own collective-matmul loops (windowed einsums) are turned off for cost compiles: a
 # gather split into a loop of permutes hides which weights move (JAX_NOTES: real programs).
