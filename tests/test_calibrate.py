@@ -395,3 +395,66 @@ def test_calibrate_times_each_collective_with_a_fresh_output_as_a_jitted_program
     assert out.exit_code == 0, out.output
     assert seen == [OutBuffer.FRESH]
     assert "a fresh output per call" in load_profile(str(path)).collectives[0].how
+
+
+# --- a collective timed alone ----------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "fastest, accessed, hlo, stream, alone, said",
+    [
+        # no cost analysis, or no stream: the run as it is
+        (0.010, None, (("all-to-all", 1, 4 * MIB),), 1e9, 0.010, False),
+        (0.010, 24 * MIB, (("all-to-all", 1, 4 * MIB),), 0.0, 0.010, False),
+        # a psum that does nothing else: its operand and result are all XLA counts
+        (0.010, 8 * MIB, (("all-reduce", 1, 4 * MIB),), 1e9, 0.010, False),
+        # an all-to-all's slices and concatenation (16 MiB beyond its 8) at 4 GiB/s: 3.9 ms of 10
+        (0.010, 24 * MIB, (("all-to-all", 1, 4 * MIB),), 4096 * MIB, 0.010 - 16 / 4096, True),
+        # an all-gather's operand is 1/8 of its result: 4.5 MiB its own, 3.5 MiB around it
+        (0.010, 8 * MIB, (("all-gather", 1, 4 * MIB),), 1024 * MIB, 0.010 - 3.5 / 1024, True),
+        # never below a quarter of the run, however slow the stream was measured
+        (0.010, 1024 * MIB, (("all-to-all", 1, 4 * MIB),), 1e9, 0.0025, True),
+    ],
+)
+def test_a_collective_is_timed_alone_less_what_its_program_does_around_it(
+    fastest, accessed, hlo, stream, alone, said
+):
+    from shardcli.analysis.collectives import HloCollective
+    from shardcli.playground.calibrate import collective_alone
+
+    found, how = collective_alone(fastest, accessed, tuple(HloCollective(*h) for h in hlo), 8, stream)
+    assert found == pytest.approx(alone)
+    assert bool(how) is said
+    if said:
+        assert "less the program's other ops" in how
+
+
+def test_the_collective_playground_reads_its_program_s_bytes_accessed(cli, tmp_path):
+    # On a CPU the all-to-all's program slices its input and concatenates what arrives (8 MiB
+    # around the 4 MiB all-to-all's own operand and result at 2 MiB per device)
+    from shardcli.playground.collective.entries import CollectiveParams
+    from shardcli.playground.collective.request import CollectiveRequest, validate_request
+    from shardcli.playground.collective.run import run_collective
+    from shardcli.specs.meshes import parse_mesh
+    from shardcli.specs.runs import OutBuffer, RunOptions
+    from shardcli.specs.values import parse_dtype, parse_init
+
+    request = CollectiveRequest(
+        collective="all_to_all",
+        mesh=parse_mesh("8", "x"),
+        params=CollectiveParams(axes=("x",)),
+        dtype=parse_dtype("float32"),
+        init=parse_init("ones"),
+        sizes=(2 * MIB,),
+        out_buffer=OutBuffer.FRESH,
+        warmup=1,
+        iters=1,
+        show_values=False,
+        options=RunOptions(),
+    )
+    validate_request(request)
+    placed = run_collective(request).runs[0].placements[0]
+    own = sum(2 * h.result_bytes for h in placed.hlo)
+    assert placed.bytes_accessed is not None and placed.bytes_accessed > own

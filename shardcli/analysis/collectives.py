@@ -162,6 +162,13 @@ class CollectiveOp:
         return "+".join(self.axis_slices or self.mesh_axes) if self.mesh_axes else "-"
 
 
+def operand_bytes(kind: str, result_bytes: float, group_size: int) -> float:
+    """A collective's operand bytes from its result's: an all-gather's operand is 1/n of its result,
+    a reduce-scatter's n times it, every other kind's the result's size."""
+    n = max(1, group_size)
+    return {"all-gather": result_bytes / n, "reduce-scatter": result_bytes * n}.get(kind, result_bytes)
+
+
 def summarize_by_kind(collectives: Sequence[CollectiveOp]) -> tuple[HloCollective, ...]:
     counts: dict[str, list[int]] = {}
     for c in collectives:

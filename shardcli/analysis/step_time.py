@@ -61,6 +61,7 @@ from shardcli.analysis.axis_links import axis_links as axis_links
 from shardcli.analysis.axis_links import devices_per_chip as devices_per_chip
 from shardcli.analysis.axis_links import places_of_mesh as places_of_mesh
 from shardcli.analysis.axis_links import profiled_links, slices_of_mesh
+from shardcli.analysis.collectives import operand_bytes
 from shardcli.analysis.exposed import Exposure, exposed_by_axes, exposures, op_seconds
 from shardcli.analysis.kernels import Launches
 from shardcli.analysis.program import CollectiveOp, ProgramAnalysis
@@ -449,11 +450,7 @@ def collective_bytes(analysis: ProgramAnalysis) -> float:
     per trip): an all-gather's operand is 1/n of its result, a reduce-scatter's n times it."""
     total = 0.0
     for c in analysis.collectives:
-        n = c.group_size or 1
-        operand = {"all-gather": c.result_bytes / n, "reduce-scatter": c.result_bytes * n}.get(
-            c.kind, c.result_bytes
-        )
-        total += (operand + c.result_bytes) * c.runs
+        total += (operand_bytes(c.kind, c.result_bytes, c.group_size or 1) + c.result_bytes) * c.runs
     return total
 
 

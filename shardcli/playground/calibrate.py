@@ -5,7 +5,10 @@
 - the memory stream: `x * 2 + 1` over a buffer per device, bytes read and written per second;
 - the bus bandwidth per mesh axis: the collective playground's `psum` over each axis (busbw), and
   its `all_gather`, `psum_scatter`, `all_to_all` and `ppermute` (what a byte of each costs), each
-  call writing a fresh output as a jitted program's collective does;
+  call writing a fresh output as a jitted program's collective does, and each timed as the
+  collective alone: what its program does around it (on a CPU an all-to-all's slices and
+  concatenation: XLA's bytes accessed beyond the collective's operand and result) is taken off at
+  the measured stream, as the estimate charges those ops of a program at the stream itself;
 - host-device copies: `jax.device_put` of a host array onto the devices, and back;
 - the cost of a call (a program that does almost nothing) and of a loop trip (a `fori_loop`'s
   trips beyond one); on a GPU also of a kernel launch (a chain of small GEMMs).
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from shardcli.analysis.collectives import HloCollective, operand_bytes
 from shardcli.hardware.profile import BusPoint, HardwareProfile, MatmulPoint, Measured
 from shardcli.runtime.session import Session
 from shardcli.runtime.timing import summarize, time_iterations
@@ -202,8 +206,11 @@ def measure_matmul_curve(
     return tuple(points)
 
 
-def measure_bus(session: Session, request: CalibrateRequest, progress: Progress) -> tuple[BusPoint, ...]:
-    """The collective playground's collectives over each mesh axis of two devices or more: busbw."""
+def measure_bus(
+    session: Session, request: CalibrateRequest, progress: Progress, stream: Measured
+) -> tuple[BusPoint, ...]:
+    """The collective playground's collectives over each mesh axis of two devices or more: busbw of
+    the collective alone (`collective_alone`)."""
     from shardcli.playground.collective.entries import CollectiveParams
     from shardcli.playground.collective.request import CollectiveRequest, validate_request
     from shardcli.playground.collective.run import run_collective
@@ -236,10 +243,11 @@ def measure_bus(session: Session, request: CalibrateRequest, progress: Progress)
         if placed.busbw is None or placed.timing is None:
             continue
         stats = placed.timing.stats  # busbw from the fastest run, as every figure here
+        alone, around = collective_alone(stats.min, placed.bytes_accessed, placed.hlo, size, stream.value)
         how = (
             f"the collective playground's {name} over {axis} of {size} devices, "
             f"{run.bytes_per_device >> 10} KiB per device, a fresh output per call (as in a jitted "
-            "program): busbw (nccl-tests') of the fastest run"
+            f"program): busbw (nccl-tests') of the fastest run{around}"
         )
         points.append(
             BusPoint(
@@ -247,12 +255,35 @@ def measure_bus(session: Session, request: CalibrateRequest, progress: Progress)
                 axis,
                 size,
                 run.bytes_per_device,
-                placed.busbw * 1e9 * stats.p50 / stats.min,
+                placed.busbw * 1e9 * stats.p50 / alone,
                 how,
                 placed.timing.samples,
             )
         )
     return tuple(points)
+
+
+def collective_alone(
+    fastest_s: float,
+    bytes_accessed: float | None,
+    hlo: tuple[HloCollective, ...],
+    group_size: int,
+    stream_bytes_per_s: float,
+) -> tuple[float, str]:
+    """The seconds of a collective program's fastest run that its collectives take, and how they were
+    found ("" where nothing was taken off): the program's other ops (XLA's bytes accessed beyond
+    the collectives' operands and results) at the stream rate taken off, never below a quarter of the run."""
+    if bytes_accessed is None or stream_bytes_per_s <= 0:
+        return fastest_s, ""
+    own = sum(operand_bytes(c.op, c.result_bytes, group_size) + c.result_bytes for c in hlo)
+    other = bytes_accessed - own
+    if other <= 0:
+        return fastest_s, ""
+    alone = max(fastest_s - other / stream_bytes_per_s, fastest_s / 4)
+    return alone, (
+        f", less the program's other ops ({other / (1 << 20):.3g} MiB per device at the stream: "
+        f"{(fastest_s - alone) * 1e3:.3g} of {fastest_s * 1e3:.3g} ms)"
+    )
 
 
 def run_calibrate(request: CalibrateRequest, progress: Progress | None = None) -> HardwareProfile:
@@ -287,7 +318,7 @@ def run_calibrate(request: CalibrateRequest, progress: Progress | None = None) -
     stream = measure_stream(session, request)
     say("host copies")
     to_device, to_host = measure_copies(session, request)
-    buses = measure_bus(session, request, say)
+    buses = measure_bus(session, request, say, stream)
     if not buses:
         not_measured.append("collectives: the mesh has no axis of two devices or more")
     curve = measure_matmul_curve(request, call.value, say)

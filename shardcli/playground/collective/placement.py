@@ -68,6 +68,10 @@ class PlacementRun:
     not_run: str | None = None  # why this placement does not apply
     out_buffer: OutBuffer | None = None  # out of place: preallocated or fresh; in place: None
     roofline_fraction: float | None = None  # of the run's Roofline; None where it has none
+    # XLA's cost analysis of the compiled program: bytes each device reads and writes per run, the
+    # collective's operand and result and whatever the program does around it (on a CPU an
+    # all-to-all's slices and concatenation); None where the compiler gives none
+    bytes_accessed: float | None = None
 
 
 def run_placement(
@@ -125,8 +129,20 @@ def run_placement(
         hlo=hlo,
         out_buffer=None if donate else request.out_buffer,
         roofline_fraction=_roofline_fraction(roofline, roofline_s, stats.p50, busbw),
+        bytes_accessed=_bytes_accessed(compiled),
     )
     return run, measured.outputs, measured.global_output
+
+
+def _bytes_accessed(compiled: Any) -> float | None:
+    """XLA's bytes accessed per device of one run of `compiled`; None where it gives none."""
+    try:
+        costs = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - a compiler without a cost analysis: the figure is unknown
+        return None
+    costs = costs[0] if isinstance(costs, list | tuple) and costs else costs
+    value = costs.get("bytes accessed") if isinstance(costs, dict) else None
+    return float(value) if isinstance(value, int | float) and value >= 0 else None
 
 
 def _compile_placement(
