@@ -134,7 +134,7 @@ def main() -> int:
     parser.add_argument("--profile", help="a profile measured before (default: calibrate each round)")
     # the fastest of as many runs as calibrate takes each figure from: on a loaded machine the fastest
     # of more runs finds a quieter moment (the MLP's step: 173 ms of 5 runs, 113-147 ms of 20)
-    parser.add_argument("--iters", type=int, default=10, help="runs per program (default 10, as calibrate's)")
+    parser.add_argument("--iters", type=int, default=30, help="runs per program (default 30, as calibrate's)")
     parser.add_argument("--rounds", type=int, default=2, help="calibrate-then-measure rounds (default 2)")
     parser.add_argument("--save", help="a folder to keep each round's profile and each run's JSON in")
     parser.add_argument("--quick", action="store_true", help="a quick calibration, one program, 2 runs")

@@ -62,7 +62,7 @@ def calibrate_request(mesh: MeshSpec, options: RunOptions, *, quick: bool = Fals
     smallest sizes and fewest runs (seconds: for tests)."""
     if quick:
         return CalibrateRequest(mesh, QUICK_SIZES, 64 << 10, 64 << 10, 64 << 10, 8, 1, 3, options, ("psum",))
-    return CalibrateRequest(mesh, DEFAULT_SIZES, 16 << 20, 4 << 20, 16 << 20, 1024, 3, 10, options)
+    return CalibrateRequest(mesh, DEFAULT_SIZES, 16 << 20, 4 << 20, 16 << 20, 1024, 3, 30, options)
 
 
 def _measured(samples: tuple[float, ...], amount: float, unit: str, how: str) -> Measured:
