@@ -302,6 +302,7 @@ def test_collective_holds_busbw_against_the_profile_s(cli, tmp_path):
     assert "1 GB/s busbw (profile known.json" in text
 
 
+@pytest.mark.slow  # plan compiles the decoder for GPU hosts
 def test_plan_with_a_one_host_profile_describes_a_target_of_many_hosts(cli, plan_cache, tmp_path):
     """A profile of one H100 host (2 GPUs) on gpu-h100:2x2: the axis within a host moves at the
     profile's bus bandwidth (100 GB/s), the axis across the two hosts at the table's network (50 GB/s);

@@ -312,9 +312,12 @@ def json_doc(proc: subprocess.CompletedProcess[str]) -> dict:
     return json.loads(proc.stdout)
 
 
+COLLECTIVES = ("psum", "all_gather", "psum_scatter", "ppermute", "all_to_all")
+
+
 @pytest.mark.parametrize("processes", [2, 4])
-@pytest.mark.parametrize("name", ["psum", "all_gather", "psum_scatter", "ppermute", "all_to_all"])
-def test_collective_over_processes_is_verified(processes, name):
+def test_every_collective_over_processes_is_verified(processes):
+    # one launch runs the five collectives (`collective a,b,...`), each verified and timed on its own
     devices = 2 * processes
     proc = launch(
         "-n",
@@ -323,7 +326,7 @@ def test_collective_over_processes_is_verified(processes, name):
         "2",
         "--",
         "collective",
-        name,
+        ",".join(COLLECTIVES),
         "--mesh",
         f"{processes}x2",
         "--axes",
@@ -333,24 +336,28 @@ def test_collective_over_processes_is_verified(processes, name):
         *FAST,
     )
     assert proc.returncode == 0, proc.stderr
-    doc = json_doc(proc)
-    runtime = doc["runtime"]
-    assert (runtime["process_count"], runtime["process_index"], runtime["device_count"]) == (
-        processes,
-        0,
-        devices,
-    )
-    # the leading mesh axis spans processes: row k of the mesh belongs to process k
-    owners = [d["process_index"] for d in doc["mesh"]["devices"]]
-    assert owners == [k for k in range(processes) for _ in range(2)]
-    (size,) = doc["sizes"]
-    assert size["wrong"] == 0
-    (placement,) = size["placements"]
-    timing = placement["timing"]
-    assert timing["across_processes"] == "max"
-    assert [p["process_index"] for p in timing["processes"]] == list(range(processes))
-    per_iteration_max = np.max([p["samples_s"] for p in timing["processes"]], axis=0)
-    assert timing["samples_s"] == pytest.approx(per_iteration_max.tolist())
+    whole = json_doc(proc)
+    assert [d["config"]["collective"] for d in whole["collectives"]] == list(COLLECTIVES)
+    assert whole["summary"]["wrong"] == 0
+    for doc in whole["collectives"]:
+        name = doc["config"]["collective"]
+        runtime = doc["runtime"]
+        assert (runtime["process_count"], runtime["process_index"], runtime["device_count"]) == (
+            processes,
+            0,
+            devices,
+        ), name
+        # the leading mesh axis spans processes: row k of the mesh belongs to process k
+        owners = [d["process_index"] for d in doc["mesh"]["devices"]]
+        assert owners == [k for k in range(processes) for _ in range(2)], name
+        (size,) = doc["sizes"]
+        assert size["wrong"] == 0, name
+        (placement,) = size["placements"]
+        timing = placement["timing"]
+        assert timing["across_processes"] == "max", name
+        assert [p["process_index"] for p in timing["processes"]] == list(range(processes)), name
+        per_iteration_max = np.max([p["samples_s"] for p in timing["processes"]], axis=0)
+        assert timing["samples_s"] == pytest.approx(per_iteration_max.tolist()), name
 
 
 def test_matmul_over_processes_is_verified_for_every_impl():

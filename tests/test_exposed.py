@@ -286,6 +286,7 @@ GPU = pytest.mark.skipif(
 TPU_EXTRA = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the tpu extra: libtpu")
 
 
+@pytest.mark.slow  # compiles whole programs
 @pytest.mark.parametrize(
     ("target", "asynchronous"),
     [

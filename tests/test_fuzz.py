@@ -1982,9 +1982,11 @@ def test_a_damaged_plan_cache_entry_is_not_read(one_plan_entry, tmp_path, monkey
 
 
 # Whatever the damage, plan goes on the same way: the entry ignored, the layout compiled again, its
-# entry written anew (a folder in its place cannot be replaced). One compile each, so a few of them.
+# entry written anew (a folder in its place cannot be replaced). One compile each, so one of each
+# way an entry is unreadable (every damage of the table above reads as no entry, tested there): a
+# file that is no entry, a special file, a folder.
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["a-json-list", "fits-no", "truncated", "a-fifo", "a-folder"])
+@pytest.mark.parametrize("damage", ["truncated", "a-fifo", "a-folder"])
 def test_a_damaged_plan_cache_entry_is_compiled_again(cli, one_plan_entry, tmp_path, damage):
     import shutil
 

@@ -89,6 +89,7 @@ def test_a_box_with_more_names_than_dims_is_one_line(cli, tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.slow  # compiles whole programs
 def test_a_linen_program_with_padded_names_is_laid_out(cli, plan_cache):
     """lm1b's (embed, heads, head_dim) kernel named ('embed', 'kv'): the last dim stays whole on every
     layout; the winner's inspect command compiles the same program."""
@@ -108,6 +109,7 @@ def test_a_linen_program_with_padded_names_is_laid_out(cli, plan_cache):
 # --- a step jitted with its own in_shardings: laid out by its own rules, per mesh -------------------
 
 
+@pytest.mark.slow  # compiles whole programs
 def test_a_step_with_its_own_shardings_is_laid_out_by_its_inputs_per_mesh(cli, plan_cache):
     """MaxText's pattern: inputs(mesh, rules=...) jits the step with in_shardings from its logical
     rules. Each layout is its inputs called on a mesh naming data, fsdp and tensor; plan's rule sets
@@ -135,6 +137,7 @@ def test_a_step_with_its_own_shardings_is_laid_out_by_its_inputs_per_mesh(cli, p
     assert words[-4:] == ["--mesh", sizes, "--axes", "data,fsdp,tensor"]  # its own rules: no --rules
 
 
+@pytest.mark.slow  # compiles whole programs
 def test_a_rule_set_handed_to_the_program_is_what_it_compiles(cli, plan_cache):
     """A row of plan's rule set is the program called with them (its own rules after, for the names
     they do not map), compiled by hand: the same memory per chip."""

@@ -280,6 +280,7 @@ def _compile(session, remat: str):
     return cfg, analyze_compiled(compiled, session.mesh), compiled.memory_analysis()
 
 
+@pytest.mark.slow  # compiles a whole program for a TPU target
 def test_offloaded_activations_live_in_the_hosts_memory_and_cost_no_flops(v5e_session):
     _, session = v5e_session
     _, on_chip, _ = _compiled(session, "minimal")
@@ -311,6 +312,7 @@ COMPILED = (
 )
 
 
+@pytest.mark.slow  # compiles a whole program for a TPU target
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_every_named_policy_builds(v5e_session, name):
     """Each of MaxText's names builds a jax.checkpoint policy JAX takes (minimal_flash mixes a dots
@@ -326,6 +328,7 @@ def test_every_named_policy_builds(v5e_session, name):
     assert (analysis.memory.host_temp_bytes > 0) == parse_policy(name).offloads
 
 
+@pytest.mark.slow  # compiles a whole program for a TPU target
 def test_the_layers_inputs_offloaded_are_their_bytes(v5e_session):
     _, session = v5e_session
     cfg, analysis, _ = _compiled(session, "custom:decoder_layer_input=offload")
@@ -349,6 +352,7 @@ def test_the_analytic_model_offloads_what_the_compiler_does(v5e_session):
         assert moved == pytest.approx(analysis.host_transfer_bytes, rel=0.2), remat
 
 
+@pytest.mark.slow  # compiles a whole program for a TPU target
 def test_plan_compiles_an_offloaded_layout_and_times_its_host_transfers(cli, plan_cache):
     pytest.importorskip("libtpu", reason="libtpu (the tpu extra) compiles for TPU targets without a TPU")
     args = ["plan", "--preset", "tiny", "--target", "tpu-v5e:2x2", "--batch", "2", "--mesh", "fsdp=4"]
@@ -387,6 +391,7 @@ def inputs():  # no shardings: jit puts them on the first device, as on the targ
 """
 
 
+@pytest.mark.slow  # compiles a whole program for a TPU target
 def test_inspect_a_users_offloading_program_on_a_target(cli, tmp_path):
     """A user's scan whose `h` is offloaded: every layer's h (8 x 1024 x 512 float32) in the host's
     memory, T_host its bytes twice over the chip's PCIe link, compiled for the TPU even though its

@@ -378,6 +378,7 @@ def _fsdp_doc(*extra: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow  # compiles whole programs
 @pytest.mark.parametrize(
     "target", [pytest.param((), id="cpu"), pytest.param(("--target", "tpu-v5e:2x4"), id="tpu")]
 )
@@ -435,6 +436,7 @@ def memory_total(doc: dict) -> int:
     return m["argument_bytes"] + m["output_bytes"] + m["temp_bytes"] + m["code_bytes"] - m["alias_bytes"]
 
 
+@pytest.mark.slow  # compiles whole programs
 @pytest.mark.parametrize(
     ("args", "kind", "change"),
     [
@@ -574,6 +576,7 @@ def test_a_bad_spec_is_one_line(cli, spec, words):
     assert words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.slow  # compiles whole programs
 def test_a_spec_lays_the_argument_out(cli):
     doc = json_doc(
         cli,

@@ -208,6 +208,7 @@ def test_each_kernels_block_sizes_come_from_its_metadata(phase, blocks):
     assert block_sizes(phase, "metadata={}") is None
 
 
+@pytest.mark.slow  # compiles whole programs
 @pytest.mark.parametrize(
     ("mask_kind", "fused", "seq"),
     [
