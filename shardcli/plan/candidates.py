@@ -278,16 +278,13 @@ def enumerate_candidates(
     batches = global_batches(chips, global_batch, per_device_batch)
     out: list[Candidate] = []
     pruned: list[Pruned] = []
-    if meshes is not None:
-        pass  # laid out by the caller (several slices)
-    elif only_mesh is not None:
-        meshes = _named_mesh(torus, only_mesh, gpu_hosts)
-    else:
-        meshes = (
-            gpu_mesh_choices(*torus, sequence=sequence)
-            if gpu_hosts
-            else mesh_choices(torus, sequence=sequence, aligned_only=aligned_only)
-        )
+    if meshes is None:  # else laid out by the caller (several slices)
+        if only_mesh is not None:
+            meshes = _named_mesh(torus, only_mesh, gpu_hosts)
+        elif gpu_hosts:
+            meshes = gpu_mesh_choices(*torus, sequence=sequence)
+        else:
+            meshes = mesh_choices(torus, sequence=sequence, aligned_only=aligned_only)
     for mesh in meshes:
         for rule_set in rule_sets:
             if rule_set == "fsdp-tp-sp" and mesh.size("tensor") == 1:
