@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcli.analysis.program import HloCollective, find_collectives
+from shardcli.analysis.program import HloCollective, find_collectives, read_cost
 from shardcli.playground.collective.cases import in_place_refusal
 from shardcli.playground.collective.entries import Collective, Entries
 from shardcli.playground.collective.request import CollectiveRequest, SizeLayout
@@ -129,20 +129,9 @@ def run_placement(
         hlo=hlo,
         out_buffer=None if donate else request.out_buffer,
         roofline_fraction=_roofline_fraction(roofline, roofline_s, stats.p50, busbw),
-        bytes_accessed=_bytes_accessed(compiled),
+        bytes_accessed=read_cost(compiled)[1],
     )
     return run, measured.outputs, measured.global_output
-
-
-def _bytes_accessed(compiled: Any) -> float | None:
-    """XLA's bytes accessed per device of one run of `compiled`; None where it gives none."""
-    try:
-        costs = compiled.cost_analysis()
-    except Exception:  # noqa: BLE001 - a compiler without a cost analysis: the figure is unknown
-        return None
-    costs = costs[0] if isinstance(costs, list | tuple) and costs else costs
-    value = costs.get("bytes accessed") if isinstance(costs, dict) else None
-    return float(value) if isinstance(value, int | float) and value >= 0 else None
 
 
 def _compile_placement(
