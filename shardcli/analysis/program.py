@@ -161,9 +161,6 @@ class ProgramAnalysis:
     launches: Launches | None = None  # on a GPU: kernels launched, loop trips, buffers per run
     host_transfer_bytes: float = 0.0  # between the device and the host per run (`MemoryUse`)
     dots: tuple[DotOp, ...] = ()  # XLA's own dots and convolutions (every dot on a CPU), each's FLOPs
-    # bytes XLA's cost analysis charges fusions for parameters they only slice through a bitcast,
-    # taken off `bytes_accessed` (a CPU's: `hlo.ops.slice_overcharge`)
-    sliced_bytes: float = 0.0
 
     def by_kind(self) -> tuple[HloCollective, ...]:
         """Per kind of collective: how many ops the program holds and their result bytes."""
@@ -320,7 +317,8 @@ def analyze_text(
     collectives = parse_collectives(text, within, axis_names, module=module, user_files=user_files)
     if slices is not None:
         collectives += dcn_collectives(module, slices)
-    # XLA's own analysis on a CPU (the rule measured there; other backends' are not corrected)
+    # bytes XLA's cost analysis charges fusions for parameters they only slice through a bitcast,
+    # taken off `bytes_accessed` on a CPU (the rule measured there; other backends' are not corrected)
     sliced = slice_overcharge(module, runs) if platform == "cpu" and counted.bytes_accessed else 0.0
     return ProgramAnalysis(
         collectives=read_overlaps(module, collectives, kernels.calls),
@@ -343,7 +341,6 @@ def analyze_text(
         launches=launches_of(module, runs, text),
         host_transfer_bytes=float(memory.host_transfer_bytes) if memory is not None else 0.0,
         dots=xla_dots(module, runs),
-        sliced_bytes=sliced,
     )
 
 
