@@ -8,6 +8,7 @@ is wrong with it (exit 2), never a traceback or an internal error.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -20,6 +21,7 @@ from shardcli.errors import ShardcliError
 MAX_JSON_BYTES = 64 << 20
 
 
+@functools.cache
 def own_folder() -> str:
     """The folder of shardcli's own modules (the package's), as an absolute path."""
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -3,6 +3,8 @@ read into call chains, and of each chain the user's lines, not a library's or sh
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from collections.abc import Sequence
 
@@ -51,6 +53,7 @@ def stack_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, tu
     # writes the id itself gives the outermost frame parent 0.
     shift = 1 if frames.get(1, (None, 0))[1] == 1 else 0
     picked = {}
+    kinds = FileKinds(user_files)
     for k in frames:
         chain: list[str] = []
         at, seen = k, set[int]()
@@ -60,7 +63,7 @@ def stack_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, tu
             if location_id in locations:
                 chain.append(locations[location_id])
             at = parent_id - shift
-        stack = user_stack(chain, user_files)
+        stack = user_stack(chain, user_files, kinds)
         if stack:
             picked[k] = stack
     return picked
@@ -72,40 +75,62 @@ def pick_source(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> str |
     return stack[0] if stack else None
 
 
-def user_stack(chain: Sequence[str], user_files: tuple[str, ...] = ()) -> tuple[str, ...]:
+def user_stack(
+    chain: Sequence[str], user_files: tuple[str, ...] = (), files: FileKinds | None = None
+) -> tuple[str, ...]:
     """Of a call chain ("file:line", innermost first): the user's frames, innermost first, each
     once (a transformation re-enters the same lines), else the innermost frame alone. The user's
     files are `user_files` (files, or package folders, wherever they are) and every file outside
     installed packages (site-packages, the standard library): a thin script that calls a model in
     the user's other files is blamed for no collective its model makes.
     Only the frames inside shardcli's own count (a playground program is shardcli's, not the user's;
-    what calls shardcli is the command line), and never a frame of no file (`<string>`)."""
-    import os
-    import sysconfig
-
+    what calls shardcli is the command line), and never a frame of no file (`<string>`).
+    `files`: a `FileKinds` of these `user_files` that has read files before (a module's chains
+    share their files; each is looked at once)."""
+    kinds = files if files is not None else FileKinds(user_files)
     # The frames inside the first of shardcli's own: those outside it are shardcli and the command
     # line's machinery (typer, runpy); "<string>" and "<frozen ...>" have no file to point at.
     inner = []
     for source in chain:
-        if is_own_file(source.rpartition(":")[0], other_copies=True):
+        kind = kinds.of(source.rpartition(":")[0])
+        if kind == "own":
             break
         if not source.startswith("<"):
-            inner.append(source)
-    chain = inner
-    if not chain:  # only shardcli's own frames (the playground's programs): no line of the user's
+            inner.append((source, kind))
+    if not inner:  # only shardcli's own frames (the playground's programs): no line of the user's
         return ()
-    stdlib = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
-    roots = tuple(os.path.abspath(r) for r in user_files)
+    users = [source for source, kind in inner if kind == "user"]
+    return tuple(dict.fromkeys(users or [inner[0][0]]))
 
-    def file_of(source: str) -> str:
-        return os.path.abspath(source.rpartition(":")[0])
 
-    def library(source: str) -> bool:
-        parts = file_of(source).split(os.sep)
-        return "site-packages" in parts or "dist-packages" in parts or file_of(source).startswith(stdlib)
+@functools.lru_cache(maxsize=1)
+def _stdlib() -> str:
+    import sysconfig
 
-    def users(source: str) -> bool:
-        path = file_of(source)
-        return any(path == r or path.startswith(r + os.sep) for r in roots) or not library(source)
+    return os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 
-    return tuple(dict.fromkeys([s for s in chain if users(s)] or chain[:1]))
+
+class FileKinds:
+    """Whose a frame's file is: "own" (shardcli's, of this or another copy), "user" (one of
+    `user_files`, or outside installed packages and the standard library) or "library"; each file
+    looked at once."""
+
+    def __init__(self, user_files: tuple[str, ...] = ()) -> None:
+        self.roots = tuple(os.path.abspath(r) for r in user_files)
+        self.kinds: dict[str, str] = {}
+
+    def of(self, file: str) -> str:
+        kind = self.kinds.get(file)
+        if kind is None:
+            kind = self.kinds[file] = self._kind(file)
+        return kind
+
+    def _kind(self, file: str) -> str:
+        if is_own_file(file, other_copies=True):
+            return "own"
+        path = os.path.abspath(file)
+        if any(path == r or path.startswith(r + os.sep) for r in self.roots):
+            return "user"
+        parts = path.split(os.sep)
+        library = "site-packages" in parts or "dist-packages" in parts or path.startswith(_stdlib())
+        return "library" if library else "user"
