@@ -130,8 +130,11 @@ def mesh_for(platform: str) -> Any:
 
 
 def analyze(case: Case, platform: str, unroll: bool) -> ProgramAnalysis:
-    """Compile the case (float32 on the CPU, bfloat16 for a target) and read it."""
+    """Compile the case (float32 on the CPU, bfloat16 for a target) and read it. A case compiled
+    before in this process for a target is in JAX's persistent cache, which a described TPU or GPU
+    cannot load: compiled again, as shardcli's own compiles do."""
     from shardcli.analysis.target import quiet_native_logs
+    from shardcli.runtime.cache import unreadable_entries_compiled_again
 
     mesh = mesh_for(platform)
     dtype = jnp.float32 if platform == "cpu" else jnp.bfloat16
@@ -140,7 +143,7 @@ def analyze(case: Case, platform: str, unroll: bool) -> ProgramAnalysis:
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P()))
         for name, shape in case.weights
     }
-    with quiet_native_logs(), jax.set_mesh(mesh):
+    with quiet_native_logs(), jax.set_mesh(mesh), unreadable_entries_compiled_again():
         compiled = jax.jit(case.make(unroll)).lower(x, ws).compile()
     return analyze_compiled(compiled, mesh)
 

@@ -88,13 +88,14 @@ def test_collectives_in_a_loop_run_once_per_trip_on_every_compiler(platform: str
 
     from shardcli.analysis.program import analyze_compiled
     from shardcli.analysis.target import quiet_native_logs
+    from shardcli.runtime.cache import unreadable_entries_compiled_again
 
     mesh = mesh_for(platform)
     dtype = jnp.float32 if platform == "cpu" else jnp.bfloat16
     x = jax.ShapeDtypeStruct((64, 128), dtype, sharding=NamedSharding(mesh, P("data", "model")))
     ws = jax.ShapeDtypeStruct((8, 128, 128), dtype, sharding=NamedSharding(mesh, P(None, "model", None)))
     step = BY_NAME["scan-of-matmuls"].make(False)
-    with quiet_native_logs(), jax.set_mesh(mesh):
+    with quiet_native_logs(), jax.set_mesh(mesh), unreadable_entries_compiled_again():
         compiled = jax.jit(lambda x, w: step(x, {"w": w})).lower(x, ws).compile()
     analysis = analyze_compiled(compiled, mesh)
     in_loop = [c for c in analysis.collectives if c.mesh_axes == ("model",) and c.kind == "all-reduce"]
