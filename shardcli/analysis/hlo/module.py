@@ -9,6 +9,7 @@ analysis on top of them. No JAX import: everything here is tested on strings.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +50,17 @@ class Instruction:
     attributes: str
     is_root: bool
 
+    @functools.cached_property
+    def callees(self) -> tuple[tuple[str, str], ...]:
+        """(kind, callee) for every computation this instruction calls (`instruction_callees`),
+        read from its attributes once (the call graph's walks ask for each many times)."""
+        found = [(m.group("kind"), m.group("name")) for m in _CALLEE_RE.finditer(self.attributes)]
+        for branches in _BRANCHES_RE.finditer(self.attributes):
+            for callee in branches.group("names").split(","):
+                if callee.strip():
+                    found.append(("branch", callee.strip().lstrip("%")))
+        return tuple(found)
+
 
 @dataclass
 class Computation:
@@ -69,6 +81,7 @@ class HloModuleText:
     computations: dict[str, Computation]
     entry: str
     _sites: dict[str, list[tuple[str, Instruction]]] | None = field(default=None, repr=False, compare=False)
+    _order: list[str] | None = field(default=None, repr=False, compare=False)
 
     def callees(self, name: str) -> Iterator[tuple[str, str]]:
         """(kind, callee) for every computation `name` calls: body, condition, calls, to_apply..."""
@@ -85,6 +98,11 @@ class HloModuleText:
         """
         if not self.entry:
             return []
+        if self._order is None:
+            self._order = self._call_order()
+        return list(self._order)
+
+    def _call_order(self) -> list[str]:
         edges: dict[str, list[str]] = {}
         todo = [self.entry]
         while todo:
@@ -158,12 +176,7 @@ class HloModuleText:
 
 def instruction_callees(inst: Instruction) -> Iterator[tuple[str, str]]:
     """(kind, callee) for every computation one instruction calls: body, condition, calls, branch..."""
-    for match in _CALLEE_RE.finditer(inst.attributes):
-        yield match.group("kind"), match.group("name")
-    for branches in _BRANCHES_RE.finditer(inst.attributes):
-        for callee in branches.group("names").split(","):
-            if callee.strip():
-                yield "branch", callee.strip().lstrip("%")
+    return iter(inst.callees)
 
 
 def parse_module(hlo_text: str) -> HloModuleText:
