@@ -18,8 +18,8 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shardcli.analysis.op_roofline import op_roofline
 from shardcli.analysis.program import analyze_compiled, analyze_text
-from shardcli.analysis.step_time import op_roofline
 from shardcli.hardware.calibration import LaunchCosts, OpEfficiency
 from shardcli.hardware.chips import Figure
 

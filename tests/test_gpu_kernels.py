@@ -303,7 +303,7 @@ def test_a_step_of_small_kernels_takes_at_least_its_launches():
     """Measured on one H200 (docs/development.md): the scanned equinox step ran 488 us for a
     roofline of microseconds; the launch floor (164 kernels, 8 trips, 22 buffers) is the estimate."""
     from shardcli.analysis.kernels import Launches
-    from shardcli.analysis.step_time import launch_seconds
+    from shardcli.analysis.op_roofline import launch_seconds
     from shardcli.hardware.calibration import GPU_LAUNCH
 
     floor = launch_seconds(Launches(164, 8, 22), GPU_LAUNCH)

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from shardcli.analysis.collectives import CollectiveOp
+from shardcli.analysis.op_roofline import OpRoofline
 from shardcli.analysis.program import ProgramAnalysis
-from shardcli.analysis.step_time import AxisLink, OpRoofline, StepEstimate, Term, estimate_step
+from shardcli.analysis.step_time import AxisLink, StepEstimate, Term, estimate_step
 from shardcli.errors import ShardcliError
 from shardcli.hardware.chips import CHIPS
 from shardcli.specs.remat import ACTIVATION_NAMES, POLICIES, SEARCHED, parse_policy

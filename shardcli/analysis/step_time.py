@@ -25,15 +25,10 @@ axis lies on the hardware:
 - the estimate = bound / efficiency, where `efficiency` (default 1.0) is the one calibration
   figure, named with its source where it is not 1 (a TPU: `shardcli.hardware.calibration.CALIBRATION`).
 
-On a GPU one global max(T_math, T_hbm) cannot fit both a pure GEMM (60-70% of the peak) and a
-training step (27%): the estimate there is the sum over the program's ops of each op's own roofline
-(`OpRoofline`): each library kernel (cuBLAS GEMM, cuDNN attention or convolution) max(FLOPs / (peak
-for its dtype x dot efficiency), bytes / (HBM x HBM efficiency)), plus the same for every other op
-together from XLA's FLOPs and bytes, plus T_exposed (max with T_comm + T_host). The
-efficiencies are `shardcli.hardware.calibration.GPU_OPS`, measured. With a CPU profile (--hardware)
-nothing overlaps: the maths, the bytes, the collectives and the call add up, and a collective's own
-bytes (its operand and result, which XLA counts among the bytes accessed) are charged once, at its
-measured bus bandwidth, not again at the stream (`collective_bytes`).
+On a GPU, and on a CPU with a calibrated profile, T_math and T_hbm are the per-op roofline instead
+(`analysis.op_roofline`): each op's own roofline, summed; on a CPU nothing overlaps (the maths, the
+bytes, the collectives and the call add up). The efficiencies are
+`shardcli.hardware.calibration.GPU_OPS`, measured, or a profile's.
 
 The bandwidth of a mesh axis (`AxisLink`, in `analysis.axis_links`):
 - TPU: ICI per link, one way (hardware table), times the torus dimensions the axis runs along,
@@ -61,9 +56,8 @@ from shardcli.analysis.axis_links import axis_links as axis_links
 from shardcli.analysis.axis_links import devices_per_chip as devices_per_chip
 from shardcli.analysis.axis_links import places_of_mesh as places_of_mesh
 from shardcli.analysis.axis_links import profiled_links, slices_of_mesh
-from shardcli.analysis.collectives import operand_bytes
 from shardcli.analysis.exposed import Exposure, exposed_by_axes, exposures, op_seconds
-from shardcli.analysis.kernels import Launches
+from shardcli.analysis.op_roofline import OpRoofline, op_roofline
 from shardcli.analysis.program import CollectiveOp, ProgramAnalysis
 from shardcli.hardware.calibration import CALIBRATION, GPU_LAUNCH, GPU_OPS, LaunchCosts, OpEfficiency
 from shardcli.hardware.chips import Chip, Figure, chip_for_kind
@@ -81,59 +75,6 @@ class Term:
     rate: float | None  # FLOP/s or B/s
     seconds: float | None
     source: str
-
-
-@dataclass(frozen=True)
-class OpRoofline:
-    """The sum over the program's ops of each op's own roofline, each divided by its efficiency.
-
-    `kernels_math_s`/`kernels_hbm_s`: the library kernels bound by their maths or by HBM; `other_s`:
-    every other op together, max(FLOPs / peak, bytes / HBM), `other_bound` saying which.
-    """
-
-    kernels: int  # library kernel calls per step (each call times its runs)
-    kernels_math_s: float
-    kernels_hbm_s: float
-    other_flops: float
-    other_bytes: float
-    other_s: float
-    other_bound: str  # "math" or "hbm"
-    efficiency: OpEfficiency
-    # The least the step takes however little its kernels do: its launches (`GPU_LAUNCH`); 0 unknown
-    launch_s: float = 0.0
-    launches: Launches | None = None
-    launch_source: str = ""
-    # The device runs ahead of the host (a GPU): launches hide behind kernels, transfers behind the
-    # ops. False (a CPU, whose devices share the host's cores): launches, ops and transfers add up
-    launch_overlaps: bool = True
-
-    @property
-    def roofline_s(self) -> float:
-        return self.kernels_math_s + self.kernels_hbm_s + self.other_s
-
-    @property
-    def launch_bound(self) -> bool:
-        """Whether its launches take longer than its ops' rooflines (a step of many small kernels)."""
-        return self.launch_s > self.roofline_s
-
-    @property
-    def seconds(self) -> float:
-        """The ops' rooflines, or the launches where those take longer: the host launches kernels
-        ahead of the GPU, so a kernel that runs longer than a launch hides the next one's (on a CPU,
-        where nothing runs ahead, the two add)."""
-        if not self.launch_overlaps:
-            return self.roofline_s + self.launch_s
-        return max(self.roofline_s, self.launch_s)
-
-    @property
-    def math_s(self) -> float:
-        """The part of the step whose ops are bound by their maths."""
-        return self.kernels_math_s + (self.other_s if self.other_bound == "math" else 0.0)
-
-    @property
-    def hbm_s(self) -> float:
-        """The part of the step whose ops are bound by HBM."""
-        return self.kernels_hbm_s + (self.other_s if self.other_bound == "hbm" else 0.0)
 
 
 @dataclass(frozen=True)
@@ -373,95 +314,6 @@ def _host_term(
     rate = given or (chip.host_bytes_per_s if chip is not None else None)
     share = f", shared by the {per_chip} devices of a chip" if per_chip > 1 else ""
     return _term("host", moved, rate, per_chip, share, "no host link figure for this device")
-
-
-def op_roofline(
-    analysis: ProgramAnalysis,
-    chip: Chip | None,
-    peak: Figure,
-    hbm: Figure,
-    eff: OpEfficiency,
-    per_chip: int = 1,
-    launch: LaunchCosts = GPU_LAUNCH,
-) -> OpRoofline | None:
-    """Each library kernel's roofline at the peak of its own dtype (`chip`'s; None: `peak` for all),
-    plus every other op's together at `peak`; and the least its launches take (`launch`).
-
-    Returns None without FLOPs or bytes (nothing to add up)."""
-    if analysis.flops is None or analysis.bytes_accessed is None:
-        return None
-    hbm_rate = hbm.value / per_chip * eff.hbm
-    math_s = hbm_s = 0.0
-    count = 0
-    for call in analysis.kernels.calls:
-        kernel_peak = chip.peak_flops(call.dtype or "float32") if chip is not None else None
-        rate = (kernel_peak or peak).value / per_chip * eff.dot_at(call.dtype, call.flops)
-        t_math, t_hbm = call.flops / rate, call.bytes_accessed / hbm_rate
-        if t_math >= t_hbm:
-            math_s += t_math * call.runs
-        else:
-            hbm_s += t_hbm * call.runs
-        count += call.runs
-    other_flops = max(0.0, analysis.flops - analysis.kernels.flops)
-    other_bytes = max(0.0, analysis.bytes_accessed - analysis.kernels.bytes_accessed)
-    if not launch.overlaps:
-        # On a CPU a collective is a copy through the same memory: its measured bus bandwidth (a
-        # profile's, writing a fresh output) already moves the bytes XLA counts for it, and nothing
-        # overlaps, so charging them again at the stream rate would count them twice.
-        other_bytes = max(0.0, other_bytes - collective_bytes(analysis))
-    other_math = _xla_maths_s(analysis, other_flops, peak.value / per_chip, eff)
-    other_hbm = other_bytes / hbm_rate
-    found = analysis.launches
-    return OpRoofline(
-        kernels=count,
-        kernels_math_s=math_s,
-        kernels_hbm_s=hbm_s,
-        other_flops=other_flops,
-        other_bytes=other_bytes,
-        # XLA's own ops are not told apart here: on a GPU the longer of their maths and their bytes,
-        # on a CPU (nothing overlaps) both, as its dots (maths) and its other ops (bytes) run in turn
-        other_s=max(other_math, other_hbm) if launch.overlaps else other_math + other_hbm,
-        other_bound="math" if other_math > other_hbm else "hbm",
-        efficiency=eff,
-        launch_s=launch_seconds(found, launch) if found is not None else 0.0,
-        launches=found,
-        launch_source=launch.source if found is not None else "",
-        launch_overlaps=launch.overlaps,
-    )
-
-
-def _xla_maths_s(analysis: ProgramAnalysis, flops: float, peak: float, eff: OpEfficiency) -> float:
-    """XLA's own FLOPs (every dot on a CPU) at the GEMM curve: each dot or convolution at its own
-    FLOPs; the rest (elementwise maths) shared among the program's launches, a GEMM of that size each."""
-    dot_flops = sum(d.flops * d.runs for d in analysis.dots)
-    share = min(1.0, flops / dot_flops) if dot_flops else 0.0  # never more than XLA counts
-    dots_s = sum(
-        share * d.flops * d.runs / (peak * eff.dot_at(d.dtype or analysis.dot_dtype, d.flops))
-        for d in analysis.dots
-        if d.flops > 0
-    )
-    rest = max(0.0, flops - dot_flops)
-    per_op = rest / max(1, analysis.launches.kernels) if analysis.launches else rest
-    return dots_s + rest / (peak * eff.dot_at(analysis.dot_dtype, per_op))
-
-
-def collective_bytes(analysis: ProgramAnalysis) -> float:
-    """Bytes the program's collectives read and write per device per run (operand and result, loops
-    per trip): an all-gather's operand is 1/n of its result, a reduce-scatter's n times it."""
-    total = 0.0
-    for c in analysis.collectives:
-        total += (operand_bytes(c.kind, c.result_bytes, c.group_size or 1) + c.result_bytes) * c.runs
-    return total
-
-
-def launch_seconds(launches: Launches, costs: LaunchCosts) -> float:
-    """The least time one call takes for what it launches, however little each kernel does."""
-    return (
-        costs.call_s
-        + launches.kernels * costs.kernel_s
-        + launches.loop_trips * costs.trip_s
-        + launches.buffers * costs.buffer_s
-    )
 
 
 def _term(

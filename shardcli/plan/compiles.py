@@ -72,7 +72,7 @@ class AxisTraffic:
 @dataclass(frozen=True)
 class KernelCost:
     """Library kernel calls of one kind and cost per step (cuBLAS GEMMs, cuDNN attention on a GPU):
-    what the GPU's per-op roofline (`analysis.step_time.op_roofline`) reads of them."""
+    what the GPU's per-op roofline (`analysis.op_roofline.op_roofline`) reads of them."""
 
     kind: str  # "gemm", "attention", "convolution"
     flops: float  # one call
