@@ -32,6 +32,37 @@ WIDEST_TABLE = 1 << 16
 PROSE_WIDTH = 24
 
 
+class MeasuredOnce:
+    """A table cell measured once: rich measures every cell of a table for each width it tries
+    (fitting 7,000 rows to the console took 15 s); a string or Text is as wide at any width, so its
+    natural measurement is taken once and capped at each width asked; anything else is measured
+    once per width. Renders as the cell itself."""
+
+    __slots__ = ("renderable", "vertical", "_natural", "_by_width")
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+        self.vertical = getattr(renderable, "vertical", None)  # rich reads a cell's own alignment
+        self._natural: Measurement | None = None
+        self._by_width: dict[tuple[int, bool | None, bool | None], Measurement] = {}
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        if isinstance(self.renderable, (str, Text)):
+            if self._natural is None:
+                self._natural = Measurement.get(console, options.update_width(WIDEST_TABLE), self.renderable)
+            return self._natural.with_maximum(options.max_width)
+        key = (options.max_width, options.markup, options.highlight)
+        if key not in self._by_width:
+            self._by_width[key] = Measurement.get(console, options, self.renderable)
+        return self._by_width[key]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.renderable
+
+    def __str__(self) -> str:
+        return str(self.renderable)
+
+
 class DataTable(Table):
     """A rich Table that fits the console by leaving columns out, and never cuts a cell.
 
@@ -55,6 +86,7 @@ class DataTable(Table):
         self.priorities: list[int] = []
         self.prose: set[int] = set()
         self.shorteners: dict[int, Callable[[Sequence[str], int], list[str]]] = {}
+        self._measured: tuple[int, list[list[RenderableType]]] | None = None
         super().__init__(*args, **kwargs)
 
     def add_column(  # type: ignore[override]
@@ -82,18 +114,28 @@ class DataTable(Table):
         return Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
 
     def _keeping(self, kept: list[int], prose_width: int | None = None) -> Table:
-        """This table with only the columns at the indexes `kept` (their cells shared), its prose
-        columns at most `prose_width` wide."""
+        """This table with only the columns at the indexes `kept` (their cells shared, each measured
+        once: `MeasuredOnce`), its prose columns at most `prose_width` wide."""
+        cells = self._measured_cells()
         table = copy.copy(self)
         table.columns = [
             dataclasses.replace(
                 self.columns[i],
                 _index=n,
                 max_width=prose_width if i in self.prose else self.columns[i].max_width,
+                _cells=cells[i],
             )
             for n, i in enumerate(kept)
         ]
         return table
+
+    def _measured_cells(self) -> list[list[RenderableType]]:
+        """Every column's cells as `MeasuredOnce`, made once for the table's rows: fitting a table
+        measures it again for each set of columns tried, every cell each time."""
+        if self._measured is None or self._measured[0] != self.row_count:
+            wrapped = [[MeasuredOnce(cell) for cell in column._cells] for column in self.columns]
+            self._measured = (self.row_count, wrapped)
+        return self._measured[1]
 
     def _fitting(self, console: Console, options: ConsoleOptions, kept: list[int]) -> Table | None:
         """The table of the `kept` columns if it fits, its prose columns narrowed if need be."""
@@ -136,6 +178,7 @@ class DataTable(Table):
         table = copy.copy(self)
         table.columns = list(self.columns)
         table.shorteners = {}
+        table._measured = None  # its cells are the shortened ones
         share = -(-over // len(self.shorteners))  # each shortened column gives up its part
         for i, shorten in self.shorteners.items():
             cells = [str(c) for c in self.columns[i].cells]
@@ -181,10 +224,11 @@ class DataTable(Table):
             yield from super().__rich_console__(console, options)
             return
         if getattr(console, "wide", False):
-            natural = self._natural(console, options, self)
+            whole = self._keeping(list(range(len(self.columns))))
+            natural = self._natural(console, options, whole)
             if natural > options.max_width:
                 options = options.update_width(natural)
-            yield from super().__rich_console__(console, options)
+            yield from Table.__rich_console__(whole, console, options)
             return
         fitted = self.fitted(console, options) or self._shortened(console, options)
         if fitted is None:
