@@ -133,8 +133,11 @@ class DataTable(Table):
         """Every column's cells as `MeasuredOnce`, made once for the table's rows: fitting a table
         measures it again for each set of columns tried, every cell each time."""
         if self._measured is None or self._measured[0] != self.row_count:
-            wrapped = [[MeasuredOnce(cell) for cell in column._cells] for column in self.columns]
+            wrapped: list[list[RenderableType]] = [
+                [MeasuredOnce(cell) for cell in column._cells] for column in self.columns
+            ]
             self._measured = (self.row_count, wrapped)
+            return wrapped
         return self._measured[1]
 
     def _fitting(self, console: Console, options: ConsoleOptions, kept: list[int]) -> Table | None:
