@@ -731,3 +731,50 @@ def test_help_in_a_fresh_process_ends_no_line_in_spaces_and_a_run_does_not_impor
     ran = python_subprocess("-c", probe)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_a_tables_natural_width_is_the_one_rich_measures():
+    """`natural_width` adds up what rich measures cell by cell (fitting a 7,000-row table asks for it
+    once per set of columns tried): the same number on tables of every shape rich draws."""
+    import random
+
+    from rich import box as boxes
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    from shardcli.render.console import WIDEST_TABLE, MeasuredOnce, natural_width
+
+    console = Console(width=80, file=io.StringIO())
+    options = console.options
+    rng = random.Random(7)
+    words = ["", "-", "x", "4.78e-05", "[bold]bold[/bold] words", "日本語", "a\tb", "two\nlines", "a b c d e"]
+    checked = 0
+    for _ in range(300):
+        table = Table(
+            box=rng.choice([None, boxes.SIMPLE, boxes.ROUNDED]),
+            show_edge=rng.random() < 0.5,
+            pad_edge=rng.random() < 0.5,
+            collapse_padding=rng.random() < 0.5,
+            padding=rng.choice([(0, 1), (0, 2), (1, 1, 0, 3), 0]),
+            show_header=rng.random() < 0.8,
+            show_footer=rng.random() < 0.2,
+            min_width=rng.choice([None, 10, 200]),
+        )
+        for c in range(rng.randint(1, 5)):
+            table.add_column(
+                rng.choice(words + [Text("head"), f"column {c}"]),
+                footer=rng.choice(["", "sum", Text("total")]),
+                width=rng.choice([None, None, None, 6]),
+                min_width=rng.choice([None, None, 3, 12]),
+                max_width=rng.choice([None, None, 4, 30]),
+            )
+        for _ in range(rng.randint(0, 4)):
+            cells = [rng.choice(words + [Text(rng.choice(words))]) for _ in table.columns]
+            table.add_row(*[MeasuredOnce(c) if rng.random() < 0.5 else c for c in cells])
+        natural = natural_width(console, options, table)
+        if natural is None:  # a column with no cells: rich measures it at the width it is given
+            assert not table.show_header and not table.show_footer and not table.rows
+            continue
+        checked += 1
+        assert natural == Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
+    assert checked > 250

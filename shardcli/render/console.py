@@ -18,6 +18,7 @@ from rich.cells import cell_len
 from rich.columns import Columns
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -46,10 +47,16 @@ class MeasuredOnce:
         self._natural: Measurement | None = None
         self._by_width: dict[tuple[int, bool | None, bool | None], Measurement] = {}
 
+    def natural(self, console: Console, options: ConsoleOptions) -> int | None:
+        """A string's or Text's natural width (measured once); None for anything else."""
+        if not isinstance(self.renderable, (str, Text)):
+            return None
+        if self._natural is None:
+            self._natural = Measurement.get(console, options.update_width(WIDEST_TABLE), self.renderable)
+        return self._natural.maximum
+
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        if isinstance(self.renderable, (str, Text)):
-            if self._natural is None:
-                self._natural = Measurement.get(console, options.update_width(WIDEST_TABLE), self.renderable)
+        if self.natural(console, options) is not None and self._natural is not None:
             return self._natural.with_maximum(options.max_width)
         key = (options.max_width, options.markup, options.highlight)
         if key not in self._by_width:
@@ -61,6 +68,54 @@ class MeasuredOnce:
 
     def __str__(self) -> str:
         return str(self.renderable)
+
+
+def natural_width(console: Console, options: ConsoleOptions, table: Table) -> int | None:
+    """rich's natural width of `table` (`Measurement.get` at an unbounded width: its `maximum`),
+    added up from each column's widest cell and the table's padding and edges as rich adds them;
+    rich itself measures every cell twice a call (a table is asked once for each set of columns
+    tried). None where a cell is not a string or a Text (its width may depend on the width it is
+    given), where a column has no cells, or where the table expands or has a set width: rich's own
+    measurement then."""
+    if table.width is not None or table.expand:
+        return None
+    wide = options.update_width(WIDEST_TABLE)
+    total = 0
+    for column in table.columns:
+        padding_width = table._get_padding_width(column._index)
+        if column.width is not None:
+            total += column.width + padding_width
+            continue
+        first = next(iter(table._get_cells(console, column._index, column)), None)
+        if first is None:
+            return None
+        edges = first.renderable.left + first.renderable.right if isinstance(first.renderable, Padding) else 0
+        cells = [column.header] if table.show_header else []
+        cells += column._cells
+        cells += [column.footer] if table.show_footer else []
+        widest = 0
+        for cell in cells:
+            width = _text_width(console, wide, cell)
+            if width is None:
+                return None
+            widest = max(widest, width)
+        width = widest + edges
+        if column.min_width is not None:
+            width = max(width, column.min_width + padding_width)
+        if column.max_width is not None:
+            width = min(width, column.max_width + padding_width)
+        total += width
+    natural = total + table._extra_width
+    return natural if table.min_width is None else max(natural, table.min_width)
+
+
+def _text_width(console: Console, wide: ConsoleOptions, cell: RenderableType) -> int | None:
+    """A string's or Text's natural width (a `MeasuredOnce` cell's, taken once); None for anything else."""
+    if isinstance(cell, MeasuredOnce):
+        return cell.natural(console, wide)
+    if isinstance(cell, (str, Text)):
+        return Measurement.get(console, wide, cell).maximum
+    return None
 
 
 class DataTable(Table):
@@ -111,7 +166,10 @@ class DataTable(Table):
         self.priorities.append(priority)
 
     def _natural(self, console: Console, options: ConsoleOptions, table: Table) -> int:
-        return Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
+        natural = natural_width(console, options, table)
+        if natural is None:
+            return Measurement.get(console, options.update_width(WIDEST_TABLE), table).maximum
+        return natural
 
     def _keeping(self, kept: list[int], prose_width: int | None = None) -> Table:
         """This table with only the columns at the indexes `kept` (their cells shared, each measured
