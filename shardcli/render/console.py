@@ -47,17 +47,23 @@ class MeasuredOnce:
         self._natural: Measurement | None = None
         self._by_width: dict[tuple[int, bool | None, bool | None], Measurement] = {}
 
-    def natural(self, console: Console, options: ConsoleOptions) -> int | None:
-        """A string's or Text's natural width (measured once); None for anything else."""
+    def _text(self, console: Console, options: ConsoleOptions) -> Measurement | None:
+        """A string's or Text's measurement at an unbounded width (taken once); None for anything else."""
         if not isinstance(self.renderable, (str, Text)):
             return None
         if self._natural is None:
             self._natural = Measurement.get(console, options.update_width(WIDEST_TABLE), self.renderable)
-        return self._natural.maximum
+        return self._natural
+
+    def natural(self, console: Console, options: ConsoleOptions) -> int | None:
+        """A string's or Text's natural width (measured once); None for anything else."""
+        text = self._text(console, options)
+        return text.maximum if text is not None else None
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        if self.natural(console, options) is not None and self._natural is not None:
-            return self._natural.with_maximum(options.max_width)
+        text = self._text(console, options)
+        if text is not None:
+            return text.with_maximum(options.max_width)
         key = (options.max_width, options.markup, options.highlight)
         if key not in self._by_width:
             self._by_width[key] = Measurement.get(console, options, self.renderable)
@@ -111,11 +117,7 @@ def natural_width(console: Console, options: ConsoleOptions, table: Table) -> in
 
 def _text_width(console: Console, wide: ConsoleOptions, cell: RenderableType) -> int | None:
     """A string's or Text's natural width (a `MeasuredOnce` cell's, taken once); None for anything else."""
-    if isinstance(cell, MeasuredOnce):
-        return cell.natural(console, wide)
-    if isinstance(cell, (str, Text)):
-        return Measurement.get(console, wide, cell).maximum
-    return None
+    return (cell if isinstance(cell, MeasuredOnce) else MeasuredOnce(cell)).natural(console, wide)
 
 
 class DataTable(Table):

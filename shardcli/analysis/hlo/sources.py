@@ -63,7 +63,7 @@ def stack_table(hlo_text: str, user_files: tuple[str, ...] = ()) -> dict[int, tu
             if location_id in locations:
                 chain.append(locations[location_id])
             at = parent_id - shift
-        stack = user_stack(chain, user_files, kinds)
+        stack = user_stack(chain, files=kinds)
         if stack:
             picked[k] = stack
     return picked
@@ -85,7 +85,7 @@ def user_stack(
     the user's other files is blamed for no collective its model makes.
     Only the frames inside shardcli's own count (a playground program is shardcli's, not the user's;
     what calls shardcli is the command line), and never a frame of no file (`<string>`).
-    `files`: a `FileKinds` of these `user_files` that has read files before (a module's chains
+    `files`: a `FileKinds` that has read files before, in place of `user_files` (a module's chains
     share their files; each is looked at once)."""
     kinds = files if files is not None else FileKinds(user_files)
     # The frames inside the first of shardcli's own: those outside it are shardcli and the command
