@@ -1,6 +1,6 @@
 """What a GPU step of many small kernels costs beyond its roofline: kernel launch latency, a loop
 trip's, and a call's per argument. Needs a GPU (CI has none); the figures measured on one H200 are
-in calibration.GPU_OPS and docs/development.md.
+in builtin_profiles.GPU_OPS and docs/development.md.
 
     python bench/gpu_launch.py [--iters 30]
 

@@ -3,7 +3,7 @@
 Each row builds shardcli's decoder at a published model and layout, compiles it for the GPU hosts
 with XLA's GPU compiler and no GPU (`plan_compile.compile_candidate`, the path `shardcli plan` and
 `shardcli inspect --target gpu-...` take), and puts the estimate `plan` ranks by (`estimate_of`:
-the per-op roofline of `shardcli.hardware.calibration.GPU_OPS`, or the communication over NVLink and the
+the per-op roofline of `shardcli.hardware.builtin_profiles.GPU_OPS`, or the communication over NVLink and the
 network where that takes longer) beside the published step time. Nothing here was used to set any
 figure of the estimate: GPU_OPS comes from two microbenchmarks on one H200.
 

@@ -125,7 +125,7 @@ BAD_INPUT = [
     ),
     pytest.param(
         ["shard", "--init", "eye"],
-        "--init 'eye' is not supported; choose one of arange, ones, zeros, random",
+        "--init 'eye' is not supported; choose one of arange, ones, zeros, random, normal",
         id="unknown-init",
     ),
     pytest.param(
@@ -538,6 +538,9 @@ def test_shard_json_replicated(cli):
         pytest.param("ones", lambda a: (a == 1).all(), id="ones"),
         pytest.param("zeros", lambda a: (a == 0).all(), id="zeros"),
         pytest.param("random", lambda a: ((a >= 0) & (a < 1)).all() and len(np.unique(a)) > 1, id="random"),
+        pytest.param(
+            "normal", lambda a: (a < 0).any() and (a > 1).any() and abs(a.mean()) < 0.5, id="normal"
+        ),
     ],
 )
 def test_shard_json_inits(cli, init, check):

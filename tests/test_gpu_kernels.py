@@ -19,7 +19,7 @@ from shardcli.analysis.kernels import kernel_calls
 from shardcli.analysis.loops import runs_per_computation
 from shardcli.analysis.program import ProgramAnalysis, analyze_text
 from shardcli.analysis.step_time import estimate_step
-from shardcli.hardware.calibration import GPU_OPS
+from shardcli.hardware.builtin_profiles import GPU_OPS
 from shardcli.hardware.chips import CHIPS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "examples" / "gpu_h200"
@@ -79,7 +79,8 @@ def test_gemms_in_a_scanned_body_count_per_trip():
     assert analysis.dot_dtype == "bfloat16"
 
 
-# Measured on the H200 (README): median of five timed steps.
+# Measured on the H200 (README): median of five timed steps. The built-in figures (shardcli calibrate
+# on an H200, hardware/profiles/nvidia-h200.json) estimate each within 0.9-1.1x: issue 53's band.
 MEASURED = [
     pytest.param("mlp_bf16", 12.7e-3, id="mlp"),
     pytest.param("llama1b", 1.203, id="llama1b"),
@@ -91,7 +92,7 @@ def test_gpu_estimate_is_within_the_band_of_measured_steps(name, measured):
     step = estimate_step(fixture_analysis(name), CHIPS["gpu-h200"], {}, "bfloat16", op_efficiency=GPU_OPS)
     assert step.ops is not None and step.method == "per-op roofline"
     assert step.estimate_s is not None
-    assert 0.8 <= step.estimate_s / measured <= 1.25, step.estimate_s
+    assert 0.9 <= step.estimate_s / measured <= 1.1, step.estimate_s
     # the one global roofline (no per-op sum, no efficiency) is far off for the train step
     assert step.bound_s is not None and step.bound_s < step.estimate_s
 
@@ -230,6 +231,64 @@ def test_a_custom_call_of_unknown_cost_is_named_never_zero(target, missing):
         assert found.unknown == () and found.missing == ()
 
 
+def test_the_built_in_h200_figures_are_the_kept_profile_s_shares_of_the_datasheet():
+    from shardcli.hardware.builtin_profiles import GPU_LAUNCH, H200
+    from shardcli.hardware.chips import chip_for_kind
+
+    chip = CHIPS["gpu-h200"]
+    found = chip_for_kind(H200.device_kind)
+    assert H200.platform == "gpu" and found is not None and found.name == "gpu-h200"
+    for point in H200.matmul:
+        peak = chip.peak_flops(point.dtype)
+        assert peak is not None
+        assert GPU_OPS.dot_at(point.dtype, point.flops) == pytest.approx(point.flops_per_s / peak.value)
+    # between measured sizes the curve is read log-linearly; past the largest, the largest's
+    at = [GPU_OPS.dot_at("bfloat16", 2.0 * n**3) for n in (256, 724, 1024, 4096, 8192, 32768)]
+    assert at == sorted(at) and at[-1] == GPU_OPS.dot and at[0] < 0.01 < 0.5 < GPU_OPS.dot < 1
+    assert GPU_OPS.hbm == pytest.approx(H200.stream.value / chip.hbm_bytes_per_s.value)
+    assert H200.call is not None and H200.kernel is not None and H200.loop_trip is not None
+    assert (GPU_LAUNCH.call_s, GPU_LAUNCH.kernel_s, GPU_LAUNCH.trip_s) == (
+        H200.call.value,
+        H200.kernel.value,
+        H200.loop_trip.value,
+    )
+
+
+@pytest.mark.parametrize(
+    "cost",
+    [
+        pytest.param({"bytes accessed": 402653184.0}, id="no-flops"),
+        pytest.param({"flops": -1.0, "bytes accessed": 402653184.0}, id="flops-minus-one"),
+        pytest.param({"flops": 0.0}, id="no-bytes"),
+    ],
+)
+def test_a_program_of_library_calls_alone_is_estimated_though_the_gpu_gives_no_figure_for_it(cost):
+    """On one H200, `jnp.einsum` of two bf16[8192,8192] compiled to one `__cublas$lt$matmul`
+    (examples/gpu_h200/einsum_bf16.hlo.txt) and its cost_analysis() had no "flops": inspect --run
+    said "step time unknown". XLA's analysis of the text gives what the backend lacks; the GEMM's own
+    FLOPs are counted from its call."""
+    text = (FIXTURES / "einsum_bf16.hlo.txt").read_text()
+    analysis = analyze_text(text, (1,), ("d",), cost=cost)
+    call = analysis.kernels.calls[0]
+    assert call.flops == 2 * 8192**3 and analysis.flops == pytest.approx(call.flops)
+    assert analysis.bytes_accessed is not None and analysis.bytes_accessed >= 3 * 8192**2 * 2
+    assert "HloCostAnalysis" in analysis.cost_source
+    step = estimate_step(analysis, CHIPS["gpu-h200"], {}, "bfloat16", op_efficiency=GPU_OPS)
+    # the GEMM at the built-in curve's largest bf16 point (measured there: 1.59-1.72 ms a call), and
+    # whatever bytes XLA gives beside it at the stream
+    gemm = 2 * 8192**3 / (989e12 * GPU_OPS.dot)
+    assert step.estimate_s is not None
+    assert gemm * 0.999 <= step.estimate_s <= gemm + analysis.bytes_accessed / (4.8e12 * GPU_OPS.hbm)
+
+
+def test_a_cpu_cost_analysis_without_flops_leaves_them_unknown():
+    text = (
+        "HloModule m\n\nENTRY %main (a: f32[4]) -> f32[4] {\n  %a = f32[4]{0} parameter(0)\n"
+        "  ROOT %t = f32[4]{0} tanh(%a)\n}\n"
+    )
+    assert analyze_text(text, None, None, cost={"bytes accessed": 32.0}).flops is None
+
+
 def test_float32_gemms_run_at_tf32_and_bf16_ones_at_the_bf16_peak():
     chip = CHIPS["gpu-h200"]
     text = _module(_GEMM.format(target="__cublas$lt$matmul", precision="DEFAULT"))
@@ -238,7 +297,7 @@ def test_float32_gemms_run_at_tf32_and_bf16_ones_at_the_bf16_peak():
     call = analysis.kernels.calls[0]
     assert step.ops is not None and call.dtype == "float32"
     expected = max(
-        call.flops / (chip.f32_flops.value * GPU_OPS.dot),
+        call.flops / (chip.f32_flops.value * GPU_OPS.dot_at("float32", call.flops)),
         call.bytes_accessed / (chip.hbm_bytes_per_s.value * GPU_OPS.hbm),
     )
     assert step.ops.kernels_math_s + step.ops.kernels_hbm_s == pytest.approx(expected)
@@ -304,11 +363,15 @@ def test_a_step_of_small_kernels_takes_at_least_its_launches():
     roofline of microseconds; the launch floor (164 kernels, 8 trips, 22 buffers) is the estimate."""
     from shardcli.analysis.kernels import Launches
     from shardcli.analysis.op_roofline import launch_seconds
-    from shardcli.hardware.calibration import GPU_LAUNCH
+    from shardcli.hardware.builtin_profiles import GPU_LAUNCH
 
     floor = launch_seconds(Launches(164, 8, 22), GPU_LAUNCH)
-    assert floor == pytest.approx(59.4e-6 + 164 * 1.36e-6 + 8 * 9.6e-6 + 22 * 1.48e-6)
-    assert 0.75 < floor / 488e-6 < 1.0
+    launch = GPU_LAUNCH
+    assert floor == pytest.approx(
+        launch.call_s + 164 * launch.kernel_s + 8 * launch.trip_s + 22 * launch.buffer_s
+    )
+    # the H200 profile's figures (56.6 us a call, 1.37 us a kernel, 6.44 us a trip): 365 us, 0.75x
+    assert 0.7 < floor / 488e-6 < 1.0
     # a real step's launches hide behind its kernels: the 1.24B Llama is still bound by HBM
     step = estimate_step(
         fixture_analysis("llama1b"), CHIPS["gpu-h200"], {}, "bfloat16", op_efficiency=GPU_OPS

@@ -158,7 +158,7 @@ def test_host_transfers_are_a_term_of_the_roofline(host_bytes, sent_bytes, t_hos
 
 def _step(comm: dict[str, float | None], host: float, ops_math: float | None = None) -> StepEstimate:
     """A StepEstimate of 0.6 s of maths and 0.2 s of HBM (TPU: terms; GPU: ops), `comm` per axis."""
-    from shardcli.hardware.calibration import GPU_OPS
+    from shardcli.hardware.builtin_profiles import GPU_OPS
 
     ops = None
     if ops_math is not None:

@@ -58,8 +58,8 @@ def test_parse_run_arg(text, init, shape, entries):
     [
         pytest.param(
             "f32[8]@data=linspace",
-            "--arg 'f32[8]@data=linspace': =linspace is not valid; give one of arange, ones, zeros, "
-            "random or a .npy file, e.g. 'f32[32]@x=arange'",
+            "--arg 'f32[8]@data=linspace': =linspace is not valid; give one of arange, ones, zeros, random, "
+            "normal or a .npy file, e.g. 'f32[32]@x=arange'",
             id="unknown-init",
         ),
         pytest.param(
@@ -222,7 +222,8 @@ def test_values_file(cli, tmp_path):
         ),
         pytest.param(
             ("--arg", "i32[8]@x", "--init", "linspace"),
-            "shardcli: error: --init 'linspace' is not supported; choose one of arange, ones, zeros, random",
+            "shardcli: error: --init 'linspace' is not supported; choose one of arange, ones, zeros, random, "
+            "normal",
             id="bad-init",
         ),
     ],

@@ -250,7 +250,7 @@ def test_parse_init(name):
     [pytest.param("eye", id="unknown"), pytest.param("Arange", id="case"), pytest.param("", id="empty")],
 )
 def test_parse_init_errors(name):
-    message = f"--init {name!r} is not supported; choose one of arange, ones, zeros, random"
+    message = f"--init {name!r} is not supported; choose one of arange, ones, zeros, random, normal"
     with pytest.raises(ShardcliError, match=re.escape(message)):
         parse_init(name)
 
@@ -558,7 +558,7 @@ def _build(factory):
         ),
         pytest.param(
             lambda s: s.ArraySpec(shape=(4,), dtype=s.DTYPES["float32"], init="linspace"),
-            "init 'linspace' is not valid; choose one of arange, ones, zeros, random",
+            "init 'linspace' is not valid; choose one of arange, ones, zeros, random, normal",
             id="array-init",
         ),
         pytest.param(

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from shardcli.analysis.collectives import operand_bytes
 from shardcli.analysis.kernels import Launches
 from shardcli.analysis.program import ProgramAnalysis
-from shardcli.hardware.calibration import GPU_LAUNCH, LaunchCosts, OpEfficiency
+from shardcli.hardware.builtin_profiles import GPU_LAUNCH
+from shardcli.hardware.calibration import LaunchCosts, OpEfficiency
 from shardcli.hardware.chips import Chip, Figure
 
 

@@ -300,19 +300,25 @@ def analyze_text(
     optimal = cost.get("optimal_seconds")
     module = parse_module(text)
     cost_source = "cost_analysis()"
-    # A GPU target's compiler gives no cost_analysis() at all: then XLA's analysis of its text. A
-    # cost_analysis() without a FLOPs figure (XLA on CPU for tanh) leaves FLOPs unknown, never 0.
-    if not cost:
-        try:
-            xla_flops, xla_bytes = xla_cost_of_text(text)
-            cost_source = "XLA's HloCostAnalysis of the compiled HLO (the backend gives no cost_analysis())"
-        except Exception as error:  # noqa: BLE001 - then there are no FLOPs, and that is said
-            lines.append(f"FLOPs and bytes: no cost_analysis() and XLA could not analyse the text ({error})")
-    counted = count_trips(module, xla_flops, xla_bytes)
-    lines.extend(counted.missing)
     runs = runs_per_computation(module)
     kernels = kernel_calls(module, runs, constants)
     lines.extend(kernels.missing)
+    # A GPU target's compiler gives no cost_analysis() at all, and a GPU's gives no figure for a
+    # program whose work is all library calls (an einsum alone: no "flops"): then XLA's analysis of
+    # its text, for what it lacks. A cost_analysis() without a FLOPs figure elsewhere (XLA on CPU for
+    # tanh) leaves FLOPs unknown, never 0.
+    if not cost or (kernels.calls and (xla_flops is None or xla_bytes is None)):
+        try:
+            text_flops, text_bytes = xla_cost_of_text(text)
+        except Exception as error:  # noqa: BLE001 - then there are no FLOPs, and that is said
+            lines.append(f"FLOPs and bytes: no cost_analysis() and XLA could not analyse the text ({error})")
+        else:
+            lacked = "no cost_analysis()" if not cost else "cost_analysis() without a figure for them"
+            cost_source = f"XLA's HloCostAnalysis of the compiled HLO (the backend gives {lacked})"
+            xla_flops = text_flops if xla_flops is None else xla_flops
+            xla_bytes = text_bytes if xla_bytes is None else xla_bytes
+    counted = count_trips(module, xla_flops, xla_bytes)
+    lines.extend(counted.missing)
     within = slices.ici_shape if slices is not None else mesh_shape
     collectives = parse_collectives(text, within, axis_names, module=module, user_files=user_files)
     if slices is not None:

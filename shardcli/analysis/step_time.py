@@ -28,7 +28,7 @@ axis lies on the hardware:
 On a GPU, and on a CPU with a calibrated profile, T_math and T_hbm are the per-op roofline instead
 (`analysis.op_roofline`): each op's own roofline, summed; on a CPU nothing overlaps (the maths, the
 bytes, the collectives and the call add up). The efficiencies are
-`shardcli.hardware.calibration.GPU_OPS`, measured, or a profile's.
+`shardcli.hardware.builtin_profiles.GPU_OPS`, measured, or a profile's.
 
 The bandwidth of a mesh axis (`AxisLink`, in `analysis.axis_links`):
 - TPU: ICI per link, one way (hardware table), times the torus dimensions the axis runs along,
@@ -59,7 +59,8 @@ from shardcli.analysis.axis_links import profiled_links, slices_of_mesh
 from shardcli.analysis.exposed import Exposure, exposed_by_axes, exposures, op_seconds
 from shardcli.analysis.op_roofline import OpRoofline, op_roofline
 from shardcli.analysis.program import CollectiveOp, ProgramAnalysis
-from shardcli.hardware.calibration import CALIBRATION, GPU_LAUNCH, GPU_OPS, LaunchCosts, OpEfficiency
+from shardcli.hardware.builtin_profiles import GPU_LAUNCH, GPU_OPS
+from shardcli.hardware.calibration import CALIBRATION, LaunchCosts, OpEfficiency
 from shardcli.hardware.chips import Chip, Figure, chip_for_kind
 from shardcli.hardware.profile import HardwareProfile, profile_for
 

@@ -36,11 +36,11 @@ def calibrate(
     Example: shardcli calibrate --mesh 8 --out cpu.json
     """
     from shardcli.hardware.profile import check_out_path, save_profile
-    from shardcli.playground.calibrate import calibrate_request, run_calibrate
+    from shardcli.playground.calibrate import CalibrateRequest, run_calibrate
     from shardcli.render.calibrate import progress_lines, render_calibration
     from shardcli.specs.meshes import parse_mesh
 
-    request = calibrate_request(parse_mesh(mesh, axes), options, quick=quick)
+    request = CalibrateRequest(parse_mesh(mesh, axes), options, quick=quick)
     check_out_path(out)
     profile = run_calibrate(request, progress_lines(options))
     save_profile(profile, out)

@@ -24,7 +24,7 @@ Arg = Annotated[
     typer.Option(
         "--arg",
         help="One per positional argument, in order: DTYPE[SHAPE]@SPEC=VALUES, e.g. 'f32[32]@x=arange' "
-        "(VALUES: arange, ones, zeros, random or a .npy file; left out: --init).",
+        "(VALUES: arange, ones, zeros, random, normal or a .npy file; left out: --init).",
         show_default=False,
     ),
 ]

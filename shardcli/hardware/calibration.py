@@ -7,13 +7,10 @@ its source. Pure data, stored once; `analysis.step_time` (inspect) and `plan.est
 - GPU: the sum over the program's ops of each op's own roofline (XProf's roofline model, the scaling
   book's per-op reasoning): a library GEMM, attention or convolution kernel takes max(its FLOPs /
   (peak x the dot efficiency), its bytes / (HBM x the HBM efficiency)); every other op together the
-  same with XLA's FLOPs and bytes. The two efficiencies come from two microbenchmarks measured on one
-  H200 (jax 0.11.2, CUDA 13 plugin, 2026-11-27; examples/gpu_h200/README.md): an 8192^3 bf16
-  einsum, 1.84 ms = 598 of 989 TFLOP/s, and `tanh(x) * 2 + 1` over 1 GiB in and out, 0.730 ms = 2.94
-  of 4.8 TB/s. The train steps measured the same day were never used to set them; `bench/gpu_estimate.py`
-  prints estimate / measured for those. No H100 was measured: its estimate uses the H200's efficiencies.
-  A step of many small kernels takes at least its launches (`GPU_LAUNCH`, from `bench/gpu_launch.py`
-  on the same H200): a fixed cost per call, per kernel, per loop trip and per array it takes or returns.
+  same with XLA's FLOPs and bytes. The efficiencies (`OpEfficiency`: a GEMM's read from a measured
+  curve at its FLOPs) and the launch costs (`LaunchCosts`) are a measured profile's:
+  `hardware.builtin_profiles` holds the one `shardcli calibrate` measured on an H200, `--hardware
+  FILE` a user's own.
 """
 
 from __future__ import annotations
@@ -76,14 +73,6 @@ CALIBRATION = Calibration(
 )
 ROOFLINE = Calibration(1.0, "none: the roofline as it is (1.0)")
 
-_H200 = "measured on one H200 SXM, jax 0.11.2, 2026-11-27"
-GPU_OPS = OpEfficiency(
-    dot=598 / 989,
-    hbm=2.94 / 4.8,
-    dot_source=f"{_H200}: an 8192^3 bf16 einsum ran 598 of the datasheet's 989 TFLOP/s (0.605)",
-    hbm_source=f"{_H200}: tanh(x) * 2 + 1 over 1 GiB in and out ran 2.94 of the datasheet's 4.8 TB/s (0.613)",
-)
-
 
 @dataclass(frozen=True)
 class LaunchCosts:
@@ -99,18 +88,3 @@ class LaunchCosts:
     # its kernels, its transfers hidden behind them); a CPU's devices share the host's cores, so there
     # the call's cost, the ops and the transfers come one after another
     overlaps: bool = True
-
-
-# bench/gpu_launch.py on one H200, jax 0.11.2 with the CUDA 13 plugin, 2026-11-27, p50 of 30 calls:
-# `tanh(x @ w)` chained 1-256 times on f32[16,16]: 1.36 us per kernel, 59.4 us at none; the same body
-# in a fori_loop of 16-256 trips: 13.68 us per trip (3 kernels each: 9.6 us beyond them); K f32[16]
-# arguments each plus one (K kernels, K buffers in and K out): 4.32 us per argument, 1.48 us per
-# buffer beyond its kernel.
-GPU_LAUNCH = LaunchCosts(
-    call_s=59.4e-6,
-    kernel_s=1.36e-6,
-    trip_s=9.6e-6,
-    buffer_s=1.48e-6,
-    source=f"{_H200}: bench/gpu_launch.py, 1.36 us a kernel, 9.6 us a loop trip, 1.48 us a buffer, "
-    "59 us a call",
-)

@@ -21,7 +21,7 @@ from typing import Any
 
 from shardcli.analysis.step_time import StepEstimate
 from shardcli.errors import ShardcliError
-from shardcli.hardware.calibration import GPU_OPS
+from shardcli.hardware.builtin_profiles import GPU_OPS
 from shardcli.hardware.targets import TargetSpec
 from shardcli.plan import compiles as plan_compile
 from shardcli.plan.analytic import ChipFigures, Modelled, chip_figures, model_candidate

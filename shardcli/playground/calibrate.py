@@ -39,30 +39,59 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class CalibrateRequest:
-    """What to measure: the mesh (every axis's collective), the GEMM sizes per dtype, the counts."""
+    """What to measure: the mesh (every axis's collective), and whether only the smallest sizes."""
 
     mesh: MeshSpec
-    matmul_sizes: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype, M = N = K per device)
+    options: RunOptions
+    quick: bool = False
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each measurement moves: the GEMM sizes per dtype, the bytes, the counts."""
+
+    matmul: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype, M = N = K per device)
     stream_bytes: int  # per device, read and as much written
     bus_bytes: int  # per device, the all-reduce's input
     copy_bytes: int  # per device, host to device and back
     trips: int  # the loop of the loop-trip measurement
     warmup: int
     iters: int
-    options: RunOptions
     collectives: tuple[str, ...] = ("psum", "all_gather", "psum_scatter", "all_to_all", "ppermute")
 
 
-DEFAULT_SIZES = (("float32", (64, 128, 256, 512, 1024)), ("bfloat16", (64, 128, 256)))
-QUICK_SIZES = (("float32", (16, 32)), ("bfloat16", (16,)))
+# A CPU's (faked devices sharing the host's cores): within 3 minutes on a 2-core machine faking 8.
+CPU_SIZES = Sizes(
+    (("float32", (64, 128, 256, 512, 1024)), ("bfloat16", (64, 128, 256))),
+    16 << 20,
+    4 << 20,
+    16 << 20,
+    1024,
+    3,
+    30,
+)
+# An accelerator's: GEMMs up to where a GPU's library kernels reach their rate (an 8192^3 bf16 GEMM
+# is ~1 ms on an H100), a stream and copies of many times a GPU's L2 (50-60 MB)
+ACCELERATOR_SIZES = Sizes(
+    (("bfloat16", (256, 512, 1024, 2048, 4096, 8192)), ("float32", (256, 1024, 4096, 8192))),
+    1 << 30,
+    256 << 20,
+    256 << 20,
+    1024,
+    3,
+    30,
+)
+# The smallest sizes and fewest runs, one collective (seconds: a smoke test)
+QUICK_SIZES = Sizes(
+    (("float32", (16, 32)), ("bfloat16", (16,))), 64 << 10, 64 << 10, 64 << 10, 8, 1, 3, ("psum",)
+)
 
 
-def calibrate_request(mesh: MeshSpec, options: RunOptions, *, quick: bool = False) -> CalibrateRequest:
-    """The default measurements (within 3 minutes on a 2-core machine faking 8 devices), or `quick`'s
-    smallest sizes and fewest runs (seconds: for tests)."""
+def sizes_for(platform: str, *, quick: bool = False) -> Sizes:
+    """The sizes calibrate measures on `platform`'s devices ("cpu", "gpu", "tpu")."""
     if quick:
-        return CalibrateRequest(mesh, QUICK_SIZES, 64 << 10, 64 << 10, 64 << 10, 8, 1, 3, options, ("psum",))
-    return CalibrateRequest(mesh, DEFAULT_SIZES, 16 << 20, 4 << 20, 16 << 20, 1024, 3, 30, options)
+        return QUICK_SIZES
+    return CPU_SIZES if platform == "cpu" else ACCELERATOR_SIZES
 
 
 def _measured(samples: tuple[float, ...], amount: float, unit: str, how: str) -> Measured:
@@ -71,8 +100,8 @@ def _measured(samples: tuple[float, ...], amount: float, unit: str, how: str) ->
     return Measured(amount / fastest if amount else fastest, unit, how, samples)
 
 
-def _timed(step: Any, x: Any, request: CalibrateRequest) -> tuple[float, ...]:
-    samples, _ = time_iterations(step, x, warmup=request.warmup, iters=request.iters)
+def _timed(step: Any, x: Any, sizes: Sizes, fresh: Callable[[], Any] | None = None) -> tuple[float, ...]:
+    samples, _ = time_iterations(step, x, warmup=sizes.warmup, iters=sizes.iters, fresh=fresh)
     return samples
 
 
@@ -88,35 +117,38 @@ def _sharded(session: Session, shape: tuple[int, ...], dtype: str = "float32") -
     return jax.device_put(jnp.ones((n * shape[0], *shape[1:]), dtype), sharding)
 
 
-def measure_call(session: Session, request: CalibrateRequest) -> Measured:
+def measure_call(session: Session, sizes: Sizes) -> Measured:
     """The fastest of a call that does almost nothing: one add over 8 floats per device."""
     import jax
 
     x = _sharded(session, (8,))
-    samples = _timed(jax.jit(lambda v: v + 1), x, request)
+    samples = _timed(jax.jit(lambda v: v + 1), x, sizes)
     n = session.spec.size
     return _measured(samples, 0, "s", f"fastest of jit(x + 1) over f32[8] on each of {n} devices")
 
 
-def measure_loop_trip(session: Session, request: CalibrateRequest, call_s: float) -> Measured:
+def measure_loop_trip(session: Session, sizes: Sizes, call_s: float) -> Measured:
     """What one more trip of a loop costs: a fori_loop of `trips` tiny trips, less the call, per trip."""
     import jax
     from jax import lax
 
     x = _sharded(session, (8,))
-    trips = request.trips
+    trips = sizes.trips
     loop = jax.jit(lambda v: lax.fori_loop(0, trips, lambda i, a: a * 1.0001 + 1, v))
-    samples = _timed(loop, x, request)
+    samples = _timed(loop, x, sizes)
     fastest = summarize(samples).min
     per_trip = max(0.0, fastest - call_s) / trips
     how = f"fori_loop of {trips} trips of a * 1.0001 + 1 over f32[8] per device: (fastest - a call) / {trips}"
     return Measured(per_trip, "s", how, samples)
 
 
-def measure_kernel(session: Session, request: CalibrateRequest, call_s: float) -> Measured:
-    """What one more kernel launch costs on a GPU: tanh(x @ w) chained 32 times on f32[16,16]."""
+def measure_kernel(session: Session, sizes: Sizes, call_s: float) -> Measured:
+    """What one more kernel launch costs on a GPU: tanh(x @ w) chained 32 times on f32[16,16], its
+    kernels counted in the compiled program (XLA fuses some of the tanhs into their GEMMs)."""
     import jax
     import jax.numpy as jnp
+
+    from shardcli.analysis.program import analyze_compiled
 
     x = _sharded(session, (16, 16))
 
@@ -125,24 +157,31 @@ def measure_kernel(session: Session, request: CalibrateRequest, call_s: float) -
             v = jnp.tanh(v @ jnp.ones((16, 16), v.dtype))
         return v
 
-    samples = _timed(jax.jit(chain), x, request)
-    per = max(0.0, summarize(samples).min - call_s) / 64
-    return Measured(per, "s", "tanh(x @ w) chained 32 times on f32[16,16]: (fastest - a call) / 64", samples)
+    compiled = jax.jit(chain).lower(x).compile()
+    launches = analyze_compiled(compiled, session.mesh).launches
+    kernels = launches.kernels if launches is not None and launches.kernels > 1 else 64
+    samples = _timed(compiled, x, sizes)
+    per = max(0.0, summarize(samples).min - call_s) / (kernels - 1)
+    how = (
+        f"tanh(x @ w) chained 32 times on f32[16,16], {kernels} kernels: (fastest - a call of one "
+        f"kernel) / {kernels - 1}"
+    )
+    return Measured(per, "s", how, samples)
 
 
-def measure_stream(session: Session, request: CalibrateRequest) -> Measured:
+def measure_stream(session: Session, sizes: Sizes) -> Measured:
     """Bytes per second each device streams: x * 2 + 1 over `stream_bytes` in and as much out."""
     import jax
 
-    count = request.stream_bytes // 4
+    count = sizes.stream_bytes // 4
     x = _sharded(session, (count,))
-    samples = _timed(jax.jit(lambda v: v * 2 + 1), x, request)
-    mib = request.stream_bytes / (1 << 20)
+    samples = _timed(jax.jit(lambda v: v * 2 + 1), x, sizes)
+    mib = sizes.stream_bytes / (1 << 20)
     how = f"x * 2 + 1 over f32 {mib:g} MiB in and out per device, all {session.spec.size} devices at once"
-    return _measured(samples, 2 * request.stream_bytes, "B/s", how)
+    return _measured(samples, 2 * sizes.stream_bytes, "B/s", how)
 
 
-def measure_copies(session: Session, request: CalibrateRequest) -> tuple[Measured, Measured]:
+def measure_copies(session: Session, sizes: Sizes) -> tuple[Measured, Measured]:
     """Host to device (jax.device_put of a host array) and back (np.asarray), bytes per device per s."""
     import jax
     import numpy as np
@@ -150,22 +189,22 @@ def measure_copies(session: Session, request: CalibrateRequest) -> tuple[Measure
     from jax.sharding import PartitionSpec as P
 
     n = session.spec.size
-    host = np.ones(n * request.copy_bytes // 4, np.float32)
+    host = np.ones(n * sizes.copy_bytes // 4, np.float32)
     sharding = NamedSharding(session.mesh, P(tuple(session.spec.axes)))
-    to_device = _timed(lambda h: jax.device_put(h, sharding), host, request)
-    on_device = jax.device_put(host, sharding)
-    to_host = _timed(lambda a: np.asarray(a), on_device, request)
-    mib = request.copy_bytes / (1 << 20)
+    to_device = _timed(lambda h: jax.device_put(h, sharding), host, sizes)
+    # each copy back from a fresh array: a jax.Array keeps its host copy after the first
+    to_host = _timed(np.asarray, None, sizes, fresh=lambda: jax.device_put(host, sharding))
+    mib = sizes.copy_bytes / (1 << 20)
     return (
         _measured(
-            to_device, request.copy_bytes, "B/s", f"jax.device_put of {mib:g} MiB per device, {n} devices"
+            to_device, sizes.copy_bytes, "B/s", f"jax.device_put of {mib:g} MiB per device, {n} devices"
         ),
-        _measured(to_host, request.copy_bytes, "B/s", f"np.asarray of {mib:g} MiB per device, {n} devices"),
+        _measured(to_host, sizes.copy_bytes, "B/s", f"np.asarray of {mib:g} MiB per device, {n} devices"),
     )
 
 
 def measure_matmul_curve(
-    request: CalibrateRequest, call_s: float, progress: Progress
+    request: CalibrateRequest, sizes: Sizes, call_s: float, progress: Progress
 ) -> tuple[MatmulPoint, ...]:
     """The matmul playground's `local` case at each size: FLOP/s per device, the call's cost off."""
     from shardcli.playground.matmul.request import MatmulRequest
@@ -174,9 +213,9 @@ def measure_matmul_curve(
 
     n = request.mesh.size
     points = []
-    for dtype, sizes in request.matmul_sizes:
-        progress(f"matmul {dtype} {', '.join(map(str, sizes))}")
-        base = min(sizes)
+    for dtype, edges in sizes.matmul:
+        progress(f"matmul {dtype} {', '.join(map(str, edges))}")
+        base = min(edges)
         result = run_matmul(
             MatmulRequest(
                 cases=("local",),
@@ -184,11 +223,13 @@ def measure_matmul_curve(
                 dtype=parse_dtype(dtype),
                 impls=("manual",),
                 dims=(n * base, base, base),
-                init="ones",
-                scales=tuple(float(s) / base for s in sizes),
+                # what programs multiply: on an H200 an 8192^3 bf16 GEMM of ones ran at 822 TFLOP/s,
+                # of uniform [0, 1) numbers at 748
+                init="normal",
+                scales=tuple(float(s) / base for s in edges),
                 show_values=False,
-                warmup=request.warmup,
-                iters=request.iters,
+                warmup=sizes.warmup,
+                iters=sizes.iters,
                 options=request.options,
             )
         )
@@ -199,15 +240,16 @@ def measure_matmul_curve(
             size = run.dims[1]
             seconds = max(timing.stats.min - call_s, 0.5 * timing.stats.min)
             how = (
-                f"the matmul playground's local case, {dtype} {size}x{size}x{size} per device on all {n} "
-                "devices at once: 2 M N K / (the fastest run - a call, at least half of it)"
+                f"the matmul playground's local case, {dtype} {size}x{size}x{size} of standard normal "
+                f"numbers per device on all {n} devices at once: 2 M N K / (the fastest run - a call, "
+                "at least half of it)"
             )
             points.append(MatmulPoint(dtype, size, 2.0 * size**3 / seconds, how, timing.samples))
     return tuple(points)
 
 
 def measure_bus(
-    session: Session, request: CalibrateRequest, progress: Progress, stream: Measured
+    session: Session, request: CalibrateRequest, sizes: Sizes, progress: Progress, stream: Measured
 ) -> tuple[BusPoint, ...]:
     """The collective playground's collectives over each mesh axis of two devices or more: busbw of
     the collective alone (`collective_alone`)."""
@@ -219,7 +261,7 @@ def measure_bus(
 
     points = []
     axes = [(a, n) for a, n in zip(request.mesh.axes, request.mesh.shape, strict=True) if n > 1]
-    for (axis, size), name in ((a, c) for a in axes for c in request.collectives):
+    for (axis, size), name in ((a, c) for a in axes for c in sizes.collectives):
         progress(f"{name} over {axis} ({size} devices)")
         collective = CollectiveRequest(
             collective=name,
@@ -227,13 +269,13 @@ def measure_bus(
             params=CollectiveParams(axes=(axis,)),
             dtype=parse_dtype("float32"),
             init=parse_init("ones"),
-            sizes=(request.bus_bytes,),
+            sizes=(sizes.bus_bytes,),
             # a fresh output per call, as a jitted program's collective writes one: nccl-tests' one
             # donated output buffer never pays for new memory, and on a CPU that is most of an
             # all-gather's cost (its 8x output: the kernel faults in and zeroes every page each call)
             out_buffer=OutBuffer.FRESH,
-            warmup=request.warmup,
-            iters=request.iters,
+            warmup=sizes.warmup,
+            iters=sizes.iters,
             show_values=False,
             options=request.options,
         )
@@ -297,10 +339,11 @@ def run_calibrate(request: CalibrateRequest, progress: Progress | None = None) -
     say = progress or (lambda _: None)
     session = open_session(request.mesh, request.options)
     rt = session.runtime
+    sizes = sizes_for(rt.platform, quick=request.quick)
     say(f"calling: {rt.device_count} {rt.device_kind} devices")
-    call = measure_call(session, request)
+    call = measure_call(session, sizes)
     say("loop trips")
-    trip = measure_loop_trip(session, request, call.value)
+    trip = measure_loop_trip(session, sizes, call.value)
     kernel, not_measured = (
         None,
         [
@@ -309,19 +352,19 @@ def run_calibrate(request: CalibrateRequest, progress: Progress | None = None) -
     )
     if rt.platform == "gpu":
         say("kernel launches")
-        kernel = measure_kernel(session, request, call.value)
+        kernel = measure_kernel(session, sizes, call.value)
     else:
         not_measured.append(
             f"kernel launches: {rt.platform} programs launch no kernels (in the per-call cost)"
         )
     say("memory stream")
-    stream = measure_stream(session, request)
+    stream = measure_stream(session, sizes)
     say("host copies")
-    to_device, to_host = measure_copies(session, request)
-    buses = measure_bus(session, request, say, stream)
+    to_device, to_host = measure_copies(session, sizes)
+    buses = measure_bus(session, request, sizes, say, stream)
     if not buses:
         not_measured.append("collectives: the mesh has no axis of two devices or more")
-    curve = measure_matmul_curve(request, call.value, say)
+    curve = measure_matmul_curve(request, sizes, call.value, say)
     return HardwareProfile(
         device_kind=rt.device_kind,
         platform=rt.platform,

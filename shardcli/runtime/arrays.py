@@ -52,8 +52,10 @@ def make_host_array(spec: ArraySpec, seed: int = RANDOM_SEED, start: int = 0) ->
             if start + spec.size > top:  # wrap instead of overflowing narrow ints
                 flat = flat % (top + 1)
         return flat.astype(dt).reshape(spec.shape)
-    if spec.init == "random":
+    if spec.init in ("random", "normal"):
         rng = np.random.default_rng(seed)
+        if spec.dtype.kind == "float" and spec.init == "normal":
+            return rng.standard_normal(spec.shape, dtype=np.float32).astype(dt)
         if spec.dtype.kind == "float":
             return rng.random(spec.shape, dtype=np.float32).astype(dt)
         if spec.dtype.kind == "bool":

@@ -73,6 +73,7 @@ def time_iterations(
     iters: int,
     chain: bool = False,
     out: Any = None,
+    fresh: Callable[[], Any] | None = None,
 ) -> tuple[tuple[float, ...], Any]:
     """Run `step` warmup + iters times, blocking on each result; time the last `iters`.
 
@@ -83,6 +84,8 @@ def time_iterations(
         out: an output buffer. Each call is `step(x, out)` with `out` donated to it, and the
             result becomes the next call's `out`: out of place into one preallocated buffer,
             like nccl-tests' recvbuff. None: `step(x)` allocates a fresh output every call.
+        fresh: makes each call's input afresh, untimed, in place of `x` (a copy back to the host,
+            which a jax.Array keeps after the first: the calls after it would copy nothing).
 
     Returns:
         The per-iteration seconds and the last output.
@@ -96,6 +99,10 @@ def time_iterations(
             # Free the previous result first: holding it makes every call fault in fresh pages
             # (measured: all_gather 1 MiB x 8 took 13-14 ms instead of 6-7 ms).
             y = None
+        if fresh is not None:
+            x = fresh()
+            if hasattr(x, "block_until_ready"):
+                x.block_until_ready()
         start = time.perf_counter()
         y = step(x) if out is None else step(x, out)
         if hasattr(y, "block_until_ready"):

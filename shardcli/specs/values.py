@@ -51,6 +51,7 @@ INITS = {
     "ones": "every element 1",
     "zeros": "every element 0",
     "random": "uniform in [0, 1) for floats, [0, 100) for ints (fixed seed)",
+    "normal": "standard normal for floats (fixed seed), as weights and activations are; ints as random",
 }
 
 

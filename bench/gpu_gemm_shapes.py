@@ -1,0 +1,58 @@
+"""The GEMMs of examples/llama.py's train step (Llama 3.2 1B shapes, batch 16 x 2048), each timed alone
+on this host's GPU beside the square GEMM of the same FLOPs: how far a GEMM's rate follows its FLOPs.
+
+    python bench/gpu_gemm_shapes.py        # needs a GPU; prints TFLOP/s per shape
+
+Each product is jitted alone (bf16 in, bf16 out, as the step's are), called twice untimed, then
+timed 10 times each waiting for its result; the fastest is printed (the call's cost included).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+
+TOKENS = 16 * 2048
+# (name, M, K, N): the step's projections at its model widths (dim 2048, hidden 8192, 8 kv heads
+# of 64, vocab 128,256)
+SHAPES = [
+    ("q/o projection", TOKENS, 2048, 2048),
+    ("k/v projection", TOKENS, 2048, 512),
+    ("gate/up", TOKENS, 2048, 8192),
+    ("down", TOKENS, 8192, 2048),
+    ("lm head", TOKENS, 2048, 128_256),
+    ("weight grad gate/up", 2048, TOKENS, 8192),
+]
+
+
+def fastest(m: int, k: int, n: int) -> float:
+    key = jax.random.key(0)
+    a = jax.random.normal(key, (m, k), jnp.bfloat16)
+    b = jax.random.normal(key, (k, n), jnp.bfloat16)
+    f = jax.jit(lambda x, y: x @ y)
+    for _ in range(2):
+        jax.block_until_ready(f(a, b))
+    times = []
+    for _ in range(10):
+        start = time.perf_counter()
+        jax.block_until_ready(f(a, b))
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    print(f"{'GEMM':<22} {'M x K x N':>22} {'GFLOP':>8} {'TFLOP/s':>8} {'square':>6} {'TFLOP/s':>8}")
+    for name, m, k, n in SHAPES:
+        flops = 2.0 * m * k * n
+        side = max(128, round((m * k * n) ** (1 / 3) / 128) * 128)
+        rate, square = flops / fastest(m, k, n), 2.0 * side**3 / fastest(side, side, side)
+        shape = f"{m}x{k}x{n}"
+        print(
+            f"{name:<22} {shape:>22} {flops / 1e9:>8.0f} {rate / 1e12:>8.0f} {side:>6} {square / 1e12:>8.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
