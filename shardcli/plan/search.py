@@ -283,8 +283,8 @@ def platform_calibration(platform: str) -> Calibration:
     if platform == "cuda":
         return Calibration(
             1.0,
-            f"per-op roofline: GEMMs at {GPU_OPS.dot:.2f} of the peak, other ops at {GPU_OPS.hbm:.2f} of "
-            "HBM, both measured on one H200",
+            f"per-op roofline: GEMMs at a measured curve by size (up to {GPU_OPS.dot:.2f} of the peak), "
+            f"other ops at {GPU_OPS.hbm:.2f} of HBM, both measured on one H200 (shardcli calibrate)",
         )
     return CALIBRATION
 

@@ -1,8 +1,10 @@
 """`shardcli calibrate`'s measurements: this machine's devices, measured with the playground's own runs.
 
-- the GEMM curve: the matmul playground's `local` case (each device multiplies its own square
-  blocks, all at once) at each size and dtype, its per-call cost taken off each run;
-- the memory stream: `x * 2 + 1` over a buffer per device, bytes read and written per second;
+- the GEMM curve: each device multiplies its own square blocks of standard normal numbers, all at
+  once, at each size and dtype, its per-call cost taken off each run; on an accelerator small GEMMs
+  chained in one program (`chain_length`), so that the kernels' time sets their rate, not a call's;
+- the memory stream: `x * 2 + 1` over a buffer per device, bytes read and written per second, the
+  call's cost taken off as a GEMM's;
 - the bus bandwidth per mesh axis: the collective playground's `psum` over each axis (busbw), and
   its `all_gather`, `psum_scatter`, `all_to_all` and `ppermute` (what a byte of each costs), each
   call writing a fresh output as a jitted program's collective does, and each timed as the
@@ -23,8 +25,9 @@ callback).
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from shardcli.analysis.collectives import HloCollective, operand_bytes
@@ -58,32 +61,47 @@ class Sizes:
     warmup: int
     iters: int
     collectives: tuple[str, ...] = ("psum", "all_gather", "psum_scatter", "all_to_all", "ppermute")
+    # GEMMs chained in one timed program until their FLOPs reach chain_flops, at most max_chain: on a
+    # GPU a small GEMM's kernel takes microseconds and a call ~60 (measured alone, the call's jitter
+    # would set its rate); in a step the GPU runs ahead of the host and the kernels follow each other
+    chain_flops: float = 0.0
+    max_chain: int = 1
 
 
 # A CPU's (faked devices sharing the host's cores): within 3 minutes on a 2-core machine faking 8.
 CPU_SIZES = Sizes(
-    (("float32", (64, 128, 256, 512, 1024)), ("bfloat16", (64, 128, 256))),
-    16 << 20,
-    4 << 20,
-    16 << 20,
-    1024,
-    3,
-    30,
+    matmul=(("float32", (64, 128, 256, 512, 1024)), ("bfloat16", (64, 128, 256))),
+    stream_bytes=16 << 20,
+    bus_bytes=4 << 20,
+    copy_bytes=16 << 20,
+    trips=1024,
+    warmup=3,
+    iters=30,
 )
 # An accelerator's: GEMMs up to where a GPU's library kernels reach their rate (an 8192^3 bf16 GEMM
-# is ~1 ms on an H100), a stream and copies of many times a GPU's L2 (50-60 MB)
+# is ~1.5 ms on an H200), each chained to the FLOPs of a 4096^3 one; a stream and copies of many
+# times a GPU's L2 (50-60 MB)
 ACCELERATOR_SIZES = Sizes(
-    (("bfloat16", (256, 512, 1024, 2048, 4096, 8192)), ("float32", (256, 1024, 4096, 8192))),
-    1 << 30,
-    256 << 20,
-    256 << 20,
-    1024,
-    3,
-    30,
+    matmul=(("bfloat16", (256, 512, 1024, 2048, 4096, 8192)), ("float32", (256, 1024, 4096, 8192))),
+    stream_bytes=1 << 30,
+    bus_bytes=256 << 20,
+    copy_bytes=256 << 20,
+    trips=1024,
+    warmup=3,
+    iters=30,
+    chain_flops=2.0 * 4096**3,
+    max_chain=64,
 )
 # The smallest sizes and fewest runs, one collective (seconds: a smoke test)
 QUICK_SIZES = Sizes(
-    (("float32", (16, 32)), ("bfloat16", (16,))), 64 << 10, 64 << 10, 64 << 10, 8, 1, 3, ("psum",)
+    matmul=(("float32", (16, 32)), ("bfloat16", (16,))),
+    stream_bytes=64 << 10,
+    bus_bytes=64 << 10,
+    copy_bytes=64 << 10,
+    trips=8,
+    warmup=1,
+    iters=3,
+    collectives=("psum",),
 )
 
 
@@ -169,16 +187,28 @@ def measure_kernel(session: Session, sizes: Sizes, call_s: float) -> Measured:
     return Measured(per, "s", how, samples)
 
 
-def measure_stream(session: Session, sizes: Sizes) -> Measured:
+def measure_stream(session: Session, sizes: Sizes, call_s: float) -> Measured:
     """Bytes per second each device streams: x * 2 + 1 over `stream_bytes` in and as much out."""
     import jax
 
     count = sizes.stream_bytes // 4
     x = _sharded(session, (count,))
     samples = _timed(jax.jit(lambda v: v * 2 + 1), x, sizes)
-    mib = sizes.stream_bytes / (1 << 20)
-    how = f"x * 2 + 1 over f32 {mib:g} MiB in and out per device, all {session.spec.size} devices at once"
-    return _measured(samples, 2 * sizes.stream_bytes, "B/s", how)
+    return stream_measured(samples, sizes.stream_bytes, call_s, session.spec.size)
+
+
+def stream_measured(samples: tuple[float, ...], stream_bytes: int, call_s: float, devices: int) -> Measured:
+    """The stream's rate from its runs: bytes read and written over the fastest run less a call (at
+    least half of it), as a GEMM's; the estimate charges the call once, apart (on an H200 the call
+    was ~9% of a 1 GiB stream's run)."""
+    fastest = summarize(samples).min
+    seconds = max(fastest - call_s, 0.5 * fastest)
+    mib = stream_bytes / (1 << 20)
+    how = (
+        f"x * 2 + 1 over f32 {mib:g} MiB in and out per device, all {devices} devices at once: bytes / "
+        f"(the fastest run - a call, at least half of it)"
+    )
+    return Measured(2 * stream_bytes / seconds, "B/s", how, samples)
 
 
 def measure_copies(session: Session, sizes: Sizes) -> tuple[Measured, Measured]:
@@ -203,48 +233,61 @@ def measure_copies(session: Session, sizes: Sizes) -> tuple[Measured, Measured]:
     )
 
 
-def measure_matmul_curve(
-    request: CalibrateRequest, sizes: Sizes, call_s: float, progress: Progress
-) -> tuple[MatmulPoint, ...]:
-    """The matmul playground's `local` case at each size: FLOP/s per device, the call's cost off."""
-    from shardcli.playground.matmul.request import MatmulRequest
-    from shardcli.playground.matmul.run import run_matmul
-    from shardcli.specs.values import parse_dtype
+def chain_length(size: int, sizes: Sizes) -> int:
+    """How many GEMMs of `size` one timed program chains: enough that the chain's FLOPs reach
+    `sizes.chain_flops` (a kernel's own time, not the call's, then sets the rate), at most
+    `sizes.max_chain`."""
+    return max(1, min(sizes.max_chain, math.ceil(sizes.chain_flops / (2.0 * size**3))))
 
-    n = request.mesh.size
+
+def measure_gemm(session: Session, dtype: str, size: int, sizes: Sizes, call_s: float) -> MatmulPoint:
+    """FLOP/s per device of a `size`^3 GEMM in `dtype`: each device multiplies its own standard normal
+    numbers, `chain_length` GEMMs one after another in one program (v = v @ w, w scaled by
+    1/sqrt(size) so the numbers stay normal), all devices at once; the call's cost taken off."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = session.spec.size
+    chain = chain_length(size, sizes)
+    rng = np.random.default_rng(0)
+    axes = tuple(session.spec.axes)
+    x = jax.device_put(
+        rng.standard_normal((n * size, size), dtype=np.float32).astype(dtype),
+        NamedSharding(session.mesh, P(axes)),
+    )
+    w = jax.device_put(
+        (rng.standard_normal((size, size), dtype=np.float32) / np.sqrt(size)).astype(dtype),
+        NamedSharding(session.mesh, P()),
+    )
+
+    def gemms(v: Any, m: Any) -> Any:
+        for _ in range(chain):
+            v = jnp.matmul(v, m)
+        return v
+
+    step = jax.jit(jax.shard_map(gemms, mesh=session.mesh, in_specs=(P(axes), P()), out_specs=P(axes)))
+    samples = _timed(lambda v: step(v, w), x, sizes)
+    fastest = summarize(samples).min
+    seconds = max(fastest - call_s, 0.5 * fastest) / chain
+    how = (
+        f"{chain} {dtype} {size}x{size}x{size} GEMM(s) of standard normal numbers chained in one program "
+        f"on each of {n} devices at once: 2 M N K / ((the fastest run - a call, at least half of it) "
+        f"/ {chain})"
+    )
+    return MatmulPoint(dtype, size, 2.0 * size**3 / seconds, how, samples)
+
+
+def measure_matmul_curve(
+    session: Session, sizes: Sizes, call_s: float, progress: Progress
+) -> tuple[MatmulPoint, ...]:
+    """`measure_gemm` at each size of each dtype."""
     points = []
     for dtype, edges in sizes.matmul:
         progress(f"matmul {dtype} {', '.join(map(str, edges))}")
-        base = min(edges)
-        result = run_matmul(
-            MatmulRequest(
-                cases=("local",),
-                mesh=replace(request.mesh, shape=(n,), axes=("x",)),
-                dtype=parse_dtype(dtype),
-                impls=("manual",),
-                dims=(n * base, base, base),
-                # what programs multiply: on an H200 an 8192^3 bf16 GEMM of ones ran at 822 TFLOP/s,
-                # of uniform [0, 1) numbers at 748
-                init="normal",
-                scales=tuple(float(s) / base for s in edges),
-                show_values=False,
-                warmup=sizes.warmup,
-                iters=sizes.iters,
-                options=request.options,
-            )
-        )
-        for run in result.runs:
-            timing = run.impls[0].timing
-            if timing is None:
-                continue
-            size = run.dims[1]
-            seconds = max(timing.stats.min - call_s, 0.5 * timing.stats.min)
-            how = (
-                f"the matmul playground's local case, {dtype} {size}x{size}x{size} of standard normal "
-                f"numbers per device on all {n} devices at once: 2 M N K / (the fastest run - a call, "
-                "at least half of it)"
-            )
-            points.append(MatmulPoint(dtype, size, 2.0 * size**3 / seconds, how, timing.samples))
+        points.extend(measure_gemm(session, dtype, size, sizes, call_s) for size in edges)
     return tuple(points)
 
 
@@ -358,13 +401,13 @@ def run_calibrate(request: CalibrateRequest, progress: Progress | None = None) -
             f"kernel launches: {rt.platform} programs launch no kernels (in the per-call cost)"
         )
     say("memory stream")
-    stream = measure_stream(session, sizes)
+    stream = measure_stream(session, sizes, call.value)
     say("host copies")
     to_device, to_host = measure_copies(session, sizes)
     buses = measure_bus(session, request, sizes, say, stream)
     if not buses:
         not_measured.append("collectives: the mesh has no axis of two devices or more")
-    curve = measure_matmul_curve(request, sizes, call.value, say)
+    curve = measure_matmul_curve(session, sizes, call.value, say)
     return HardwareProfile(
         device_kind=rt.device_kind,
         platform=rt.platform,
