@@ -5,7 +5,7 @@ with XLA's GPU compiler and no GPU (`plan_compile.compile_candidate`, the path `
 `shardcli inspect --target gpu-...` take), and puts the estimate `plan` ranks by (`estimate_of`:
 the per-op roofline of `shardcli.hardware.builtin_profiles.GPU_OPS`, or the communication over NVLink and the
 network where that takes longer) beside the published step time. Nothing here was used to set any
-figure of the estimate: GPU_OPS comes from two microbenchmarks on one H200.
+figure of the estimate: GPU_OPS is shardcli calibrate's profile of one H200.
 
 Rows (both Llama2-7B, sequence 4096, bf16):
 - 8xH100-fsdp8: NVIDIA JAX-Toolbox, docs/frameworks/maxtext/README.md: 8 H100-80G SXM, FSDP 8,
