@@ -49,3 +49,19 @@ def test_a_named_jit_step_compiles_as_named_jit_compiles_it():
         theirs.output_size_in_bytes,
         theirs.alias_size_in_bytes,
     )
+
+
+def test_an_unsharded_argument_goes_to_the_mesh_s_platform_not_jax_s_default(monkeypatch):
+    """On a GPU host a mesh of faked CPU devices (`--mesh 2x4` beside one GPU) compiled an argument
+    with no sharding for JAX's default platform, the GPU: an H200 ran the program while the report said
+    CPU. Where the mesh's platform is not JAX's default, such an argument goes to the mesh's first
+    device (here JAX's default is made to read "gpu" and the mesh is CPU device 3)."""
+    from shardcli.program.jit import compile_program
+
+    mesh = jax.make_mesh((1,), ("d",), axis_types=(AxisType.Auto,), devices=jax.devices()[3:4])
+    args = (jax.ShapeDtypeStruct((4,), "float32"),)
+    same = compile_program(lambda x: x * 2, args, (), "f", mesh).compiled
+    assert {d.id for d in same.input_shardings[0][0].device_set} == {0}  # JAX's default, as jit does
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    moved = compile_program(lambda x: x * 2, args, (), "f", mesh).compiled
+    assert {d.id for d in moved.input_shardings[0][0].device_set} == {3}

@@ -109,10 +109,14 @@ def compile_program(
     quiet: contextlib.AbstractContextManager[list[str]] = (
         quiet_native_logs() if target is not None else contextlib.nullcontext([])
     )
-    # An argument with no sharding goes where jit puts it on the target's own host: its first device
-    # (without this, on the CPU this machine defaults to, and the program compiled for the CPU). JAX
-    # takes the default device only where no sharding, constraint or context mesh names devices.
-    placed = jax.default_device(mesh.devices.flat[0]) if target is not None else contextlib.nullcontext()
+    # An argument with no sharding goes where jit puts it on the target's own host, or on the mesh's
+    # platform: its first device (without this, on the platform JAX defaults to: for a target the
+    # CPU, so the program compiled for the CPU; for CPU devices faked on a GPU host the GPU, so an
+    # H200 ran a program reported as the CPU's). JAX takes the default device only where no sharding,
+    # constraint or context mesh names devices.
+    first = mesh.devices.flat[0]
+    elsewhere = target is not None or first.platform != jax.default_backend()
+    placed = jax.default_device(first) if elsewhere else contextlib.nullcontext()
     try:
         # Not from the persistent compile cache: a program compiled before from another copy of the
         # same file would bring that copy's source lines (the cache key leaves locations out).
