@@ -459,3 +459,35 @@ def test_the_collective_playground_reads_its_program_s_bytes_accessed(cli, tmp_p
     placed = run_collective(request).runs[0].placements[0]
     own = sum(2 * h.result_bytes for h in placed.hlo)
     assert placed.bytes_accessed is not None and placed.bytes_accessed > own
+
+
+@pytest.mark.parametrize(
+    ("platform", "size", "chain"),
+    [
+        # on an accelerator a small GEMM alone is a call's jitter: chained to a 4096^3 GEMM's FLOPs
+        ("gpu", 256, 64),
+        ("gpu", 1024, 64),
+        ("gpu", 2048, 8),
+        ("gpu", 4096, 1),
+        ("gpu", 8192, 1),
+        ("tpu", 2048, 8),
+        # on a CPU every GEMM alone, as the estimate's sum of ops and calls has it
+        ("cpu", 64, 1),
+        ("cpu", 1024, 1),
+    ],
+)
+def test_small_gemms_are_chained_on_an_accelerator_alone_on_a_cpu(platform, size, chain):
+    from shardcli.playground.calibrate import chain_length, sizes_for
+
+    assert chain_length(size, sizes_for(platform)) == chain
+
+
+def test_the_stream_is_timed_beyond_a_call():
+    from shardcli.playground.calibrate import stream_measured
+
+    # 1 GiB in and out in a fastest run of 0.7 ms, 0.065 ms of it the call (an H200's run)
+    stream = stream_measured((0.8e-3, 0.7e-3, 0.75e-3), 1 << 30, 0.065e-3, 1)
+    assert stream.value == pytest.approx(2 * (1 << 30) / 0.635e-3)
+    assert stream.samples == (0.8e-3, 0.7e-3, 0.75e-3) and "a call" in stream.how
+    # never more than twice the run's own rate, however slow the call was measured
+    assert stream_measured((1e-3,), 1 << 20, 5e-3, 1).value == pytest.approx(2 * (1 << 20) / 0.5e-3)
