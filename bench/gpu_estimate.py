@@ -4,8 +4,9 @@
     python bench/gpu_estimate.py --gpu      # also compile and time the microbenchmarks on this host's GPU
 
 The estimate is `inspect`'s: each library kernel's roofline plus every other op's, at the
-efficiencies of `shardcli.hardware.builtin_profiles.GPU_OPS` (shardcli calibrate's profile of an H200:
-a GEMM's read from the measured curve at its FLOPs; the train steps were never used to set them). Each row reads a fixture's optimized HLO (compiled and run on one
+efficiencies of `shardcli.hardware.builtin_profiles.GPU_OPS` (shardcli calibrate's profile of an
+H200: a GEMM's read from the measured curve at its FLOPs; the train steps were never used to set
+them), plus the call. Each row reads a fixture's optimized HLO (compiled and run on one
 H200 with jax 0.11.2) through `program_analysis.analyze_text`, as `shardcli inspect PATH.hlo.txt
 --target gpu-h200:1` does, and prints its FLOPs against the reference count and its estimate against
 the measured step. With --gpu (a real GPU present) the einsum, stream and MLP programs are compiled

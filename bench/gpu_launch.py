@@ -1,6 +1,7 @@
 """What a GPU step of many small kernels costs beyond its roofline: kernel launch latency, a loop
-trip's, and a call's per argument. Needs a GPU (CI has none); the figures measured on one H200 are
-in builtin_profiles.GPU_OPS and docs/development.md.
+trip's, and a call's per argument. Needs a GPU (CI has none). Its figures measured on one H200 are
+in docs/development.md; the built-in launch costs are calibrate's (builtin_profiles.GPU_LAUNCH), but
+for a buffer's (BUFFER_S), which is this script's.
 
     python bench/gpu_launch.py [--iters 30]
 

@@ -491,3 +491,22 @@ def test_the_stream_is_timed_beyond_a_call():
     assert stream.samples == (0.8e-3, 0.7e-3, 0.75e-3) and "a call" in stream.how
     # never more than twice the run's own rate, however slow the call was measured
     assert stream_measured((1e-3,), 1 << 20, 5e-3, 1).value == pytest.approx(2 * (1 << 20) / 0.5e-3)
+
+
+@pytest.mark.parametrize(
+    ("fastest", "kernels", "kernel_s", "per_trip"),
+    [
+        # an H200's loop: 7.14 ms for 1024 trips, a call of 65 us, 3,074 kernels at 1.32 us each
+        (7.14e-3, 3074, 1.32e-6, (7.14e-3 - 65e-6 - 3073 * 1.32e-6) / 1024),
+        # a CPU launches no kernels: the trips are all beyond the call
+        (7.14e-3, 0, 0.0, (7.14e-3 - 65e-6) / 1024),
+        # never below 0
+        (1e-3, 3074, 1.32e-6, 0.0),
+    ],
+)
+def test_a_loop_trip_is_what_a_trip_costs_beyond_its_kernels(fastest, kernels, kernel_s, per_trip):
+    from shardcli.playground.calibrate import loop_trip_measured
+
+    trip = loop_trip_measured((fastest * 1.1, fastest), 1024, 65e-6, kernels, kernel_s)
+    assert trip.value == pytest.approx(per_trip)
+    assert ("kernels" in trip.how) is bool(kernel_s)

@@ -370,8 +370,9 @@ def test_a_step_of_small_kernels_takes_at_least_its_launches():
     assert floor == pytest.approx(
         launch.call_s + 164 * launch.kernel_s + 8 * launch.trip_s + 22 * launch.buffer_s
     )
-    # the H200 profile's figures (64.8 us a call, 1.32 us a kernel, 6.91 us a trip): 369 us, 0.76x
-    assert 0.7 < floor / 488e-6 < 1.0
+    # the H200 profile's figures (64.8 us a call, 1.32 us a kernel, 2.95 us a trip beyond its
+    # kernels, 1.48 us a buffer): 338 us, 0.69x of the step; a floor, never above it
+    assert 0.6 < floor / 488e-6 < 1.0
     # a real step's launches hide behind its kernels: the 1.24B Llama is still bound by HBM
     step = estimate_step(
         fixture_analysis("llama1b"), CHIPS["gpu-h200"], {}, "bfloat16", op_efficiency=GPU_OPS

@@ -48,6 +48,8 @@ class OpRoofline:
     # The device runs ahead of the host (a GPU): launches hide behind kernels, transfers behind the
     # ops. False (a CPU, whose devices share the host's cores): launches, ops and transfers add up
     launch_overlaps: bool = True
+    # A call's own cost (its dispatch and the wait for its result), part of `launch_s`
+    call_s: float = 0.0
 
     @property
     def roofline_s(self) -> float:
@@ -55,17 +57,19 @@ class OpRoofline:
 
     @property
     def launch_bound(self) -> bool:
-        """Whether its launches take longer than its ops' rooflines (a step of many small kernels)."""
-        return self.launch_s > self.roofline_s
+        """Whether its launches (beyond the call both pay) take longer than its ops' rooflines (a step
+        of many small kernels)."""
+        return self.launch_s - self.call_s > self.roofline_s
 
     @property
     def seconds(self) -> float:
-        """The ops' rooflines, or the launches where those take longer: the host launches kernels
-        ahead of the GPU, so a kernel that runs longer than a launch hides the next one's (on a CPU,
-        where nothing runs ahead, the two add)."""
+        """The call, then the ops' rooflines or the launches beyond the call where those take longer:
+        the host launches kernels ahead of the GPU, so a kernel that runs longer than a launch hides
+        the next one's, but a step waited for still pays its dispatch and its wait (calibrate's
+        GEMMs and stream are timed beyond a call). On a CPU, where nothing runs ahead, all add."""
         if not self.launch_overlaps:
             return self.roofline_s + self.launch_s
-        return max(self.roofline_s, self.launch_s)
+        return self.call_s + max(self.roofline_s, self.launch_s - self.call_s)
 
     @property
     def math_s(self) -> float:
@@ -130,6 +134,7 @@ def op_roofline(
         launches=found,
         launch_source=launch.source if found is not None else "",
         launch_overlaps=launch.overlaps,
+        call_s=launch.call_s if found is not None else 0.0,
     )
 
 

@@ -308,15 +308,19 @@ def analyze_text(
     # its text, for what it lacks. A cost_analysis() without a FLOPs figure elsewhere (XLA on CPU for
     # tanh) leaves FLOPs unknown, never 0.
     if not cost or (kernels.calls and (xla_flops is None or xla_bytes is None)):
+        lacked = [n for n, v in (("FLOPs", xla_flops), ("bytes", xla_bytes)) if v is None or not cost]
+        gives = "no cost_analysis()" if not cost else f"a cost_analysis() without {' or '.join(lacked)}"
         try:
             text_flops, text_bytes = xla_cost_of_text(text)
         except Exception as error:  # noqa: BLE001 - then there are no FLOPs, and that is said
-            lines.append(f"FLOPs and bytes: no cost_analysis() and XLA could not analyse the text ({error})")
+            lines.append(f"{' and '.join(lacked)}: {gives} and XLA could not analyse the text ({error})")
         else:
-            lacked = "no cost_analysis()" if not cost else "cost_analysis() without a figure for them"
-            cost_source = f"XLA's HloCostAnalysis of the compiled HLO (the backend gives {lacked})"
-            xla_flops = text_flops if xla_flops is None else xla_flops
-            xla_bytes = text_bytes if xla_bytes is None else xla_bytes
+            cost_source = (
+                f"XLA's HloCostAnalysis of the compiled HLO for {' and '.join(lacked)} (the backend gives "
+                f"{gives})"
+            )
+            xla_flops = text_flops if xla_flops is None or not cost else xla_flops
+            xla_bytes = text_bytes if xla_bytes is None or not cost else xla_bytes
     counted = count_trips(module, xla_flops, xla_bytes)
     lines.extend(counted.missing)
     within = slices.ici_shape if slices is not None else mesh_shape

@@ -45,7 +45,7 @@ Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16, int32, .
 Init = Annotated[
     str | None,
     typer.Option(
-        "--init", help="How the input is filled: arange, ones, zeros or random. \\[default: arange]"
+        "--init", help="How the input is filled: arange, ones, zeros, random or normal. \\[default: arange]"
     ),
 ]
 # matmul and einsum: several operands, filled by one --init (arange numbers them in one sequence)
@@ -54,7 +54,7 @@ OperandInit = Annotated[
     typer.Option(
         "--init",
         help="How the operands are filled: arange (A from 0, B after A, as the tutorials' arange(16) and "
-        "arange(16, 32)), ones, zeros or random.",
+        "arange(16, 32)), ones, zeros, random (uniform) or normal.",
     ),
 ]
 Values = Annotated[

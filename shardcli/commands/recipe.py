@@ -48,7 +48,7 @@ def recipe(
         typer.Option(
             "--init",
             help="Fill the recipe's input (elementwise, reduce, pipeline-ring, sharded-mac): arange, ones, "
-            "zeros or random. \\[default: the recipe's own values]",
+            "zeros, random or normal. \\[default: the recipe's own values]",
         ),
     ] = None,
     *,

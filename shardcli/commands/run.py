@@ -39,7 +39,7 @@ Inputs = Annotated[
 Init = Annotated[
     str,
     typer.Option(
-        "--init", help="What fills an argument given without =VALUES: arange, ones, zeros or random."
+        "--init", help="What fills an argument given without =VALUES: arange, ones, zeros, random or normal."
     ),
 ]
 ShowValues = Annotated[

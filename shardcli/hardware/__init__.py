@@ -8,6 +8,8 @@
 - `gpu_memory`: what JAX lets one program use of a GPU's memory;
 - `costmodel`: the roofline cost model (FLOPs / peak, bytes / link bandwidth);
 - `profile`: a hardware profile `shardcli calibrate` measured, as data (`--hardware FILE`);
+- `builtin_profiles`: the built-in GPU efficiencies and launch costs, read from the profile
+  calibrate measured on an H200 (`profiles/nvidia-h200.json`);
 - `gpu_specs/`: the GPU descriptions XLA's GPU compiler is given for a compile-only target.
 
 Pure Python, no JAX.

@@ -42,7 +42,9 @@ def datasheet_shares(profile: HardwareProfile, chip: Chip) -> OpEfficiency:
             curve.append((point.dtype, point.flops, point.flops_per_s / peak.value))
     largest = max(curve, key=lambda c: (c[0] == "bfloat16", c[1]))
     hbm = profile.stream.value / chip.hbm_bytes_per_s.value
-    sizes = ", ".join(sorted({f"{p.dtype} {p.size}^3" for p in profile.matmul}, key=len))
+    sizes = ", ".join(
+        f"{p.dtype} {p.size}^3" for p in sorted(profile.matmul, key=lambda p: (p.dtype, p.size))
+    )
     return OpEfficiency(
         dot=largest[2],
         hbm=hbm,

@@ -84,7 +84,7 @@ CPU_SIZES = Sizes(
 ACCELERATOR_SIZES = Sizes(
     matmul=(("bfloat16", (256, 512, 1024, 2048, 4096, 8192)), ("float32", (256, 1024, 4096, 8192))),
     stream_bytes=1 << 30,
-    bus_bytes=256 << 20,
+    bus_bytes=32 << 20,  # an all-gather's fresh output is the axis's size times it: 8 GiB over 256 chips
     copy_bytes=256 << 20,
     trips=1024,
     warmup=3,
@@ -145,28 +145,47 @@ def measure_call(session: Session, sizes: Sizes) -> Measured:
     return _measured(samples, 0, "s", f"fastest of jit(x + 1) over f32[8] on each of {n} devices")
 
 
-def measure_loop_trip(session: Session, sizes: Sizes, call_s: float) -> Measured:
-    """What one more trip of a loop costs: a fori_loop of `trips` tiny trips, less the call, per trip."""
+def measure_loop_trip(session: Session, sizes: Sizes, call_s: float, kernel_s: float = 0.0) -> Measured:
+    """What one more trip of a loop costs: a fori_loop of `trips` tiny trips, less the call, per trip;
+    on a GPU less the kernels the loop launches too (counted in the compiled program, at `kernel_s`
+    each), which the estimate charges as kernels."""
     import jax
     from jax import lax
 
     x = _sharded(session, (8,))
     trips = sizes.trips
-    loop = jax.jit(lambda v: lax.fori_loop(0, trips, lambda i, a: a * 1.0001 + 1, v))
-    samples = _timed(loop, x, sizes)
-    fastest = summarize(samples).min
-    per_trip = max(0.0, fastest - call_s) / trips
-    how = f"fori_loop of {trips} trips of a * 1.0001 + 1 over f32[8] per device: (fastest - a call) / {trips}"
+    compiled = jax.jit(lambda v: lax.fori_loop(0, trips, lambda i, a: a * 1.0001 + 1, v)).lower(x).compile()
+    samples = _timed(compiled, x, sizes)
+    kernels = kernels_launched(session, compiled) if kernel_s else 0
+    return loop_trip_measured(samples, trips, call_s, kernels, kernel_s)
+
+
+def kernels_launched(session: Session, compiled: Any) -> int:
+    """The kernels one call of `compiled` launches, as the estimate counts them (0 where unknown)."""
+    from shardcli.analysis.program import analyze_compiled
+
+    launches = analyze_compiled(compiled, session.mesh).launches
+    return launches.kernels if launches is not None else 0
+
+
+def loop_trip_measured(
+    samples: tuple[float, ...], trips: int, call_s: float, kernels: int, kernel_s: float
+) -> Measured:
+    """A loop trip's cost from the loop's runs: (the fastest run - a call - the kernels beyond the
+    call's one) / trips, at least 0."""
+    beyond = max(kernels - 1, 0) * kernel_s
+    per_trip = max(0.0, summarize(samples).min - call_s - beyond) / trips
+    how = f"fori_loop of {trips} trips of a * 1.0001 + 1 over f32[8] per device: (fastest - a call"
+    how += f" - {kernels - 1} kernels) / {trips}" if beyond else f") / {trips}"
     return Measured(per_trip, "s", how, samples)
 
 
-def measure_kernel(session: Session, sizes: Sizes, call_s: float) -> Measured:
+def measure_kernel(session: Session, sizes: Sizes, call_s: float) -> Measured | None:
     """What one more kernel launch costs on a GPU: tanh(x @ w) chained 32 times on f32[16,16], its
-    kernels counted in the compiled program (XLA fuses some of the tanhs into their GEMMs)."""
+    kernels counted in the compiled program (XLA fuses some of the tanhs into their GEMMs); None
+    where the chain compiled to one kernel (nothing beyond the call's to measure)."""
     import jax
     import jax.numpy as jnp
-
-    from shardcli.analysis.program import analyze_compiled
 
     x = _sharded(session, (16, 16))
 
@@ -176,8 +195,9 @@ def measure_kernel(session: Session, sizes: Sizes, call_s: float) -> Measured:
         return v
 
     compiled = jax.jit(chain).lower(x).compile()
-    launches = analyze_compiled(compiled, session.mesh).launches
-    kernels = launches.kernels if launches is not None and launches.kernels > 1 else 64
+    kernels = kernels_launched(session, compiled)
+    if kernels < 2:
+        return None
     samples = _timed(compiled, x, sizes)
     per = max(0.0, summarize(samples).min - call_s) / (kernels - 1)
     how = (
@@ -385,21 +405,18 @@ def run_calibrate(request: CalibrateRequest, progress: Progress | None = None) -
     sizes = sizes_for(rt.platform, quick=request.quick)
     say(f"calling: {rt.device_count} {rt.device_kind} devices")
     call = measure_call(session, sizes)
-    say("loop trips")
-    trip = measure_loop_trip(session, sizes, call.value)
-    kernel, not_measured = (
-        None,
-        [
-            "per array buffer taken or returned (counted as 0)",
-        ],
-    )
+    kernel, not_measured = None, ["per array buffer taken or returned (counted as 0)"]
     if rt.platform == "gpu":
         say("kernel launches")
         kernel = measure_kernel(session, sizes, call.value)
+        if kernel is None:
+            not_measured.append("kernel launches: XLA fused the chain of GEMMs into one kernel")
     else:
         not_measured.append(
             f"kernel launches: {rt.platform} programs launch no kernels (in the per-call cost)"
         )
+    say("loop trips")
+    trip = measure_loop_trip(session, sizes, call.value, kernel.value if kernel is not None else 0.0)
     say("memory stream")
     stream = measure_stream(session, sizes, call.value)
     say("host copies")

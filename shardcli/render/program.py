@@ -146,9 +146,10 @@ def step_clauses(step: StepEstimate) -> list[str]:
         launched = []
         if ops.launches is not None and ops.launch_s:
             n = ops.launches
+            call = f"a call {format_seconds(ops.call_s)}, " if ops.call_s and ops.launch_overlaps else ""
             launched = [
-                f"launches {format_seconds(ops.launch_s)} ({n.kernels:,} kernels, {n.loop_trips:,} loop "
-                f"trips, {n.buffers:,} buffers)"
+                f"launches {format_seconds(ops.launch_s)} ({call}{n.kernels:,} kernels, {n.loop_trips:,} "
+                f"loop trips, {n.buffers:,} buffers)"
             ]
         return [
             head,
