@@ -304,7 +304,7 @@ def measure_matmul_curve(
     session: Session, sizes: Sizes, call_s: float, progress: Progress
 ) -> tuple[MatmulPoint, ...]:
     """`measure_gemm` at each size of each dtype."""
-    points = []
+    points: list[MatmulPoint] = []
     for dtype, edges in sizes.matmul:
         progress(f"matmul {dtype} {', '.join(map(str, edges))}")
         points.extend(measure_gemm(session, dtype, size, sizes, call_s) for size in edges)
