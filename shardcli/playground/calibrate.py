@@ -118,6 +118,11 @@ def _measured(samples: tuple[float, ...], amount: float, unit: str, how: str) ->
     return Measured(amount / fastest if amount else fastest, unit, how, samples)
 
 
+def beyond_call(fastest_s: float, call_s: float) -> float:
+    """The seconds of a run beyond its call's own cost, at least half the run (a GEMM's, a stream's)."""
+    return max(fastest_s - call_s, 0.5 * fastest_s)
+
+
 def _timed(step: Any, x: Any, sizes: Sizes, fresh: Callable[[], Any] | None = None) -> tuple[float, ...]:
     samples, _ = time_iterations(step, x, warmup=sizes.warmup, iters=sizes.iters, fresh=fresh)
     return samples
@@ -222,7 +227,7 @@ def stream_measured(samples: tuple[float, ...], stream_bytes: int, call_s: float
     least half of it), as a GEMM's; the estimate charges the call once, apart (on an H200 the call
     was ~9% of a 1 GiB stream's run)."""
     fastest = summarize(samples).min
-    seconds = max(fastest - call_s, 0.5 * fastest)
+    seconds = beyond_call(fastest, call_s)
     mib = stream_bytes / (1 << 20)
     how = (
         f"x * 2 + 1 over f32 {mib:g} MiB in and out per device, all {devices} devices at once: bytes / "
@@ -291,7 +296,7 @@ def measure_gemm(session: Session, dtype: str, size: int, sizes: Sizes, call_s: 
     step = jax.jit(jax.shard_map(gemms, mesh=session.mesh, in_specs=(P(axes), P()), out_specs=P(axes)))
     samples = _timed(lambda v: step(v, w), x, sizes)
     fastest = summarize(samples).min
-    seconds = max(fastest - call_s, 0.5 * fastest) / chain
+    seconds = beyond_call(fastest, call_s) / chain
     how = (
         f"{chain} {dtype} {size}x{size}x{size} GEMM(s) of standard normal numbers chained in one program "
         f"on each of {n} devices at once: 2 M N K / ((the fastest run - a call, at least half of it) "
