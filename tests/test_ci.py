@@ -1,14 +1,16 @@
 """How `.ci/run` divides the suite: every test runs under both Pythons except those marked `once`,
-which are shared out between the two suites by `--share K/N` (tests/conftest.py)."""
+which are shared out between the two suites by `--share K/N` (tests/conftest.py); and what the suite's
+faster in-process CPU compiles leave as it was."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import _parse_share, clean_env, once_share
+from conftest import _parse_share, clean_env, once_share, run_shardcli
 
 ROOT = Path(__file__).resolve().parent.parent
 IDS = [f"tests/test_docs.py::test_console_example_is_up_to_date[block-{i}]" for i in range(60)]
@@ -68,3 +70,24 @@ def test_the_two_shares_run_each_once_test_once_and_every_other_test_twice():
     bench = everything - ours
     assert first & second == ours  # marked once: in one share only
     assert (first | second) == everything and bench & first and bench & second
+
+
+def _without_timings(doc):
+    if isinstance(doc, dict):
+        return {k: _without_timings(v) for k, v in doc.items() if not k.endswith("_s")}
+    if isinstance(doc, list):
+        return [_without_timings(v) for v in doc]
+    return doc
+
+
+@pytest.mark.slow
+def test_the_suites_fast_cpu_codegen_leaves_every_figure_as_it_was(cli):
+    """In-process compiles skip LLVM's optimizations (conftest's FAST_CPU_CODEGEN); a report of a
+    scanned transformer's train step is the same, timings aside, as a process with XLA's defaults."""
+    args = ["inspect", "examples/llama.py:train_step", "--inputs", "examples/llama.py:inputs"]
+    args += ["--mesh", "2x4", "--axes", "data,model", "--format", "json"]
+    here = cli(args)
+    assert here.exit_code == 0, here.output
+    default = run_shardcli(*args, timeout=300)
+    assert default.returncode == 0, default.stderr
+    assert _without_timings(json.loads(here.stdout)) == _without_timings(json.loads(default.stdout))
