@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_shardcli
 
 # Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
 pytestmark = pytest.mark.slow
@@ -150,9 +151,24 @@ RUN_ROWS = [
 ]
 
 
+def _printed_floats(expected) -> bool:
+    """Whether the tutorial's numbers include a float as printed text ("0.8931118")."""
+    if isinstance(expected, list):
+        return any(_printed_floats(e) for e in expected)
+    return isinstance(expected, str) and re.fullmatch(r"-?\d+\.\d*(e[-+]?\d+)?", expected) is not None
+
+
 @pytest.mark.parametrize(("command", "read", "expected"), RUN_ROWS)
 def test_lesson(cli, command, read, expected):
-    doc = run_doc(cli, *command)
+    # A float's printed digits are the tutorial's under XLA's default CPU code: the suite's in-process
+    # compiles skip LLVM's optimizations (conftest's FAST_CPU_CODEGEN), which moved the last digit of
+    # one (0.8931117 for the tutorial's 0.8931118), so rows of printed floats run in a fresh process.
+    if _printed_floats(expected):
+        done = run_shardcli(*command, "--format", "json", timeout=300)
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)
+    else:
+        doc = run_doc(cli, *command)
     assert read(doc) == expected
 
 
