@@ -71,6 +71,8 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # In-process CPU compiles skip LLVM's optimizations of the machine code: XLA's HLO passes, and so every
 # figure shardcli reads (the optimized module, its memory and cost analyses), are the same, while a
 # compile takes about a third less time (tests compile hundreds of programs and time none of them).
+# The code it makes may round a float32 differently in its last digit: tests that compare a
+# tutorial's printed digits run shardcli in a fresh process (tests/test_lessons_run.py).
 # XLA reads XLA_FLAGS once, when its CPU client starts below; the variable is gone again before any
 # test runs, so no run sees it. tests/test_ci.py checks that a report is the same either way.
 FAST_CPU_CODEGEN = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
