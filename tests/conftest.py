@@ -198,17 +198,22 @@ def plan_cache(tmp_path, monkeypatch):
 # own text and scripts, or input refused before JAX runs): `.ci/run` runs each of them in one of its
 # two suites, `--share 1/2` in one and `--share 2/2` in the other, by a hash of the test's id (the
 # same under both Pythons, so the two shares cover every such test exactly once).
+# A slow test's parametrized variants are one check over several inputs: its first variant runs in
+# every share (the check itself under each JAX), each of the others in one share, by the same hash.
+# Where the variants are what differs between the JAX versions (one per framework, whose versions
+# differ between the suites), the test is marked `every_variant` and each variant runs in every share.
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--share",
         default=None,
         metavar="K/N",
-        help="run only the K-th of N shares of the tests marked `once` (all of them without it)",
+        help="run only the K-th of N shares of the tests marked `once`, and of the slow tests' "
+        "parametrized variants after each test's first (all of them without it)",
     )
 
 
 def once_share(nodeid: str, shares: int) -> int:
-    """Which of `shares` shares (1-based) a test marked `once` falls in: a hash of its id."""
+    """Which of `shares` shares (1-based) a shared test falls in: a hash of its id."""
     return zlib.crc32(nodeid.encode("utf-8")) % shares + 1
 
 
@@ -219,15 +224,36 @@ def _parse_share(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
+def shared_ids(items: Sequence[pytest.Item]) -> set[str]:
+    """The ids of the tests a share of N runs only in its hash's share: those marked `once`, and each
+    slow parametrized test's variants after its first (unless it is marked `every_variant`)."""
+    shared: set[str] = set()
+    seen: set[str] = set()
+    for item in items:
+        if item.get_closest_marker("once") is not None:
+            shared.add(item.nodeid)
+            continue
+        if getattr(item, "callspec", None) is None or item.get_closest_marker("slow") is None:
+            continue
+        if item.get_closest_marker("every_variant") is not None:
+            continue
+        function = item.nodeid.partition("[")[0]
+        if function in seen:
+            shared.add(item.nodeid)
+        seen.add(function)
+    return shared
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     text = config.getoption("--share")
     if text is None:
         return
     share, shares = _parse_share(text)
+    shared = shared_ids(items)
     kept: list[pytest.Item] = []
     left: list[pytest.Item] = []
     for item in items:
-        mine = item.get_closest_marker("once") is None or once_share(item.nodeid, shares) == share
+        mine = item.nodeid not in shared or once_share(item.nodeid, shares) == share
         (kept if mine else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)

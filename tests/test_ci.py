@@ -62,14 +62,23 @@ def _collected(*args: str) -> set[str]:
 
 @pytest.mark.slow
 def test_the_two_shares_run_each_once_test_once_and_every_other_test_twice():
-    files = ["tests/test_ci.py", "tests/test_bench_quick.py"]
+    """`once` tests in one share; a slow test's variants after its first in one share, its first in
+    both; every variant of a test marked `every_variant`, and every other test, in both."""
+    files = ["tests/test_ci.py", "tests/test_bench_quick.py", "tests/test_target.py"]
     everything = _collected(*files)
     first, second = _collected(*files, "--share", "1/2"), _collected(*files, "--share", "2/2")
+    assert (first | second) == everything
     ours = {t for t in everything if t.startswith("tests/test_ci.py")}
-    assert ours and ours <= first and ours <= second  # not marked once: in both
-    bench = everything - ours
-    assert first & second == ours  # marked once: in one share only
-    assert (first | second) == everything and bench & first and bench & second
+    assert ours and ours <= first & second  # not marked once, not parametrized: in both
+    bench = {t for t in everything if t.startswith("tests/test_bench_quick.py")}
+    assert not bench & first & second and bench & first and bench & second  # once: in one share
+    either_jax = {t for t in everything if "either_jax[" in t}
+    assert len(either_jax) == 4 and either_jax <= first & second  # every_variant: all in both
+    names = [t for t in everything if t.startswith("tests/test_target.py::test_target_names[")]
+    assert len(names) > 2
+    in_both = [t for t in names if t in first and t in second]
+    assert len(in_both) == 1  # the first variant in both, each of the others in one share
+    assert first & second >= {t for t in everything if t.startswith("tests/test_target.py") and "[" not in t}
 
 
 def _without_timings(doc):

@@ -255,6 +255,7 @@ def assert_same_program(
         assert ours == text
 
 
+@pytest.mark.every_variant  # each style is a framework, whose version differs between the suites
 @pytest.mark.parametrize("program", PROGRAMS_TABLE)
 def test_each_style_inspects_unmodified_as_the_hand_aot_compiles_it(cli, program):
     doc = inspect_doc(cli, program.args())

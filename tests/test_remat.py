@@ -238,7 +238,10 @@ def v5e_session():
     return target, open_target_session(target, "4", "fsdp", RunOptions())
 
 
-CFG_SHAPE: dict[str, Any] = {"layers": 4, "seq": 256, "d_model": 256, "mlp_dim": 512}
+# Four layers (a 2-layer loop keeps one buffer more); seq 128 compiles in about two thirds of seq 256's
+# time. At seq 64 the compiler offloads twice what the analytic model says for qkv_proj_offloaded
+# (2026-11-30; not yet explained), so the shape stays where the two are known to agree.
+CFG_SHAPE: dict[str, Any] = {"layers": 4, "seq": 128, "d_model": 256, "mlp_dim": 512}
 
 
 _COMPILES: dict[tuple[int, str], Any] = {}  # (the session, the policy): each compiled once in a run

@@ -221,6 +221,7 @@ def test_without_the_extra_target_says_how_to_install_it(cli, monkeypatch):
     )
 
 
+@pytest.mark.every_variant  # each JAX's keyword, under each JAX
 @pytest.mark.parametrize(
     ("args", "kwargs"),
     [
