@@ -1390,7 +1390,8 @@ def env_runs(request: pytest.FixtureRequest) -> dict[str, subprocess.CompletedPr
     taken = [
         item.callspec.params["case"]
         for item in request.session.items
-        if getattr(item, "originalname", None) == "test_every_environment_and_stream_ends_by_the_contract"
+        if isinstance(item, pytest.Function)
+        and item.originalname == "test_every_environment_and_stream_ends_by_the_contract"
     ]
     with ThreadPoolExecutor(max_workers=4) as pool:
         return dict(zip(taken, pool.map(run, taken), strict=True))
