@@ -1388,7 +1388,7 @@ def env_runs(request: pytest.FixtureRequest) -> dict[str, subprocess.CompletedPr
         return subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, timeout=300)
 
     taken = [
-        item.callspec.params["case"]
+        str(item.callspec.params["case"])
         for item in request.session.items
         if isinstance(item, pytest.Function)
         and item.originalname == "test_every_environment_and_stream_ends_by_the_contract"
