@@ -1,6 +1,7 @@
-"""How `.ci/run` divides the suite: every test runs under both Pythons except those marked `once`,
-which are shared out between the two suites by `--share K/N` (tests/conftest.py); and what the suite's
-faster in-process CPU compiles leave as it was."""
+"""How `.ci/run` divides the suite: every test runs under both Pythons except those marked `once` and
+a slow test's parametrized variants after its first (unless it is marked `every_variant`), which are
+shared out between the two suites by `--share K/N` (tests/conftest.py); and what the suite's faster
+in-process CPU compiles leave as it was."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def test_a_bad_share_is_a_usage_error(text):
 
 def test_ci_gives_its_two_suites_the_two_shares():
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'suite oldest --share 1/2 "$@" &' in script
-    assert 'suite newest --share 2/2 "$@" &' in script
+    assert 'suite oldest --share 1/2 "$@"\n' in script and 'suite newest --share 2/2 "$@"\n' in script
+    assert 'oldest_run "$@" &' in script and 'newest_run "$@" &' in script  # side by side
 
 
 def _collected(*args: str) -> set[str]:

@@ -398,6 +398,7 @@ def test_distributed_auto_without_a_cluster_is_one_line():
     assert line.startswith("shardcli: error: --distributed auto found no cluster JAX can detect")
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_an_unreachable_coordinator_is_one_line_after_the_join_timeout():
     """Process 1 waits for a coordinator nobody started: one line, exit 2, not JAX's abort."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -422,6 +423,7 @@ def test_recipe_over_processes_is_verified():
     assert doc["ok"] and all(c["ok"] for c in doc["checks"])
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_only_process_0_prints_unless_all_processes():
     quiet = launch("--tee", "--", "collective", "psum", "--mesh", "4", "--no-color", *FAST)
     assert quiet.returncode == 0, quiet.stderr
@@ -473,6 +475,7 @@ def test_a_wrong_shard_on_process_1_fails_every_process(tmp_path):
     assert "stopped by the launcher" not in proc.stderr
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_bad_input_in_the_command_exits_2_with_the_child_line():
     proc = launch("--", "collective", "psum", "--mesh", "3")
     assert proc.returncode == 2
@@ -550,6 +553,7 @@ def wait_in_the_loop(proc: subprocess.Popen, tmp_path: Path, processes: int = 2)
 LONG_RUN = ("--", "collective", "psum", "--mesh", "2", "--iters", "1000000", "-q")
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_killing_one_process_stops_the_run_and_leaves_nothing_behind(tmp_path):
     proc, pids, _ = start_launcher("--timeout", "120", *LONG_RUN, tmp_path=tmp_path)
     wait_in_the_loop(proc, tmp_path)
@@ -563,6 +567,7 @@ def test_killing_one_process_stops_the_run_and_leaves_nothing_behind(tmp_path):
     assert not any(alive(pid) for pid in pids)
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_timeout_stops_every_process_with_124(tmp_path):
     proc, pids, _ = start_launcher("--timeout", "10", *LONG_RUN, tmp_path=tmp_path)
     code = proc.wait(timeout=60)
@@ -571,6 +576,7 @@ def test_timeout_stops_every_process_with_124(tmp_path):
     assert not any(alive(pid) for pid in pids)
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 @pytest.mark.parametrize(
     "signals",
     [
@@ -621,6 +627,7 @@ def is_loopback(address: str) -> bool:
     return parsed.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads sockets from Linux's /proc")
 def test_a_launch_run_listens_on_loopback_only(tmp_path):
     proc, pids, log = start_launcher("--timeout", "120", *LONG_RUN, tmp_path=tmp_path)
@@ -664,6 +671,7 @@ def test_a_hand_started_pair_binds_where_told(tmp_path, env, loopback_only):
     assert all(is_loopback(a) for a in coordinator) == loopback_only, coordinator
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_children_die_with_a_killed_launcher(tmp_path):
     proc, pids, _ = start_launcher("--timeout", "120", *LONG_RUN, tmp_path=tmp_path)
     wait_in_the_loop(proc, tmp_path)
@@ -692,6 +700,7 @@ LATE_FAILURE = """
 """
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_one_process_failing_after_the_join_ends_the_run_promptly(tmp_path):
     """Process 1 fails between two collectives; it must exit (not wait at JAX's shutdown barrier)."""
     env = with_site(tmp_path, LATE_FAILURE)
@@ -724,6 +733,7 @@ print(n, last.endswith(b"END-OF-PROCESS-0\\n"))
 """
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_all_output_reaches_a_slow_reader_and_a_closed_pipe_is_no_error(tmp_path):
     env = clean_env(with_site(tmp_path, BIG_OUTPUT))
     (tmp_path / "slow.py").write_text(SLOW_READER)
@@ -794,6 +804,7 @@ PROCESS_0_FAILS_LAST = """
 """
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_a_process_that_succeeded_is_not_aborted_when_process_0_fails(tmp_path):
     """Process 1 waits at its exit for process 0's code and leaves with its own 0 when it is a
     failure; at JAX's shutdown barrier JAX would abort it once process 0 is gone."""
@@ -824,6 +835,7 @@ PROCESS_0_FAILS_IN_THE_COMBINE = """
 """
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_ctrl_c_cuts_process_0_s_wait_for_the_others_short(tmp_path):
     """Process 0 fails while process 1 waits for it in a collective, so process 1 never records
     a code and process 0 would wait the whole EXIT_GRACE_S; Ctrl-C ends the wait at once."""
@@ -901,6 +913,7 @@ def reap(procs: list[subprocess.Popen[str]], timeout: float) -> list[str]:
     return errs
 
 
+@pytest.mark.once  # the launcher's own handling of its processes
 def test_a_taken_coordinator_port_is_replaced(tmp_path, monkeypatch):
     """The port picked turns out to be taken (a race with another program): retry on another."""
     with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as held:
