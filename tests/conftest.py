@@ -244,6 +244,13 @@ def shared_ids(items: Sequence[pytest.Item]) -> set[str]:
     return shared
 
 
+def share_key(item: pytest.Item) -> str:
+    """What a shared test is hashed by: its id, or the name its `once` marker gives, so that tests
+    that share an expensive fixture (`once("docs-site")`: the site built once) fall in one share."""
+    marker = item.get_closest_marker("once")
+    return str(marker.args[0]) if marker is not None and marker.args else item.nodeid
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     text = config.getoption("--share")
     if text is None:
@@ -253,7 +260,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept: list[pytest.Item] = []
     left: list[pytest.Item] = []
     for item in items:
-        mine = item.nodeid not in shared or once_share(item.nodeid, shares) == share
+        mine = item.nodeid not in shared or once_share(share_key(item), shares) == share
         (kept if mine else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)

@@ -82,6 +82,24 @@ def test_the_two_shares_run_each_once_test_once_and_every_other_test_twice():
     assert first & second >= {t for t in everything if t.startswith("tests/test_target.py") and "[" not in t}
 
 
+@pytest.mark.slow
+def test_the_tests_of_the_built_site_fall_in_one_share():
+    """`once("docs-site")`: the four tests of the built site hash by that name, so one suite builds it."""
+    first = _collected("tests/test_docs.py", "--share", "1/2", "-m", "not slow")
+    second = _collected("tests/test_docs.py", "--share", "2/2", "-m", "not slow")
+    site = {
+        f"tests/test_docs.py::test_{name}"
+        for name in (
+            "site_builds_with_every_page",
+            "reference_has_every_command_and_option",
+            "reference_has_every_exit_code",
+            "json_schema_page_has_every_kind_and_key",
+        )
+    }
+    ours = [share & site for share in (first, second)]
+    assert sorted(len(s) for s in ours) == [0, 4], ours
+
+
 def _without_timings(doc):
     if isinstance(doc, dict):
         return {k: _without_timings(v) for k, v in doc.items() if not k.endswith("_s")}

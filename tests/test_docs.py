@@ -49,11 +49,13 @@ def _text(page: Path) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8")))
 
 
+@pytest.mark.once("docs-site")  # the site is built once, in one share
 def test_site_builds_with_every_page(site: Path) -> None:
     for page in ("index.html", "tutorials/inspect/index.html", "tutorials/tpu/index.html"):
         assert (site / page).is_file(), page
 
 
+@pytest.mark.once("docs-site")  # the site is built once, in one share
 def test_reference_has_every_command_and_option(site: Path) -> None:
     import typer.main
 
@@ -78,6 +80,7 @@ def test_reference_has_every_command_and_option(site: Path) -> None:
     assert not missing
 
 
+@pytest.mark.once("docs-site")  # the site is built once, in one share
 def test_reference_has_every_exit_code(site: Path) -> None:
     from shardcli.errors import ExitCode
 
@@ -88,6 +91,7 @@ def test_reference_has_every_exit_code(site: Path) -> None:
         assert re.search(rf"\b{code.value}\b", explanation), code
 
 
+@pytest.mark.once("docs-site")  # the site is built once, in one share
 def test_json_schema_page_has_every_kind_and_key(site: Path) -> None:
     from shardcli.results.documents import DOCUMENTS
     from shardcli.results.records import MESH, RUNTIME

@@ -1316,7 +1316,7 @@ ENV_CASES: dict[str, tuple[str, dict[str, str], int, int]] = {
     "inspect-stdout-full": (f"$PY -m shardcli inspect {_LESSON} --arg 'i32[32]@x' >/dev/full", {}, 2, 1),
     "run-stdout-full": (f"$PY -m shardcli run {_LESSON} --arg 'i32[32]@x' >/dev/full", {}, 2, 1),
     "plan-stdout-full": (
-        "$PY -m shardcli plan --preset tiny --target tpu-v5e:2x2 --compile 1 >/dev/full",
+        "$PY -m shardcli plan --preset tiny --target tpu-v5e:2x2 --compile 1 --batch 2 >/dev/full",
         {},
         2,
         1,
