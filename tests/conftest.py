@@ -196,8 +196,9 @@ def plan_cache(tmp_path, monkeypatch):
 
 # Tests marked `once` give the same verdict under any JAX of the window (they check the repository's
 # own text and scripts, or input refused before JAX runs): `.ci/run` runs each of them in one of its
-# two suites, `--share 1/2` in one and `--share 2/2` in the other, by a hash of the test's id (the
-# same under both Pythons, so the two shares cover every such test exactly once).
+# two suites, `--share 1/2` in one and `--share 2/2` in the other, by a hash of the test's id, or of
+# the name `once("NAME")` gives tests of one expensive fixture (the same under both Pythons, so the two
+# shares cover every such test exactly once).
 # A slow test's parametrized variants are one check over several inputs: its first variant runs in
 # every share (the check itself under each JAX), each of the others in one share, by the same hash.
 # Where the variants are what differs between the JAX versions (one per framework, whose versions
@@ -212,9 +213,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def once_share(nodeid: str, shares: int) -> int:
-    """Which of `shares` shares (1-based) a shared test falls in: a hash of its id."""
-    return zlib.crc32(nodeid.encode("utf-8")) % shares + 1
+def once_share(key: str, shares: int) -> int:
+    """Which of `shares` shares (1-based) a shared test falls in: a hash of its key (its id, or the
+    name its `once` marker gives)."""
+    return zlib.crc32(key.encode("utf-8")) % shares + 1
 
 
 def _parse_share(text: str) -> tuple[int, int]:
@@ -224,14 +226,17 @@ def _parse_share(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def shared_ids(items: Sequence[pytest.Item]) -> set[str]:
-    """The ids of the tests a share of N runs only in its hash's share: those marked `once`, and each
-    slow parametrized test's variants after its first (unless it is marked `every_variant`)."""
-    shared: set[str] = set()
+def shared_keys(items: Sequence[pytest.Item]) -> dict[str, str]:
+    """The tests a share of N runs only in one share, each id with what it is hashed by: those marked
+    `once` (by their id, or by the name the marker gives, so that tests of one expensive fixture,
+    `once("docs-site")`: the site built once, fall in one share), and each slow parametrized test's
+    variants after its first (by their id; none of a test marked `every_variant`)."""
+    keys: dict[str, str] = {}
     seen: set[str] = set()
     for item in items:
-        if item.get_closest_marker("once") is not None:
-            shared.add(item.nodeid)
+        once = item.get_closest_marker("once")
+        if once is not None:
+            keys[item.nodeid] = str(once.args[0]) if once.args else item.nodeid
             continue
         if getattr(item, "callspec", None) is None or item.get_closest_marker("slow") is None:
             continue
@@ -239,16 +244,9 @@ def shared_ids(items: Sequence[pytest.Item]) -> set[str]:
             continue
         function = item.nodeid.partition("[")[0]
         if function in seen:
-            shared.add(item.nodeid)
+            keys[item.nodeid] = item.nodeid
         seen.add(function)
-    return shared
-
-
-def share_key(item: pytest.Item) -> str:
-    """What a shared test is hashed by: its id, or the name its `once` marker gives, so that tests
-    that share an expensive fixture (`once("docs-site")`: the site built once) fall in one share."""
-    marker = item.get_closest_marker("once")
-    return str(marker.args[0]) if marker is not None and marker.args else item.nodeid
+    return keys
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -256,11 +254,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if text is None:
         return
     share, shares = _parse_share(text)
-    shared = shared_ids(items)
+    keys = shared_keys(items)
     kept: list[pytest.Item] = []
     left: list[pytest.Item] = []
     for item in items:
-        mine = item.nodeid not in shared or once_share(share_key(item), shares) == share
+        key = keys.get(item.nodeid)
+        mine = key is None or once_share(key, shares) == share
         (kept if mine else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
