@@ -2,8 +2,9 @@
 
 `--help` needs typer and rich and the commands' flags, nothing else: no JAX, no NumPy, no command's
 core or renderer. So `shardcli --help` is held against `python -c "import typer, rich.console"`,
-the floor any Typer + rich app pays; the target is `--target` (default 2.5 times that). `import jax`
-is timed alongside for scale. Each command runs once to warm the OS caches, then N times,
+the floor any Typer + rich app pays; the target is `--target` (default 2.5 times that). `import jax`,
+`import ml_dtypes` (JAX's dtypes: 0.7.0 took 0.75-1.2 s to import here, 0.6.0 6 ms, so pyproject.toml
+leaves 0.7.0 out) and `shardcli mesh --mesh 8` (a command that starts JAX) are timed alongside for scale. Each command runs once to warm the OS caches, then N times,
 interleaved round by round so that machine noise hits all of them alike; ratios compare medians.
 It also lists the shardcli modules `--help` loads and fails if JAX, NumPy or any `core`, `render`
 or runtime module is among them.
@@ -26,17 +27,19 @@ from pathlib import Path
 
 PY = sys.executable
 JAX_IMPORT = "import jax"
+DTYPES_IMPORT = "import ml_dtypes"
 FLOOR_IMPORT = "import typer, rich.console"
 # Prints the modules `shardcli --help` loads that it must not: JAX, NumPy, what runs a command or
 # renders it, JAX's start (one per line), after running --help in this interpreter. The registries
-# (their names are --help's choices), standard output and signals are light and allowed.
+# (their names are --help's choices), standard output, its line ends and signals are light and allowed.
 HELP_MODULES = (
     "import sys\n"
     "sys.argv = ['shardcli', '--help']\n"
     "from shardcli.cli import main\n"
     "try:\n    main()\nexcept SystemExit:\n    pass\n"
     "light = {'shardcli', 'shardcli.cli', 'shardcli.errors', 'shardcli.commands', 'shardcli.runtime',\n"
-    "         'shardcli.runtime.stdout', 'shardcli.runtime.interrupts', 'shardcli.playground',\n"
+    "         'shardcli.runtime.stdout', 'shardcli.runtime.interrupts', 'shardcli.runtime.line_ends',\n"
+    "         'shardcli.playground',\n"
     "         'shardcli.playground.collective.cases', 'shardcli.playground.collective.entries',\n"
     "         'shardcli.playground.collective.layouts', 'shardcli.playground.collective.references',\n"
     "         'shardcli.playground.collective.bodies', 'shardcli.playground.matmul.cases',\n"
@@ -55,7 +58,9 @@ def commands() -> dict[str, list[str]]:
     if script.exists():
         cmds["shardcli --help (console script)"] = [str(script), "--help"]
     cmds[f'python -c "{FLOOR_IMPORT}"'] = [PY, "-c", FLOOR_IMPORT]
+    cmds["shardcli mesh --mesh 8 (starts JAX)"] = [PY, "-m", "shardcli", "mesh", "--mesh", "8"]
     cmds[f'python -c "{JAX_IMPORT}"'] = [PY, "-c", JAX_IMPORT]
+    cmds[f'python -c "{DTYPES_IMPORT}"'] = [PY, "-c", DTYPES_IMPORT]
     cmds['python -c "pass"'] = [PY, "-c", "pass"]
     return cmds
 
@@ -112,7 +117,10 @@ def main() -> int:
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     floor_median = medians[f'python -c "{FLOOR_IMPORT}"']
 
-    print(f"python {sys.version.split()[0]} at {PY}; {args.runs} runs each after 1 warm-up")
+    from importlib.metadata import version
+
+    versions = ", ".join(f"{p} {version(p)}" for p in ("jax", "ml_dtypes"))
+    print(f"python {sys.version.split()[0]} at {PY} ({versions}); {args.runs} runs each after 1 warm-up")
     width = max(map(len, medians))
     print(f"{'command':<{width}}  {'median':>8}  {'min':>8}  {'max':>8}  {'vs typer+rich':>13}")
     for name, ts in times.items():
@@ -122,7 +130,7 @@ def main() -> int:
         )
 
     ok = True
-    for name in (n for n in cmds if n.startswith("shardcli")):
+    for name in (n for n in cmds if n.startswith("shardcli --help")):
         ratio = medians[name] / floor_median
         verdict = "PASS" if ratio <= args.target else "FAIL"
         ok = ok and verdict == "PASS"
