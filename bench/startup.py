@@ -3,8 +3,9 @@
 `--help` needs typer and rich and the commands' flags, nothing else: no JAX, no NumPy, no command's
 core or renderer. So `shardcli --help` is held against `python -c "import typer, rich.console"`,
 the floor any Typer + rich app pays; the target is `--target` (default 2.5 times that). `import jax`,
-`import ml_dtypes` (JAX's dtypes: 0.7.0 took 0.75-1.2 s to import here, 0.6.0 6 ms, so pyproject.toml
-leaves 0.7.0 out) and `shardcli mesh --mesh 8` (a command that starts JAX) are timed alongside for scale. Each command runs once to warm the OS caches, then N times,
+`import ml_dtypes` (JAX's dtypes: with NumPy 2.4, 0.7.0 took 0.9-1.2 s to import here, 0.6.0 6 ms,
+so pyproject.toml leaves 0.7.0 out on Python 3.11) and `shardcli mesh --mesh 8` (a command that
+starts JAX) are timed alongside for scale. Each command runs once to warm the OS caches, then N times,
 interleaved round by round so that machine noise hits all of them alike; ratios compare medians.
 It also lists the shardcli modules `--help` loads and fails if JAX, NumPy or any `core`, `render`
 or runtime module is among them.
