@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,14 @@ def main() -> int:
             + "; ".join(f"{name} {' '.join(f'{r[name]:.2f}' for r in results)}" for name, _, _ in rows)
         )
     print(f"outside {BAND[0]}-{BAND[1]}x in any round: {', '.join(outside) or 'none'}")
+    if rounds > 2:
+        # Each round is a calibrate and a program in processes of their own, and on 2 cores a process's
+        # 8 device threads land well or badly for its whole life: the median round says what a run
+        # typically gives, the rounds above how far one run moves from it.
+        medians = {name: statistics.median(r[name] for r in results) for name, _, _ in rows}
+        print("median est/meas of the rounds: " + "; ".join(f"{n} {m:.2f}" for n, m in medians.items()))
+        off = [n for n, m in medians.items() if not BAND[0] <= m <= BAND[1]]
+        print(f"median outside {BAND[0]}-{BAND[1]}x: {', '.join(off) or 'none'}")
     if args.quick:
         print(
             "--quick: a smoke test; its 16-32 GEMMs give the curve nothing to read, the figures mean nothing"

@@ -61,7 +61,9 @@ def _collected(*args: str) -> set[str]:
     return {line for line in done.stdout.splitlines() if "::" in line}
 
 
+# The two tests below read how pytest collects, the same under any JAX: `once`.
 @pytest.mark.slow
+@pytest.mark.once
 def test_the_two_shares_run_each_once_test_once_and_every_other_test_twice():
     """`once` tests in one share; a slow test's variants after its first in one share, its first in
     both; every variant of a test marked `every_variant`, and every other test, in both."""
@@ -69,8 +71,10 @@ def test_the_two_shares_run_each_once_test_once_and_every_other_test_twice():
     everything = _collected(*files)
     first, second = _collected(*files, "--share", "1/2"), _collected(*files, "--share", "2/2")
     assert (first | second) == everything
-    ours = {t for t in everything if t.startswith("tests/test_ci.py")}
-    assert ours and ours <= first & second  # not marked once, not parametrized: in both
+    plain = "tests/test_ci.py::test_ci_gives_its_two_suites_the_two_shares"
+    assert plain in first & second  # not marked once, not parametrized: in both
+    ours = {t for t in everything if "::test_the_two_shares" in t or "::test_the_tests_of_the_built" in t}
+    assert len(ours) == 2 and not ours & first & second  # marked once: in one share
     bench = {t for t in everything if t.startswith("tests/test_bench_quick.py")}
     assert not bench & first & second and bench & first and bench & second  # once: in one share
     either_jax = {t for t in everything if "either_jax[" in t}
@@ -83,6 +87,7 @@ def test_the_two_shares_run_each_once_test_once_and_every_other_test_twice():
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_the_tests_of_the_built_site_fall_in_one_share():
     """`once("docs-site")`: the four tests of the built site hash by that name, so one suite builds it."""
     first = _collected("tests/test_docs.py", "--share", "1/2", "-m", "not slow")
