@@ -47,6 +47,14 @@ def test_ci_gives_its_two_suites_the_two_shares():
     assert 'oldest_run "$@" &' in script and 'newest_run "$@" &' in script  # side by side
 
 
+def test_python_311_gets_no_ml_dtypes_that_takes_a_second_to_import():
+    """pyproject.toml leaves ml_dtypes 0.7.0 out on Python 3.11: beside the NumPy 2.4 that Python 3.11
+    gets, it took 0.9-1.2 s to import (bench/startup.py), a second of every process's start."""
+    from importlib.metadata import version
+
+    assert sys.version_info >= (3, 12) or version("ml_dtypes") != "0.7.0", version("numpy")
+
+
 def _collected(*args: str) -> set[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
