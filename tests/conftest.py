@@ -200,16 +200,28 @@ def plan_cache(tmp_path, monkeypatch):
 # the name `once("NAME")` gives tests of one expensive fixture (the same under both Pythons, so the two
 # shares cover every such test exactly once).
 # A slow test's parametrized variants are one check over several inputs: its first variant runs in
-# every share (the check itself under each JAX), each of the others in one share, by the same hash.
-# Where the variants are what differs between the JAX versions (one per framework, whose versions
-# differ between the suites), the test is marked `every_variant` and each variant runs in every share.
+# every share (the check itself), each of the others in one share, by the same hash. Where the variants
+# are what differs between the JAX versions (one per framework, whose versions differ between the
+# suites), the test is marked `every_variant` and each variant runs in every share. `--share A-B/N`
+# takes several shares at once (.ci/run gives the oldest suite 13 of 20), and `--first-variants K/N`
+# runs only the K-th of N shares of the slow tests every share runs otherwise (.ci/run: a third of
+# them under the oldest JAX, all under the newest).
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--share",
         default=None,
         metavar="K/N",
         help="run only the K-th of N shares of the tests marked `once`, and of the slow tests' "
-        "parametrized variants after each test's first (all of them without it)",
+        "parametrized variants after each test's first (all of them without it); K may be a range "
+        "A-B, shares A to B",
+    )
+    parser.addoption(
+        "--first-variants",
+        default=None,
+        metavar="K/N",
+        help="run only the K-th of N shares of the slow tests that every suite runs otherwise (each "
+        "slow test, or a parametrized one's first variant, that is neither `once` nor "
+        "`every_variant`)",
     )
 
 
@@ -219,11 +231,17 @@ def once_share(key: str, shares: int) -> int:
     return zlib.crc32(key.encode("utf-8")) % shares + 1
 
 
-def _parse_share(text: str) -> tuple[int, int]:
+def _parse_share(text: str, option: str = "--share") -> tuple[range, int]:
+    """`K/N` or `A-B/N`: the shares (1-based) a suite runs, and how many there are."""
     k, _, n = text.partition("/")
-    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
-        raise pytest.UsageError(f"--share {text} is not valid; give K/N with 1 <= K <= N, e.g. 1/2")
-    return int(k), int(n)
+    a, dash, b = k.partition("-")
+    b = b if dash else a
+    if not (a.isdigit() and b.isdigit() and n.isdigit() and 1 <= int(a) <= int(b) <= int(n)):
+        raise pytest.UsageError(
+            f"{option} {text} is not valid; give K/N with 1 <= K <= N, or A-B/N with A <= B <= N, "
+            "e.g. 1/2 or 1-13/20"
+        )
+    return range(int(a), int(b) + 1), int(n)
 
 
 def shared_keys(items: Sequence[pytest.Item]) -> dict[str, str]:
@@ -249,17 +267,38 @@ def shared_keys(items: Sequence[pytest.Item]) -> dict[str, str]:
     return keys
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    text = config.getoption("--share")
-    if text is None:
-        return
-    share, shares = _parse_share(text)
+def first_variant_ids(items: Sequence[pytest.Item]) -> list[str]:
+    """The slow tests every share runs: each slow test, or a parametrized one's first variant, that is
+    neither `once` nor `every_variant` (what `--first-variants` divides)."""
     keys = shared_keys(items)
+    return [
+        item.nodeid
+        for item in items
+        if item.nodeid not in keys
+        and item.get_closest_marker("slow") is not None
+        and item.get_closest_marker("every_variant") is None
+    ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    text, first = config.getoption("--share"), config.getoption("--first-variants")
+    if text is None and first is None:
+        return
+    share, shares = _parse_share(text) if text is not None else (range(1, 2), 1)
+    keys = shared_keys(items)
+    halves, n = _parse_share(first, "--first-variants") if first is not None else (range(1, 2), 1)
+    if first is not None:
+        keys.update({nodeid: f"first:{nodeid}" for nodeid in first_variant_ids(items)})
     kept: list[pytest.Item] = []
     left: list[pytest.Item] = []
     for item in items:
         key = keys.get(item.nodeid)
-        mine = key is None or once_share(key, shares) == share
+        if key is None:
+            mine = True
+        elif key.startswith("first:"):
+            mine = once_share(key, n) in halves
+        else:
+            mine = once_share(key, shares) in share
         (kept if mine else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)

@@ -1,7 +1,9 @@
-"""How `.ci/run` divides the suite: every test runs under both Pythons except those marked `once` and
-a slow test's parametrized variants after its first (unless it is marked `every_variant`), which are
-shared out between the two suites by `--share K/N` (tests/conftest.py); and what the suite's faster
-in-process CPU compiles leave as it was."""
+"""How `.ci/run` divides the suite: every quick test, and every variant of a test marked
+`every_variant`, runs under both Pythons; those marked `once` and a slow test's parametrized variants
+after its first are shared out between the two suites by `--share` (tests/conftest.py), the oldest
+taking 13 of 20 shares; the other slow tests (each, or its first variant) run in the newest, a third of
+them in the oldest too (`--first-variants 1/3`); and what the suite's faster in-process CPU compiles
+leave as it was."""
 
 from __future__ import annotations
 
@@ -29,21 +31,47 @@ def test_every_once_test_falls_in_exactly_one_share(shares):
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("1/2", (1, 2)), ("2/2", (2, 2)), ("1/1", (1, 1)), ("3/5", (3, 5))],
+    [
+        ("1/2", (range(1, 2), 2)),
+        ("2/2", (range(2, 3), 2)),
+        ("1/1", (range(1, 2), 1)),
+        ("3/5", (range(3, 4), 5)),
+        ("1-13/20", (range(1, 14), 20)),
+        ("14-20/20", (range(14, 21), 20)),
+        ("2-2/3", (range(2, 3), 3)),
+    ],
 )
-def test_a_share_is_k_of_n(text, expected):
+def test_a_share_is_k_of_n_or_a_range_of_them(text, expected):
     assert _parse_share(text) == expected
 
 
-@pytest.mark.parametrize("text", ["0/2", "3/2", "1", "x/2", "1/0", "-1/2", "", "1/2/3"])
+@pytest.mark.parametrize(
+    "text",
+    ["0/2", "3/2", "1", "x/2", "1/0", "-1/2", "", "1/2/3", "3-2/5", "1-/2", "0-1/2", "1-21/20", "1-2-3/4"],
+)
 def test_a_bad_share_is_a_usage_error(text):
     with pytest.raises(pytest.UsageError, match=r"--share .* is not valid; give K/N with 1 <= K <= N"):
         _parse_share(text)
 
 
-def test_ci_gives_its_two_suites_the_two_shares():
+def _ci_suite_args() -> dict[str, list[str]]:
+    """Each suite's pytest arguments as `.ci/run` gives them (`suite NAME ARGS... "$@"`)."""
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'suite oldest --share 1/2 "$@"\n' in script and 'suite newest --share 2/2 "$@"\n' in script
+    args = {}
+    for line in script.splitlines():
+        words = line.split()
+        if words[:1] == ["suite"] and words[-1] == '"$@"':
+            args[words[1]] = words[2:-1]
+    return args
+
+
+def test_ci_gives_its_two_suites_shares_that_cover_each_shared_test_once():
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    args = _ci_suite_args()
+    assert set(args) == {"oldest", "newest"}
+    (old, old_n), (new, new_n) = (_parse_share(a[a.index("--share") + 1]) for a in args.values())
+    assert old_n == new_n and sorted([*old, *new]) == list(range(1, old_n + 1))  # no share twice, none left
+    assert "--first-variants" in args["oldest"] and "--first-variants" not in args["newest"]
     assert 'oldest_run "$@" &' in script and 'newest_run "$@" &' in script  # side by side
 
 
@@ -56,6 +84,10 @@ def test_python_311_gets_no_ml_dtypes_that_takes_a_second_to_import():
 
 
 def _collected(*args: str) -> set[str]:
+    return set(_collected_in_order(*args))
+
+
+def _collected_in_order(*args: str) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
         capture_output=True,
@@ -66,32 +98,38 @@ def _collected(*args: str) -> set[str]:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return {line for line in done.stdout.splitlines() if "::" in line}
+    return [line for line in done.stdout.splitlines() if "::" in line]
 
 
 # The two tests below read how pytest collects, the same under any JAX: `once`.
 @pytest.mark.slow
 @pytest.mark.once
-def test_the_two_shares_run_each_once_test_once_and_every_other_test_twice():
-    """`once` tests in one share; a slow test's variants after its first in one share, its first in
-    both; every variant of a test marked `every_variant`, and every other test, in both."""
+def test_the_two_suites_run_each_test_somewhere_and_every_quick_test_in_both():
+    """With `.ci/run`'s own arguments: `once` tests in one suite; a slow test's variants after its
+    first in one suite; each other slow test (or its first variant) in the newest, a third of them in
+    the oldest too; every variant of a test marked `every_variant`, and every quick test, in both."""
     files = ["tests/test_ci.py", "tests/test_bench_quick.py", "tests/test_target.py"]
-    everything = _collected(*files)
-    first, second = _collected(*files, "--share", "1/2"), _collected(*files, "--share", "2/2")
-    assert (first | second) == everything
-    plain = "tests/test_ci.py::test_ci_gives_its_two_suites_the_two_shares"
-    assert plain in first & second  # not marked once, not parametrized: in both
-    ours = {t for t in everything if "::test_the_two_shares" in t or "::test_the_tests_of_the_built" in t}
-    assert len(ours) == 2 and not ours & first & second  # marked once: in one share
+    in_order = _collected_in_order(*files)
+    everything = set(in_order)
+    quick = _collected(*files, "-m", "not slow")
+    args = _ci_suite_args()
+    oldest, newest = _collected(*files, *args["oldest"]), _collected(*files, *args["newest"])
+    assert (oldest | newest) == everything  # nothing left out
+    assert quick <= oldest & newest
+    plain = "tests/test_ci.py::test_ci_gives_its_two_suites_shares_that_cover_each_shared_test_once"
+    assert plain in oldest & newest  # quick, not marked once, not parametrized: in both
+    ours = {t for t in everything if "::test_the_two_suites" in t or "::test_the_tests_of_the_built" in t}
+    assert len(ours) == 2 and not ours & oldest & newest  # marked once: in one suite
     bench = {t for t in everything if t.startswith("tests/test_bench_quick.py")}
-    assert not bench & first & second and bench & first and bench & second  # once: in one share
+    assert not bench & oldest & newest and bench & oldest and bench & newest  # once: in one suite each
     either_jax = {t for t in everything if "either_jax[" in t}
-    assert len(either_jax) == 4 and either_jax <= first & second  # every_variant: all in both
-    names = [t for t in everything if t.startswith("tests/test_target.py::test_target_names[")]
+    assert len(either_jax) == 4 and either_jax <= oldest & newest  # every_variant: all in both
+    names = [t for t in in_order if t.startswith("tests/test_target.py::test_target_names[")]
     assert len(names) > 2
-    in_both = [t for t in names if t in first and t in second]
-    assert len(in_both) == 1  # the first variant in both, each of the others in one share
-    assert first & second >= {t for t in everything if t.startswith("tests/test_target.py") and "[" not in t}
+    assert names[0] in newest and not set(names[1:]) & oldest & newest  # later variants: in one suite
+    slow = {t for t in everything - quick if t.startswith("tests/test_target.py") and "[" not in t}
+    assert len(slow) > 6 and slow <= newest  # the slow tests: all in the newest,
+    assert 0 < len(slow & oldest) < len(slow)  # some of them in the oldest too
 
 
 @pytest.mark.slow

@@ -1466,6 +1466,7 @@ def test_what_the_users_code_writes_to_descriptor_1_goes_to_stderr_under_json(tm
     assert "MARK" not in done.stdout
 
 
+@pytest.mark.once  # shardcli's handling of a signal during a save
 @pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGKILL"])
 def test_a_signal_during_a_checkpoint_save_leaves_a_checkpoint_or_one_marked_incomplete(tmp_path, signame):
@@ -1553,6 +1554,7 @@ def test_a_failed_save_in_a_held_folder_removes_what_it_wrote(tmp_path):
     assert not folder.exists()
 
 
+@pytest.mark.once  # shardcli's clean-up of a failed save
 @pytest.mark.slow
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_nothing(tmp_path):
     """Writes beyond 8 KiB fail (RLIMIT_FSIZE: EFBIG, as ENOSPC on a full disk): one line, exit 2,
@@ -1702,6 +1704,7 @@ def test_sigint_while_inspect_imports_a_slow_module_exits_130(tmp_path):
     assert err.splitlines() == ["shardcli: error: interrupted"], err
 
 
+@pytest.mark.once  # shardcli's hold on its checkpoint folder
 @pytest.mark.slow
 def test_two_trainings_into_one_checkpoint_folder_never_leave_it_half_written(tmp_path):
     """Both start on an empty folder; one saves, the other is refused (exit 2); the folder restores."""

@@ -207,6 +207,7 @@ IN_THE_THREADS = """
 """
 
 
+@pytest.mark.once  # shardcli's handling of Ctrl-C
 def test_ctrl_c_during_the_threaded_run_exits_130_with_one_line(tmp_path):
     import signal
     import subprocess

@@ -220,6 +220,7 @@ def _json(cli, args, code=0):
     return doc
 
 
+@pytest.mark.once  # plan's own cache: the same verdict under any JAX
 def test_a_second_plan_reads_the_cache_and_compiles_only_what_changed(cli, plan_cache):
     pytest.importorskip("libtpu")
     first = _json(cli, [*TINY, "--remat", "full", "-n", "1"])
@@ -493,6 +494,7 @@ def test_the_winner_is_reproduced_by_its_inspect_command(cli, plan_cache):
     assert memory["argument_bytes"] == _winner(doc)["argument_bytes"]  # as plan counted them
 
 
+@pytest.mark.once  # plan's own cache: the same verdict under any JAX
 def test_a_second_program_plan_compiles_nothing(cli, plan_cache, monkeypatch, tmp_path):
     """The second identical plan reads every layout from the cache (inspect is never called); --no-cache
     compiles them again; a changed program file is a new key."""
@@ -699,6 +701,7 @@ def test_program_flags_exit_2(cli, tmp_path, args, message):
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.once  # plan's own handling of Ctrl-C: the same verdict under any JAX
 def test_ctrl_c_keeps_what_finished(monkeypatch, plan_cache):
     """The second compile is interrupted: the first stays in the result (and the cache), the one being
     compiled is marked interrupted, and the summary says the rest were not compiled."""
@@ -1248,6 +1251,7 @@ def test_plans_own_cost_flags_and_where_the_cache_is_do_not_change_the_key(monke
     assert _tiny_key() == plain
 
 
+@pytest.mark.once  # plan's own cache: the same verdict under any JAX
 def test_a_flagged_no_cache_plan_keeps_the_unflagged_entry(cli, plan_cache):
     """Before, the key ignored XLA_FLAGS: a flagged run read the unflagged figures, and a flagged
     --no-cache run overwrote the entry unflagged runs then read."""
