@@ -203,7 +203,7 @@ def plan_cache(tmp_path, monkeypatch):
 # every share (the check itself), each of the others in one share, by the same hash. Where the variants
 # are what differs between the JAX versions (one per framework, whose versions differ between the
 # suites), the test is marked `every_variant` and each variant runs in every share. `--share A-B/N`
-# takes several shares at once (.ci/run gives the oldest suite 13 of 20), and `--first-variants K/N`
+# takes several shares at once (.ci/run gives the oldest suite 13 of 20), and `--slow-share K/N`
 # runs only the K-th of N shares of the slow tests every share runs otherwise (.ci/run: a third of
 # them under the oldest JAX, all under the newest).
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -216,7 +216,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "A-B, shares A to B",
     )
     parser.addoption(
-        "--first-variants",
+        "--slow-share",
         default=None,
         metavar="K/N",
         help="run only the K-th of N shares of the slow tests that every suite runs otherwise (each "
@@ -267,9 +267,9 @@ def shared_keys(items: Sequence[pytest.Item]) -> dict[str, str]:
     return keys
 
 
-def first_variant_ids(items: Sequence[pytest.Item]) -> list[str]:
+def slow_share_ids(items: Sequence[pytest.Item]) -> list[str]:
     """The slow tests every share runs: each slow test, or a parametrized one's first variant, that is
-    neither `once` nor `every_variant` (what `--first-variants` divides)."""
+    neither `once` nor `every_variant` (what `--slow-share` divides)."""
     keys = shared_keys(items)
     return [
         item.nodeid
@@ -281,21 +281,21 @@ def first_variant_ids(items: Sequence[pytest.Item]) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    text, first = config.getoption("--share"), config.getoption("--first-variants")
+    text, first = config.getoption("--share"), config.getoption("--slow-share")
     if text is None and first is None:
         return
     share, shares = _parse_share(text) if text is not None else (range(1, 2), 1)
     keys = shared_keys(items)
-    halves, n = _parse_share(first, "--first-variants") if first is not None else (range(1, 2), 1)
+    halves, n = _parse_share(first, "--slow-share") if first is not None else (range(1, 2), 1)
     if first is not None:
-        keys.update({nodeid: f"first:{nodeid}" for nodeid in first_variant_ids(items)})
+        keys.update({nodeid: f"slow:{nodeid}" for nodeid in slow_share_ids(items)})
     kept: list[pytest.Item] = []
     left: list[pytest.Item] = []
     for item in items:
         key = keys.get(item.nodeid)
         if key is None:
             mine = True
-        elif key.startswith("first:"):
+        elif key.startswith("slow:"):
             mine = once_share(key, n) in halves
         else:
             mine = once_share(key, shares) in share

@@ -2,7 +2,7 @@
 `every_variant`, runs under both Pythons; those marked `once` and a slow test's parametrized variants
 after its first are shared out between the two suites by `--share` (tests/conftest.py), the oldest
 taking 13 of 20 shares; the other slow tests (each, or its first variant) run in the newest, a third of
-them in the oldest too (`--first-variants 1/3`); and what the suite's faster in-process CPU compiles
+them in the oldest too (`--slow-share 1/3`); and what the suite's faster in-process CPU compiles
 leave as it was."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_ci_gives_its_two_suites_shares_that_cover_each_shared_test_once():
     assert set(args) == {"oldest", "newest"}
     (old, old_n), (new, new_n) = (_parse_share(a[a.index("--share") + 1]) for a in args.values())
     assert old_n == new_n and sorted([*old, *new]) == list(range(1, old_n + 1))  # no share twice, none left
-    assert "--first-variants" in args["oldest"] and "--first-variants" not in args["newest"]
+    assert "--slow-share" in args["oldest"] and "--slow-share" not in args["newest"]
     assert 'oldest_run "$@" &' in script and 'newest_run "$@" &' in script  # side by side
 
 
