@@ -196,7 +196,7 @@ def plan_cache(tmp_path, monkeypatch):
 
 # Tests marked `once` give the same verdict under any JAX of the window (they check the repository's
 # own text and scripts, or input refused before JAX runs): `.ci/run` runs each of them in one of its
-# two suites, `--share 1/2` in one and `--share 2/2` in the other, by a hash of the test's id, or of
+# two suites, `--share 1-13/20` in one and `--share 14-20/20` in the other, by a hash of the test's id, or of
 # the name `once("NAME")` gives tests of one expensive fixture (the same under both Pythons, so the two
 # shares cover every such test exactly once).
 # A slow test's parametrized variants are one check over several inputs: its first variant runs in
@@ -267,38 +267,36 @@ def shared_keys(items: Sequence[pytest.Item]) -> dict[str, str]:
     return keys
 
 
-def slow_share_ids(items: Sequence[pytest.Item]) -> list[str]:
+def slow_share_ids(items: Sequence[pytest.Item], shared: Mapping[str, str]) -> set[str]:
     """The slow tests every share runs: each slow test, or a parametrized one's first variant, that is
-    neither `once` nor `every_variant` (what `--slow-share` divides)."""
-    keys = shared_keys(items)
-    return [
+    neither `once` nor `every_variant` nor among the `shared` ones (what `--slow-share` divides)."""
+    return {
         item.nodeid
         for item in items
-        if item.nodeid not in keys
+        if item.nodeid not in shared
         and item.get_closest_marker("slow") is not None
         and item.get_closest_marker("every_variant") is None
-    ]
+    }
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    text, first = config.getoption("--share"), config.getoption("--slow-share")
-    if text is None and first is None:
+    text, slow_text = config.getoption("--share"), config.getoption("--slow-share")
+    if text is None and slow_text is None:
         return
     share, shares = _parse_share(text) if text is not None else (range(1, 2), 1)
+    slow_share, slow_shares = (
+        _parse_share(slow_text, "--slow-share") if slow_text is not None else (range(1, 2), 1)
+    )
     keys = shared_keys(items)
-    halves, n = _parse_share(first, "--slow-share") if first is not None else (range(1, 2), 1)
-    if first is not None:
-        keys.update({nodeid: f"slow:{nodeid}" for nodeid in slow_share_ids(items)})
+    slow = slow_share_ids(items, keys) if slow_text is not None else set()
     kept: list[pytest.Item] = []
     left: list[pytest.Item] = []
     for item in items:
         key = keys.get(item.nodeid)
-        if key is None:
-            mine = True
-        elif key.startswith("slow:"):
-            mine = once_share(key, n) in halves
+        if item.nodeid in slow:  # hashed apart from the shares above: "slow:" before the id
+            mine = once_share(f"slow:{item.nodeid}", slow_shares) in slow_share
         else:
-            mine = once_share(key, shares) in share
+            mine = key is None or once_share(key, shares) in share
         (kept if mine else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
