@@ -166,13 +166,8 @@ PICK_TRIES = 4  # the planner's top candidates compiled, in its order, until one
 
 def _figures(cfg, candidate, target, sessions):  # type: ignore[no-untyped-def]
     """(figures, the mesh, whether they came from the cache)."""
-    from shardcli.plan.compiles import (
-        cache_key,
-        compile_candidate,
-        read_cached,
-        target_session,
-        write_cached,
-    )
+    from shardcli.plan.compile_cache import cache_key, read_cached, write_cached
+    from shardcli.plan.compiles import compile_candidate, target_session
     from shardcli.specs.runs import RunOptions
 
     session = target_session(sessions, target, candidate.mesh, RunOptions())

@@ -83,13 +83,8 @@ BAND = (0.8, 1.25)
 
 
 def run_row(row: GpuRow, sessions: dict, attention: str | None = None) -> None:  # type: ignore[type-arg]
-    from shardcli.plan.compiles import (
-        cache_key,
-        compile_candidate,
-        read_cached,
-        target_session,
-        write_cached,
-    )
+    from shardcli.plan.compile_cache import cache_key, read_cached, write_cached
+    from shardcli.plan.compiles import compile_candidate, target_session
     from shardcli.specs.runs import RunOptions
 
     cfg = replace(PRESETS[row.preset], attention=attention or row.attention)

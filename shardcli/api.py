@@ -55,7 +55,7 @@ class InspectReport(JupyterMixin):
         return self.result.analysis.memory if self.result.analysis is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        from shardcli.render.inspect import inspect_json
+        from shardcli.render.inspect_json import inspect_json
 
         return inspect_json(self.result)
 
@@ -107,7 +107,7 @@ class ShardingPicture(JupyterMixin):
 
 def picture(x: Any, title: str | None = None) -> ShardingPicture:
     """The picture `show` draws, as an object (a notebook cell shows it as its value)."""
-    from shardcli.program.inspect import fact_of
+    from shardcli.program.argument_facts import fact_of
 
     if getattr(x, "sharding", None) is None:
         raise ShardcliError(

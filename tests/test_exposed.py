@@ -339,7 +339,7 @@ def test_plans_cached_figures_keep_what_the_schedule_exposed():
     the cached figures counts those after the ops and hides the rest, as the compile's own did."""
     from shardcli.analysis.step_time import AxisLink, estimate_step
     from shardcli.hardware.chips import CHIPS
-    from shardcli.plan.compiles import AxisTraffic, CompiledFigures
+    from shardcli.plan.compiled_figures import AxisTraffic, CompiledFigures
     from shardcli.plan.estimate import analysis_of
 
     links = {"model": AxisLink("model", 4, 45e9, "ICI", "table")}

@@ -1994,7 +1994,7 @@ def test_a_damaged_plan_cache_entry_is_not_read(one_plan_entry, tmp_path, monkey
     and one that fails reads as no entry (at once: the FIFO's read does not block)."""
     import shutil
 
-    from shardcli.plan.compiles import read_cached
+    from shardcli.plan.compile_cache import read_cached
 
     _, entry, folder = one_plan_entry
     cache = tmp_path / "cache"
@@ -2059,22 +2059,23 @@ def test_a_full_disk_leaves_no_tmp_file_in_the_plan_cache(monkeypatch, tmp_path,
     import resource
     import signal
 
-    from shardcli.plan import compiles as plan_compile
+    from shardcli.plan import compile_cache
+    from shardcli.plan.compiled_figures import CompiledFigures
 
     _, entry, _ = one_plan_entry
     monkeypatch.setenv("SHARDCLI_CACHE_DIR", str(tmp_path / "jax"))
-    figures = plan_compile.CompiledFigures.from_json(entry["figures"])
+    figures = CompiledFigures.from_json(entry["figures"])
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (16, hard))
     try:
-        plan_compile.write_cached("k" * 32, figures, "a layout")
+        compile_cache.write_cached("k" * 32, figures, "a layout")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous)
     assert (tmp_path / "plan").is_dir()
     assert list((tmp_path / "plan").iterdir()) == []
-    plan_compile.write_cached("k" * 32, figures, "a layout")
+    compile_cache.write_cached("k" * 32, figures, "a layout")
     assert [p.name for p in (tmp_path / "plan").iterdir()] == ["k" * 32 + ".json"]
 
 

@@ -83,7 +83,8 @@ def numpy_loss(mesh: str) -> float:
     """The loss of the SMALL model, in float64 NumPy: h = tanh(h @ W + b) layer by layer, then
     0.5 x mean((y - target)^2). Only the model's random parameters and data come from shardcli."""
     from shardcli.specs.meshes import parse_mesh
-    from shardcli.training.pipeline.threads import PipelineRequest, _host_model
+    from shardcli.training.pipeline.request import PipelineRequest
+    from shardcli.training.pipeline.threads import _host_model
 
     request = PipelineRequest(mesh=parse_mesh(mesh, None), batch=8, layers=4, width=16)
     params, x, target = _host_model(request)

@@ -788,7 +788,7 @@ def test_fewer_compiles_than_asked_when_nothing_else_is_expected_to_fit(monkeypa
 
     from shardcli.hardware.targets import parse_target
     from shardcli.plan import compiles as plan_compile
-    from shardcli.plan.compiles import CompiledFigures
+    from shardcli.plan.compiled_figures import CompiledFigures
     from shardcli.plan.search import PlanRequest, run_plan
     from shardcli.render.plan import summary_clauses
 
@@ -939,7 +939,7 @@ def test_plan_lays_the_decoder_out_on_gpu_hosts(cli, plan_cache, cuda_plugin):
 def _plans_own_figures(plan_cache):
     """The figures of every layout plan compiled, as its cache keeps them (the test's own cache,
     `plan_cache`): what plan read of its compiles, not a second compile."""
-    from shardcli.plan.compiles import read_cached
+    from shardcli.plan.compile_cache import read_cached
 
     figures = [read_cached(path.stem) for path in sorted(plan_cache.glob("*.json"))]
     assert figures and None not in figures, sorted(plan_cache.glob("*"))
@@ -999,7 +999,7 @@ def test_a_tpu_plan_compiles_splash_attention_unless_told(cli, plan_cache, flags
     assert doc["config"]["model"]["attention"] == attention
     from shardcli.hardware.targets import parse_target
     from shardcli.plan.candidates import Candidate
-    from shardcli.plan.compiles import cache_key, read_cached
+    from shardcli.plan.compile_cache import cache_key, read_cached
 
     cfg = replace(build_config("tiny", seq=256), attention=attention)
     candidate = Candidate(MeshChoice((("fsdp", 2), ("tensor", 2)), True), "fsdp-tp", "full", 8, 4)
@@ -1123,7 +1123,7 @@ def test_a_gpu_pool_jax_refuses_is_one_line(cli):
 
 
 def _figures(needed: int | None, capacity: int, fits: bool = True):
-    from shardcli.plan.compiles import CompiledFigures
+    from shardcli.plan.compiled_figures import CompiledFigures
 
     return CompiledFigures(fits, needed, capacity, None, None, 1.0, 1.0, (), "scan", 0.0, "")
 
@@ -1218,7 +1218,7 @@ def test_a_program_as_flax_s_guide_writes_it_is_laid_out(cli, plan_cache):
 
 def _tiny_key(target: str = "tpu-v5e:2x2") -> str:
     from shardcli.hardware.targets import parse_target
-    from shardcli.plan.compiles import cache_key
+    from shardcli.plan.compile_cache import cache_key
 
     cfg = build_config("tiny")
     candidates, _ = enumerate_candidates((2, 2), global_batch=2, per_device_batch=None, seq_len=32)
@@ -1242,7 +1242,7 @@ def test_a_variable_that_changes_the_compile_changes_the_cache_key(monkeypatch, 
 
 
 def test_plans_own_cost_flags_and_where_the_cache_is_do_not_change_the_key(monkeypatch, tmp_path):
-    from shardcli.plan.compiles import COST_FLAGS
+    from shardcli.plan.compile_cache import COST_FLAGS
 
     monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
     plain = _tiny_key()

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from shardcli.analysis.arguments import shown_path
-from shardcli.render.console import Clauses, DataTable
+from shardcli.render.layout import Clauses, DataTable
 
 # Compiles, processes or whole programs: left out of the quick subset (pytest -m "not slow").
 pytestmark = pytest.mark.slow
@@ -742,7 +742,7 @@ def test_a_tables_natural_width_is_the_one_rich_measures():
     from rich.measure import Measurement
     from rich.table import Table
 
-    from shardcli.render.console import WIDEST_TABLE, MeasuredOnce, natural_width
+    from shardcli.render.layout import WIDEST_TABLE, MeasuredOnce, natural_width
 
     console = Console(width=80, file=io.StringIO())
     options = console.options

@@ -436,8 +436,9 @@ def _plan_program(
 ) -> None:
     """`plan FILE.py:FUNCTION --inputs FILE.py:NAME`."""
     from shardcli.hardware.targets import parse_target
-    from shardcli.plan.user_program import ProgramPlanRequest, run_program_plan
-    from shardcli.render.plan import render_program_plan
+    from shardcli.plan.program_rows import ProgramPlanRequest
+    from shardcli.plan.user_program import run_program_plan
+    from shardcli.render.plan_program import render_program_plan
     from shardcli.specs.decoder import parse_rules
 
     _positive("--compile", compile_n)

@@ -29,7 +29,7 @@ from shardcli.hardware.calibration import CALIBRATION as CALIBRATION
 from shardcli.hardware.calibration import ROOFLINE as ROOFLINE
 from shardcli.hardware.calibration import Calibration as Calibration
 from shardcli.hardware.chips import Figure
-from shardcli.plan.compiles import CompiledFigures
+from shardcli.plan.compiled_figures import CompiledFigures
 
 
 def _exposed_and_hidden(sent: float, exposed: float) -> tuple[tuple[int, bool], tuple[int, bool]]:

@@ -44,7 +44,7 @@ from shardcli.plan.slices import slice_meshes
 if TYPE_CHECKING:
     from shardcli.hardware.targets import TargetSpec
     from shardcli.plan.analytic import ChipFigures
-    from shardcli.plan.compiles import CompiledFigures
+    from shardcli.plan.compiled_figures import CompiledFigures
     from shardcli.specs.decoder import DecoderConfig
 
 BYTES_ACTIVATION = 2  # bf16 activations between stages

@@ -26,13 +26,9 @@ from shardcli.hardware.targets import TargetSpec
 from shardcli.plan import compiles as plan_compile
 from shardcli.plan.analytic import ChipFigures, Modelled, chip_figures, model_candidate
 from shardcli.plan.candidates import Candidate, Pruned, enumerate_candidates
-from shardcli.plan.compiles import (
-    METHODS,
-    CompiledFigures,
-    cache_key,
-    figures_for,
-    target_session,
-)
+from shardcli.plan.compile_cache import cache_key
+from shardcli.plan.compiled_figures import METHODS, CompiledFigures
+from shardcli.plan.compiles import figures_for, target_session
 from shardcli.plan.estimate import CALIBRATION, Calibration, estimate_of
 from shardcli.plan.pipeline import (
     PipelineRequest,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect as pyinspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,7 +28,8 @@ from shardcli.analysis.target import FitVerdict, judge_fit
 from shardcli.errors import ShardcliError
 from shardcli.hardware.costmodel import CostEstimate, Hardware, table_hardware
 from shardcli.hardware.targets import TargetSpec
-from shardcli.program.inputs import abstract_args, argument_trees, as_abstract, is_array_leaf, path_text
+from shardcli.program.argument_facts import check_input_leaves, checked_on, fact_of, laid_out_fact, leaf_names
+from shardcli.program.inputs import abstract_args, as_abstract
 from shardcli.program.jit import Compiled, DoesNotFit, compile_program, input_shardings_of, result_structs_of
 from shardcli.program.step_run import Donation, time_step
 from shardcli.runtime.session import Session
@@ -38,7 +38,6 @@ from shardcli.specs.arguments import AbstractArg
 from shardcli.specs.decoder import Rules
 from shardcli.specs.meshes import MeshSpec, ShardingSpec, parse_mesh
 from shardcli.specs.runs import RunOptions, check_timing
-from shardcli.tile_math import ShardingLayout, group_tiles, normalize_index
 
 
 @dataclass(frozen=True)
@@ -115,73 +114,6 @@ class InspectResult:
         return self.fit is not None and not self.fit.fits
 
 
-# --- arguments ------------------------------------------------------------------------------------
-
-
-def layout_of(sharding: Any, shape: tuple[int, ...]) -> ShardingLayout:
-    """The tiles a sharding cuts an array of `shape` into, from JAX's own index map."""
-    index = sharding.devices_indices_map(tuple(shape))
-    return group_tiles(shape, {d.id: normalize_index(idx, shape) for d, idx in index.items()})
-
-
-def _spec_text(entries: Entries | None, sharding: Any) -> str:
-    if entries is None:
-        return type(sharding).__name__
-    if not any(entries):
-        return "P() (replicated)"
-    return ShardingSpec(entries).describe()
-
-
-def fact_of(name: str, struct: Any, default_sharding: Any = None, *, sharding: Any = None) -> ArrayFact:
-    """An ArrayFact for one leaf (a ShapeDtypeStruct or array with a sharding).
-
-    A typed PRNG key (`key<rbg>`) counts the bytes of its key data (`jax.random.key_data`: 4 uint32
-    words per rbg key, 2 per threefry key) per element of its shape.
-
-    Args:
-        sharding: the sharding to describe it with (the compiled program's), before its own.
-        default_sharding: the sharding where the leaf has none.
-    """
-    import numpy as np
-
-    from shardcli.program.inputs import is_key
-    from shardcli.runtime.mesh import entries_of
-
-    shape = tuple(int(d) for d in struct.shape)
-    sharding = sharding or getattr(struct, "sharding", None) or default_sharding
-    if sharding is None:
-        raise ShardcliError(f"argument {name} ({struct.dtype}{list(shape)}) has no sharding; give it one")
-    key = is_key(struct.dtype)
-    itemsize = int(struct.dtype.itemsize) if key else np.dtype(struct.dtype).itemsize
-    entries = entries_of(sharding, len(shape))
-    layout = layout_of(sharding, shape)
-    return ArrayFact(
-        name=name,
-        dtype=str(struct.dtype) if key else str(np.dtype(struct.dtype)),
-        shape=shape,
-        entries=entries,
-        spec=_spec_text(entries, sharding),
-        layout=layout,
-        bytes_global=math.prod(shape) * itemsize,
-        bytes_per_device=math.prod(layout.local_shape) * itemsize if shape else itemsize,
-    )
-
-
-def _leaf_names(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
-) -> list[tuple[str, Any]]:
-    """(`params['w1']`, leaf) for every array leaf (`argument_trees` names the arguments). Other
-    leaves (Python numbers, an equinox module's functions) take no device memory and are left out."""
-    import jax
-
-    out = []
-    for base, arg in argument_trees(fn, args, kwargs):
-        for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
-            if is_array_leaf(leaf):
-                out.append((base + path_text(path), leaf))
-    return out
-
-
 # --- the cost model -------------------------------------------------------------------------------
 
 
@@ -252,9 +184,9 @@ def inspect_program(
     )
     if run:
         _check_call(fn, args, kwargs, name)
-    named = _leaf_names(getattr(fn, "__wrapped__", fn), args, kwargs)
+    named = leaf_names(getattr(fn, "__wrapped__", fn), args, kwargs)
     unplaced = NamedSharding(session.mesh, PartitionSpec())  # until the compiler says otherwise
-    arguments = tuple(_laid_out_fact(name, n, leaf, unplaced) for n, leaf in named)
+    arguments = tuple(laid_out_fact(name, n, leaf, unplaced) for n, leaf in named)
     biggest = max(arguments, key=lambda a: a.bytes_per_device, default=None)
     hardware = hardware_for(session, biggest.dtype if biggest else "float32", peak_tflops, link_gbps)
     recompile = _Recompile(fn, args, kwargs, roots, name, session, target, peak_tflops, link_gbps)
@@ -402,26 +334,6 @@ def with_roles(
     return replace(analysis, collectives=assign_roles(analysis.collectives, arguments, results))
 
 
-def _laid_out_fact(program: str, name: str, leaf: Any, unplaced: Any) -> ArrayFact:
-    """`fact_of` one argument leaf.
-
-    Raises:
-        ShardcliError: its sharding does not divide it (one line naming the argument).
-    """
-    try:
-        return fact_of(name, leaf, unplaced)
-    except ShardcliError:
-        raise
-    except Exception as error:  # noqa: BLE001 - a sharding that does not divide its array, say
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        spec = getattr(getattr(leaf, "sharding", None), "spec", None)
-        laid = f" laid out {spec}" if spec is not None else ""
-        raise ShardcliError(
-            f"argument {name} of {program} ({leaf.dtype}{list(leaf.shape)}){laid} cannot be laid out on this "
-            f"mesh: {reason}"
-        ) from None
-
-
 def _check_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> None:
     """--run: a call the function cannot take is refused before anything is compiled.
 
@@ -561,11 +473,11 @@ def run_inspect(request: InspectRequest) -> InspectResult:
             else:
                 given = call_inputs(maker, request.inputs, session.mesh)
             fn, args, kwargs = given.fn or fn, given.args, given.kwargs
-            _check_input_leaves(args, request.inputs)
+            check_input_leaves(args, request.inputs)
             if request.rules is not None and not own:
                 args, kwargs = _laid_out_by_rules(request, maker.value, fn, args, kwargs, session)
         else:
-            args = abstract_args(_checked_on(request.args, session.spec), session.mesh)
+            args = abstract_args(checked_on(request.args, session.spec), session.mesh)
         if request.specs:
             from shardcli.program.fix_check import relaid
 
@@ -624,42 +536,3 @@ def _laid_out_by_rules(
             f"is not in the mesh ({', '.join(axes)}); add it to --axes or leave it out of --rules"
         )
     return logical.lay_out(args, fn, table, request.rules, session.mesh, kwargs)
-
-
-# Far above a real model's parameter arrays (hundreds to a few thousand), far below what would
-# take minutes to lower: a program over a million arguments is a mistake, not a model.
-MAX_INPUT_LEAVES = 10_000
-
-
-def _check_input_leaves(args: tuple[Any, ...], inputs: str) -> None:
-    """Raises: ShardcliError when --inputs returned more arrays than a program takes, or a pytree
-    nested too deeply to walk."""
-    import jax
-
-    try:
-        count = len(jax.tree_util.tree_leaves(args))
-    except (RecursionError, SystemError, MemoryError) as error:
-        raise ShardcliError(
-            f"--inputs {inputs} returned a pytree nested too deeply to walk ({type(error).__name__}); "
-            "return the function's arguments"
-        ) from None
-    if count > MAX_INPUT_LEAVES:
-        raise ShardcliError(
-            f"--inputs {inputs} returned {count} arrays; inspect takes at most {MAX_INPUT_LEAVES} (a "
-            "model's parameters are hundreds to thousands): return the function's arguments"
-        )
-
-
-def _checked_on(args: tuple[AbstractArg, ...], mesh: MeshSpec) -> tuple[AbstractArg, ...]:
-    """The --arg specs, checked against the mesh they meet (a target's mesh is known only now)."""
-    from shardcli.specs.meshes import check_sharding_fits
-
-    for i, a in enumerate(args):
-        for axis in a.sharding.axes_used():
-            if axis not in mesh.axes:
-                raise ShardcliError(
-                    f"--arg {a.describe()!r} names mesh axis {axis!r}, which is not in the mesh; the mesh "
-                    f"axes are {', '.join(mesh.axes)}"
-                )
-        check_sharding_fits(a.sharding, mesh, a.shape, flag="its spec", what=f"--arg {i} ({a.describe()})")
-    return args

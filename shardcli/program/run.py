@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardcli.errors import ShardcliError
-from shardcli.program.inspect import fact_of
+from shardcli.program.argument_facts import fact_of
 from shardcli.program.probe import ProbeCall, recording
 from shardcli.program.run_inputs import concrete_inputs
 from shardcli.program.run_request import SHOW_VALUES_MAX, RunRequest

@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shardcli.render.console import Clauses, DataTable, emit, make_console, phrases
+from shardcli.render.console import emit, make_console
+from shardcli.render.layout import Clauses, DataTable, phrases
 from shardcli.results import bodies, documents
 from shardcli.results.compare.metrics import Metric
 from shardcli.results.compare.run import CompareResult, CompareRow, DocFacts

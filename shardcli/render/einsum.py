@@ -11,7 +11,8 @@ from rich.text import Text
 
 from shardcli.playground.einsum import WAY_TEXT, EinsumArray, EinsumResult, EinsumSize, WayRun
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, csv_text, emit, make_console, prints_here, show_warnings
+from shardcli.render.console import csv_text, emit, make_console, prints_here, show_warnings
+from shardcli.render.layout import DataTable
 from shardcli.render.matmul import below_bound_note, flop_fit_json, format_flops, ratio_text
 from shardcli.render.program import (
     collectives_cell,

@@ -18,13 +18,13 @@ from rich.text import Text
 
 from shardcli import __version__
 from shardcli.analysis.arguments import shown_path
-from shardcli.render.console import (
+from shardcli.render.console import format_duration
+from shardcli.render.layout import (
     Clauses,
     ColumnBlocks,
     DataTable,
     SideBySide,
     WholeLines,
-    format_duration,
     phrase_split,
     phrases,
 )

@@ -15,8 +15,6 @@ from shardcli.playground.matmul.impl import ImplRun
 from shardcli.playground.matmul.run import ArrayLayout, CaseRun, MatmulResult
 from shardcli.render import human, jsonout
 from shardcli.render.console import (
-    Clauses,
-    DataTable,
     csv_text,
     emit,
     format_flops,
@@ -25,6 +23,7 @@ from shardcli.render.console import (
     prints_here,
     show_warnings,
 )
+from shardcli.render.layout import Clauses, DataTable
 from shardcli.render.plot import Series, text_chart
 from shardcli.render.program import (
     cost_model_text,

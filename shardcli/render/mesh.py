@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
+from shardcli.render.console import make_console, prints_here, show_warnings
+from shardcli.render.layout import DataTable
 from shardcli.runtime.session import Session
 from shardcli.specs.runs import RunOptions
 

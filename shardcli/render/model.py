@@ -9,7 +9,8 @@ from rich.text import Text
 
 from shardcli.analysis.report import collectives_text
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, format_seconds, make_console, prints_here, show_warnings
+from shardcli.render.console import format_seconds, make_console, prints_here, show_warnings
+from shardcli.render.layout import DataTable
 from shardcli.results import bodies
 from shardcli.specs.model import ACTIVATION, LOGICAL_AXES, OUTPUT, spec_text
 from shardcli.specs.runs import RunOptions

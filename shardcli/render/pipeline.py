@@ -8,7 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from shardcli.render import human, jsonout
-from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
+from shardcli.render.console import make_console, prints_here, show_warnings
+from shardcli.render.layout import Clauses, DataTable
 from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 from shardcli.training.pipeline.threads import Event, PipelineResult, bubble_text

@@ -1,4 +1,5 @@
-"""Rendering `shardcli plan`: the ranked table for people (80 columns), JSON with every candidate."""
+"""Rendering `shardcli plan` of the preset decoder: the ranked table for people (80 columns), JSON with every
+candidate (a user program's plan is `render.plan_program`'s)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ from shardcli.analysis.step_time import StepEstimate
 from shardcli.analysis.target import compile_options_words, compiler_options
 from shardcli.hardware.compilers import compiler_versions
 from shardcli.hardware.targets import TargetSpec
-from shardcli.plan.compiles import CompiledFigures
+from shardcli.plan.compiled_figures import CompiledFigures
 from shardcli.plan.search import RANK_ORDERS, PlanResult, PlanRow, inspect_command
-from shardcli.plan.user_program import ProgramPlanResult
-from shardcli.plan.user_program import inspect_command as program_inspect_command
-from shardcli.render.console import Clauses, DataTable, emit, make_console
+from shardcli.render.console import emit, make_console
+from shardcli.render.layout import Clauses, DataTable
 from shardcli.render.plan_pipeline import pipeline_json, pipeline_lines
 from shardcli.results import bodies, documents
 from shardcli.specs.decoder import rules_text
@@ -55,7 +55,7 @@ def used_share(f: CompiledFigures) -> str:
     return f"{f.needed_bytes / f.capacity_bytes:.0%}"
 
 
-def _seconds(s: float | None) -> str:
+def seconds_text(s: float | None) -> str:
     if s is None:
         return "-"
     if s < 1e-3:
@@ -118,7 +118,7 @@ def ranked_table(result: PlanResult) -> DataTable:
             fit_word(f),
             gib,
             used_share(f),
-            _seconds(row.step_s),
+            seconds_text(row.step_s),
             f"{mfu:.0%}" if mfu is not None and f.fits else "-",
             _bound(row),
             f"{tokens:,.0f}" if tokens is not None and f.fits else "-",
@@ -163,7 +163,7 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
         return refused
     c, est, f = row.candidate, row.estimate, row.compiled
     assert est is not None and f is not None
-    comm = ", ".join(f"{t.name} {_seconds(t.seconds)}" for t in est.comm[:3]) or "none"
+    comm = ", ".join(f"{t.name} {seconds_text(t.seconds)}" for t in est.comm[:3]) or "none"
     top = f.traffic[0] if f.traffic else None
     lines: list[RenderableType | CommandLine] = [
         Text(f"winner: {c.label}, remat {c.remat}, global batch {c.global_batch}", style="bold"),
@@ -195,26 +195,26 @@ def winner_lines(result: PlanResult, emit_file: str | None) -> list[RenderableTy
 
 def _terms(est: StepEstimate, comm: str) -> list[str]:
     """The estimate's terms: the roofline's, or on a GPU the per-op roofline's parts."""
-    host = [f"T_host {_seconds(est.host.seconds)}"] if est.host is not None else []
+    host = [f"T_host {seconds_text(est.host.seconds)}"] if est.host is not None else []
     if est.ops is None:
         return [
-            f"T_math {_seconds(est.math.seconds)}",
-            f"T_hbm {_seconds(est.hbm.seconds)}",
+            f"T_math {seconds_text(est.math.seconds)}",
+            f"T_hbm {seconds_text(est.hbm.seconds)}",
             f"T_comm {comm}",
             *host,
-            f"bound {est.dominant} {_seconds(est.bound_s)} / efficiency {est.efficiency:.4g}",
+            f"bound {est.dominant} {seconds_text(est.bound_s)} / efficiency {est.efficiency:.4g}",
         ]
     ops = est.ops
     parts = (
-        f"{ops.kernels} library kernel calls {_seconds(ops.kernels_math_s + ops.kernels_hbm_s)}, "
-        f"other ops {_seconds(ops.other_s)} ({ops.other_bound})"
+        f"{ops.kernels} library kernel calls {seconds_text(ops.kernels_math_s + ops.kernels_hbm_s)}, "
+        f"other ops {seconds_text(ops.other_s)} ({ops.other_bound})"
     )
     kernels = f" ({ops.launches.kernels:,} kernels)" if ops.launches is not None else ""
     return [
-        f"launches {_seconds(ops.launch_s)}{kernels}, longer than the per-op roofline "
-        f"{_seconds(ops.roofline_s)}: {parts}"
+        f"launches {seconds_text(ops.launch_s)}{kernels}, longer than the per-op roofline "
+        f"{seconds_text(ops.roofline_s)}: {parts}"
         if ops.launch_bound
-        else f"per-op roofline {_seconds(ops.seconds)}: {parts}",
+        else f"per-op roofline {seconds_text(ops.seconds)}: {parts}",
         f"T_comm {comm}",
         *host,
         f"bound {est.dominant}",
@@ -242,14 +242,14 @@ def summary_clauses(result: PlanResult) -> Clauses:
     return Clauses(parts, style="dim")
 
 
-def _compiler(target: TargetSpec) -> tuple[tuple[str, str], ...]:
+def compiler_pairs(target: TargetSpec) -> tuple[tuple[str, str], ...]:
     """(package, version) of the target's compiler: jax, jaxlib, and libtpu or JAX's CUDA plugin."""
     return compiler_versions(target.generation.platform)
 
 
-def _compiler_text(target: TargetSpec) -> str:
+def compiler_text(target: TargetSpec) -> str:
     """`compiled by jax 0.10.2, ...`, with the options a GPU target's compiles change, and why."""
-    text = "compiled by " + ", ".join(f"{package} {version}" for package, version in _compiler(target))
+    text = "compiled by " + ", ".join(f"{package} {version}" for package, version in compiler_pairs(target))
     options = compile_options_words(target)
     return f"{text} with {options}" if options else text
 
@@ -291,7 +291,7 @@ def plan_parts(
                 style="bold",
             )
         )
-        parts.append(Clauses([*_hardware_clauses(result), _compiler_text(req.target)], style="dim"))
+        parts.append(Clauses([*_hardware_clauses(result), compiler_text(req.target)], style="dim"))
         parts.append(Clauses(_order_clauses(result), style="dim"))
         parts.append(Text(""))
     parts.append(ranked_table(result))
@@ -323,7 +323,7 @@ def print_parts(console: Any, parts: list[RenderableType | CommandLine]) -> None
             console.print(part)
 
 
-def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
+def compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
     if f is None:
         return None
     return bodies.PLAN_COMPILED(
@@ -353,7 +353,7 @@ def _compiled_json(f: CompiledFigures | None) -> dict[str, Any] | None:
     )
 
 
-def _estimate_json(e: StepEstimate | None, step_s: float | None) -> dict[str, Any] | None:
+def estimate_json(e: StepEstimate | None, step_s: float | None) -> dict[str, Any] | None:
     """The estimate's terms (a pipelined candidate's: its stage's microbatch) and the step (its
     pipeline's)."""
     if e is None:
@@ -397,8 +397,8 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
             comm_bytes=dict(m.comm_bytes),
             bound=m.bound,
         ),
-        compiled=_compiled_json(f),
-        estimate=_estimate_json(e, row.step_s),
+        compiled=compiled_json(f),
+        estimate=estimate_json(e, row.step_s),
         tokens_per_s_per_chip=result.tokens_per_s_per_chip(row),
         mfu=result.mfu(row),
     )
@@ -431,7 +431,7 @@ def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
             target=req.target.name,
             slices=req.target.slices,
             chips=result.chips,
-            compiler=dict(_compiler(req.target)),
+            compiler=dict(compiler_pairs(req.target)),
             compile_options=compiler_options(req.target) or {},
             global_batch=req.global_batch,
             per_device_batch=req.per_device_batch,
@@ -497,156 +497,3 @@ def render_plan(result: PlanResult, options: RunOptions, emit_file: str | None) 
         emit(json.dumps(plan_json(result, emit_file), indent=2) + "\n", options)
         return
     print_parts(make_console(options), plan_parts(result, emit_file, quiet=options.quiet))
-
-
-# --- the user's own program -----------------------------------------------------------------------
-
-
-def program_table(result: ProgramPlanResult) -> DataTable:
-    """The compiled layouts of the user's program, best first."""
-    table = DataTable(box=None, header_style="bold")
-    for name, justify in (
-        ("#", "right"),
-        ("layout", "left"),
-        ("fits", "left"),
-        ("GiB/chip", "right"),
-        ("args GiB", "right"),
-        ("est step", "right"),
-        ("HFU", "right"),
-        ("bound", "left"),
-    ):
-        table.add_column(name, justify=justify)
-    for i, row in enumerate((r for r in result.rows if r.compiled is not None), 1):
-        f, e = row.compiled, row.estimate
-        assert f is not None
-        step = e.estimate_s if e is not None else None
-        hfu = f.flops / step / result.peak_flops if step and f.flops else None
-        table.add_row(
-            str(i),
-            row.label,
-            Text("yes", style="green") if f.fits else Text("no", style="red"),
-            f"{f.needed_bytes / GIB:.1f}" if f.needed_bytes is not None else "?",
-            f"{row.argument_bytes / GIB:.1f}",
-            _seconds(step),
-            f"{hfu:.0%}" if hfu is not None and f.fits else "-",
-            (e.dominant or "-") if e is not None else "-",
-        )
-    return table
-
-
-def program_parts(result: ProgramPlanResult, quiet: bool = False) -> list[RenderableType | CommandLine]:
-    req = result.request
-    parts: list[RenderableType | CommandLine] = []
-    if not quiet:
-        parts.append(Text(f"plan {req.program} on {req.target.name}", style="bold"))
-        parts.append(
-            Clauses(
-                [
-                    _compiler_text(req.target),
-                    f"lays itself out ({result.own_layout}): its inputs called on each layout's mesh"
-                    if result.own_layout
-                    else f"{result.named_leaves} of {result.leaves} argument leaves carry logical axis names",
-                    "HFU: the compiled FLOPs over the estimated step at the chip's peak",
-                ],
-                style="dim",
-            )
-        )
-        parts.append(Text(""))
-    parts.append(program_table(result))
-    parts.append(Text(""))
-    row = result.winner
-    if row is None:
-        parts.append(Text("no compiled layout fits the chips' HBM", style="red bold"))
-    else:
-        parts.append(Text(f"winner: {row.label}", style="bold"))
-        parts.append(
-            Clauses(
-                [
-                    f"mesh {'x'.join(map(str, row.mesh.shape))} ({','.join(row.mesh.axes)})",
-                    *rules_by_axis(tuple(r for r in row.rules if r[0] in result.names_used), row.mesh.axes),
-                ]
-            )
-        )
-        parts.append(Text("reproduce:"))
-        parts.append(CommandLine(program_inspect_command(result, row)))
-    if not quiet:
-        compiled = sum(r.compiled is not None for r in result.rows)
-        parts.append(
-            Clauses(
-                [
-                    f"{len(result.rows)} layouts",
-                    f"{compiled} compiled ({result.cache_hits} from the cache) in {result.compile_s:,.0f} s",
-                    "interrupted: the rest were not compiled" if result.interrupted else "",
-                ],
-                style="dim",
-            )
-        )
-    return parts
-
-
-def program_json(result: ProgramPlanResult) -> dict[str, Any]:
-    req = result.request
-    ranked = [r for r in result.rows if r.compiled is not None]
-    ranks = {id(r): i for i, r in enumerate(ranked, 1)}
-    winner = result.winner
-    return documents.document(
-        "plan",
-        config={
-            "program": req.program,
-            "inputs": req.inputs,
-            "target": req.target.name,
-            "chips": req.target.chips,
-            "compiler": dict(_compiler(req.target)),
-            "compile_options": compiler_options(req.target) or {},
-            "rules": rules_text(req.rules) if req.rules is not None else None,
-            "compile": req.compile_n,
-            "cache": req.use_cache,
-            "named_leaves": result.named_leaves,
-            "leaves": result.leaves,
-        },
-        candidates=[
-            bodies.PLAN_PROGRAM_CANDIDATE(
-                rank=ranks.get(id(r)),
-                layout=r.label,
-                mesh={a: s for a, s in r.mesh.sizes},
-                rule_set=r.rule_set,
-                rules=rules_text(r.rules),
-                argument_bytes=r.argument_bytes,
-                status=r.status,
-                why=r.why,
-                compiled=_compiled_json(r.compiled),
-                estimate=_estimate_json(r.estimate, r.estimate.estimate_s if r.estimate else None),
-            )
-            for r in result.rows
-        ],
-        winner=None
-        if winner is None
-        else {
-            "layout": winner.label,
-            "mesh_shape": list(winner.mesh.shape),
-            "mesh_axes": list(winner.mesh.axes),
-            "rules": rules_text(winner.rules),
-            "inspect_command": program_inspect_command(result, winner),
-        },
-        summary={
-            "candidates": len(result.rows),
-            "compiled": len(ranked),
-            "cached": result.cache_hits,
-            "fits": sum(bool(r.compiled and r.compiled.fits) for r in ranked),
-            "interrupted": result.interrupted,
-            "compile_s": result.compile_s,
-        },
-    )
-
-
-def render_program_plan(result: ProgramPlanResult, options: RunOptions) -> None:
-    import sys
-
-    for warning in result.warnings:
-        sys.stderr.write(f"shardcli: warning: {warning}\n")
-    if options.format == "json":
-        import json
-
-        emit(json.dumps(program_json(result), indent=2) + "\n", options)
-        return
-    print_parts(make_console(options), program_parts(result, quiet=options.quiet))

@@ -14,7 +14,8 @@ from rich.text import Text
 
 from shardcli.plan.pipeline import NO_PUBLISHED_ROW, bubble_words, stage_target
 from shardcli.plan.search import PlanResult, PlanRow
-from shardcli.render.console import Clauses, format_duration
+from shardcli.render.console import format_duration
+from shardcli.render.layout import Clauses
 from shardcli.results import bodies
 
 

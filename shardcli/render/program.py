@@ -14,7 +14,8 @@ from shardcli.analysis.program import CollectiveOp, MemoryUse, ProgramAnalysis
 from shardcli.analysis.step_time import StepEstimate, Term
 from shardcli.analysis.target import FitVerdict
 from shardcli.hardware.costmodel import CostEstimate, Hardware
-from shardcli.render.console import Clauses, DataTable, format_flops, format_seconds, phrases
+from shardcli.render.console import format_flops, format_seconds
+from shardcli.render.layout import Clauses, DataTable, phrases
 from shardcli.results import records
 from shardcli.specs.files import is_own_file
 from shardcli.specs.values import format_bytes

@@ -11,7 +11,8 @@ from shardcli.analysis.report import Picture, Section, TableSection, TextSection
 from shardcli.playground.recipe.cases import RECIPES
 from shardcli.playground.recipe.run import RecipeResult
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
+from shardcli.render.console import make_console, prints_here, show_warnings
+from shardcli.render.layout import DataTable
 from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 

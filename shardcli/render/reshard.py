@@ -9,15 +9,8 @@ from rich.text import Text
 
 from shardcli.playground.reshard import WAY_TEXT, ReshardResult, ReshardWay
 from shardcli.render import human, jsonout
-from shardcli.render.console import (
-    Clauses,
-    DataTable,
-    csv_text,
-    emit,
-    make_console,
-    prints_here,
-    show_warnings,
-)
+from shardcli.render.console import csv_text, emit, make_console, prints_here, show_warnings
+from shardcli.render.layout import Clauses, DataTable
 from shardcli.render.program import (
     collectives_cell,
     collectives_table,

@@ -11,7 +11,8 @@ from rich.text import Text
 
 from shardcli.program.run import ArrayValues, DeviceBlock, ProbeValues, RunResult
 from shardcli.render import human, jsonout
-from shardcli.render.console import Clauses, DataTable, make_console, prints_here, show_warnings
+from shardcli.render.console import make_console, prints_here, show_warnings
+from shardcli.render.layout import Clauses, DataTable
 from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 

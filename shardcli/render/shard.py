@@ -7,7 +7,8 @@ from rich.text import Text
 
 from shardcli.playground.shard import ShardResult
 from shardcli.render import human, jsonout
-from shardcli.render.console import DataTable, make_console, prints_here, show_warnings
+from shardcli.render.console import make_console, prints_here, show_warnings
+from shardcli.render.layout import DataTable
 from shardcli.results import bodies
 from shardcli.specs.runs import RunOptions
 from shardcli.tile_math import format_index

@@ -1,7 +1,7 @@
 """`shardcli pipeline`'s flags turned into its frozen request: pure Python, no JAX.
 
 The layout checks (stages, layers, batch and width against the mesh) need the whole request and run
-once, in shardcli/training/pipeline/threads.py's `validate_request`, when the pipeline runs.
+once, in shardcli/training/pipeline/request.py's `validate_request`, when the pipeline runs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from shardcli.specs.meshes import parse_mesh
 from shardcli.specs.runs import RunOptions
 
 if TYPE_CHECKING:
-    from shardcli.training.pipeline.threads import PipelineRequest
+    from shardcli.training.pipeline.request import PipelineRequest
 
 
 def default_pipeline_axes(mesh: str) -> str | None:
@@ -50,7 +50,7 @@ def build_pipeline_request(
     Raises:
         ShardcliError: --impl is none of the three, or the mesh flags are not valid.
     """
-    from shardcli.training.pipeline.threads import IMPLS, PipelineRequest
+    from shardcli.training.pipeline.request import IMPLS, PipelineRequest
 
     choices = (*IMPLS, "both")
     if impl not in choices:

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from shardcli.playground.collective.run import CollectiveResult
 from shardcli.render import human
-from shardcli.render.console import Clauses
+from shardcli.render.layout import Clauses
 from shardcli.render.plot import Series, text_chart
 
 

@@ -24,7 +24,8 @@ from shardcli.render.collective.tables import (
     sweep_table,
     timing_table,
 )
-from shardcli.render.console import Clauses, emit, make_console, prints_here, show_warnings
+from shardcli.render.console import emit, make_console, prints_here, show_warnings
+from shardcli.render.layout import Clauses
 from shardcli.specs.runs import RunOptions
 from shardcli.specs.values import format_bytes
 

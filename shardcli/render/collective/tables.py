@@ -11,7 +11,7 @@ from shardcli.playground.collective.request import CollectiveRequest
 from shardcli.playground.collective.run import CollectiveResult
 from shardcli.playground.collective.size import SizeRun
 from shardcli.render import human
-from shardcli.render.console import DataTable
+from shardcli.render.layout import DataTable
 from shardcli.specs.values import format_bytes
 
 
