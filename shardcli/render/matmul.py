@@ -463,73 +463,84 @@ def render_matmul(result: MatmulResult, options: RunOptions) -> None:
         emit(matmul_csv(result), options)
         return
     console = make_console(options)
-    req = result.request
-    axes = result.axes
     single = len(result.runs) == 1 and not result.runs[0].skipped
     if not options.quiet:
-        facts = {
-            "roles": f"X = {axes.x} ({axes.nx} devices)"
-            + (
-                f", Y = {axes.y} ({axes.ny} devices)"
-                if axes.y
-                else "; no Y axis: dims split over Y stay whole"
-            ),
-            "dims": f"I,J,K = {','.join(map(str, req.dims))}"
-            + (f" x scales {', '.join(f'{s:g}' for s in req.scales)}" if req.scales else ""),
-            "input": f"{req.dtype.name}, init {req.init}",
-        }
-        details = {
-            "meshes": "manual and auto on Auto axes"
-            + (", explicit on the same devices with Explicit axes" if _has_explicit(result) else ""),
-            "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed iterations, "
-            "each blocked until ready" + human.timing_across(result.session),
-        }
-        if single:
-            run = result.runs[0]
-            facts = {"case": f"{run.case.name}: {run.case.notation()}", "what": run.case.summary, **facts}
-            details["verify"] = run.tolerance_text
-        console.print(human.header(result.session, facts, details=details, verbose=options.verbose))
+        _print_header(console, result, options, single)
     if single:
-        run = result.runs[0]
-        if not options.quiet:
-            for layout in (*run.operands, run.result):
-                if run.case.illegal and layout is run.result:
-                    continue  # no device holds this layout: that is the point of the case
-                human.section(
-                    console,
-                    f"{layout.name}: global {layout.shape}, spec {human.spec_text(layout.entries)}, "
-                    f"local {layout.local_shape}",
-                    human.sharding_picture(human.spec_tiles(layout.shape, layout.entries, result.session)),
-                )
-        human.section(console, "what the compiler did", compiled_table(run))
-        shown = next((i for i in run.impls if i.values is not None), None)
-        if shown is not None:
-            human.show_values(console, run.result.name, shown.values, f" (from {shown.impl})")
-        if any(i.timing is not None for i in run.impls):  # no empty table where nothing ran
-            human.section(console, "timing and verification", timing_table(run))
-            human.section(console, "cost model (roofline, per device)", cost_text(run, result))
+        _print_one_case(console, result, options)
     else:
-        human.section(console, "matmul cases", Group(comparison_legend(), comparison_table(result)))
-        if result.fits:
-            human.section(console, "achieved FLOP/s against the product's FLOPs", flops_chart(result))
-            console.print(flop_fit_text(result))
-        if not options.quiet:
-            hw = result.hardware
-            console.print(
-                Clauses(
-                    [
-                        f"model: peak {format_flops(hw.peak_flops)}",
-                        f"({hw.peak_source});",
-                        f"link {format_flops(hw.link_bytes_per_s, 'B/s')}",
-                        f"({hw.link_source})",
-                    ],
-                    sep=" ",
-                    style="dim",
-                )
-            )
+        _print_cases(console, result, options)
     console.print()
     _notes(console, result, options.verbose)
     _verdict(console, result)
+
+
+def _print_header(console: Any, result: MatmulResult, options: RunOptions, single: bool) -> None:
+    """The run's header: the mesh roles, dims and input (and, for one case, the case and its check)."""
+    req = result.request
+    axes = result.axes
+    facts = {
+        "roles": f"X = {axes.x} ({axes.nx} devices)"
+        + (f", Y = {axes.y} ({axes.ny} devices)" if axes.y else "; no Y axis: dims split over Y stay whole"),
+        "dims": f"I,J,K = {','.join(map(str, req.dims))}"
+        + (f" x scales {', '.join(f'{s:g}' for s in req.scales)}" if req.scales else ""),
+        "input": f"{req.dtype.name}, init {req.init}",
+    }
+    details = {
+        "meshes": "manual and auto on Auto axes"
+        + (", explicit on the same devices with Explicit axes" if _has_explicit(result) else ""),
+        "timing": f"compile separately, then {req.warmup} warm-up + {req.iters} timed iterations, "
+        "each blocked until ready" + human.timing_across(result.session),
+    }
+    if single:
+        run = result.runs[0]
+        facts = {"case": f"{run.case.name}: {run.case.notation()}", "what": run.case.summary, **facts}
+        details["verify"] = run.tolerance_text
+    console.print(human.header(result.session, facts, details=details, verbose=options.verbose))
+
+
+def _print_one_case(console: Any, result: MatmulResult, options: RunOptions) -> None:
+    """One case: its operands' and result's layouts, what the compiler did, its values and timing."""
+    run = result.runs[0]
+    if not options.quiet:
+        for layout in (*run.operands, run.result):
+            if run.case.illegal and layout is run.result:
+                continue  # no device holds this layout: that is the point of the case
+            human.section(
+                console,
+                f"{layout.name}: global {layout.shape}, spec {human.spec_text(layout.entries)}, "
+                f"local {layout.local_shape}",
+                human.sharding_picture(human.spec_tiles(layout.shape, layout.entries, result.session)),
+            )
+    human.section(console, "what the compiler did", compiled_table(run))
+    shown = next((i for i in run.impls if i.values is not None), None)
+    if shown is not None:
+        human.show_values(console, run.result.name, shown.values, f" (from {shown.impl})")
+    if any(i.timing is not None for i in run.impls):  # no empty table where nothing ran
+        human.section(console, "timing and verification", timing_table(run))
+        human.section(console, "cost model (roofline, per device)", cost_text(run, result))
+
+
+def _print_cases(console: Any, result: MatmulResult, options: RunOptions) -> None:
+    """Several cases: the comparison table, the FLOP/s chart and fit, and the model's figures."""
+    human.section(console, "matmul cases", Group(comparison_legend(), comparison_table(result)))
+    if result.fits:
+        human.section(console, "achieved FLOP/s against the product's FLOPs", flops_chart(result))
+        console.print(flop_fit_text(result))
+    if not options.quiet:
+        hw = result.hardware
+        console.print(
+            Clauses(
+                [
+                    f"model: peak {format_flops(hw.peak_flops)}",
+                    f"({hw.peak_source});",
+                    f"link {format_flops(hw.link_bytes_per_s, 'B/s')}",
+                    f"({hw.link_source})",
+                ],
+                sep=" ",
+                style="dim",
+            )
+        )
 
 
 # --- sweeps: the chart and the fit -----------------------------------------------------------------

@@ -207,32 +207,8 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
         emit(reshard_csv(result), options)
         return
     console = make_console(options)
-    req = result.request
-    shape = req.array.shape
     if not options.quiet:
-        facts = {
-            "array": f"{'x'.join(map(str, shape))} {req.array.dtype.name} "
-            f"({format_bytes(req.array.nbytes)}), {req.array.source}",
-            "move": f"{req.source.describe()}  ->  {req.target.describe()}",
-        }
-        details = {
-            "impls": "; ".join(f"{w}: {WAY_TEXT[w]}" for w in req.ways),
-            "timing": f"{req.warmup} warm-up + {req.iters} timed moves; algbw = array bytes / p50"
-            + human.timing_across(result.session),
-            "verify": "exact (bit for bit) against the NumPy array",
-        }
-        console.print(human.header(result.session, facts, details=details, verbose=options.verbose))
-        for title, entries in (("before", req.source.entries), ("after", req.target.entries)):
-            human.section(
-                console,
-                f"{title}: spec {human.spec_text(entries)}",
-                human.sharding_picture(human.spec_tiles(shape, entries, result.session)),
-            )
-        human.section(
-            console,
-            "what each device holds and must receive" + human.this_process_only(result.session),
-            moves_table(result),
-        )
+        _print_setup(console, result, options)
     shown = next((w for w in result.ways if w.values is not None and w.values_before is not None), None)
     if shown is not None and shown.values_before is not None:
         human.section(console, "global values", human.ValuesText(shown.values_before.global_values))
@@ -249,6 +225,40 @@ def render_reshard(result: ReshardResult, options: RunOptions) -> None:
             if w.analysis is not None:
                 console.print(memory_clauses(f"{w.way} memory:", w.analysis.memory))
     console.print()
+    _print_verdict(console, result)
+
+
+def _print_setup(console: Any, result: ReshardResult, options: RunOptions) -> None:
+    """The header, the before and after pictures, and what each device holds and must receive."""
+    req = result.request
+    shape = req.array.shape
+    facts = {
+        "array": f"{'x'.join(map(str, shape))} {req.array.dtype.name} "
+        f"({format_bytes(req.array.nbytes)}), {req.array.source}",
+        "move": f"{req.source.describe()}  ->  {req.target.describe()}",
+    }
+    details = {
+        "impls": "; ".join(f"{w}: {WAY_TEXT[w]}" for w in req.ways),
+        "timing": f"{req.warmup} warm-up + {req.iters} timed moves; algbw = array bytes / p50"
+        + human.timing_across(result.session),
+        "verify": "exact (bit for bit) against the NumPy array",
+    }
+    console.print(human.header(result.session, facts, details=details, verbose=options.verbose))
+    for title, entries in (("before", req.source.entries), ("after", req.target.entries)):
+        human.section(
+            console,
+            f"{title}: spec {human.spec_text(entries)}",
+            human.sharding_picture(human.spec_tiles(shape, entries, result.session)),
+        )
+    human.section(
+        console,
+        "what each device holds and must receive" + human.this_process_only(result.session),
+        moves_table(result),
+    )
+
+
+def _print_verdict(console: Any, result: ReshardResult) -> None:
+    """What any way must move, each way's refusal or fit, and whether every block matched NumPy."""
     if not result.needs_communication:
         console.print("no communication needed: every device already holds its new block")
     else:
