@@ -404,52 +404,58 @@ def _candidate_json(result: PlanResult, rank: int | None, row: PlanRow) -> dict[
     )
 
 
+def _config_json(result: PlanResult) -> dict[str, Any]:
+    """The plan's `config`: the model, the target and compiler, and every flag that shaped the search."""
+    req, cfg = result.request, result.request.model
+    return bodies.PLAN_CONFIG(
+        model={
+            "name": cfg.name,
+            "layers": cfg.layers,
+            "d_model": cfg.d_model,
+            "heads": cfg.heads,
+            "kv_heads": cfg.kv_heads,
+            "head_dim": cfg.head_dim,
+            "mlp_dim": cfg.mlp_dim,
+            "vocab": cfg.vocab,
+            "seq": cfg.seq,
+            "activation": cfg.activation,
+            "tied_embeddings": cfg.tied_embeddings,
+            "attention": cfg.attention,
+            "parameters": cfg.parameters(),
+            "source": cfg.source,
+        },
+        target=req.target.name,
+        slices=req.target.slices,
+        chips=result.chips,
+        compiler=dict(compiler_pairs(req.target)),
+        compile_options=compiler_options(req.target) or {},
+        global_batch=req.global_batch,
+        per_device_batch=req.per_device_batch,
+        remat=list(req.remats),
+        rule_sets=list(req.rule_sets),
+        sequence=req.sequence,
+        mesh=None if req.mesh is None else dict(req.mesh),
+        compile=req.compile_n,
+        method=req.method,
+        rank=req.rank,
+        pipeline=None
+        if req.pipeline is None
+        else {
+            "stages": list(req.pipeline.stages),
+            "microbatches": req.pipeline.microbatches,
+            "schedule": req.pipeline.schedule,
+        },
+    )
+
+
 def plan_json(result: PlanResult, emit_file: str | None) -> dict[str, Any]:
-    req, cfg, chip = result.request, result.request.model, result.chip
+    req, chip = result.request, result.chip
     ranks = {id(r): i for i, r in enumerate(result.compiled, 1)}
     winner = result.winner
     rows = result.rows
     return documents.document(
         "plan",
-        config=bodies.PLAN_CONFIG(
-            model={
-                "name": cfg.name,
-                "layers": cfg.layers,
-                "d_model": cfg.d_model,
-                "heads": cfg.heads,
-                "kv_heads": cfg.kv_heads,
-                "head_dim": cfg.head_dim,
-                "mlp_dim": cfg.mlp_dim,
-                "vocab": cfg.vocab,
-                "seq": cfg.seq,
-                "activation": cfg.activation,
-                "tied_embeddings": cfg.tied_embeddings,
-                "attention": cfg.attention,
-                "parameters": cfg.parameters(),
-                "source": cfg.source,
-            },
-            target=req.target.name,
-            slices=req.target.slices,
-            chips=result.chips,
-            compiler=dict(compiler_pairs(req.target)),
-            compile_options=compiler_options(req.target) or {},
-            global_batch=req.global_batch,
-            per_device_batch=req.per_device_batch,
-            remat=list(req.remats),
-            rule_sets=list(req.rule_sets),
-            sequence=req.sequence,
-            mesh=None if req.mesh is None else dict(req.mesh),
-            compile=req.compile_n,
-            method=req.method,
-            rank=req.rank,
-            pipeline=None
-            if req.pipeline is None
-            else {
-                "stages": list(req.pipeline.stages),
-                "microbatches": req.pipeline.microbatches,
-                "schedule": req.pipeline.schedule,
-            },
-        ),
+        config=_config_json(result),
         chip=bodies.PLAN_CHIP(
             peak_flop_per_s=chip.peak_flops,
             hbm_bytes_per_s=chip.hbm_bytes_per_s,
