@@ -1,6 +1,6 @@
 """A compiled candidate's step time: the project's one estimate (`analysis.step_time`), calibrated once.
 
-`plan` keeps each compile's figures on disk (`plan_compile.CompiledFigures`: FLOPs and bytes per
+`plan` keeps each compile's figures on disk (`plan.compiled_figures.CompiledFigures`: FLOPs and bytes per
 step, the bytes each set of mesh axes carries); `estimate_of` hands them to `step_time.estimate_step`
 with the mesh's axis bandwidths (`step_time.axis_links`, from where each chip sits on the torus),
 the hardware table's chip, and the platform's calibration (`shardcli.hardware.calibration`), exactly as

@@ -7,7 +7,7 @@ A layout is a mesh over the target's chips and a rule set mapping those names to
 decoder's rule sets, or `--rules`). The model here is the arguments' bytes per chip (the program's
 FLOPs are the compiler's to say): layouts whose arguments fit are compiled, the fewest bytes per
 chip first, each as `inspect --rules` compiles it, and ranked by the step-time estimate. Each
-compile's figures are cached on disk (`plan_compile`'s cache), keyed by the two files' bytes, the
+compile's figures are cached on disk (`plan.compile_cache`), keyed by the two files' bytes, the
 names, the layout, the target and the compiler's versions. The winner comes with the `shardcli
 inspect` command that compiles it again.
 
@@ -318,7 +318,7 @@ def _sources_digest(request: ProgramPlanRequest) -> str:
 def program_cache_key(sources: str, request: ProgramPlanRequest, row: ProgramRow) -> str:
     """A digest of everything that changes a layout's compile: the user's files and the names in
     them (`sources`), the layout (mesh and rules), the target, and what every compile's key holds
-    (`plan_compile.keyed`: JAX's and libtpu's versions, the cost compiles' flags)."""
+    (`compile_cache.keyed`: JAX's and libtpu's versions, the cost compiles' flags)."""
     from shardcli.plan.compile_cache import keyed
 
     what: dict[str, Any] = {

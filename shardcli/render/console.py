@@ -20,7 +20,7 @@ from shardcli.specs.runs import RunOptions
 
 
 class _Console(Console):
-    """A console whose print does not crop lines at the terminal's width (see DataTable).
+    """A console whose print does not crop lines at the terminal's width (see `render.layout.DataTable`).
 
     `wide` (--wide): DataTables show every column at their natural width instead of fitting.
     """
