@@ -196,14 +196,14 @@ def plan_cache(tmp_path, monkeypatch):
 
 # Tests marked `once` give the same verdict under any JAX of the window (they check the repository's
 # own text and scripts, or input refused before JAX runs): `.ci/run` runs each of them in one of its
-# two suites, `--share 1-12/22` in one and `--share 13-22/22` in the other, by a hash of the test's id, or of
+# two suites, each given a range of the shares (`--share A-B/N`), by a hash of the test's id, or of
 # the name `once("NAME")` gives tests of one expensive fixture (the same under both Pythons, so the two
 # shares cover every such test exactly once).
 # A slow test's parametrized variants are one check over several inputs: its first variant runs in
 # every share (the check itself), each of the others in one share, by the same hash. Where the variants
 # are what differs between the JAX versions (one per framework, whose versions differ between the
 # suites), the test is marked `every_variant` and each variant runs in every share. `--share A-B/N`
-# takes several shares at once (.ci/run gives the oldest suite 12 of 22), and `--slow-share K/N`
+# takes several shares at once (.ci/run gives the oldest suite the larger part), and `--slow-share K/N`
 # runs only the K-th of N shares of the slow tests every share runs otherwise (.ci/run: a third of
 # them under the oldest JAX, all under the newest).
 def pytest_addoption(parser: pytest.Parser) -> None:

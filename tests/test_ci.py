@@ -1,9 +1,9 @@
 """How `.ci/run` divides the suite: every quick test, and every variant of a test marked
 `every_variant`, runs under both Pythons; those marked `once` and a slow test's parametrized variants
 after its first are shared out between the two suites by `--share` (tests/conftest.py), the oldest
-taking 12 of 22 shares; the other slow tests (each, or its first variant) run in the newest, a third of
-them in the oldest too (`--slow-share 1/3`); and what the suite's faster in-process CPU compiles
-leave as it was."""
+taking the larger part (`.ci/run` says how much); the other slow tests (each, or its first variant)
+run in the newest, a third of them in the oldest too (`--slow-share 1/3`); and what the suite's
+faster in-process CPU compiles leave as it was."""
 
 from __future__ import annotations
 
